@@ -1,0 +1,65 @@
+# holdfast: the commands people and CI run. `make help` lists them.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+BIN        := $(CURDIR)/bin
+GO_MODULES := proto core server plugins/memory sdk-go conformance
+GO_TEST    ?= go test -race -count=1 -timeout 15m
+# Binaries the tests drive as real subprocesses.
+export HOLDFAST_BIN_DIR := $(BIN)
+# In `make test` a test that needs a service it cannot find fails instead of
+# skipping.
+export HOLDFAST_REQUIRE_SERVICES ?= 1
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
+
+.PHONY: tools
+tools: ## build the pinned code generators into bin/
+	@cd tools && GOBIN=$(BIN) go install tool
+
+.PHONY: generate
+generate: tools ## regenerate code from proto/ (Go, TypeScript, Python)
+	find proto -name '*.pb.go' -delete
+	PATH=$(BIN):$$PATH $(BIN)/buf generate
+
+.PHONY: check-generated
+check-generated: generate ## fail when regenerating changes committed code
+	@if [ -n "$$(git status --porcelain -- proto)" ]; then \
+		git status --porcelain -- proto; \
+		echo "generated code is stale: run 'make generate' and commit the result" >&2; exit 1; fi
+
+.PHONY: build
+build: ## build holdfast and the plugin binaries into bin/
+	go build -o $(BIN)/ ./server/cmd/holdfast ./plugins/memory/cmd/holdfast-backend-memory
+
+.PHONY: run
+run: build ## run the server on the embedded memory backend at 127.0.0.1:7410
+	$(BIN)/holdfast serve
+
+.PHONY: lint
+lint: tools ## buf lint, gofmt, go vet, and each module built alone (GOWORK=off)
+	$(BIN)/buf lint
+	@out=$$(gofmt -l $(GO_MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@for m in $(GO_MODULES); do echo "vet $$m"; (cd $$m && go vet ./... && GOWORK=off go build ./... && GOWORK=off go vet ./...); done
+
+.PHONY: test-go
+test-go: build ## go test -race across every Go module
+	@for m in $(GO_MODULES); do echo "== go test $$m"; (cd $$m && $(GO_TEST) ./...); done
+
+.PHONY: test
+test: setup check-generated lint build test-go ## set up and run the whole test suite (what CI runs)
+
+.PHONY: setup
+setup: ## install what the tests need (services, Node and Python packages) if missing
+	scripts/setup.sh
+
+.PHONY: bench
+bench: build ## benchmarks, with ratios against baselines measured in the same run
+	cd bench && go run . -bin $(BIN)
+
+.PHONY: clean
+clean: ## remove build outputs
+	rm -rf $(BIN)

@@ -1,0 +1,202 @@
+// Package backend is the one package a holdfast backend imports: the Backend
+// interface, the plain types it speaks, the sentinel errors the engine branches
+// on, and Serve, which runs a Backend as a plugin process.
+//
+// A backend's main is a few lines:
+//
+//	func main() {
+//		backend.Serve(mystore.New())
+//	}
+//
+// The engine launches the executable through hashicorp/go-plugin (gRPC,
+// magic-cookie handshake, AutoMTLS). Nothing may be written to stdout before
+// Serve: stdout carries the handshake. Log to stderr.
+//
+// # What a backend promises
+//
+//   - Acquire stores the lock only if the key is absent or expired, decided
+//     in one atomic step of the store, never by a read followed by a write.
+//   - Release and Extend compare the owner token in the same atomic step
+//     that deletes or renews the lock; a token that does not hold changes
+//     nothing and answers false, not an error.
+//   - The backend is the authority on expiry: a lock is held for at least
+//     its TTL and is free again within TTL + Info.TTLGranularity.
+//   - Fencing tokens are strictly increasing per key over every acquisition,
+//     across restarts of the plugin and of the store.
+//   - Stamps: the backend keeps the key's last stamp and stores on Acquire the
+//     later of the proposed stamp and the successor of the last one
+//     (NextStamp), so stamps strictly increase along a key's holders.
+//   - Watch reports acquisitions, releases and expiries, after first
+//     sending one EventSynced.
+package backend
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/holdfast/holdfast/proto/hlc"
+)
+
+// Backend stores locks. Implementations must be safe for concurrent use.
+// Errors other than the sentinels below are reported to callers as
+// unavailable; wrap ErrUnavailable or ErrInvalidArgument to be explicit.
+type Backend interface {
+	// Info states what the backend promises. It is called once at start-up
+	// and after every restart of the plugin.
+	Info(ctx context.Context) (Info, error)
+	// Acquire stores the lock if key is free or expired (Acquired=true,
+	// Record = the new lock), or reports the current holder (Acquired=false).
+	Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error)
+	// Release deletes the lock if req.OwnerToken holds it, and reports
+	// whether it did.
+	Release(ctx context.Context, req ReleaseRequest) (bool, error)
+	// Extend renews the lock for req.TTL from now if req.OwnerToken holds it.
+	Extend(ctx context.Context, req ExtendRequest) (ExtendResult, error)
+	// Get returns the lock on key, if held.
+	Get(ctx context.Context, key string) (Record, bool, error)
+	// List returns held locks whose keys start with req.Prefix, in key
+	// order, one page at a time.
+	List(ctx context.Context, req ListRequest) (ListPage, error)
+	// Watch calls send for every change to keys under prefix until ctx is
+	// done or send returns an error, and then returns. Its first call of send
+	// must be an EventSynced, made once every later change will be seen.
+	Watch(ctx context.Context, prefix string, send func(Event) error) error
+}
+
+// Info is what a backend promises; the server reports it to clients.
+type Info struct {
+	Name    string
+	Version string
+	// Shared: several servers see the same locks.
+	Shared bool
+	// Durable: locks survive a restart of the store.
+	Durable bool
+	// TTLGranularity: a lock is free again within TTL + TTLGranularity.
+	TTLGranularity time.Duration
+	MinTTL         time.Duration
+	MaxTTL         time.Duration
+	// Fair: waiters are served in order across servers.
+	Fair bool
+}
+
+// Record is a held lock, without its owner token.
+type Record struct {
+	Key          string
+	FencingToken uint64
+	Holder       string
+	// ExpiresAt is the backend's view of the expiry.
+	ExpiresAt time.Time
+	// Remaining is the time left when the backend answered. The engine
+	// times waiters with it, on its own monotonic clock.
+	Remaining time.Duration
+	Stamp     hlc.Timestamp
+}
+
+// AcquireRequest asks for a lock.
+type AcquireRequest struct {
+	Key        string
+	OwnerToken string
+	TTL        time.Duration
+	Holder     string
+	// Stamp is the engine's proposed stamp; store NextStamp(last, Stamp).
+	Stamp hlc.Timestamp
+}
+
+// AcquireResult is the new lock (Acquired) or the current holder.
+type AcquireResult struct {
+	Acquired bool
+	Record   Record
+}
+
+// ReleaseRequest gives a lock up.
+type ReleaseRequest struct {
+	Key        string
+	OwnerToken string
+	// Stamp is kept as the key's last stamp when it is later.
+	Stamp hlc.Timestamp
+}
+
+// ExtendRequest renews a lock for TTL from now.
+type ExtendRequest struct {
+	Key        string
+	OwnerToken string
+	TTL        time.Duration
+	Stamp      hlc.Timestamp
+}
+
+// ExtendResult is the renewed lock when Extended.
+type ExtendResult struct {
+	Extended bool
+	Record   Record
+}
+
+// ListRequest asks for one page of held locks.
+type ListRequest struct {
+	Prefix string
+	// PageSize is at least 1; the engine bounds it.
+	PageSize int
+	// PageToken is the NextPageToken of the previous page, or empty.
+	PageToken string
+}
+
+// ListPage is one page of held locks, in key order.
+type ListPage struct {
+	Records []Record
+	// NextPageToken is empty on the last page.
+	NextPageToken string
+}
+
+// EventType says what happened to a lock.
+type EventType int
+
+const (
+	// EventSynced: the watch is established; every later change is sent.
+	EventSynced EventType = iota + 1
+	// EventAcquired: Record is the new lock.
+	EventAcquired
+	// EventReleased: Record is the lock as it was held.
+	EventReleased
+	// EventExpired: Record is the lock as it was held.
+	EventExpired
+)
+
+// String names the event type.
+func (t EventType) String() string {
+	switch t {
+	case EventSynced:
+		return "synced"
+	case EventAcquired:
+		return "acquired"
+	case EventReleased:
+		return "released"
+	case EventExpired:
+		return "expired"
+	}
+	return "unknown"
+}
+
+// Event is one change seen by Watch.
+type Event struct {
+	Type   EventType
+	Record Record // zero for EventSynced
+}
+
+// Sentinel errors. Backends wrap them with %w; the engine and the plugin host
+// branch on them with errors.Is.
+var (
+	// ErrUnavailable: the store cannot be reached now; the call may be
+	// retried. Clients see Connect code unavailable.
+	ErrUnavailable = errors.New("backend unavailable")
+	// ErrInvalidArgument: the request is outside what this backend accepts
+	// (for example a TTL beyond its range). Clients see invalid_argument.
+	ErrInvalidArgument = errors.New("invalid argument")
+)
+
+// NextStamp is the stamp a backend stores on Acquire: the later of the
+// engine's proposal and the successor of the key's last stamp, so that stamps
+// strictly increase along a key's chain of holders even when several servers
+// with different clocks share the backend.
+func NextStamp(last, proposed hlc.Timestamp) hlc.Timestamp {
+	return hlc.Max(proposed, last.Next())
+}

@@ -1,0 +1,3 @@
+module github.com/holdfast/holdfast/server
+
+go 1.26.7
