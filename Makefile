@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 BIN        := $(CURDIR)/bin
-GO_MODULES := proto core server plugins/memory sdk-go conformance
+GO_MODULES := proto core server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance
 GO_TEST    ?= go test -race -count=1 -timeout 15m
 # Binaries the tests drive as real subprocesses.
 export HOLDFAST_BIN_DIR := $(BIN)
@@ -18,7 +18,7 @@ help: ## list the targets
 
 .PHONY: tools
 tools: ## build the pinned code generators into bin/
-	@cd tools && GOBIN=$(BIN) go install tool
+	@cd tools && GOWORK=off GOBIN=$(BIN) go install tool
 
 .PHONY: generate
 generate: tools ## regenerate code from proto/ (Go, TypeScript, Python)
