@@ -1,0 +1,182 @@
+// Package waitq keeps the server's per-key FIFO queues of Acquire callers
+// that chose to wait.
+//
+// Only the head of a key's queue tries to take the lock; the others sleep.
+// The head is woken by events (the engine calls Wake when a release or an
+// expiry of the key is seen, WakeAll after a backend resync), never by a
+// fixed polling interval. A waiter that gives up leaves at once: if it was
+// the head, the next waiter becomes head and is woken, so a dead waiter can
+// never block the queue (the failure mode of fair locks in redisson#2596).
+//
+// Queues are bounded per key and in total, so waiters cannot grow memory
+// without bound; Join answers ErrFull over a bound.
+package waitq
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// ErrFull is returned (wrapped) by Join when a bound is reached.
+var ErrFull = errors.New("waitq: too many waiters")
+
+// Defaults used when a bound given to New is zero or negative.
+const (
+	DefaultMaxPerKey = 1024
+	DefaultMaxTotal  = 65536
+)
+
+// Queues holds one FIFO queue per key. It is safe for concurrent use. The
+// zero value is not usable; call New.
+type Queues struct {
+	maxPerKey int
+	maxTotal  int
+
+	mu    sync.Mutex
+	keys  map[string]*list.List // of *Waiter; a key is absent when empty
+	total int
+}
+
+// New returns empty queues bounded to maxPerKey waiters per key and maxTotal
+// waiters in all (<= 0 means the defaults).
+func New(maxPerKey, maxTotal int) *Queues {
+	if maxPerKey <= 0 {
+		maxPerKey = DefaultMaxPerKey
+	}
+	if maxTotal <= 0 {
+		maxTotal = DefaultMaxTotal
+	}
+	return &Queues{maxPerKey: maxPerKey, maxTotal: maxTotal, keys: make(map[string]*list.List)}
+}
+
+// MaxPerKey is the bound on waiters per key.
+func (q *Queues) MaxPerKey() int { return q.maxPerKey }
+
+// Waiter is one caller's place in a key's queue.
+type Waiter struct {
+	q    *Queues
+	key  string
+	elem *list.Element // nil once left
+	// wake has room for one signal, so a wake-up sent while the waiter is
+	// busy (trying the backend) is kept, never lost, and several wake-ups
+	// collapse into one.
+	wake chan struct{}
+}
+
+// Join appends a waiter for key at the tail of its queue. A waiter that
+// joins an empty queue is the head and finds its wake channel already
+// signalled, so it tries at once. The caller must call Leave exactly once.
+func (q *Queues) Join(key string) (*Waiter, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l := q.keys[key]
+	n := 0
+	if l != nil {
+		n = l.Len()
+	}
+	if n >= q.maxPerKey {
+		return nil, fmt.Errorf("%w: %d waiters already queued for this key (the maximum per key)", ErrFull, n)
+	}
+	if q.total >= q.maxTotal {
+		return nil, fmt.Errorf("%w: %d waiters already queued on this server (the maximum)", ErrFull, q.total)
+	}
+	if l == nil {
+		l = list.New()
+		q.keys[key] = l
+	}
+	w := &Waiter{q: q, key: key, wake: make(chan struct{}, 1)}
+	w.elem = l.PushBack(w)
+	q.total++
+	if l.Len() == 1 {
+		w.signal()
+	}
+	return w, nil
+}
+
+// Key is the key the waiter queues for.
+func (w *Waiter) Key() string { return w.key }
+
+// Wake receives a value when the waiter should look at the lock again. Only
+// the head is woken.
+func (w *Waiter) Wake() <-chan struct{} { return w.wake }
+
+// IsHead reports whether w is at the head of its queue.
+func (w *Waiter) IsHead() bool {
+	w.q.mu.Lock()
+	defer w.q.mu.Unlock()
+	return w.elem != nil && w.elem.Prev() == nil
+}
+
+// Leave removes w from its queue (whether it got the lock or gave up). If w
+// was the head, the next waiter becomes head and is woken. Calling Leave
+// again does nothing.
+func (w *Waiter) Leave() {
+	q := w.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w.elem == nil {
+		return
+	}
+	l := q.keys[w.key]
+	wasHead := w.elem.Prev() == nil
+	next := w.elem.Next()
+	l.Remove(w.elem)
+	w.elem = nil
+	q.total--
+	if l.Len() == 0 {
+		delete(q.keys, w.key)
+		return
+	}
+	if wasHead && next != nil {
+		next.Value.(*Waiter).signal()
+	}
+}
+
+func (w *Waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+// Wake wakes the head of key's queue, if any, and reports whether there was
+// one.
+func (q *Queues) Wake(key string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l := q.keys[key]
+	if l == nil {
+		return false
+	}
+	l.Front().Value.(*Waiter).signal()
+	return true
+}
+
+// WakeAll wakes the head of every queue (after a backend resync, when events
+// may have been missed).
+func (q *Queues) WakeAll() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, l := range q.keys {
+		l.Front().Value.(*Waiter).signal()
+	}
+}
+
+// Depth is the number of waiters queued for key.
+func (q *Queues) Depth(key string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if l := q.keys[key]; l != nil {
+		return l.Len()
+	}
+	return 0
+}
+
+// Total is the number of waiters queued for every key.
+func (q *Queues) Total() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.total
+}

@@ -1,0 +1,135 @@
+package waitq
+
+import (
+	"errors"
+	"testing"
+)
+
+func woken(w *Waiter) bool {
+	select {
+	case <-w.Wake():
+		return true
+	default:
+		return false
+	}
+}
+
+func TestFirstWaiterIsHeadAndWoken(t *testing.T) {
+	q := New(0, 0)
+	a, err := q.Join("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := q.Join("k")
+	if !a.IsHead() || b.IsHead() {
+		t.Fatalf("head: a=%v b=%v", a.IsHead(), b.IsHead())
+	}
+	if !woken(a) {
+		t.Fatal("the first waiter should find its wake channel signalled")
+	}
+	if woken(b) {
+		t.Fatal("a waiter behind the head must not be woken")
+	}
+	if got := q.Depth("k"); got != 2 {
+		t.Fatalf("Depth = %d, want 2", got)
+	}
+	a.Leave()
+	b.Leave()
+}
+
+func TestFIFOHandoff(t *testing.T) {
+	q := New(0, 0)
+	const n = 10
+	ws := make([]*Waiter, n)
+	for i := range ws {
+		w, err := q.Join("k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws[i] = w
+	}
+	for i, w := range ws {
+		if !w.IsHead() {
+			t.Fatalf("waiter %d is not head after the ones before it left", i)
+		}
+		if !woken(w) {
+			t.Fatalf("waiter %d was not woken when it became head", i)
+		}
+		for _, later := range ws[i+1:] {
+			if woken(later) {
+				t.Fatalf("a later waiter was woken while %d is head", i)
+			}
+		}
+		w.Leave()
+		w.Leave() // idempotent
+	}
+	if q.Depth("k") != 0 || q.Total() != 0 || len(q.keys) != 0 {
+		t.Fatalf("queues not empty: depth=%d total=%d keys=%d", q.Depth("k"), q.Total(), len(q.keys))
+	}
+}
+
+func TestMiddleLeaveDoesNotWake(t *testing.T) {
+	q := New(0, 0)
+	a, _ := q.Join("k")
+	b, _ := q.Join("k")
+	c, _ := q.Join("k")
+	woken(a)
+	b.Leave()
+	if woken(c) {
+		t.Fatal("c woken though the head did not change")
+	}
+	a.Leave()
+	if !woken(c) {
+		t.Fatal("c not woken when it became head")
+	}
+	c.Leave()
+}
+
+func TestWakeOnlyHeadAndCollapse(t *testing.T) {
+	q := New(0, 0)
+	if q.Wake("none") {
+		t.Fatal("Wake of an empty key reported a head")
+	}
+	a, _ := q.Join("k")
+	b, _ := q.Join("k")
+	c, _ := q.Join("other")
+	woken(a)
+	woken(c)
+	if !q.Wake("k") || !q.Wake("k") {
+		t.Fatal("Wake reported no head")
+	}
+	if !woken(a) || woken(a) {
+		t.Fatal("several wake-ups must collapse into exactly one")
+	}
+	if woken(b) || woken(c) {
+		t.Fatal("Wake woke the wrong waiter")
+	}
+	q.WakeAll()
+	if !woken(a) || !woken(c) || woken(b) {
+		t.Fatal("WakeAll must wake every head and only heads")
+	}
+	a.Leave()
+	b.Leave()
+	c.Leave()
+}
+
+func TestBounds(t *testing.T) {
+	q := New(2, 3)
+	a, _ := q.Join("k")
+	b, _ := q.Join("k")
+	if _, err := q.Join("k"); !errors.Is(err, ErrFull) {
+		t.Fatalf("third waiter on k: err = %v, want ErrFull", err)
+	}
+	c, _ := q.Join("j")
+	if _, err := q.Join("i"); !errors.Is(err, ErrFull) {
+		t.Fatalf("fourth waiter in total: err = %v, want ErrFull", err)
+	}
+	a.Leave()
+	d, err := q.Join("k")
+	if err != nil {
+		t.Fatalf("after a leave there is room again: %v", err)
+	}
+	for _, w := range []*Waiter{b, c, d} {
+		w.Leave()
+	}
+}
