@@ -7,6 +7,11 @@ require (
 	github.com/holdfast/holdfast/proto v0.0.0
 )
 
+require (
+	go.uber.org/goleak v1.3.0
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
 replace (
 	github.com/holdfast/holdfast/core => ../../core
 	github.com/holdfast/holdfast/proto => ../../proto

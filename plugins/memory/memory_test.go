@@ -1,0 +1,446 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/proto/hlc"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newBackend(t *testing.T) *Backend {
+	t.Helper()
+	b := New()
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func acquire(t *testing.T, b *Backend, key, token string, ttl time.Duration) backend.AcquireResult {
+	t.Helper()
+	res, err := b.Acquire(context.Background(), backend.AcquireRequest{
+		Key: key, OwnerToken: token, TTL: ttl, Holder: "h-" + token,
+	})
+	if err != nil {
+		t.Fatalf("Acquire(%s, %s): %v", key, token, err)
+	}
+	return res
+}
+
+// waitFree polls Get until the key is free or the deadline passes.
+func waitFree(t *testing.T, b *Backend, key string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if _, ok, err := b.Get(context.Background(), key); err != nil {
+			t.Fatal(err)
+		} else if !ok {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("%s still held after %s", key, within)
+}
+
+func TestRacingAcquirersExactlyOneWins(t *testing.T) {
+	b := newBackend(t)
+	const n = 32
+	var wg sync.WaitGroup
+	wins := make(chan string, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			tok := fmt.Sprintf("tok-%d", i)
+			res, err := b.Acquire(context.Background(), backend.AcquireRequest{Key: "race", OwnerToken: tok, TTL: time.Minute})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if res.Acquired {
+				wins <- tok
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(wins)
+	var winners []string
+	for w := range wins {
+		winners = append(winners, w)
+	}
+	if len(winners) != 1 {
+		t.Fatalf("winners = %v, want exactly one", winners)
+	}
+	rec, ok, _ := b.Get(context.Background(), "race")
+	if !ok || rec.Holder != "" {
+		t.Fatalf("Get = %+v, %v", rec, ok)
+	}
+}
+
+func TestAcquireContendedReportsHolder(t *testing.T) {
+	b := newBackend(t)
+	first := acquire(t, b, "k", "a", time.Minute)
+	if !first.Acquired {
+		t.Fatal("first acquire failed")
+	}
+	second := acquire(t, b, "k", "b", time.Minute)
+	if second.Acquired {
+		t.Fatal("second acquire won a held key")
+	}
+	if second.Record.FencingToken != first.Record.FencingToken || second.Record.Holder != "h-a" {
+		t.Fatalf("current = %+v, want the first holder %+v", second.Record, first.Record)
+	}
+	if second.Record.Remaining <= 0 || second.Record.Remaining > time.Minute {
+		t.Fatalf("remaining = %s", second.Record.Remaining)
+	}
+}
+
+func TestStaleReleaseLeavesSuccessor(t *testing.T) {
+	b := newBackend(t)
+	ctx := context.Background()
+	old := acquire(t, b, "k", "old", 5*time.Millisecond)
+	waitFree(t, b, "k", time.Second)
+	succ := acquire(t, b, "k", "new", time.Minute)
+	if !succ.Acquired {
+		t.Fatal("takeover after expiry failed")
+	}
+	if succ.Record.FencingToken <= old.Record.FencingToken {
+		t.Fatalf("fence after takeover %d <= %d", succ.Record.FencingToken, old.Record.FencingToken)
+	}
+	if ok, err := b.Release(ctx, backend.ReleaseRequest{Key: "k", OwnerToken: "old"}); err != nil || ok {
+		t.Fatalf("stale release = %v, %v; want false, nil", ok, err)
+	}
+	if ext, err := b.Extend(ctx, backend.ExtendRequest{Key: "k", OwnerToken: "old", TTL: time.Minute}); err != nil || ext.Extended {
+		t.Fatalf("stale extend = %+v, %v", ext, err)
+	}
+	rec, ok, err := b.Get(ctx, "k")
+	if err != nil || !ok || rec.FencingToken != succ.Record.FencingToken {
+		t.Fatalf("Get = %+v, %v, %v; want the successor", rec, ok, err)
+	}
+	if ok, err := b.Release(ctx, backend.ReleaseRequest{Key: "k", OwnerToken: "new"}); err != nil || !ok {
+		t.Fatalf("release by holder = %v, %v", ok, err)
+	}
+	if ok, _ := b.Release(ctx, backend.ReleaseRequest{Key: "k", OwnerToken: "new"}); ok {
+		t.Fatal("second release answered true")
+	}
+}
+
+func TestExpiryIsExactOnAccess(t *testing.T) {
+	b := newBackend(t)
+	res := acquire(t, b, "k", "a", 30*time.Millisecond)
+	// Held for at least the TTL...
+	for time.Until(res.Record.ExpiresAt) > 5*time.Millisecond {
+		if again := acquire(t, b, "k", "b", time.Minute); again.Acquired {
+			t.Fatalf("acquired %s before expiry", time.Until(res.Record.ExpiresAt))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// ... and free right after it.
+	waitFree(t, b, "k", 50*time.Millisecond)
+}
+
+func TestExtend(t *testing.T) {
+	b := newBackend(t)
+	ctx := context.Background()
+	res := acquire(t, b, "k", "a", 20*time.Millisecond)
+	ext, err := b.Extend(ctx, backend.ExtendRequest{Key: "k", OwnerToken: "a", TTL: time.Minute})
+	if err != nil || !ext.Extended {
+		t.Fatalf("extend = %+v, %v", ext, err)
+	}
+	if ext.Record.FencingToken != res.Record.FencingToken || ext.Record.Stamp != res.Record.Stamp {
+		t.Fatalf("extend changed fence or stamp: %+v vs %+v", ext.Record, res.Record)
+	}
+	if ext.Record.Remaining < 50*time.Second {
+		t.Fatalf("remaining after extend = %s", ext.Record.Remaining)
+	}
+	time.Sleep(40 * time.Millisecond) // past the original TTL: the extension must hold
+	if _, ok, _ := b.Get(ctx, "k"); !ok {
+		t.Fatal("extended lock expired at its original TTL")
+	}
+	// Extend can also shorten; the reaper must honour the earlier expiry.
+	if ext, _ = b.Extend(ctx, backend.ExtendRequest{Key: "k", OwnerToken: "a", TTL: 5 * time.Millisecond}); !ext.Extended {
+		t.Fatal("shortening extend failed")
+	}
+	waitReaped(t, b, time.Second)
+}
+
+// waitReaped waits until the reaper has deleted every entry on its own (no
+// access expires them here).
+func waitReaped(t *testing.T, b *Backend, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		b.mu.Lock()
+		n, h := len(b.locks), len(b.expiries)
+		b.mu.Unlock()
+		if n == 0 && h == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries (%d in heap) left after %s", n, h, within)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestMemoryDoesNotGrowWithUniqueKeys(t *testing.T) {
+	b := newBackend(t)
+	ctx := context.Background()
+	for i := range 1000 {
+		key := fmt.Sprintf("rel-%d", i)
+		acquire(t, b, key, "t", time.Minute)
+		if ok, _ := b.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: "t"}); !ok {
+			t.Fatal("release failed")
+		}
+	}
+	for i := range 1000 {
+		acquire(t, b, fmt.Sprintf("exp-%d", i), "t", time.Millisecond)
+	}
+	waitReaped(t, b, 2*time.Second)
+}
+
+func TestExpiryEvent(t *testing.T) {
+	b := newBackend(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	events := make(chan backend.Event, 16)
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Watch(ctx, "ev/", func(ev backend.Event) error { events <- ev; return nil })
+	}()
+	if ev := <-events; ev.Type != backend.EventSynced {
+		t.Fatalf("first event %v, want synced", ev.Type)
+	}
+	acquire(t, b, "other", "x", time.Minute) // not under the prefix
+	const ttl = 20 * time.Millisecond
+	start := time.Now()
+	res := acquire(t, b, "ev/k", "a", ttl)
+	ev := <-events
+	if ev.Type != backend.EventAcquired || ev.Record.FencingToken != res.Record.FencingToken {
+		t.Fatalf("event %v %+v, want acquired", ev.Type, ev.Record)
+	}
+	select {
+	case ev = <-events:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no expiry event")
+	}
+	late := time.Since(start)
+	if ev.Type != backend.EventExpired || ev.Record.Key != "ev/k" {
+		t.Fatalf("event %v %+v, want expired ev/k", ev.Type, ev.Record)
+	}
+	if late < ttl {
+		t.Fatalf("expired after %s, before its TTL %s", late, ttl)
+	}
+	t.Logf("expiry event %s after acquire (ttl %s)", late, ttl)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Watch returned %v, want context.Canceled", err)
+	}
+}
+
+func TestWatchReleaseAndTakeoverEvents(t *testing.T) {
+	b := newBackend(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := make(chan backend.Event, 16)
+	go func() { _ = b.Watch(ctx, "", func(ev backend.Event) error { events <- ev; return nil }) }()
+	<-events // synced
+	acquire(t, b, "k", "a", time.Minute)
+	if ok, _ := b.Release(ctx, backend.ReleaseRequest{Key: "k", OwnerToken: "a"}); !ok {
+		t.Fatal("release failed")
+	}
+	acquire(t, b, "k", "b", 2*time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	acquire(t, b, "k", "c", time.Minute) // takes over inline or after the reaper
+	want := []backend.EventType{backend.EventAcquired, backend.EventReleased, backend.EventAcquired, backend.EventExpired, backend.EventAcquired}
+	for i, w := range want {
+		if ev := <-events; ev.Type != w {
+			t.Fatalf("event %d = %v, want %v", i, ev.Type, w)
+		}
+	}
+}
+
+func TestSlowWatcherDoesNotBlockAndIsEnded(t *testing.T) {
+	b := newBackend(t)
+	ctx := context.Background()
+	unblock := make(chan struct{})
+	synced := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Watch(ctx, "", func(ev backend.Event) error {
+			if ev.Type == backend.EventSynced {
+				close(synced)
+				return nil
+			}
+			<-unblock // a watcher that never keeps up
+			return nil
+		})
+	}()
+	<-synced
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for i := range watchBuffer + 10 {
+			key := fmt.Sprintf("k%d", i)
+			acquire(t, b, key, "t", time.Minute)
+			_, _ = b.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: "t"})
+		}
+	}()
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("acquire/release blocked behind a slow watcher")
+	}
+	close(unblock)
+	if err := <-done; !errors.Is(err, backend.ErrUnavailable) {
+		t.Fatalf("slow watch ended with %v, want ErrUnavailable", err)
+	}
+}
+
+func TestFencingMonotonic(t *testing.T) {
+	b := newBackend(t)
+	ctx := context.Background()
+	var last uint64
+	for i := range 200 {
+		key := "fence"
+		if i%2 == 1 {
+			key = fmt.Sprintf("other-%d", i)
+		}
+		res := acquire(t, b, key, "t", time.Minute)
+		if res.Record.FencingToken <= last {
+			t.Fatalf("token %d after %d", res.Record.FencingToken, last)
+		}
+		last = res.Record.FencingToken
+		_, _ = b.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: "t"})
+	}
+	// A fresh backend (as after a plugin restart) continues above: the
+	// clock floors the counter.
+	b2 := newBackend(t)
+	if res := acquire(t, b2, "fence", "t", time.Minute); res.Record.FencingToken <= last {
+		t.Fatalf("token %d after restart, not above %d", res.Record.FencingToken, last)
+	}
+	if tok := nextFence(); tok < uint64(time.Now().Add(-time.Second).UnixNano()) {
+		t.Fatalf("token %d is not floored by the clock", tok)
+	}
+}
+
+func TestStamps(t *testing.T) {
+	b := newBackend(t)
+	proposed := hlc.Timestamp{WallTime: 1000, Logical: 0}
+	res, _ := b.Acquire(context.Background(), backend.AcquireRequest{Key: "s", OwnerToken: "a", TTL: time.Millisecond, Stamp: proposed})
+	if res.Record.Stamp != proposed {
+		t.Fatalf("stamp %v, want the proposal %v", res.Record.Stamp, proposed)
+	}
+	time.Sleep(2 * time.Millisecond)
+	// Takeover of the expired entry with an older proposal: stamp still grows.
+	b.mu.Lock() // make sure the entry is still there for the inline takeover
+	_, present := b.locks["s"]
+	b.mu.Unlock()
+	res2, _ := b.Acquire(context.Background(), backend.AcquireRequest{Key: "s", OwnerToken: "b", TTL: time.Minute, Stamp: hlc.Timestamp{WallTime: 5}})
+	if present && !res2.Record.Stamp.After(res.Record.Stamp) {
+		t.Fatalf("takeover stamp %v not after %v", res2.Record.Stamp, res.Record.Stamp)
+	}
+}
+
+func TestInvalidArguments(t *testing.T) {
+	b := newBackend(t)
+	ctx := context.Background()
+	cases := map[string]error{}
+	_, cases["ttl zero"] = b.Acquire(ctx, backend.AcquireRequest{Key: "k", OwnerToken: "t"})
+	_, cases["ttl too long"] = b.Acquire(ctx, backend.AcquireRequest{Key: "k", OwnerToken: "t", TTL: 25 * time.Hour})
+	_, cases["empty key"] = b.Acquire(ctx, backend.AcquireRequest{OwnerToken: "t", TTL: time.Second})
+	_, cases["empty token"] = b.Acquire(ctx, backend.AcquireRequest{Key: "k", TTL: time.Second})
+	_, cases["extend ttl"] = b.Extend(ctx, backend.ExtendRequest{Key: "k", OwnerToken: "t", TTL: -1})
+	_, cases["page size"] = b.List(ctx, backend.ListRequest{})
+	_, cases["page token"] = b.List(ctx, backend.ListRequest{PageSize: 1, PageToken: "!!"})
+	for name, err := range cases {
+		if !errors.Is(err, backend.ErrInvalidArgument) {
+			t.Errorf("%s: err = %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if _, ok, _ := b.Get(ctx, "k"); ok {
+		t.Fatal("a refused acquire stored a lock")
+	}
+}
+
+func TestListPages(t *testing.T) {
+	b := newBackend(t)
+	ctx := context.Background()
+	for _, k := range []string{"a/3", "a/1", "b/1", "a/2", "a/4", "a/5"} {
+		acquire(t, b, k, "t", time.Minute)
+	}
+	acquire(t, b, "a/0", "t", time.Millisecond)
+	time.Sleep(2 * time.Millisecond) // a/0 has expired: not listed
+	var got []string
+	tok := ""
+	pages := 0
+	for {
+		page, err := b.List(ctx, backend.ListRequest{Prefix: "a/", PageSize: 2, PageToken: tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, r := range page.Records {
+			got = append(got, r.Key)
+		}
+		if page.NextPageToken == "" {
+			break
+		}
+		tok = page.NextPageToken
+	}
+	if fmt.Sprint(got) != "[a/1 a/2 a/3 a/4 a/5]" || pages != 3 {
+		t.Fatalf("listed %v in %d pages", got, pages)
+	}
+}
+
+func TestOpenRejectsOptions(t *testing.T) {
+	_, err := Open(context.Background(), map[string]string{"bogus": "1"})
+	if !errors.Is(err, backend.ErrInvalidArgument) {
+		t.Fatalf("Open with an unknown option: %v", err)
+	}
+	t.Log(err)
+	be, err := Open(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := be.Info(context.Background())
+	if info.Name != "memory" || info.Shared || info.Durable || info.MinTTL != time.Millisecond || info.MaxTTL != 24*time.Hour {
+		t.Fatalf("info = %+v", info)
+	}
+	_ = be.(*Backend).Close()
+}
+
+func TestCloseEndsWatchesAndCalls(t *testing.T) {
+	b := New()
+	done := make(chan error, 1)
+	synced := make(chan struct{})
+	go func() {
+		done <- b.Watch(context.Background(), "", func(ev backend.Event) error {
+			if ev.Type == backend.EventSynced {
+				close(synced)
+			}
+			return nil
+		})
+	}()
+	<-synced
+	acquire(t, b, "k", "t", time.Minute)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, backend.ErrUnavailable) {
+		t.Fatalf("watch after close: %v", err)
+	}
+	if _, err := b.Acquire(context.Background(), backend.AcquireRequest{Key: "k", OwnerToken: "t", TTL: time.Second}); !errors.Is(err, backend.ErrUnavailable) {
+		t.Fatalf("acquire after close: %v", err)
+	}
+	_ = b.Close()
+}
