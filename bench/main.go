@@ -1,0 +1,286 @@
+// Command bench measures holdfast against the direct clients people use
+// today, side by side in one run, and prints one table with ratios:
+// Acquire+Release throughput and latency at concurrency 1 and 32 on distinct
+// keys, and a hot key looped by several workers (handoffs per second, wait
+// percentiles, spread of acquisitions across workers).
+//
+// It starts the holdfast servers it measures (from -bin) and a connect-go
+// echo server (this program with -echo-server), the floor under any RPC lock
+// service. Backend services (etcd, Redis, PostgreSQL) are started by
+// `make bench` with the project's scripts and passed in by flag; a backend
+// without its flag is left out of the table, and the table says so.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+var (
+	binDir      = flag.String("bin", "bin", "directory holding holdfast and the holdfast-backend-* plugins")
+	duration    = flag.Duration("duration", 3*time.Second, "how long each uncontended row runs")
+	hotDuration = flag.Duration("hot-duration", 5*time.Second, "how long each hot-key row runs")
+	hotWorkers  = flag.Int("hot-workers", 8, "workers looping on the hot key")
+	concLevels  = flag.String("concurrency", "1,32", "comma-separated concurrency levels")
+	backends    = flag.String("backends", "memory,etcd,redis,postgres", "holdfast backends to measure")
+	etcdAddr    = flag.String("etcd", "", "etcd endpoints (comma-separated); empty leaves etcd out")
+	redisAddr   = flag.String("redis", "", "Redis address; empty leaves Redis out")
+	pgDSN       = flag.String("postgres", "", "PostgreSQL connection string; empty leaves PostgreSQL out")
+	jsonOut     = flag.String("json", "", "also write the results as JSON to this file")
+	verbose     = flag.Bool("v", false, "show the servers' logs")
+	echoMode    = flag.Bool("echo-server", false, "internal: run the connect-go echo server")
+)
+
+func logf(format string, args ...any) { log.Printf(format, args...) }
+
+type report struct {
+	Throughput []throughput `json:"throughput"`
+	HotKey     []hotKey     `json:"hot_key"`
+	Skipped    []string     `json:"skipped,omitempty"`
+}
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("bench: ")
+	if *echoMode {
+		if err := runEchoServer(); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	if err := run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func levels() ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(*concLevels, ",") {
+		var n int
+		if _, err := fmt.Sscan(f, &n); err != nil || n < 1 {
+			return nil, fmt.Errorf("-concurrency: %q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(ctx context.Context) error {
+	conc, err := levels()
+	if err != nil {
+		return err
+	}
+	var rep report
+
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	echoProc, err := startProcess(ctx, self, "-echo-server")
+	if err != nil {
+		return err
+	}
+	defer echoProc.stop()
+	echoClient := newClient(echoProc.addr)
+	echoRows := map[int]throughput{}
+	for _, c := range conc {
+		r := measure(ctx, "connect-go echo (floor)", c, *duration, echo(echoClient))
+		echoRows[c] = r
+		rep.Throughput = append(rep.Throughput, r)
+	}
+
+	for _, b := range strings.Split(*backends, ",") {
+		skipped, err := benchBackend(ctx, strings.TrimSpace(b), conc, echoRows, &rep)
+		if err != nil {
+			return fmt.Errorf("%s: %w", b, err)
+		}
+		if skipped != "" {
+			rep.Skipped = append(rep.Skipped, skipped)
+		}
+	}
+
+	printReport(rep)
+	if *jsonOut != "" {
+		data, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*jsonOut, data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// benchBackend measures holdfast on one backend next to that backend's
+// direct client. It returns a non-empty reason when the backend is left out.
+func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int]throughput, rep *report) (string, error) {
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--backend", name}
+	switch name {
+	case "memory":
+	case "etcd":
+		if *etcdAddr == "" {
+			return "etcd: no -etcd endpoints given", nil
+		}
+		args = append(args, "--backend-opt", "endpoints="+*etcdAddr)
+	case "redis":
+		if *redisAddr == "" {
+			return "redis: no -redis address given", nil
+		}
+		args = append(args, "--backend-opt", "addrs="+*redisAddr)
+	case "postgres":
+		if *pgDSN == "" {
+			return "postgres: no -postgres DSN given", nil
+		}
+		args = append(args, "--backend-opt", "dsn="+*pgDSN)
+	default:
+		return "", fmt.Errorf("unknown backend %q", name)
+	}
+	srv, err := startProcess(ctx, filepath.Join(*binDir, "holdfast"), args...)
+	if err != nil {
+		return "", err
+	}
+	defer srv.stop()
+	client := newClient(srv.addr)
+	runID := time.Now().UnixNano()
+
+	// Baselines first, so every holdfast row can show its ratio.
+	peers := map[int]throughput{}
+	var extra []throughput
+	var hotPeer *hotKey
+	switch name {
+	case "memory":
+		peers = echoRows
+	case "etcd":
+		cli, err := dialEtcd(*etcdAddr)
+		if err != nil {
+			return "", err
+		}
+		defer cli.Close()
+		for _, c := range conc {
+			peers[c] = measure(ctx, "etcd concurrency.Mutex, new session per lock", c, *duration,
+				etcdMutexNewSession(cli, fmt.Sprintf("bench-peer/%d/new", runID)))
+			reused, closeAll, err := etcdMutexReusedSession(ctx, cli, fmt.Sprintf("bench-peer/%d/reused", runID), c)
+			if err != nil {
+				return "", err
+			}
+			extra = append(extra, measure(ctx, "etcd concurrency.Mutex, session reused", c, *duration, reused))
+			closeAll()
+		}
+		var lockers []locker
+		var sessions []*concurrency.Session
+		for range *hotWorkers {
+			s, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+			if err != nil {
+				return "", err
+			}
+			sessions = append(sessions, s)
+			lockers = append(lockers, &etcdHotLocker{m: concurrency.NewMutex(s, fmt.Sprintf("bench-peer/%d/hot", runID))})
+		}
+		h := measureHotKey(ctx, "etcd concurrency.Mutex", lockers, *hotDuration)
+		hotPeer = &h
+		for _, s := range sessions {
+			s.Close()
+		}
+	case "redis":
+		rdb := newRedis(*redisAddr)
+		defer rdb.Close()
+		for _, c := range conc {
+			peers[c] = measure(ctx, "bsm/redislock Obtain+Release", c, *duration,
+				redislockObtainRelease(rdb, fmt.Sprintf("bench-peer/%d", runID)))
+		}
+		var lockers []locker
+		rl := redislock.New(rdb)
+		for range *hotWorkers {
+			lockers = append(lockers, &redislockHotLocker{locker: rl, key: fmt.Sprintf("bench-peer/%d/hot", runID)})
+		}
+		h := measureHotKey(ctx, "bsm/redislock (100 ms retry)", lockers, *hotDuration)
+		hotPeer = &h
+	case "postgres":
+		pool, err := pgxpool.New(ctx, *pgDSN)
+		if err != nil {
+			return "", err
+		}
+		defer pool.Close()
+		for _, c := range conc {
+			peers[c] = measure(ctx, "pg_try_advisory_lock+unlock", c, *duration, pgAdvisory(pool))
+		}
+	}
+
+	for _, c := range conc {
+		r := measure(ctx, "holdfast/"+name+" Acquire+Release", c, *duration,
+			acquireRelease(client, fmt.Sprintf("bench/%d/%s", runID, name)))
+		if p, ok := peers[c]; ok && p.OpsPerSec > 0 && p.P50 > 0 {
+			r.Baseline = p.Name
+			r.Ratio = r.OpsPerSec / p.OpsPerSec
+			r.LatencyRatio = r.P50 / p.P50
+		}
+		if name != "memory" {
+			if p, ok := peers[c]; ok {
+				rep.Throughput = append(rep.Throughput, p)
+			}
+		}
+		rep.Throughput = append(rep.Throughput, r)
+	}
+	for _, e := range extra {
+		rep.Throughput = append(rep.Throughput, e)
+	}
+
+	var lockers []locker
+	for range *hotWorkers {
+		lockers = append(lockers, &holdfastLocker{client: newClient(srv.addr), key: fmt.Sprintf("bench/%d/%s/hot", runID, name)})
+	}
+	h := measureHotKey(ctx, "holdfast/"+name, lockers, *hotDuration)
+	if hotPeer != nil {
+		if hotPeer.HandoffsPerS > 0 {
+			h.Baseline = hotPeer.Name
+			h.Ratio = h.HandoffsPerS / hotPeer.HandoffsPerS
+		}
+		rep.HotKey = append(rep.HotKey, *hotPeer)
+	}
+	rep.HotKey = append(rep.HotKey, h)
+	return "", nil
+}
+
+func printReport(rep report) {
+	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Println("\nUncontended Acquire+Release, distinct keys (ratio = ops/s over the baseline's; p50x = p50 over the baseline's)")
+	fmt.Fprintln(w, "work\tconc\tops/s\tp50 µs\tp99 µs\terrors\tratio\tp50x\tbaseline\t")
+	for _, r := range rep.Throughput {
+		ratio, lat := "", ""
+		if r.Baseline != "" {
+			ratio, lat = fmt.Sprintf("%.2f×", r.Ratio), fmt.Sprintf("%.2f×", r.LatencyRatio)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%.0f\t%.0f\t%.0f\t%d\t%s\t%s\t%s\t\n",
+			r.Name, r.Concurrency, r.OpsPerSec, r.P50, r.P99, r.Errors, ratio, lat, r.Baseline)
+	}
+	_ = w.Flush()
+
+	fmt.Printf("\nHot key, %d workers looping acquire-then-release (ratio = handoffs/s over the baseline's)\n", *hotWorkers)
+	fmt.Fprintln(w, "work\thandoffs/s\tacquisitions\twait p50 µs\twait p99 µs\twait max µs\tspread %\terrors\tratio\t")
+	for _, h := range rep.HotKey {
+		ratio := ""
+		if h.Baseline != "" {
+			ratio = fmt.Sprintf("%.1f×", h.Ratio)
+		}
+		fmt.Fprintf(w, "%s\t%.0f\t%d\t%.0f\t%.0f\t%.0f\t%.1f\t%d\t%s\t\n",
+			h.Name, h.HandoffsPerS, h.Acquisitions, h.WaitP50, h.WaitP99, h.WaitMax, h.SpreadPercent, h.Errors, ratio)
+	}
+	_ = w.Flush()
+	for _, s := range rep.Skipped {
+		fmt.Println("left out:", s)
+	}
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// The direct clients holdfast is measured against, doing the same work
+// without holdfast in between.
+
+func dialEtcd(endpoints string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:   strings.Split(endpoints, ","),
+		DialTimeout: 5 * time.Second,
+	})
+}
+
+// etcdMutexNewSession is concurrency.Mutex with a new session (its own lease)
+// per lock: the like-for-like work, since each holdfast lock has its own lease.
+func etcdMutexNewSession(cli *clientv3.Client, prefix string) op {
+	return func(ctx context.Context, worker, _ int) error {
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(ctx))
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		m := concurrency.NewMutex(s, fmt.Sprintf("%s/%d", prefix, worker))
+		if err := m.Lock(ctx); err != nil {
+			return err
+		}
+		return m.Unlock(ctx)
+	}
+}
+
+// etcdMutexReusedSession keeps one session per worker.
+func etcdMutexReusedSession(ctx context.Context, cli *clientv3.Client, prefix string, workers int) (op, func(), error) {
+	sessions := make([]*concurrency.Session, workers)
+	closeAll := func() {
+		for _, s := range sessions {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}
+	for i := range sessions {
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(ctx))
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		sessions[i] = s
+	}
+	return func(ctx context.Context, worker, _ int) error {
+		m := concurrency.NewMutex(sessions[worker], fmt.Sprintf("%s/%d", prefix, worker))
+		if err := m.Lock(ctx); err != nil {
+			return err
+		}
+		return m.Unlock(ctx)
+	}, closeAll, nil
+}
+
+// etcdHotLocker is one hot-key worker on concurrency.Mutex with its own
+// session.
+type etcdHotLocker struct {
+	m *concurrency.Mutex
+}
+
+func (l *etcdHotLocker) lock(ctx context.Context) error   { return l.m.Lock(ctx) }
+func (l *etcdHotLocker) unlock(ctx context.Context) error { return l.m.Unlock(ctx) }
+
+func newRedis(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+}
+
+// redislockObtainRelease is bsm/redislock's Obtain then Release.
+func redislockObtainRelease(rdb *redis.Client, prefix string) op {
+	locker := redislock.New(rdb)
+	return func(ctx context.Context, worker, _ int) error {
+		l, err := locker.Obtain(ctx, fmt.Sprintf("%s/%d", prefix, worker), 10*time.Second, nil)
+		if err != nil {
+			return err
+		}
+		return l.Release(ctx)
+	}
+}
+
+// redislockHotLocker polls every 100 ms, redislock's documented way to wait.
+type redislockHotLocker struct {
+	locker *redislock.Client
+	key    string
+	held   *redislock.Lock
+}
+
+func (l *redislockHotLocker) lock(ctx context.Context) error {
+	lk, err := l.locker.Obtain(ctx, l.key, 10*time.Second, &redislock.Options{
+		RetryStrategy: redislock.LinearBackoff(100 * time.Millisecond),
+	})
+	if err != nil {
+		return err
+	}
+	l.held = lk
+	return nil
+}
+
+func (l *redislockHotLocker) unlock(ctx context.Context) error { return l.held.Release(ctx) }
+
+// pgAdvisory is pg_try_advisory_lock then pg_advisory_unlock on one pooled
+// connection per operation (session-level advisory locks belong to a
+// connection).
+func pgAdvisory(pool *pgxpool.Pool) op {
+	return func(ctx context.Context, worker, _ int) error {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(1_000_000+worker)).Scan(&ok); err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("advisory lock not acquired")
+		}
+		return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", int64(1_000_000+worker)).Scan(&ok)
+	}
+}
