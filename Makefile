@@ -21,15 +21,33 @@ tools: ## build the pinned code generators into bin/
 	@cd tools && GOWORK=off GOBIN=$(BIN) go install tool
 
 .PHONY: generate
-generate: tools ## regenerate code from proto/ (Go, TypeScript, Python)
+generate: tools sdk-codegen-tools ## regenerate code from proto/ (Go, TypeScript, Python)
 	find proto -name '*.pb.go' -delete
+	find sdk-ts/src/gen -name '*_pb.ts' -delete
+	find sdk-python/src/holdfast/lock \( -name '*_pb2.py' -o -name '*_pb2.pyi' -o -name '*_connect.py' \) -delete
 	PATH=$(BIN):$$PATH $(BIN)/buf generate
 
 .PHONY: check-generated
 check-generated: generate ## fail when regenerating changes committed code
-	@if [ -n "$$(git status --porcelain -- proto)" ]; then \
-		git status --porcelain -- proto; \
+	@if [ -n "$$(git status --porcelain -- $(GENERATED_DIRS))" ]; then \
+		git status --porcelain -- $(GENERATED_DIRS); \
 		echo "generated code is stale: run 'make generate' and commit the result" >&2; exit 1; fi
+
+# Where `make generate` writes; check-generated fails when any of it changes.
+GENERATED_DIRS := proto sdk-ts/src/gen sdk-python/src/holdfast/lock
+
+.PHONY: sdk-codegen-tools
+sdk-codegen-tools: ## install the pinned TS/Python generators (npm ci in sdk-ts, sdk-python/.venv)
+	bash scripts/setup.d/40-node.sh
+	bash scripts/setup.d/50-python.sh
+
+.PHONY: test-sdk-ts
+test-sdk-ts: build sdk-codegen-tools ## TypeScript SDK tests (node --test) against a real holdfast serve
+	scripts/with-server.sh bash -c 'cd sdk-ts && npm test'
+
+.PHONY: test-sdk-python
+test-sdk-python: build sdk-codegen-tools ## Python SDK tests (pytest) against a real holdfast serve
+	scripts/with-server.sh bash -c 'cd sdk-python && .venv/bin/python -m pytest -q'
 
 .PHONY: build
 build: ## build holdfast and the plugin binaries into bin/

@@ -1,0 +1,1 @@
+"""Generated holdfast.lock.v1 API (protoc + protoc-gen-connectrpc). Do not edit."""

@@ -1,0 +1,221 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EVENT_TYPE_UNSPECIFIED: _ClassVar[EventType]
+    EVENT_TYPE_ACQUIRED: _ClassVar[EventType]
+    EVENT_TYPE_RELEASED: _ClassVar[EventType]
+    EVENT_TYPE_EXPIRED: _ClassVar[EventType]
+    EVENT_TYPE_SYNCED: _ClassVar[EventType]
+EVENT_TYPE_UNSPECIFIED: EventType
+EVENT_TYPE_ACQUIRED: EventType
+EVENT_TYPE_RELEASED: EventType
+EVENT_TYPE_EXPIRED: EventType
+EVENT_TYPE_SYNCED: EventType
+
+class HlcTimestamp(_message.Message):
+    __slots__ = ("wall_time_ns", "logical")
+    WALL_TIME_NS_FIELD_NUMBER: _ClassVar[int]
+    LOGICAL_FIELD_NUMBER: _ClassVar[int]
+    wall_time_ns: int
+    logical: int
+    def __init__(self, wall_time_ns: _Optional[int] = ..., logical: _Optional[int] = ...) -> None: ...
+
+class Lease(_message.Message):
+    __slots__ = ("key", "owner_token", "fencing_token", "ttl", "expires_at", "stamp")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    STAMP_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    owner_token: str
+    fencing_token: int
+    ttl: _duration_pb2.Duration
+    expires_at: _timestamp_pb2.Timestamp
+    stamp: HlcTimestamp
+    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., fencing_token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class LockState(_message.Message):
+    __slots__ = ("key", "fencing_token", "holder", "expires_at", "stamp", "waiters")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    STAMP_FIELD_NUMBER: _ClassVar[int]
+    WAITERS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    fencing_token: int
+    holder: str
+    expires_at: _timestamp_pb2.Timestamp
+    stamp: HlcTimestamp
+    waiters: int
+    def __init__(self, key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., waiters: _Optional[int] = ...) -> None: ...
+
+class BackendInfo(_message.Message):
+    __slots__ = ("name", "version", "shared", "durable", "ttl_granularity", "min_ttl", "max_ttl", "fair")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_FIELD_NUMBER: _ClassVar[int]
+    TTL_GRANULARITY_FIELD_NUMBER: _ClassVar[int]
+    MIN_TTL_FIELD_NUMBER: _ClassVar[int]
+    MAX_TTL_FIELD_NUMBER: _ClassVar[int]
+    FAIR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    shared: bool
+    durable: bool
+    ttl_granularity: _duration_pb2.Duration
+    min_ttl: _duration_pb2.Duration
+    max_ttl: _duration_pb2.Duration
+    fair: bool
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., shared: _Optional[bool] = ..., durable: _Optional[bool] = ..., ttl_granularity: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., min_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fair: _Optional[bool] = ...) -> None: ...
+
+class AcquireRequest(_message.Message):
+    __slots__ = ("key", "ttl", "wait", "holder", "client_stamp")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_STAMP_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    ttl: _duration_pb2.Duration
+    wait: _duration_pb2.Duration
+    holder: str
+    client_stamp: HlcTimestamp
+    def __init__(self, key: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., holder: _Optional[str] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class AcquireResponse(_message.Message):
+    __slots__ = ("acquired", "lease", "current", "server_stamp")
+    ACQUIRED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    SERVER_STAMP_FIELD_NUMBER: _ClassVar[int]
+    acquired: bool
+    lease: Lease
+    current: LockState
+    server_stamp: HlcTimestamp
+    def __init__(self, acquired: _Optional[bool] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., current: _Optional[_Union[LockState, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("key", "owner_token", "client_stamp")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_STAMP_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    owner_token: str
+    client_stamp: HlcTimestamp
+    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ("released", "server_stamp")
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    SERVER_STAMP_FIELD_NUMBER: _ClassVar[int]
+    released: bool
+    server_stamp: HlcTimestamp
+    def __init__(self, released: _Optional[bool] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class ExtendRequest(_message.Message):
+    __slots__ = ("key", "owner_token", "ttl", "client_stamp")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_STAMP_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    owner_token: str
+    ttl: _duration_pb2.Duration
+    client_stamp: HlcTimestamp
+    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class ExtendResponse(_message.Message):
+    __slots__ = ("extended", "lease", "server_stamp")
+    EXTENDED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    SERVER_STAMP_FIELD_NUMBER: _ClassVar[int]
+    extended: bool
+    lease: Lease
+    server_stamp: HlcTimestamp
+    def __init__(self, extended: _Optional[bool] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class InspectRequest(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class InspectResponse(_message.Message):
+    __slots__ = ("held", "state", "server_stamp")
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SERVER_STAMP_FIELD_NUMBER: _ClassVar[int]
+    held: bool
+    state: LockState
+    server_stamp: HlcTimestamp
+    def __init__(self, held: _Optional[bool] = ..., state: _Optional[_Union[LockState, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ("prefix", "page_size", "page_token")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    page_size: int
+    page_token: str
+    def __init__(self, prefix: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListResponse(_message.Message):
+    __slots__ = ("locks", "next_page_token", "server_stamp")
+    LOCKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SERVER_STAMP_FIELD_NUMBER: _ClassVar[int]
+    locks: _containers.RepeatedCompositeFieldContainer[LockState]
+    next_page_token: str
+    server_stamp: HlcTimestamp
+    def __init__(self, locks: _Optional[_Iterable[_Union[LockState, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("key", "prefix")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    prefix: str
+    def __init__(self, key: _Optional[str] = ..., prefix: _Optional[str] = ...) -> None: ...
+
+class WatchResponse(_message.Message):
+    __slots__ = ("type", "state", "server_stamp")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SERVER_STAMP_FIELD_NUMBER: _ClassVar[int]
+    type: EventType
+    state: LockState
+    server_stamp: HlcTimestamp
+    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., state: _Optional[_Union[LockState, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class GetServerInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetServerInfoResponse(_message.Message):
+    __slots__ = ("version", "backend", "server_stamp", "max_clock_offset")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    SERVER_STAMP_FIELD_NUMBER: _ClassVar[int]
+    MAX_CLOCK_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    backend: BackendInfo
+    server_stamp: HlcTimestamp
+    max_clock_offset: _duration_pb2.Duration
+    def __init__(self, version: _Optional[str] = ..., backend: _Optional[_Union[BackendInfo, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., max_clock_offset: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
