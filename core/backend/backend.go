@@ -5,8 +5,13 @@
 // A backend's main is a few lines:
 //
 //	func main() {
-//		backend.Serve(mystore.New())
+//		backend.Serve(mystore.Open) // func(ctx, opts map[string]string) (backend.Backend, error)
 //	}
+//
+// Serve reads the options (`holdfast serve --backend-opt key=value`) from
+// the environment variable OptionsEnv, calls the open function (an error
+// there is logged and ends the process with status 1; the host shows the
+// message), and serves until the host shuts the plugin down.
 //
 // The engine launches the executable through hashicorp/go-plugin (gRPC,
 // magic-cookie handshake, AutoMTLS). Nothing may be written to stdout before

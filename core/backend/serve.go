@@ -1,0 +1,179 @@
+package backend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	backendv1 "github.com/holdfast/holdfast/proto/holdfast/backend/v1"
+)
+
+// OpenFunc opens a backend from its options (the --backend-opt key=value
+// pairs of `holdfast serve`). It should refuse options it does not know,
+// with an error naming them, and wrap ErrInvalidArgument for bad values.
+// ctx is cancelled when Serve gives up waiting for the backend to open.
+type OpenFunc func(ctx context.Context, opts map[string]string) (Backend, error)
+
+// OptionsEnv is the environment variable through which the plugin host hands
+// the backend's options to the plugin process: a JSON object of
+// string to string.
+const OptionsEnv = "HOLDFAST_BACKEND_OPTIONS"
+
+// LogLevelEnv optionally sets the plugin's log level (trace, debug, info,
+// warn, error); the default is info. The host filters again at its own level.
+const LogLevelEnv = "HOLDFAST_BACKEND_LOG_LEVEL"
+
+// PluginName is the name under which Serve registers the backend with
+// go-plugin; the host dispenses it by this name.
+const PluginName = "backend"
+
+// HandshakeConfig is the go-plugin handshake shared by Serve and the plugin
+// host. ProtocolVersion is the version of holdfast.backend.v1 spoken by both;
+// the magic cookie only keeps people from running a plugin by hand (it is not
+// a security measure: pin plugins by SHA-256 for that).
+var HandshakeConfig = plugin.HandshakeConfig{
+	ProtocolVersion:  1,
+	MagicCookieKey:   "HOLDFAST_BACKEND_PLUGIN",
+	MagicCookieValue: "b4c0f8e2-holdfast-backend-v1",
+}
+
+// openTimeout bounds how long Serve waits for OpenFunc.
+const openTimeout = time.Minute
+
+// orphanCheckInterval is how often a plugin checks that its parent is alive.
+// The host also asks the kernel (Pdeathsig) to kill the plugin when it dies;
+// this check covers hosts that do not.
+const orphanCheckInterval = 500 * time.Millisecond
+
+// Serve runs a backend as a holdfast plugin process and does not return:
+// the process exits when the host shuts the plugin down (after closing the
+// backend if it implements io.Closer), when the host process dies, or with
+// status 1 when open fails.
+//
+// It reads the options from OptionsEnv, calls open, and serves the backend
+// over gRPC through hashicorp/go-plugin. Nothing may be written to stdout
+// before Serve: stdout carries the handshake. Logs go to stderr as JSON lines
+// (hclog's format: @level, @message, @timestamp), which the host re-levels
+// into its own log; Serve also points slog's default logger there, so a
+// backend can simply use slog.
+//
+// When open fails, Serve logs one line at error level whose message is
+// "open backend: " followed by the error, and exits with status 1; the host
+// reports that message as the reason the plugin did not start.
+func Serve(open OpenFunc) {
+	// Keep the real stderr: once serving, go-plugin redirects os.Stderr into
+	// its gRPC stdio stream, which the host does not re-level.
+	stderr := os.Stderr
+	logger := newPluginLogger(stderr)
+	slog.SetDefault(slog.New(newHCLogHandler(stderr, slogLevel(logger.GetLevel()))))
+
+	if os.Getenv(HandshakeConfig.MagicCookieKey) != HandshakeConfig.MagicCookieValue {
+		fmt.Fprintln(stderr, "This is a holdfast backend plugin: `holdfast serve --backend PATH` runs it; it is not meant to be run by hand.")
+		os.Exit(1)
+	}
+
+	opts, err := parseOptions(os.Getenv(OptionsEnv))
+	if err != nil {
+		logger.Error("open backend: " + err.Error())
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	b, err := open(ctx, opts)
+	cancel()
+	if err == nil && b == nil {
+		err = errors.New("open returned no backend and no error")
+	}
+	if err != nil {
+		logger.Error("open backend: " + oneLine(err.Error()))
+		os.Exit(1)
+	}
+
+	go exitWithParent(logger, b)
+
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: HandshakeConfig,
+		Plugins:         plugin.PluginSet{PluginName: &grpcPlugin{backend: b}},
+		GRPCServer:      plugin.DefaultGRPCServer,
+		Logger:          logger,
+	})
+	// The host asked us to shut down (or serving failed, which is logged).
+	closeBackend(logger, b)
+	os.Exit(0)
+}
+
+func parseOptions(raw string) (map[string]string, error) {
+	opts := map[string]string{}
+	if strings.TrimSpace(raw) == "" {
+		return opts, nil
+	}
+	if err := json.Unmarshal([]byte(raw), &opts); err != nil {
+		return nil, fmt.Errorf("%s must be a JSON object of strings: %w", OptionsEnv, err)
+	}
+	return opts, nil
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func closeBackend(logger hclog.Logger, b Backend) {
+	if c, ok := b.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			logger.Warn("close backend", "error", err)
+		}
+	}
+}
+
+// exitWithParent ends the plugin when the host process dies (the process is
+// re-parented, so its parent pid changes), so that a SIGKILLed host leaves no
+// orphans even where the kernel's parent-death signal is not set.
+func exitWithParent(logger hclog.Logger, b Backend) {
+	parent := os.Getppid()
+	t := time.NewTicker(orphanCheckInterval)
+	defer t.Stop()
+	for range t.C {
+		if os.Getppid() != parent {
+			logger.Warn("host process died; plugin exiting", "parent_pid", parent)
+			closeBackend(logger, b)
+			os.Exit(0)
+		}
+	}
+}
+
+func newPluginLogger(w io.Writer) hclog.Logger {
+	level := hclog.Info
+	if v := os.Getenv(LogLevelEnv); v != "" {
+		if l := hclog.LevelFromString(v); l != hclog.NoLevel {
+			level = l
+		}
+	}
+	return hclog.New(&hclog.LoggerOptions{
+		Level:      level,
+		Output:     w,
+		JSONFormat: true,
+	})
+}
+
+// grpcPlugin is the go-plugin Plugin that serves a Backend over gRPC. It is
+// server-side only; the host has its own client side.
+type grpcPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	backend Backend
+}
+
+func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	backendv1.RegisterBackendServiceServer(s, &grpcServer{b: p.backend})
+	return nil
+}
+
+func (p *grpcPlugin) GRPCClient(context.Context, *plugin.GRPCBroker, *grpc.ClientConn) (any, error) {
+	return nil, errors.New("backend: the plugin side has no client")
+}
