@@ -1,0 +1,62 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/holdfast/holdfast/core/backend"
+)
+
+// Sentinel errors. Every error the engine returns wraps exactly one of them;
+// the server maps each to a Connect code of the same name. The error's text
+// is the message meant for the client (for bad input: the field and the
+// limit, e.g. "ttl: 30h exceeds the maximum 24h").
+var (
+	ErrInvalidArgument   = errors.New("invalid argument")
+	ErrUnavailable       = errors.New("unavailable")
+	ErrResourceExhausted = errors.New("resource exhausted")
+	ErrDeadlineExceeded  = errors.New("deadline exceeded")
+	ErrCanceled          = errors.New("canceled")
+)
+
+// Error is an engine error: Kind is one of the sentinels, Msg the message
+// for the client.
+type Error struct {
+	Kind error
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Unwrap lets errors.Is match the sentinel.
+func (e *Error) Unwrap() error { return e.Kind }
+
+func newErr(kind error, format string, args ...any) error {
+	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...)}
+}
+
+func invalidf(format string, args ...any) error {
+	return newErr(ErrInvalidArgument, format, args...)
+}
+
+// ctxErr reports why the caller's ctx ended.
+func ctxErr(ctx context.Context, what string) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return newErr(ErrDeadlineExceeded, "%s: the caller's deadline was exceeded", what)
+	}
+	return newErr(ErrCanceled, "%s: the caller canceled", what)
+}
+
+// backendErr maps a backend error: the caller's own cancellation wins, an
+// ErrInvalidArgument stays invalid_argument, anything else is unavailable
+// (the backend contract).
+func backendErr(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctxErr(ctx, what)
+	}
+	if errors.Is(err, backend.ErrInvalidArgument) {
+		return newErr(ErrInvalidArgument, "%v", err)
+	}
+	return newErr(ErrUnavailable, "%s: backend unavailable: %v", what, err)
+}

@@ -1,0 +1,243 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/holdfast/holdfast/core/backend"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+)
+
+// Backoff between attempts to re-establish the backend watch.
+const (
+	minWatchBackoff = 50 * time.Millisecond
+	maxWatchBackoff = 5 * time.Second
+)
+
+// subBuffer is how many events an API watcher may fall behind before its
+// stream is ended with unavailable (it re-watches); a slow watcher never
+// holds up the engine's one backend watch.
+const subBuffer = 256
+
+// watchLoop runs the engine's one backend watch on every key, and
+// re-establishes it with backoff when it fails (a plugin restart ends it).
+func (e *Engine) watchLoop(ctx context.Context) {
+	defer e.wg.Done()
+	backoff := minWatchBackoff
+	for {
+		err := e.b.Watch(ctx, "", func(ev backend.Event) error {
+			if ev.Type == backend.EventSynced {
+				backoff = minWatchBackoff
+			}
+			e.onEvent(ctx, ev)
+			return nil
+		})
+		e.unsync(err)
+		if ctx.Err() != nil {
+			return
+		}
+		e.log.Warn("backend watch ended; re-watching", "err", err, "backoff", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxWatchBackoff)
+	}
+}
+
+func (e *Engine) onEvent(ctx context.Context, ev backend.Event) {
+	switch ev.Type {
+	case backend.EventSynced:
+		e.watchMu.Lock()
+		resync := e.everSync
+		e.watchMu.Unlock()
+		if resync {
+			// A re-established watch usually means a restarted plugin:
+			// re-read what it promises.
+			callCtx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
+			if info, err := e.b.Info(callCtx); err == nil {
+				e.infoMu.Lock()
+				e.info = info
+				e.infoMu.Unlock()
+			} else {
+				e.log.Warn("backend info after resync", "err", err)
+			}
+			cancel()
+			e.log.Info("backend watch re-synced; waking every waiter")
+		}
+		e.markSynced()
+		// Events may have been missed while the watch was down.
+		e.q.WakeAll()
+		return
+	case backend.EventReleased, backend.EventExpired:
+		e.q.Wake(ev.Record.Key)
+	case backend.EventAcquired:
+		e.clock.Observe(ev.Record.Stamp)
+	}
+	e.fanOut(ev)
+}
+
+// subscriber is one API watcher.
+type subscriber struct {
+	key    string // exact key, when exact
+	prefix string
+	exact  bool
+	synced bool // has been sent its EVENT_TYPE_SYNCED
+	events chan *lockv1.WatchResponse
+	ended  chan struct{} // closed by endSub, after err is set
+	err    error
+}
+
+func (s *subscriber) matches(key string) bool {
+	if s.exact {
+		return key == s.key
+	}
+	return strings.HasPrefix(key, s.prefix)
+}
+
+// endSub ends s with err. e.watchMu must be held.
+func (e *Engine) endSub(s *subscriber, err error) {
+	if _, ok := e.subs[s]; !ok {
+		return
+	}
+	delete(e.subs, s)
+	s.err = err
+	close(s.ended)
+}
+
+// push queues msg for s or ends s when it fell behind. e.watchMu must be
+// held.
+func (e *Engine) push(s *subscriber, msg *lockv1.WatchResponse) {
+	select {
+	case s.events <- msg:
+	default:
+		e.endSub(s, newErr(ErrUnavailable, "watch: fell more than %d events behind; watch again", subBuffer))
+	}
+}
+
+func (e *Engine) markSynced() {
+	e.watchMu.Lock()
+	defer e.watchMu.Unlock()
+	e.synced = true
+	if !e.everSync {
+		e.everSync = true
+		close(e.firstSync)
+	}
+	for s := range e.subs {
+		if !s.synced {
+			s.synced = true
+			e.push(s, &lockv1.WatchResponse{Type: lockv1.EventType_EVENT_TYPE_SYNCED})
+		}
+	}
+}
+
+// unsync ends every synced watcher: changes may be missed until the backend
+// watch is back, and a watcher must never silently miss one.
+func (e *Engine) unsync(cause error) {
+	e.watchMu.Lock()
+	defer e.watchMu.Unlock()
+	e.synced = false
+	for s := range e.subs {
+		if s.synced {
+			e.endSub(s, newErr(ErrUnavailable, "watch: the backend watch broke (%v); watch again", cause))
+		}
+	}
+}
+
+var eventTypes = map[backend.EventType]lockv1.EventType{
+	backend.EventAcquired: lockv1.EventType_EVENT_TYPE_ACQUIRED,
+	backend.EventReleased: lockv1.EventType_EVENT_TYPE_RELEASED,
+	backend.EventExpired:  lockv1.EventType_EVENT_TYPE_EXPIRED,
+}
+
+func (e *Engine) fanOut(ev backend.Event) {
+	t, ok := eventTypes[ev.Type]
+	if !ok {
+		return
+	}
+	e.watchMu.Lock()
+	defer e.watchMu.Unlock()
+	for s := range e.subs {
+		if s.synced && s.matches(ev.Record.Key) {
+			// Each watcher gets its own message: server_stamp is set at
+			// delivery.
+			e.push(s, &lockv1.WatchResponse{Type: t, State: e.state(ev.Record)})
+		}
+	}
+}
+
+// Watch streams events on req's key or prefix to send until ctx ends, send
+// fails, or the stream must end (shutdown, a broken backend watch, a watcher
+// that fell behind: all unavailable, and the client watches again). The
+// first message is EVENT_TYPE_SYNCED; every change after it is sent.
+func (e *Engine) Watch(ctx context.Context, req *lockv1.WatchRequest, send func(*lockv1.WatchResponse) error) error {
+	if err := e.enter(); err != nil {
+		return err
+	}
+	s := &subscriber{events: make(chan *lockv1.WatchResponse, subBuffer), ended: make(chan struct{})}
+	switch t := req.GetTarget().(type) {
+	case *lockv1.WatchRequest_Key:
+		if err := checkKey("key", t.Key); err != nil {
+			return err
+		}
+		s.key, s.exact = t.Key, true
+	case *lockv1.WatchRequest_Prefix:
+		if err := checkText("prefix", t.Prefix, MaxKeyBytes); err != nil {
+			return err
+		}
+		s.prefix = t.Prefix
+	default: // unset: every key
+	}
+
+	e.watchMu.Lock()
+	select {
+	case <-e.done:
+		e.watchMu.Unlock()
+		return newErr(ErrUnavailable, "watch: the server is shutting down")
+	default:
+	}
+	e.subs[s] = struct{}{}
+	if e.synced {
+		// Registered under the lock that fan-out holds: every later event
+		// reaches s.
+		s.synced = true
+		e.push(s, &lockv1.WatchResponse{Type: lockv1.EventType_EVENT_TYPE_SYNCED})
+	}
+	e.watchMu.Unlock()
+	defer func() {
+		e.watchMu.Lock()
+		e.endSub(s, nil)
+		e.watchMu.Unlock()
+	}()
+
+	deliver := func(msg *lockv1.WatchResponse) error {
+		msg.ServerStamp = e.stamp()
+		return send(msg)
+	}
+	for {
+		select {
+		case msg := <-s.events:
+			if err := deliver(msg); err != nil {
+				return err
+			}
+		case <-s.ended:
+			// Deliver what was queued before the end: it is all true.
+			for {
+				select {
+				case msg := <-s.events:
+					if err := deliver(msg); err != nil {
+						return err
+					}
+				default:
+					return s.err
+				}
+			}
+		case <-ctx.Done():
+			return ctxErr(ctx, "watch")
+		}
+	}
+}
