@@ -606,7 +606,7 @@ func (e *Engine) GetServerInfo(context.Context, *lockv1.GetServerInfoRequest) (*
 			// engine's 1ms floor and the server's MaxTTL.
 			MinTtl: durationpb.New(lo),
 			MaxTtl: durationpb.New(hi),
-			Fair:           info.Fair,
+			Fair:   info.Fair,
 		},
 		MaxClockOffset: durationpb.New(max(e.clock.MaxOffset(), 0)),
 		ServerStamp:    e.stamp(),
