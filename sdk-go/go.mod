@@ -2,6 +2,10 @@ module github.com/holdfast/holdfast/sdk-go
 
 go 1.26.0
 
-require github.com/holdfast/holdfast/proto v0.0.0
+require (
+	connectrpc.com/connect v1.21.1
+	github.com/holdfast/holdfast/proto v0.0.0
+	google.golang.org/protobuf v1.36.12
+)
 
 replace github.com/holdfast/holdfast/proto => ../proto

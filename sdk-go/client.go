@@ -1,0 +1,243 @@
+package holdfast
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/holdfast/holdfast/proto/hlc"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
+)
+
+// Client talks to one holdfast server. It is safe for concurrent use; make
+// one per process and share it.
+type Client struct {
+	rpc       lockv1connect.LockServiceClient
+	target    string
+	opts      options
+	clock     *hlc.Clock
+	transport *http.Transport // ours to close; nil with WithHTTPClient
+
+	mu     sync.Mutex
+	closed bool
+	guards map[*Guard]struct{}
+}
+
+// Dial returns a client for the server at target, a base URL such as
+// "http://127.0.0.1:7410" (https:// uses TLS). Dial does not contact the
+// server: the first call does. Call Close when done.
+func Dial(target string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, invalidArgument("target %q: %v", target, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, invalidArgument("target %q: want http://host:port or https://host:port", target)
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.protocol < ProtocolConnect || o.protocol > ProtocolGRPCWeb {
+		return nil, invalidArgument("protocol %d: want ProtocolConnect, ProtocolGRPC or ProtocolGRPCWeb", int(o.protocol))
+	}
+	if o.defaultTTL <= 0 {
+		return nil, invalidArgument("default ttl %s: must be positive", o.defaultTTL)
+	}
+	o.backoff = o.backoff.normalized()
+	c := &Client{
+		target: strings.TrimRight(target, "/"),
+		opts:   o,
+		clock:  o.clock,
+		guards: map[*Guard]struct{}{},
+	}
+	if c.clock == nil {
+		c.clock = hlc.NewClock(nil, o.maxOffset)
+	}
+	hc := o.httpClient
+	if hc == nil {
+		c.transport = newTransport(u.Scheme, o.protocol)
+		hc = &http.Client{Transport: c.transport}
+	}
+	copts := []connect.ClientOption{connect.WithInterceptors(headerInterceptor{o: &c.opts})}
+	switch o.protocol {
+	case ProtocolGRPC:
+		copts = append(copts, connect.WithGRPC())
+	case ProtocolGRPCWeb:
+		copts = append(copts, connect.WithGRPCWeb())
+	}
+	c.rpc = lockv1connect.NewLockServiceClient(hc, c.target, copts...)
+	return c, nil
+}
+
+// newTransport builds the client's own transport. gRPC needs HTTP/2; over
+// http:// that is HTTP/2 with prior knowledge (h2c). Connect and gRPC-Web
+// speak HTTP/1.1 over http:// and negotiate HTTP/2 over https://.
+func newTransport(scheme string, p Protocol) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// Every guard renews on its own schedule; keep enough idle connections
+	// that a busy process does not redial for each renewal.
+	t.MaxIdleConnsPerHost = 64
+	protos := new(http.Protocols)
+	switch {
+	case scheme == "http" && p == ProtocolGRPC:
+		protos.SetUnencryptedHTTP2(true)
+	case scheme == "http":
+		protos.SetHTTP1(true)
+	default:
+		protos.SetHTTP1(true)
+		protos.SetHTTP2(true)
+		if t.TLSClientConfig == nil {
+			t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+	}
+	t.Protocols = protos
+	return t
+}
+
+// headerInterceptor adds the bearer token and fixed headers to every call.
+type headerInterceptor struct{ o *options }
+
+func (h headerInterceptor) set(hdr http.Header) {
+	if h.o.token != "" {
+		hdr.Set("Authorization", "Bearer "+h.o.token)
+	}
+	for k, vs := range h.o.headers {
+		for _, v := range vs {
+			hdr.Add(k, v)
+		}
+	}
+}
+
+func (h headerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		h.set(req.Header())
+		return next(ctx, req)
+	}
+}
+
+func (h headerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		h.set(conn.RequestHeader())
+		return conn
+	}
+}
+
+func (h headerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// Close releases every lease still held through this client (each guard's
+// context is then cancelled with a LeaseLostError of reason
+// LossClientClosed unless the release succeeded), stops their watchdogs and
+// closes idle connections. Calls after Close fail with ErrClosed. Close waits
+// at most a few seconds for the releases: an unreachable server lets the
+// leases lapse by their TTL instead.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	guards := make([]*Guard, 0, len(c.guards))
+	for g := range c.guards {
+		guards = append(guards, g)
+	}
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
+	defer cancel()
+	var errs []error
+	for _, g := range guards {
+		if err := g.closeForClient(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
+			errs = append(errs, err)
+		}
+	}
+	if c.transport != nil {
+		c.transport.CloseIdleConnections()
+	}
+	return errors.Join(errs...)
+}
+
+const closeReleaseTimeout = 3 * time.Second
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// track registers a live guard so Close can release it; false once closed.
+func (c *Client) track(g *Guard) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.guards[g] = struct{}{}
+	return true
+}
+
+func (c *Client) untrack(g *Guard) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.guards, g)
+}
+
+// Clock is the client's Hybrid Logical Clock. Every request carries a
+// reading of it, and every server stamp and lease stamp is merged into it, so
+// a reading taken after a call is after everything that call observed.
+func (c *Client) Clock() *hlc.Clock { return c.clock }
+
+// Now ticks the client's HLC and returns the reading: attach it to messages
+// you send to other processes to carry causality through holdfast.
+func (c *Client) Now() hlc.Timestamp { return c.clock.Now() }
+
+// stamp is the client stamp for a request.
+func (c *Client) stamp() *lockv1.HlcTimestamp { return c.clock.Now().ToProto() }
+
+// merge folds a server's stamp into the client's clock. A stamp further
+// ahead than the max offset is not merged (the clock stays put, as
+// hlc.Clock.Update promises); the call that carried it still succeeds, since
+// its answer (a lease, say) is real either way.
+func (c *Client) merge(stamps ...*lockv1.HlcTimestamp) {
+	for _, s := range stamps {
+		if s != nil {
+			_, _ = c.clock.Update(hlc.FromProto(s))
+		}
+	}
+}
+
+// ServerInfo reports the server's version and its backend's promises.
+func (c *Client) ServerInfo(ctx context.Context) (ServerInfo, error) {
+	if c.isClosed() {
+		return ServerInfo{}, ErrClosed
+	}
+	resp, err := c.rpc.GetServerInfo(ctx, &lockv1.GetServerInfoRequest{})
+	if err != nil {
+		return ServerInfo{}, mapError(ctx, "GetServerInfo", err)
+	}
+	c.merge(resp.GetServerStamp())
+	return ServerInfo{
+		Version:        resp.GetVersion(),
+		Backend:        backendInfoFromProto(resp.GetBackend()),
+		MaxClockOffset: resp.GetMaxClockOffset().AsDuration(),
+		Stamp:          hlc.FromProto(resp.GetServerStamp()),
+	}, nil
+}
+
+// String identifies the client for logs.
+func (c *Client) String() string {
+	return fmt.Sprintf("holdfast.Client(%s, %s)", c.target, c.opts.protocol)
+}

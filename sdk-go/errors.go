@@ -1,0 +1,212 @@
+package holdfast
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+)
+
+// Sentinel errors. Every error the package returns wraps at most a few of
+// these; branch on them with errors.Is, never on message text.
+var (
+	// ErrNotAcquired: the key is held by someone else (TryLock), or stayed
+	// held for the whole wait (Lock). The error is a *NotAcquiredError that
+	// carries the holder's state when the server reported it.
+	ErrNotAcquired = errors.New("holdfast: lock not acquired")
+
+	// ErrLeaseLost: the guard no longer holds its lease. The server said so
+	// (Extend or Release answered false), or no renewal succeeded before the
+	// lease's expiry on the local monotonic clock. The error is a
+	// *LeaseLostError. Work done under the guard may overlap with the next
+	// holder's: fence your writes.
+	ErrLeaseLost = errors.New("holdfast: lease lost")
+
+	// ErrReleased: the guard was unlocked by its owner; it no longer holds.
+	ErrReleased = errors.New("holdfast: lease released")
+
+	// ErrStaleToken: a write carried a fencing token older than the
+	// resource's watermark. The error is a *StaleTokenError.
+	ErrStaleToken = errors.New("holdfast: stale fencing token")
+
+	// ErrClosed: the Client was closed.
+	ErrClosed = errors.New("holdfast: client closed")
+
+	// ErrInvalidArgument: the server (or the SDK, before sending) refused a
+	// request: bad key, TTL out of the backend's range, stamp too far ahead.
+	// The message names the field and the limit.
+	ErrInvalidArgument = errors.New("holdfast: invalid argument")
+	// ErrUnavailable: the server or its backend could not be reached or is
+	// restarting. Retrying later may succeed.
+	ErrUnavailable = errors.New("holdfast: unavailable")
+	// ErrPermissionDenied: the caller is authenticated but not allowed.
+	ErrPermissionDenied = errors.New("holdfast: permission denied")
+	// ErrUnauthenticated: the request carried no valid credentials.
+	ErrUnauthenticated = errors.New("holdfast: unauthenticated")
+	// ErrResourceExhausted: a server limit was hit (too many waiters, keys,
+	// requests).
+	ErrResourceExhausted = errors.New("holdfast: resource exhausted")
+	// ErrServer: any other failure reported by the server or the transport
+	// (internal error, unimplemented method, malformed answer).
+	ErrServer = errors.New("holdfast: server error")
+)
+
+// NotAcquiredError reports contention. errors.Is(err, ErrNotAcquired) holds;
+// when Lock gave up because its context ended, errors.Is(err, ctx.Err())
+// holds as well.
+type NotAcquiredError struct {
+	Key string
+	// Current is the holder the server last reported; nil when the server
+	// did not say (for example when the lock was released too late to be
+	// retried within the wait).
+	Current *LockState
+	// cause is the context error when the caller's context ended the wait.
+	cause error
+}
+
+func (e *NotAcquiredError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "holdfast: lock %q not acquired", e.Key)
+	if e.Current != nil {
+		fmt.Fprintf(&b, ": held by %q (fencing token %d)", e.Current.Holder, e.Current.FencingToken)
+	}
+	if e.cause != nil {
+		fmt.Fprintf(&b, ": %v", e.cause)
+	}
+	return b.String()
+}
+
+// Unwrap lets errors.Is match ErrNotAcquired and, when set, the context
+// error that ended the wait.
+func (e *NotAcquiredError) Unwrap() []error {
+	if e.cause != nil {
+		return []error{ErrNotAcquired, e.cause}
+	}
+	return []error{ErrNotAcquired}
+}
+
+// LossReason says how a lease was lost.
+type LossReason int
+
+const (
+	// LossRejected: the server answered extended=false or released=false;
+	// the owner token no longer holds the key.
+	LossRejected LossReason = iota + 1
+	// LossExpired: no renewal succeeded before the lease's expiry, measured
+	// on the local monotonic clock from the moment the last successful
+	// renewal (or the acquire) was sent.
+	LossExpired
+	// LossClientClosed: the Client was closed while the guard was held.
+	LossClientClosed
+)
+
+func (r LossReason) String() string {
+	switch r {
+	case LossRejected:
+		return "rejected by the server"
+	case LossExpired:
+		return "expired before a renewal succeeded"
+	case LossClientClosed:
+		return "client closed"
+	}
+	return fmt.Sprintf("LossReason(%d)", int(r))
+}
+
+// LeaseLostError is the cause a guard's context is cancelled with when its
+// lease is lost, and what Unlock, Extend and FencingToken return afterwards.
+// errors.Is(err, ErrLeaseLost) holds; so does errors.Is(err, X) for the last
+// renewal error X (for example ErrUnavailable) when there was one.
+type LeaseLostError struct {
+	Key          string
+	FencingToken uint64
+	Reason       LossReason
+	// LastErr is the last renewal error seen before a LossExpired loss, or
+	// nil.
+	LastErr error
+}
+
+func (e *LeaseLostError) Error() string {
+	msg := fmt.Sprintf("holdfast: lease on %q (fencing token %d) lost: %s", e.Key, e.FencingToken, e.Reason)
+	if e.LastErr != nil {
+		msg += "; last renewal error: " + e.LastErr.Error()
+	}
+	return msg
+}
+
+// Unwrap lets errors.Is match ErrLeaseLost and the last renewal error.
+func (e *LeaseLostError) Unwrap() []error {
+	if e.LastErr != nil {
+		return []error{ErrLeaseLost, e.LastErr}
+	}
+	return []error{ErrLeaseLost}
+}
+
+// rpcError is an RPC failure with connect's types stripped off, so that the
+// public API never exposes them. It wraps one of the sentinels above and,
+// when the caller's context ended the call, that context's error.
+type rpcError struct {
+	op      string
+	code    string
+	message string
+	kind    error
+	ctxErr  error
+}
+
+func (e *rpcError) Error() string {
+	return fmt.Sprintf("holdfast: %s: %s: %s", e.op, e.code, e.message)
+}
+
+func (e *rpcError) Unwrap() []error {
+	if e.ctxErr != nil {
+		return []error{e.kind, e.ctxErr}
+	}
+	return []error{e.kind}
+}
+
+// mapError turns an error from a generated client into an SDK error. op
+// names the RPC ("Acquire"). ctx is the call's context: when it has ended,
+// its error is wrapped too so that errors.Is(err, context.DeadlineExceeded)
+// works for callers.
+func mapError(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	code := connect.CodeOf(err)
+	msg := err.Error()
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		msg = ce.Message()
+	}
+	e := &rpcError{op: op, code: code.String(), message: msg, kind: ErrServer}
+	switch code {
+	case connect.CodeInvalidArgument:
+		e.kind = ErrInvalidArgument
+	case connect.CodeUnavailable:
+		e.kind = ErrUnavailable
+	case connect.CodePermissionDenied:
+		e.kind = ErrPermissionDenied
+	case connect.CodeUnauthenticated:
+		e.kind = ErrUnauthenticated
+	case connect.CodeResourceExhausted:
+		e.kind = ErrResourceExhausted
+	case connect.CodeDeadlineExceeded, connect.CodeCanceled:
+		// Without an ended context of ours, a deadline came from somewhere
+		// on the way (a proxy, the server): worth a retry.
+		e.kind = ErrUnavailable
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		// The caller's own context (or a per-attempt deadline the SDK set)
+		// ended the call: that is the whole story, not a server failure.
+		e.kind = ctxErr
+	} else if code == connect.CodeDeadlineExceeded {
+		e.ctxErr = context.DeadlineExceeded
+	}
+	return e
+}
+
+// invalidArgument is an SDK-side refusal, before anything is sent.
+func invalidArgument(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,555 @@
+package holdfast
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/holdfast/holdfast/proto/hlc"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+)
+
+// Guard is a held lease. A watchdog goroutine renews it at about a third of
+// its TTL until Unlock, the loss of the lease, or Client.Close.
+//
+// The guard measures its lease on the local monotonic clock, conservatively:
+// the lease ends TTL after the moment the last successful renewal (or the
+// acquire) was sent, because the server may have started counting any time
+// after that moment. When no renewal has succeeded by then, or when the
+// server answers that the owner token no longer holds, the guard is
+// poisoned: Context() is cancelled with a *LeaseLostError cause
+// (errors.Is(cause, ErrLeaseLost)), Done() is closed, FencingToken, Extend and
+// Unlock return that error. Poisoning is driven by a timer, not by the
+// renewal RPC, so a renewal that hangs cannot keep a guard alive.
+//
+// A Guard is safe for concurrent use.
+type Guard struct {
+	c       *Client
+	key     string
+	owner   string // the owner token; never leaves the SDK
+	holder  string
+	fencing uint64
+	stamp   hlc.Timestamp
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// sem serialises the RPCs on this lease (renewals, Extend, Release), so
+	// that the local expiry always follows the server's order of events.
+	sem chan struct{}
+	// unlockSem serialises Unlock and Close.
+	unlockSem chan struct{}
+
+	// The watchdog: one goroutine, stopped by stopWatchdog, which closes
+	// watchdogDone as its one exit. kick reschedules it after Extend.
+	stopWatchdog context.CancelFunc
+	watchdogDone chan struct{}
+	kick         chan struct{}
+
+	mu        sync.Mutex
+	ttl       time.Duration
+	expiry    time.Time   // local, monotonic: send time of the last success + its TTL
+	lastSent  time.Time   // send time of the last successful acquire/renewal
+	lossTimer *time.Timer // poisons at expiry, independently of any RPC
+	lastErr   error       // last renewal error since the last success
+	err       error       // nil while held; *LeaseLostError or ErrReleased after
+}
+
+func newGuard(c *Client, holder string, lease *lockv1.Lease, sent time.Time, ttl time.Duration) *Guard {
+	g := &Guard{
+		c:            c,
+		key:          lease.GetKey(),
+		owner:        lease.GetOwnerToken(),
+		holder:       holder,
+		fencing:      lease.GetFencingToken(),
+		stamp:        hlc.FromProto(lease.GetStamp()),
+		sem:          make(chan struct{}, 1),
+		unlockSem:    make(chan struct{}, 1),
+		watchdogDone: make(chan struct{}),
+		kick:         make(chan struct{}, 1),
+		ttl:          ttl,
+		expiry:       sent.Add(ttl),
+		lastSent:     sent,
+	}
+	return g
+}
+
+// confirm renews a lease whose Acquire answer came late (after a long
+// server-side wait) before the guard is handed out. The lease started on
+// the server somewhere between sent and now; counting from sent, little or
+// none of it may be left, so one Extend sent now establishes a fresh local
+// expiry. ok=false with a nil error means the lease was lost before use.
+func (g *Guard) confirm(ctx context.Context, sent time.Time) (ok bool, err error) {
+	if time.Since(sent) < g.ttl/3 {
+		return true, nil
+	}
+	now := time.Now()
+	resp, err := g.c.rpc.Extend(ctx, &lockv1.ExtendRequest{
+		Key:         g.key,
+		OwnerToken:  g.owner,
+		Ttl:         durationpb.New(g.ttl),
+		ClientStamp: g.c.stamp(),
+	})
+	if err != nil {
+		if time.Now().Before(g.expiry) {
+			return true, nil // still valid on the safe clock; the watchdog renews at once
+		}
+		return false, mapError(ctx, "Extend", err)
+	}
+	g.c.merge(resp.GetServerStamp(), resp.GetLease().GetStamp())
+	if !resp.GetExtended() {
+		return false, nil
+	}
+	g.lastSent, g.expiry = now, now.Add(g.ttl)
+	return true, nil
+}
+
+// start arms the loss timer and launches the watchdog. base supplies the
+// values (not the cancellation) of the guard's context.
+func (g *Guard) start(base context.Context) {
+	g.ctx, g.cancel = context.WithCancelCause(context.WithoutCancel(base))
+	wctx, stop := context.WithCancel(context.Background())
+	g.stopWatchdog = stop
+	g.mu.Lock()
+	g.lossTimer = time.AfterFunc(time.Until(g.expiry), g.onLossTimer)
+	g.mu.Unlock()
+	go g.watchdog(wctx)
+}
+
+// Key is the locked key.
+func (g *Guard) Key() string { return g.key }
+
+// Holder is the holder label the lease was taken with.
+func (g *Guard) Holder() string { return g.holder }
+
+// Stamp is the HLC stamp of the acquisition; stamps strictly increase along
+// a key's chain of holders.
+func (g *Guard) Stamp() hlc.Timestamp { return g.stamp }
+
+// TTL is the lease length the guard currently renews with.
+func (g *Guard) TTL() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ttl
+}
+
+// FencingToken returns the lease's fencing token, or the loss (or
+// ErrReleased) once the guard no longer holds. Pass the token to the
+// resource you protect and have it reject tokens older than the newest it
+// has seen (see Fence and ValidateWrite).
+func (g *Guard) FencingToken() (uint64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.checkLocked(); err != nil {
+		return 0, err
+	}
+	return g.fencing, nil
+}
+
+// Context is cancelled when the guard stops holding: with a *LeaseLostError
+// cause when the lease is lost, with ErrReleased after Unlock. It carries the
+// values (not the cancellation) of the context given to Lock/TryLock. Run
+// the protected work under it.
+func (g *Guard) Context() context.Context { return g.ctx }
+
+// Done is closed when the guard stops holding (lost or released).
+func (g *Guard) Done() <-chan struct{} { return g.ctx.Done() }
+
+// Err is nil while the guard holds; afterwards the *LeaseLostError
+// (errors.Is(err, ErrLeaseLost)) or ErrReleased.
+func (g *Guard) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.checkLocked()
+}
+
+// checkLocked returns the guard's terminal error, first poisoning it if the
+// local expiry has passed (the loss timer may not have run yet).
+func (g *Guard) checkLocked() error {
+	if g.err == nil && !time.Now().Before(g.expiry) {
+		g.poisonLocked(LossExpired)
+	}
+	return g.err
+}
+
+func (g *Guard) lossError(reason LossReason) *LeaseLostError {
+	e := &LeaseLostError{Key: g.key, FencingToken: g.fencing, Reason: reason}
+	if reason == LossExpired {
+		e.LastErr = g.lastErr
+	}
+	return e
+}
+
+// poisonLocked ends the guard with a loss. Idempotent: the first end wins.
+func (g *Guard) poisonLocked(reason LossReason) {
+	if g.err != nil {
+		return
+	}
+	e := g.lossError(reason)
+	g.err = e
+	if g.lossTimer != nil {
+		g.lossTimer.Stop()
+	}
+	g.cancel(e)
+}
+
+// onLossTimer runs when the local expiry is reached. A renewal may have
+// moved the expiry between the timer firing and this taking the lock; then
+// it re-arms instead.
+func (g *Guard) onLossTimer() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err != nil {
+		return
+	}
+	if left := time.Until(g.expiry); left > 0 {
+		g.lossTimer.Reset(left)
+		return
+	}
+	g.poisonLocked(LossExpired)
+}
+
+// renewed records a successful renewal sent at sent with ttl. It reports
+// false when the guard ended meanwhile (the answer came too late: the loss
+// stands, since the work may already have stopped).
+func (g *Guard) renewed(sent time.Time, ttl time.Duration) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err != nil {
+		return false
+	}
+	if !time.Now().Before(g.expiry) {
+		// The answer arrived after the local expiry: the guard was already
+		// lost on our clock, whether or not the timer has run yet.
+		g.poisonLocked(LossExpired)
+		return false
+	}
+	g.ttl = ttl
+	g.lastSent = sent
+	g.expiry = sent.Add(ttl)
+	g.lastErr = nil
+	g.lossTimer.Reset(time.Until(g.expiry))
+	return true
+}
+
+// acquireSem takes the lease-RPC slot, giving up when ctx ends or the guard
+// stops holding.
+func (g *Guard) acquireSem(ctx context.Context) error {
+	select {
+	case g.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-g.ctx.Done():
+		return g.Err()
+	}
+}
+
+func (g *Guard) releaseSem() { <-g.sem }
+
+// extendResult is the outcome of one Extend RPC.
+type extendResult int
+
+const (
+	extendOK extendResult = iota
+	extendRejected
+	extendFailed
+)
+
+// extendRPC sends one Extend and applies its answer to the guard.
+func (g *Guard) extendRPC(ctx context.Context, ttl time.Duration) (extendResult, error) {
+	sent := time.Now()
+	resp, err := g.c.rpc.Extend(ctx, &lockv1.ExtendRequest{
+		Key:         g.key,
+		OwnerToken:  g.owner,
+		Ttl:         durationpb.New(ttl),
+		ClientStamp: g.c.stamp(),
+	})
+	if err != nil {
+		return extendFailed, mapError(ctx, "Extend", err)
+	}
+	g.c.merge(resp.GetServerStamp(), resp.GetLease().GetStamp())
+	if !resp.GetExtended() {
+		g.mu.Lock()
+		g.poisonLocked(LossRejected)
+		g.mu.Unlock()
+		return extendRejected, g.Err()
+	}
+	if !g.renewed(sent, ttl) {
+		return extendRejected, g.Err()
+	}
+	return extendOK, nil
+}
+
+// Extend renews the lease now for ttl (0 keeps the current TTL) and makes
+// ttl the length the watchdog renews with from then on. A transport error
+// leaves the guard holding until its local expiry (the watchdog keeps
+// trying); a server answer that the token no longer holds poisons it and
+// returns the *LeaseLostError.
+func (g *Guard) Extend(ctx context.Context, ttl time.Duration) error {
+	if ttl < 0 {
+		return invalidArgument("ttl %s: must be positive (or 0 to keep the current TTL)", ttl)
+	}
+	if err := g.Err(); err != nil {
+		return err
+	}
+	if err := g.acquireSem(ctx); err != nil {
+		return err
+	}
+	defer g.releaseSem()
+	if err := g.Err(); err != nil {
+		return err
+	}
+	if ttl == 0 {
+		ttl = g.TTL()
+	}
+	res, err := g.extendRPC(ctx, ttl)
+	if res == extendOK {
+		select {
+		case g.kick <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+// nextRenewal is when the watchdog should renew: a third of the TTL after
+// the last successful renewal was sent.
+func (g *Guard) nextRenewal() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return time.Until(g.lastSent.Add(g.ttl / 3))
+}
+
+// watchdog is the guard's one goroutine. It exits when stopped (Unlock,
+// Close) or when the guard ends; closing watchdogDone is its one exit.
+func (g *Guard) watchdog(ctx context.Context) {
+	defer close(g.watchdogDone)
+	timer := time.NewTimer(g.nextRenewal())
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.ctx.Done():
+			return
+		case <-g.kick:
+			timer.Reset(g.nextRenewal())
+		case <-timer.C:
+			g.renew(ctx)
+			timer.Reset(g.nextRenewal())
+		}
+	}
+}
+
+// renew renews the lease once, retrying failed attempts with backoff until
+// one succeeds, the server rejects the token, the watchdog is stopped, or
+// the local expiry passes (the loss timer then poisons the guard). A
+// transient error never ends a lease that is still valid (consul#912).
+func (g *Guard) renew(ctx context.Context) {
+	for attempt := 0; ; attempt++ {
+		g.mu.Lock()
+		if g.checkLocked() != nil {
+			g.mu.Unlock()
+			return
+		}
+		ttl, expiry := g.ttl, g.expiry
+		g.mu.Unlock()
+		left := time.Until(expiry)
+		if left <= 0 {
+			continue // checkLocked poisons it now
+		}
+		// Each attempt is bounded by the lease itself and by a third of
+		// the TTL, so a hung connection leaves time for another attempt.
+		actx, cancel := context.WithTimeout(ctx, min(left, max(ttl/3, time.Millisecond)))
+		err := g.acquireSem(actx)
+		if err == nil {
+			var res extendResult
+			res, err = g.extendRPC(actx, ttl)
+			g.releaseSem()
+			if res != extendFailed {
+				cancel()
+				return
+			}
+		}
+		cancel()
+		if ctx.Err() != nil || g.ctx.Err() != nil {
+			return
+		}
+		g.mu.Lock()
+		g.lastErr = err
+		expiry = g.expiry
+		g.mu.Unlock()
+		if !sleep(ctx, g.c.opts.backoff.delay(attempt), expiry) {
+			return
+		}
+	}
+}
+
+// sleep waits d, or until ctx ends or the deadline passes. It reports
+// whether it waited the full d with time left before the deadline.
+func sleep(ctx context.Context, d time.Duration, deadline time.Time) bool {
+	if !deadline.IsZero() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		if d > left {
+			d = left
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return deadline.IsZero() || time.Now().Before(deadline)
+	}
+}
+
+// stop stops the watchdog and waits for its exit.
+func (g *Guard) stop() {
+	g.stopWatchdog()
+	<-g.watchdogDone
+}
+
+// Unlock stops the watchdog and releases the lease. It returns nil only when
+// the server confirmed the release. When the lease was already lost, or the
+// server answers released=false, it returns the *LeaseLostError
+// (errors.Is(err, ErrLeaseLost)) — never a silent success. Transient errors
+// are retried with backoff until ctx ends or the lease's local expiry passes
+// (after which the server frees the key by itself and Unlock reports the
+// loss). Unlock after a successful Unlock returns nil; after a failed one
+// (for example ctx ended) it may be called again.
+func (g *Guard) Unlock(ctx context.Context) error {
+	select {
+	case g.unlockSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-g.unlockSem }()
+	g.stop()
+	g.mu.Lock()
+	err := g.checkLocked()
+	g.mu.Unlock()
+	switch {
+	case errors.Is(err, ErrReleased):
+		return nil
+	case err != nil:
+		g.releaseAfterLoss(ctx, err)
+		return err
+	}
+	return g.release(ctx)
+}
+
+// releaseAfterLoss tidies up after a loss the server did not confirm (local
+// expiry, client closed): the lease may still be held on the server, and
+// releasing it frees the key for others before its TTL. One attempt, bounded
+// by ctx and the lease's TTL; compare-on-release makes it harmless if a
+// successor holds the key.
+func (g *Guard) releaseAfterLoss(ctx context.Context, err error) {
+	var lost *LeaseLostError
+	if !errors.As(err, &lost) || lost.Reason == LossRejected {
+		g.c.untrack(g)
+		return
+	}
+	if g.c.isClosed() {
+		return // Close already tried
+	}
+	actx, cancel := context.WithTimeout(ctx, g.TTL())
+	defer cancel()
+	_, _ = g.c.rpc.Release(actx, &lockv1.ReleaseRequest{Key: g.key, OwnerToken: g.owner, ClientStamp: g.c.stamp()})
+	g.c.untrack(g)
+}
+
+// release sends Release until the server answers, ctx ends, or the lease's
+// local expiry passes. The watchdog is already stopped.
+func (g *Guard) release(ctx context.Context) error {
+	if err := g.acquireSem(ctx); err != nil {
+		return err
+	}
+	defer g.releaseSem()
+	for attempt := 0; ; attempt++ {
+		g.mu.Lock()
+		err := g.checkLocked()
+		expiry := g.expiry
+		g.mu.Unlock()
+		if err != nil {
+			g.c.untrack(g)
+			return err
+		}
+		// A release after the local expiry is moot: the key frees itself.
+		actx, cancel := context.WithDeadline(ctx, expiry)
+		resp, rerr := g.c.rpc.Release(actx, &lockv1.ReleaseRequest{
+			Key:         g.key,
+			OwnerToken:  g.owner,
+			ClientStamp: g.c.stamp(),
+		})
+		if rerr == nil {
+			cancel()
+			g.c.merge(resp.GetServerStamp())
+			g.mu.Lock()
+			if resp.GetReleased() {
+				if g.err == nil {
+					g.err = ErrReleased
+					g.lossTimer.Stop()
+					g.cancel(ErrReleased)
+				}
+			} else {
+				g.poisonLocked(LossRejected)
+			}
+			err := g.err
+			g.mu.Unlock()
+			g.c.untrack(g)
+			if errors.Is(err, ErrReleased) {
+				return nil
+			}
+			return err
+		}
+		rerr = mapError(actx, "Release", rerr)
+		cancel()
+		if ctx.Err() != nil {
+			return fmt.Errorf("holdfast: release %q: %w", g.key, rerr)
+		}
+		if !errors.Is(rerr, ErrUnavailable) && !errors.Is(rerr, context.DeadlineExceeded) {
+			return rerr
+		}
+		g.mu.Lock()
+		g.lastErr = rerr
+		g.mu.Unlock()
+		sleep(ctx, g.c.opts.backoff.delay(attempt), expiry)
+	}
+}
+
+// closeForClient ends the guard because its Client is closing: release the
+// lease if possible, else poison it with LossClientClosed.
+func (g *Guard) closeForClient(ctx context.Context) error {
+	select {
+	case g.unlockSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-g.unlockSem }()
+	g.stop()
+	g.mu.Lock()
+	err := g.checkLocked()
+	g.mu.Unlock()
+	if err != nil {
+		return nil
+	}
+	err = g.release(ctx)
+	g.mu.Lock()
+	g.poisonLocked(LossClientClosed)
+	g.mu.Unlock()
+	return err
+}
+
+// String describes the guard for logs; it never shows the owner token.
+func (g *Guard) String() string {
+	return fmt.Sprintf("holdfast.Guard(%q, fencing token %d)", g.key, g.fencing)
+}
