@@ -10,6 +10,9 @@
 #                                    stop (immediate = crash-like, no checkpoint)
 #                                    and start again on the same port and data;
 #                                    prints the DSN again
+#   scripts/postgres.sh kill DIR [immediate|fast]
+#                                    stop the server but keep its data and port
+#                                    (restart brings it back)
 #   scripts/postgres.sh dsn DIR      print the DSN line of a running server
 #
 # DIR is the caller's state directory (created if missing). The cluster itself
@@ -200,11 +203,12 @@ restart() {
 
 cmd=${1:-}
 dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: $0 start|stop|restart|dsn DIR [fast|immediate]"
+[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: $0 start|stop|restart|kill|dsn DIR [fast|immediate]"
 case "$cmd" in
 start) start "$dir" ;;
 stop) stop "$dir" ;;
 restart) restart "$dir" "${3:-fast}" ;;
+kill) stop_server "$dir" "${3:-immediate}" ;;
 dsn) print_dsn "$dir" ;;
 *) die "unknown command $cmd" ;;
 esac

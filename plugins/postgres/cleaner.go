@@ -1,0 +1,83 @@
+package postgres
+
+import (
+	"context"
+	"time"
+)
+
+// scheduled tells the cleaner that this plugin stored a lock expiring after
+// remaining; it wakes the cleaner when that is before its next look.
+func (b *Backend) scheduled(remaining time.Duration) {
+	at := time.Now().Add(remaining)
+	b.mu.Lock()
+	early := at.Before(b.wakeAt)
+	if early {
+		b.wakeAt = at
+	}
+	b.mu.Unlock()
+	if early {
+		select {
+		case b.poke <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
+}
+
+// clean is the cleaner goroutine (see the package doc): mark expired rows
+// free (the trigger announces EventExpired), delete rows free for longer than
+// idle_retention, then sleep until the earliest expiry.
+func (b *Backend) clean() {
+	defer b.wg.Done()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var lastSweep time.Time
+	sweepEvery := min(b.opts.IdleRetention/4, time.Minute)
+	for {
+		wait := b.cleanOnce(&lastSweep, sweepEvery)
+		b.mu.Lock()
+		b.wakeAt = time.Now().Add(wait)
+		b.mu.Unlock()
+		timer.Reset(wait)
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-b.poke:
+		case <-timer.C:
+		}
+	}
+}
+
+// cleanOnce does one round and returns how long to sleep. Errors (the
+// database is away) are retried after a short pause, bounded by the max sleep.
+func (b *Backend) cleanOnce(lastSweep *time.Time, sweepEvery time.Duration) time.Duration {
+	maxSleep := b.opts.CleanerMaxSleep
+	retry := min(100*time.Millisecond, maxSleep)
+	ctx, cancel := context.WithTimeout(b.ctx, b.opts.CallTimeout)
+	defer cancel()
+
+	tag, err := b.pool.Exec(ctx, b.sql.expire)
+	if err != nil {
+		return retry
+	}
+	if tag.RowsAffected() >= expireBatch {
+		return 0 // more to do: go again at once
+	}
+	if time.Since(*lastSweep) >= sweepEvery {
+		tag, err := b.pool.Exec(ctx, b.sql.deleteIdle, micros(b.opts.IdleRetention))
+		if err != nil {
+			return retry
+		}
+		if tag.RowsAffected() < deleteBatch {
+			*lastSweep = time.Now()
+		}
+	}
+	var next *int64
+	if err := b.pool.QueryRow(ctx, b.sql.nextExpiry).Scan(&next); err != nil {
+		return retry
+	}
+	if next == nil {
+		return maxSleep
+	}
+	// A millisecond past the expiry, so the row is expired when we look.
+	return min(max(time.Duration(*next)*time.Microsecond+time.Millisecond, 0), maxSleep)
+}

@@ -1,0 +1,179 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// SchemaVersion is the version of the table layout this plugin writes. It is
+// kept in the table's comment ("holdfast locks v1"), so the plugin owns one
+// table and nothing else that could drift from it.
+const SchemaVersion = 1
+
+// migrationLockClass is the first half of the advisory lock key that
+// serialises migrations of one schema ("HldF"); the second half is a hash of
+// the schema name.
+const migrationLockClass = 0x486c6446
+
+// names are the quoted SQL names of one schema's objects.
+type names struct {
+	schema   string // the user's schema name, unquoted
+	qschema  string // quoted
+	locks    string // "schema"."locks"
+	fencing  string // "schema"."fencing" (sequence)
+	notifyFn string // "schema"."locks_notify" (trigger function)
+	channel  string // NOTIFY channel, unquoted
+}
+
+func newNames(schema string) names {
+	q := func(parts ...string) string { return pgx.Identifier(parts).Sanitize() }
+	channel := "holdfast:" + schema
+	if len(channel) > 63 { // NAMEDATALEN-1: longer names are truncated and could collide
+		sum := sha256.Sum256([]byte(schema))
+		channel = "holdfast:" + hex.EncodeToString(sum[:16])
+	}
+	return names{
+		schema:   schema,
+		qschema:  q(schema),
+		locks:    q(schema, "locks"),
+		fencing:  q(schema, "fencing"),
+		notifyFn: q(schema, "locks_notify"),
+		channel:  channel,
+	}
+}
+
+// sqlLiteral quotes s as an SQL string literal.
+func sqlLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// migrations[v-1] moves the schema from version v-1 to v. Each runs in the
+// migration transaction, under the advisory lock.
+func migrations(n names) []string {
+	return []string{
+		// v1: the locks table, its two partial indexes, the fencing sequence
+		// and the trigger that announces changes with pg_notify.
+		//
+		// owner is the SHA-256 of the owner token: whoever can read the table
+		// still cannot release or extend someone else's lock through holdfast.
+		// A row whose owner is NULL is a free key that keeps its last fencing
+		// token and stamp; the cleaner deletes such rows after idle_retention.
+		`CREATE SEQUENCE IF NOT EXISTS ` + n.fencing + ` AS bigint;
+CREATE TABLE IF NOT EXISTS ` + n.locks + ` (
+	key           text COLLATE "C" PRIMARY KEY,
+	owner         bytea,
+	holder        text NOT NULL DEFAULT '',
+	fencing       bigint NOT NULL,
+	expires_at    timestamptz,
+	stamp_wall    bigint NOT NULL,
+	stamp_logical bigint NOT NULL,
+	changed_at    timestamptz NOT NULL,
+	CHECK ((owner IS NULL) = (expires_at IS NULL))
+);
+CREATE INDEX IF NOT EXISTS locks_expiry ON ` + n.locks + ` (expires_at) WHERE owner IS NOT NULL;
+CREATE INDEX IF NOT EXISTS locks_idle ON ` + n.locks + ` (changed_at) WHERE owner IS NULL;
+CREATE OR REPLACE FUNCTION ` + n.notifyFn + `() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+	ev text;
+BEGIN
+	IF TG_OP = 'UPDATE' AND OLD.owner IS NOT NULL THEN
+		-- The holder lost the row: by Release (still valid) or by expiry
+		-- (the cleaner, or a takeover by the next acquirer).
+		ev := CASE WHEN OLD.expires_at <= clock_timestamp() THEN 'expired' ELSE 'released' END;
+		PERFORM pg_notify(` + sqlLiteral(n.channel) + `, ` + eventJSON("OLD") + `);
+	END IF;
+	IF NEW.owner IS NOT NULL THEN
+		ev := 'acquired';
+		PERFORM pg_notify(` + sqlLiteral(n.channel) + `, ` + eventJSON("NEW") + `);
+	END IF;
+	RETURN NULL;
+END
+$fn$;
+DROP TRIGGER IF EXISTS locks_notify_insert ON ` + n.locks + `;
+CREATE TRIGGER locks_notify_insert AFTER INSERT ON ` + n.locks + `
+	FOR EACH ROW EXECUTE FUNCTION ` + n.notifyFn + `();
+DROP TRIGGER IF EXISTS locks_notify_update ON ` + n.locks + `;
+CREATE TRIGGER locks_notify_update AFTER UPDATE ON ` + n.locks + `
+	FOR EACH ROW WHEN (OLD.owner IS DISTINCT FROM NEW.owner) EXECUTE FUNCTION ` + n.notifyFn + `();`,
+	}
+}
+
+// eventJSON builds the NOTIFY payload for row r (OLD or NEW) with event type
+// ev. A payload must stay under 8000 bytes: keys are at most 512 bytes, and a
+// long holder label is cut to 256 characters (the "x" flag says so).
+func eventJSON(r string) string {
+	obj := func(holder string) string {
+		return `json_build_object('t', ev, 'k', ` + r + `.key, 'f', ` + r + `.fencing, 'h', ` + holder +
+			`, 'e', (extract(epoch FROM ` + r + `.expires_at) * 1000000)::bigint` +
+			`, 'r', (extract(epoch FROM ` + r + `.expires_at - clock_timestamp()) * 1000000)::bigint` +
+			`, 'w', ` + r + `.stamp_wall, 'l', ` + r + `.stamp_logical, 'x', ` +
+			map[bool]string{true: "true", false: "false"}[holder != r+".holder"] + `)::text`
+	}
+	return `CASE WHEN octet_length(` + r + `.holder) <= 1024 THEN ` + obj(r+".holder") +
+		` ELSE ` + obj("left("+r+".holder, 256)") + ` END`
+}
+
+// tableComment is the comment that records the schema version.
+func tableComment(v int) string { return "holdfast locks v" + strconv.Itoa(v) }
+
+// parseVersion reads the version from the table comment.
+func parseVersion(comment string) (int, error) {
+	rest, ok := strings.CutPrefix(comment, "holdfast locks v")
+	if !ok {
+		return 0, fmt.Errorf("table comment %q is not a holdfast schema version", comment)
+	}
+	return strconv.Atoi(rest)
+}
+
+// migrate creates or upgrades the schema. It is idempotent and safe when
+// several plugins start at once: the whole migration runs in one transaction
+// holding a transaction-level advisory lock on the schema name, so the second
+// plugin waits and then finds the current version.
+func migrate(ctx context.Context, pool *pgxpool.Pool, n names) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`,
+			int32(migrationLockClass), n.schema); err != nil {
+			return fmt.Errorf("take the migration lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+n.qschema); err != nil {
+			return fmt.Errorf("create schema %s: %w", n.qschema, err)
+		}
+		var comment *string
+		var exists bool
+		if err := tx.QueryRow(ctx,
+			`SELECT to_regclass($1) IS NOT NULL, obj_description(to_regclass($1), 'pg_class')`,
+			n.locks).Scan(&exists, &comment); err != nil {
+			return fmt.Errorf("read schema version: %w", err)
+		}
+		have := 0
+		if exists {
+			if comment == nil {
+				return fmt.Errorf("table %s exists but has no holdfast version comment: not created by holdfast?", n.locks)
+			}
+			v, err := parseVersion(*comment)
+			if err != nil {
+				return fmt.Errorf("table %s: %w", n.locks, err)
+			}
+			have = v
+		}
+		if have > SchemaVersion {
+			return fmt.Errorf("table %s is at schema version %d, newer than this plugin's %d: upgrade the plugin",
+				n.locks, have, SchemaVersion)
+		}
+		steps := migrations(n)
+		for v := have + 1; v <= SchemaVersion; v++ {
+			if _, err := tx.Exec(ctx, steps[v-1]); err != nil {
+				return fmt.Errorf("migrate %s to version %d: %w", n.locks, v, err)
+			}
+			if _, err := tx.Exec(ctx, `COMMENT ON TABLE `+n.locks+` IS `+sqlLiteral(tableComment(v))); err != nil {
+				return fmt.Errorf("record schema version %d: %w", v, err)
+			}
+		}
+		return nil
+	})
+}

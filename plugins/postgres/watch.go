@@ -1,0 +1,122 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/proto/hlc"
+)
+
+// payload is the JSON the trigger sends with pg_notify (see eventJSON).
+type payload struct {
+	Type      string `json:"t"`
+	Key       string `json:"k"`
+	Fencing   int64  `json:"f"`
+	Holder    string `json:"h"`
+	ExpiresUS int64  `json:"e"`
+	RemainUS  int64  `json:"r"`
+	Wall      int64  `json:"w"`
+	Logical   int64  `json:"l"`
+	Truncated bool   `json:"x"`
+}
+
+func (p payload) event() (backend.Event, error) {
+	var t backend.EventType
+	switch p.Type {
+	case "acquired":
+		t = backend.EventAcquired
+	case "released":
+		t = backend.EventReleased
+	case "expired":
+		t = backend.EventExpired
+	default:
+		return backend.Event{}, fmt.Errorf("unknown event type %q", p.Type)
+	}
+	rec := backend.Record{
+		Key:          p.Key,
+		FencingToken: uint64(p.Fencing),
+		Holder:       p.Holder,
+		ExpiresAt:    time.UnixMicro(p.ExpiresUS),
+		Stamp:        hlc.Timestamp{WallTime: p.Wall, Logical: uint32(p.Logical)},
+	}
+	if t == backend.EventAcquired {
+		rec.Remaining = max(time.Duration(p.RemainUS)*time.Microsecond, 0)
+	}
+	return backend.Event{Type: t, Record: rec}, nil
+}
+
+// Watch implements backend.Backend on a dedicated connection that LISTENs on
+// the schema's channel. EventSynced is sent after LISTEN has returned: every
+// change committed later is delivered, in commit order. It returns ctx.Err()
+// when ctx is done, ErrClosed when the backend closes, and an error wrapping
+// backend.ErrUnavailable when the connection is lost (the caller watches
+// again and re-reads state after the new EventSynced).
+func (b *Backend) Watch(ctx context.Context, prefix string, send func(backend.Event) error) error {
+	if b.ctx.Err() != nil {
+		return ErrClosed
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(b.ctx, cancel)
+	defer stop()
+
+	connectCtx, cancelConnect := context.WithTimeout(wctx, b.opts.CallTimeout)
+	conn, err := pgx.ConnectConfig(connectCtx, b.pool.Config().ConnConfig.Copy())
+	cancelConnect()
+	if err != nil {
+		return b.watchErr(ctx, err)
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	listenCtx, cancelListen := context.WithTimeout(wctx, b.opts.CallTimeout)
+	_, err = conn.Exec(listenCtx, "LISTEN "+pgx.Identifier{b.n.channel}.Sanitize())
+	cancelListen()
+	if err != nil {
+		return b.watchErr(ctx, err)
+	}
+	if err := send(backend.Event{Type: backend.EventSynced}); err != nil {
+		return err
+	}
+	for {
+		n, err := conn.WaitForNotification(wctx)
+		if err != nil {
+			return b.watchErr(ctx, err)
+		}
+		var p payload
+		if err := json.Unmarshal([]byte(n.Payload), &p); err != nil {
+			return fmt.Errorf("%w: postgres: watch: bad notification %q: %w", backend.ErrUnavailable, n.Payload, err)
+		}
+		if !strings.HasPrefix(p.Key, prefix) {
+			continue
+		}
+		ev, err := p.event()
+		if err != nil {
+			return fmt.Errorf("%w: postgres: watch: %w", backend.ErrUnavailable, err)
+		}
+		if err := send(ev); err != nil {
+			return err
+		}
+	}
+}
+
+func (b *Backend) watchErr(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case b.ctx.Err() != nil:
+		return ErrClosed
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: postgres: watch: no answer within %s: %w", backend.ErrUnavailable, b.opts.CallTimeout, err)
+	}
+	return fmt.Errorf("%w: postgres: watch: %w", backend.ErrUnavailable, err)
+}
