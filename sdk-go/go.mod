@@ -8,4 +8,6 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
+require go.uber.org/goleak v1.3.0
+
 replace github.com/holdfast/holdfast/proto => ../proto

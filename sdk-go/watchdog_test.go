@@ -1,0 +1,403 @@
+package holdfast
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+)
+
+// The watchdog's failure paths, against a scripted peer (fakepeer_test.go).
+// Timing bounds: a lower bound is exact (poisoning before the local expiry is
+// a bug however the machine is loaded); upper bounds carry slack for a
+// loaded 2-core machine under -race.
+
+const slack = 250 * time.Millisecond
+
+func dialPeer(t *testing.T, url string, opts ...Option) *Client {
+	t.Helper()
+	c, err := Dial(url, append([]Option{WithBackoff(Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond})}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// waitDone waits for the guard to end and returns when it noticed.
+func waitDone(t *testing.T, g *Guard, within time.Duration) time.Time {
+	t.Helper()
+	select {
+	case <-g.Done():
+		return time.Now()
+	case <-time.After(within):
+		t.Fatalf("guard still held after %s", within)
+	}
+	return time.Time{}
+}
+
+func lossOf(t *testing.T, g *Guard) *LeaseLostError {
+	t.Helper()
+	cause := context.Cause(g.Context())
+	if !errors.Is(cause, ErrLeaseLost) {
+		t.Fatalf("cause %v: want ErrLeaseLost", cause)
+	}
+	var lost *LeaseLostError
+	if !errors.As(cause, &lost) {
+		t.Fatalf("cause %T: want *LeaseLostError", cause)
+	}
+	if _, err := g.FencingToken(); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("FencingToken after loss: %v, want ErrLeaseLost", err)
+	}
+	if !errors.Is(g.Err(), ErrLeaseLost) {
+		t.Fatalf("Err after loss: %v", g.Err())
+	}
+	return lost
+}
+
+func TestWatchdogRenewsAtAboutATTLThird(t *testing.T) {
+	peer, url := newFakePeer(t)
+	c := dialPeer(t, url)
+	const ttl = 300 * time.Millisecond
+	g, err := c.Lock("k").TTL(ttl).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := g.FencingToken()
+	deadline := time.Now().Add(3 * ttl)
+	for time.Now().Before(deadline) {
+		if _, err := g.FencingToken(); err != nil {
+			t.Fatalf("guard lost while renewals succeed: %v", err)
+		}
+		select {
+		case <-g.Done():
+			t.Fatalf("guard ended: %v", context.Cause(g.Context()))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if got, _ := g.FencingToken(); got != tok {
+		t.Fatalf("fencing token changed %d -> %d", tok, got)
+	}
+	s := peer.snapshot()
+	// Three TTLs at a renewal per TTL/3 is about 9; at least 6 even when
+	// the machine is slow, and never a spin.
+	if n := len(s.extendOK); n < 6 || n > 14 {
+		t.Fatalf("%d renewals in 3 TTLs, want about 9", n)
+	}
+	prev := s.acquireRecv[0]
+	for i, at := range s.extendOK {
+		if gap := at.Sub(prev); gap < ttl/4 {
+			t.Fatalf("renewal %d came %s after the previous one: sooner than TTL/3 (%s)", i, gap, ttl/3)
+		}
+		prev = at
+	}
+	if err := g.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(context.Cause(g.Context()), ErrReleased) {
+		t.Fatalf("cause after Unlock: %v", context.Cause(g.Context()))
+	}
+	if _, err := g.FencingToken(); !errors.Is(err, ErrReleased) {
+		t.Fatalf("FencingToken after Unlock: %v", err)
+	}
+	// The watchdog has stopped: no renewal after Unlock.
+	n := len(peer.snapshot().extendRecv)
+	time.Sleep(ttl / 2) // observing that nothing happens needs a span of time
+	if m := len(peer.snapshot().extendRecv); m != n {
+		t.Fatalf("%d renewals after Unlock", m-n)
+	}
+}
+
+func TestRenewalAnsweredExtendedFalsePoisonsWithinTTL(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.extendMode = modeReject })
+	c := dialPeer(t, url)
+	const ttl = 600 * time.Millisecond
+	start := time.Now()
+	g, err := c.Lock("k").TTL(ttl).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := waitDone(t, g, ttl+slack)
+	// Lost at the first renewal, about TTL/3 in, well within the TTL.
+	if d := at.Sub(start); d > ttl {
+		t.Fatalf("poisoned %s after acquire; want within the TTL %s", d, ttl)
+	}
+	lost := lossOf(t, g)
+	if lost.Reason != LossRejected || lost.Key != "k" || lost.FencingToken != 1 {
+		t.Fatalf("loss %+v", lost)
+	}
+	releasesBefore := peer.snapshot().releases
+	if err := g.Unlock(t.Context()); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Unlock after loss: %v, want ErrLeaseLost", err)
+	}
+	if err := g.Extend(t.Context(), 0); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Extend after loss: %v, want ErrLeaseLost", err)
+	}
+	// The server already said the token does not hold: nothing to release.
+	if r := peer.snapshot().releases; r != releasesBefore {
+		t.Fatalf("Unlock sent %d releases after a rejected renewal", r-releasesBefore)
+	}
+}
+
+// A renewal that never returns must not keep the guard alive: the guard is
+// poisoned at the local expiry (TTL after the acquire was sent), not before,
+// and not much after.
+func TestHungRenewalPoisonsAtLocalMonotonicExpiry(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.extendMode = modeHang })
+	c := dialPeer(t, url)
+	const ttl = 600 * time.Millisecond
+	before := time.Now()
+	g, err := c.Lock("k").TTL(ttl).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquired := peer.snapshot().acquireRecv[0]
+	at := waitDone(t, g, ttl+slack)
+	if d := at.Sub(before); d < ttl {
+		t.Fatalf("poisoned %s after the acquire was sent: before the TTL %s", d, ttl)
+	}
+	if d := at.Sub(acquired); d > ttl+slack {
+		t.Fatalf("poisoned %s after the acquire: later than TTL+%s", d, slack)
+	}
+	lost := lossOf(t, g)
+	if lost.Reason != LossExpired {
+		t.Fatalf("reason %v, want LossExpired", lost.Reason)
+	}
+	if !errors.Is(lost, context.DeadlineExceeded) {
+		t.Fatalf("last renewal error %v: want the per-attempt deadline", lost.LastErr)
+	}
+	// Each attempt is bounded (TTL/3), so a hung connection did not stop
+	// the watchdog from trying again.
+	if n := len(peer.snapshot().extendRecv); n < 2 {
+		t.Fatalf("%d renewal attempts; want retries after a hung attempt", n)
+	}
+	if err := g.Unlock(t.Context()); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Unlock after loss: %v", err)
+	}
+}
+
+// consul#912: a transient error must not drop a lease that is still valid.
+func TestTransientRenewalErrorsAreRetriedWhileTheLeaseIsValid(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.extendMode, p.failN = modeFailN, 4 })
+	c := dialPeer(t, url)
+	const ttl = 900 * time.Millisecond
+	g, err := c.Lock("k").TTL(ttl).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for a renewal that succeeded after the failures.
+	deadline := time.Now().Add(ttl)
+	for len(peer.snapshot().extendOK) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no successful renewal within the TTL; guard err %v", g.Err())
+		}
+		time.Sleep(5 * time.Millisecond) // poll with a deadline
+	}
+	if err := g.Err(); err != nil {
+		t.Fatalf("guard lost despite a successful retry: %v", err)
+	}
+	if n := len(peer.snapshot().extendRecv); n < 5 {
+		t.Fatalf("%d renewal attempts, want the 4 failures then a success", n)
+	}
+	if err := g.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUnreachableUntilExpiryPoisonsWithLastError(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.extendMode = modeUnavailable })
+	c := dialPeer(t, url)
+	const ttl = 400 * time.Millisecond
+	before := time.Now()
+	g, err := c.Lock("k").TTL(ttl).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := waitDone(t, g, ttl+slack)
+	if d := at.Sub(before); d < ttl {
+		t.Fatalf("poisoned after %s: before the local expiry %s", d, ttl)
+	}
+	lost := lossOf(t, g)
+	if lost.Reason != LossExpired || !errors.Is(lost, ErrUnavailable) {
+		t.Fatalf("loss %v: want LossExpired with ErrUnavailable", lost)
+	}
+}
+
+func TestUnlockAnsweredReleasedFalseIsLeaseLost(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.releaseMode = modeReject })
+	c := dialPeer(t, url)
+	g, err := c.Lock("k").TTL(5 * time.Second).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = g.Unlock(t.Context())
+	if !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Unlock answered released=false: %v, want ErrLeaseLost (etcd#22082)", err)
+	}
+	var lost *LeaseLostError
+	if !errors.As(err, &lost) || lost.Reason != LossRejected {
+		t.Fatalf("%v: want LossRejected", err)
+	}
+	if !errors.Is(context.Cause(g.Context()), ErrLeaseLost) {
+		t.Fatal("context not cancelled with the loss")
+	}
+}
+
+func TestUnlockRetriesUnavailable(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.releaseMode, p.failN = modeFailN, 2 })
+	c := dialPeer(t, url)
+	g, err := c.Lock("k").TTL(5 * time.Second).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Unlock(t.Context()); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if r := peer.snapshot().releases; r != 3 {
+		t.Fatalf("%d release attempts, want 3", r)
+	}
+	if err := g.Unlock(t.Context()); err != nil {
+		t.Fatalf("second Unlock: %v", err)
+	}
+}
+
+func TestExtendChangesTheRenewalTTL(t *testing.T) {
+	peer, url := newFakePeer(t)
+	c := dialPeer(t, url)
+	g, err := c.Lock("k").TTL(300 * time.Millisecond).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Extend(t.Context(), 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if g.TTL() != 3*time.Second {
+		t.Fatalf("TTL %s", g.TTL())
+	}
+	n := len(peer.snapshot().extendOK)
+	// The old schedule (every 100ms) would renew several times in 500ms;
+	// the new one (every 1s) must not.
+	time.Sleep(500 * time.Millisecond) // observing an absence needs a span of time
+	s := peer.snapshot()
+	if len(s.extendOK) != n {
+		t.Fatalf("%d renewals within 500ms of extending to 3s", len(s.extendOK)-n)
+	}
+	if got := s.extendTTLs[len(s.extendTTLs)-1]; got != 3*time.Second {
+		t.Fatalf("renewed with %s", got)
+	}
+	if err := g.Extend(t.Context(), -time.Second); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("negative ttl: %v", err)
+	}
+	if err := g.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Extend(t.Context(), 0); !errors.Is(err, ErrReleased) {
+		t.Fatalf("Extend after Unlock: %v", err)
+	}
+}
+
+// After a long server-side wait the lease started late; counting from the
+// send, little of it may be left, so the SDK renews once before handing the
+// guard out, and the guard is valid from that renewal.
+func TestLateAcquireAnswerIsConfirmedBeforeUse(t *testing.T) {
+	peer, url := newFakePeer(t)
+	const ttl = 300 * time.Millisecond
+	peer.set(func(p *fakePeer) { p.acquireDelay = ttl + 100*time.Millisecond })
+	c := dialPeer(t, url)
+	g, err := c.Lock("k").TTL(ttl).Wait(5 * time.Second).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.FencingToken(); err != nil {
+		t.Fatalf("guard handed out already lost: %v", err)
+	}
+	if n := len(peer.snapshot().extendOK); n < 1 {
+		t.Fatal("no confirming renewal after a late answer")
+	}
+	if err := g.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLockRetriesUnavailableWithinItsWait(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.acquireMode, p.failN = modeFailN, 3 })
+	c := dialPeer(t, url)
+	g, err := c.Lock("k").TTL(time.Second).Wait(5 * time.Second).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(peer.snapshot().acquireRecv); n != 4 {
+		t.Fatalf("%d attempts, want 4", n)
+	}
+	_ = g.Unlock(t.Context())
+
+	// Unavailable for longer than the wait: the last error comes back,
+	// within the wait.
+	peer.set(func(p *fakePeer) { p.acquireMode = modeUnavailable })
+	start := time.Now()
+	_, err = c.Lock("k").TTL(time.Second).Wait(300 * time.Millisecond).Lock(t.Context())
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("%v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 300*time.Millisecond+slack {
+		t.Fatalf("gave up after %s, wait was 300ms", d)
+	}
+	// TryLock does not retry.
+	before := len(peer.snapshot().acquireRecv)
+	if _, err := c.Lock("k").TryLock(t.Context()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("TryLock: %v", err)
+	}
+	if n := len(peer.snapshot().acquireRecv) - before; n != 1 {
+		t.Fatalf("TryLock made %d attempts", n)
+	}
+}
+
+func TestErrorCodesMapToSentinels(t *testing.T) {
+	peer, url := newFakePeer(t)
+	c := dialPeer(t, url)
+	for code, want := range map[connect.Code]error{
+		connect.CodeInvalidArgument:   ErrInvalidArgument,
+		connect.CodeUnavailable:       ErrUnavailable,
+		connect.CodePermissionDenied:  ErrPermissionDenied,
+		connect.CodeUnauthenticated:   ErrUnauthenticated,
+		connect.CodeResourceExhausted: ErrResourceExhausted,
+		connect.CodeInternal:          ErrServer,
+	} {
+		peer.set(func(p *fakePeer) { p.acquireMode, p.errCode = modeError, code })
+		_, err := c.Lock("k").TryLock(t.Context())
+		if !errors.Is(err, want) {
+			t.Errorf("%s: %v, want %v", code, err, want)
+		}
+		if err != nil && !contains(err.Error(), "key: scripted failure") {
+			t.Errorf("%s: %q lost the server's message", code, err)
+		}
+	}
+	// A call cut by the caller's context matches the context's error.
+	peer.set(func(p *fakePeer) { p.acquireMode = modeHang })
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err := c.Lock("k").TryLock(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%v, want context.DeadlineExceeded", err)
+	}
+}
+
+func contains(s, sub string) bool { return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0) }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
