@@ -1,0 +1,554 @@
+// Package redis is holdfast's Redis backend: locks in a single Redis server,
+// behind Sentinel, or in a Redis Cluster, through go-redis's universal client.
+//
+// # How it keeps the promises
+//
+// Acquire, Release and Extend are each one Lua script, which Redis runs
+// atomically: Acquire creates the lock only if the key is absent, with a
+// millisecond TTL (PEXPIRE), so Redis is the authority on expiry and the
+// granularity is 1 ms; Release and Extend compare the owner token in the
+// same script that deletes or renews the lock.
+//
+// Fencing tokens are max(last token + 1, the Redis server's TIME in
+// microseconds), computed inside the Acquire script. The last token lives in
+// a per-key meta hash; when Redis restarts empty (no persistence) or the meta
+// hash has expired, the clock floor still gives a larger token than any
+// issued before. Assumption, stated plainly: the clock of the Redis server
+// that answers does not step back by more than the time between the last
+// acquisition of a key and the first one after the restart (or failover: the
+// clocks of a master and its replicas must agree that well). Tokens are
+// therefore not consecutive: they are microsecond-sized steps.
+//
+// The meta hash also keeps the key's last HLC stamp (NextStamp is computed
+// inside the script). It expires meta_retention (default 1h) after the lock
+// is released or expires, so unique keys do not pile up forever. That is
+// safe: fencing is covered by the clock floor, and a stamp proposed an hour
+// later is beyond the forgotten one unless server clocks disagree by an hour.
+// meta_retention=0 keeps meta hashes forever.
+//
+// Keys: <key_prefix>{K}:lock and <key_prefix>{K}:meta, where the hash tag {K}
+// puts both in one Cluster slot (the key's own '{', '}' and '%' are
+// %-escaped so they cannot break the tag).
+//
+// Watch: Acquire and Release PUBLISH an event on <key_prefix>events:K (a
+// PUBLISH is cluster-wide); expiries are caught from Redis keyspace
+// notifications (__keyevent@DB__:expired), which the backend turns on at
+// start-up with CONFIG SET notify-keyspace-events Ex when they are off and
+// CONFIG is allowed. Where it is not (managed Redis), the engine's own
+// expiry timer wakes waiters; the backend logs that once. Redis deletes
+// expired keys lazily and in a background cycle, so an expiry event can come
+// up to about 100 ms after the TTL; an Acquire is never delayed by it.
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/proto/hlc"
+)
+
+// Name is the backend's name in Info.
+const Name = "redis"
+
+// Version is this backend's version.
+const Version = "0.1.0"
+
+// Backend is the Redis backend. Open it with Open; Close it when done.
+type Backend struct {
+	opts    Options
+	client  goredis.UniversalClient
+	log     *slog.Logger
+	durable bool
+	// expiryEvents: Redis reports expiries (notify-keyspace-events has E and x).
+	expiryEvents bool
+	serverVer    string
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Open parses opts (see OptionKeys), connects and checks the connection
+// within the dial timeout, so a wrong address or wrong credentials fail
+// start-up with a clear error. It is the plugin's backend.OpenFunc.
+func Open(ctx context.Context, opts map[string]string) (backend.Backend, error) {
+	o, err := ParseOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return New(ctx, o)
+}
+
+// New connects with parsed options.
+func New(ctx context.Context, o Options) (*Backend, error) {
+	tlsCfg, err := o.tlsConfig()
+	if err != nil {
+		return nil, fmt.Errorf("%w: redis: %v", backend.ErrInvalidArgument, err)
+	}
+	uo := &goredis.UniversalOptions{
+		Addrs:            o.Addrs,
+		MasterName:       o.MasterName,
+		Username:         o.Username,
+		Password:         o.Password,
+		SentinelUsername: o.SentinelUsername,
+		SentinelPassword: o.SentinelPassword,
+		DB:               o.DB,
+		TLSConfig:        tlsCfg,
+		IsClusterMode:    o.Cluster,
+		ClientName:       "holdfast",
+		DialTimeout:      o.DialTimeout,
+		ReadTimeout:      o.OpTimeout,
+		WriteTimeout:     o.OpTimeout,
+		PoolTimeout:      o.OpTimeout,
+		PoolSize:         o.PoolSize,
+		// One quick redial, then an error: the engine answers unavailable
+		// at once instead of hanging callers while Redis is away.
+		DialerRetries:      1,
+		DialerRetryTimeout: 50 * time.Millisecond,
+		// Mutating scripts are not blindly resent after a network error
+		// (the first attempt may have run); callers and the engine retry.
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+		MaintNotificationsConfig: &maintnotifications.Config{
+			Mode: maintnotifications.ModeDisabled,
+		},
+	}
+	b := &Backend{opts: o, client: goredis.NewUniversalClient(uo), log: slog.Default().With("backend", Name)}
+	if err := b.start(ctx); err != nil {
+		_ = b.client.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *Backend) start(ctx context.Context) error {
+	// Bound start-up even when ctx has no deadline: a few dial attempts.
+	ctx, cancel := context.WithTimeout(ctx, 2*b.opts.DialTimeout+b.opts.OpTimeout)
+	defer cancel()
+	where := strings.Join(b.opts.Addrs, ",")
+	if b.opts.MasterName != "" {
+		where = fmt.Sprintf("master %q via sentinels %s", b.opts.MasterName, where)
+	}
+	if err := b.forEachNode(ctx, func(ctx context.Context, c goredis.UniversalClient) error {
+		return c.Ping(ctx).Err()
+	}); err != nil {
+		hint := ""
+		if isAuthErr(err) {
+			hint = " (check username/password)"
+		}
+		return fmt.Errorf("%w: redis: cannot use %s%s: %w", backend.ErrUnavailable, where, hint, err)
+	}
+	if v, err := b.client.Info(ctx, "server").Result(); err == nil {
+		b.serverVer = infoField(v, "redis_version")
+	}
+	b.durable = b.detectDurable(ctx)
+	b.expiryEvents = b.ensureKeyspaceEvents(ctx)
+	if !b.expiryEvents {
+		b.log.Warn("Redis expiry notifications are off and cannot be turned on; waiters on expired locks are woken by the engine's expiry timer",
+			"hint", "CONFIG SET notify-keyspace-events Ex")
+	}
+	return nil
+}
+
+// forEachNode runs fn on every master of a Cluster, or once on the client.
+func (b *Backend) forEachNode(ctx context.Context, fn func(context.Context, goredis.UniversalClient) error) error {
+	if cc, ok := b.client.(*goredis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return fn(ctx, c) })
+	}
+	return fn(ctx, b.client)
+}
+
+func (b *Backend) detectDurable(ctx context.Context) bool {
+	switch b.opts.Durable {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	durable := true
+	err := b.forEachNode(ctx, func(ctx context.Context, c goredis.UniversalClient) error {
+		cfg, err := c.ConfigGet(ctx, "append*").Result()
+		if err != nil {
+			return err
+		}
+		if cfg["appendonly"] != "yes" || cfg["appendfsync"] != "always" {
+			durable = false
+		}
+		return nil
+	})
+	return err == nil && durable
+}
+
+// ensureKeyspaceEvents turns on expired-key notifications (E and x) on every
+// node, keeping whatever flags are already set. It reports whether they are on.
+func (b *Backend) ensureKeyspaceEvents(ctx context.Context) bool {
+	on := true
+	err := b.forEachNode(ctx, func(ctx context.Context, c goredis.UniversalClient) error {
+		cfg, err := c.ConfigGet(ctx, "notify-keyspace-events").Result()
+		if err != nil {
+			return err
+		}
+		flags := cfg["notify-keyspace-events"]
+		hasE := strings.Contains(flags, "E")
+		hasX := strings.Contains(flags, "x") || strings.Contains(flags, "A")
+		if hasE && hasX {
+			return nil
+		}
+		if b.opts.KeyspaceEvents == "off" {
+			on = false
+			return nil
+		}
+		if !hasE {
+			flags += "E"
+		}
+		if !hasX {
+			flags += "x"
+		}
+		return c.ConfigSet(ctx, "notify-keyspace-events", flags).Err()
+	})
+	return err == nil && on
+}
+
+// Close closes the connections.
+func (b *Backend) Close() error { return b.client.Close() }
+
+// Info states the backend's promises.
+func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
+	v := Version
+	if b.serverVer != "" {
+		v += " (redis " + b.serverVer + ")"
+	}
+	return backend.Info{
+		Name:           Name,
+		Version:        v,
+		Shared:         true,
+		Durable:        b.durable,
+		TTLGranularity: time.Millisecond,
+		MinTTL:         b.opts.MinTTL,
+		MaxTTL:         b.opts.MaxTTL,
+		Fair:           false,
+	}, nil
+}
+
+// Acquire runs the acquire script: one atomic step.
+func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
+	if err := b.checkTTL(req.TTL); err != nil {
+		return backend.AcquireResult{}, err
+	}
+	s, n, l := splitStamp(req.Stamp)
+	res, err := acquireScript.Run(ctx, b.client, b.keys(req.Key),
+		req.OwnerToken, millis(req.TTL), req.Holder, s, n, l,
+		millis(b.opts.MetaRetention), b.channel(req.Key)).Slice()
+	if err != nil {
+		return backend.AcquireResult{}, b.fail("acquire", err)
+	}
+	rec, err := parseRecord(req.Key, res[1:])
+	if err != nil {
+		return backend.AcquireResult{}, b.fail("acquire", err)
+	}
+	return backend.AcquireResult{Acquired: asInt(res[0]) == 1, Record: rec}, nil
+}
+
+// Release runs the release script: compare the token, then delete.
+func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool, error) {
+	s, n, l := splitStamp(req.Stamp)
+	res, err := releaseScript.Run(ctx, b.client, b.keys(req.Key),
+		req.OwnerToken, s, n, l, millis(b.opts.MetaRetention), b.channel(req.Key)).Int64()
+	if err != nil {
+		return false, b.fail("release", err)
+	}
+	return res == 1, nil
+}
+
+// Extend runs the extend script: compare the token, then renew.
+func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
+	if err := b.checkTTL(req.TTL); err != nil {
+		return backend.ExtendResult{}, err
+	}
+	s, n, l := splitStamp(req.Stamp)
+	res, err := extendScript.Run(ctx, b.client, b.keys(req.Key),
+		req.OwnerToken, millis(req.TTL), s, n, l, millis(b.opts.MetaRetention)).Slice()
+	if err != nil {
+		return backend.ExtendResult{}, b.fail("extend", err)
+	}
+	if asInt(res[0]) != 1 {
+		return backend.ExtendResult{}, nil
+	}
+	rec, err := parseRecord(req.Key, res[1:])
+	if err != nil {
+		return backend.ExtendResult{}, b.fail("extend", err)
+	}
+	return backend.ExtendResult{Extended: true, Record: rec}, nil
+}
+
+// Get returns the lock on key, if held.
+func (b *Backend) Get(ctx context.Context, key string) (backend.Record, bool, error) {
+	res, err := getScript.Run(ctx, b.client, []string{b.lockKey(key)}).Slice()
+	if err != nil {
+		return backend.Record{}, false, b.fail("get", err)
+	}
+	if asInt(res[0]) != 1 {
+		return backend.Record{}, false, nil
+	}
+	rec, err := parseRecord(key, res[1:])
+	if err != nil {
+		return backend.Record{}, false, b.fail("get", err)
+	}
+	return rec, true, nil
+}
+
+// List scans for lock keys under req.Prefix (SCAN on every node), sorts them
+// and reads one page. A page costs a scan of the keyspace's matching keys:
+// List is for operators, not for the hot path.
+func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.ListPage, error) {
+	pattern := b.opts.KeyPrefix + "{" + globEscape(escapeKey(req.Prefix)) + "*}:lock"
+	var keys []string
+	seen := map[string]bool{}
+	err := b.forEachNode(ctx, func(ctx context.Context, c goredis.UniversalClient) error {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) {
+			k, ok := b.decodeLockKey(it.Val())
+			if ok && strings.HasPrefix(k, req.Prefix) && k > req.PageToken && !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+		return it.Err()
+	})
+	if err != nil {
+		return backend.ListPage{}, b.fail("list", err)
+	}
+	sort.Strings(keys)
+	size := max(req.PageSize, 1)
+	var page backend.ListPage
+	for len(keys) > 0 && len(page.Records) < size {
+		n := min(size-len(page.Records), len(keys))
+		batch := keys[:n]
+		keys = keys[n:]
+		pipe := b.client.Pipeline()
+		cmds := make([]*goredis.Cmd, len(batch))
+		for i, k := range batch {
+			cmds[i] = getScript.Eval(ctx, pipe, []string{b.lockKey(k)})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return backend.ListPage{}, b.fail("list", err)
+		}
+		for i, cmd := range cmds {
+			res, err := cmd.Slice()
+			if err != nil {
+				return backend.ListPage{}, b.fail("list", err)
+			}
+			if asInt(res[0]) != 1 {
+				continue // expired or released since the scan
+			}
+			rec, err := parseRecord(batch[i], res[1:])
+			if err != nil {
+				return backend.ListPage{}, b.fail("list", err)
+			}
+			page.Records = append(page.Records, rec)
+		}
+	}
+	if len(keys) > 0 && len(page.Records) > 0 {
+		page.NextPageToken = page.Records[len(page.Records)-1].Key
+	}
+	return page, nil
+}
+
+func (b *Backend) checkTTL(ttl time.Duration) error {
+	if ttl < b.opts.MinTTL || ttl > b.opts.MaxTTL {
+		return fmt.Errorf("%w: ttl %s is outside the redis backend's range [%s, %s]",
+			backend.ErrInvalidArgument, ttl, b.opts.MinTTL, b.opts.MaxTTL)
+	}
+	return nil
+}
+
+// millis rounds d up to whole milliseconds, Redis's unit: a lock is never
+// held for less than asked.
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// fail wraps a Redis error: the caller's own cancellation stays visible
+// (errors.Is(err, context.Canceled)); everything else is unavailable.
+func (b *Backend) fail(op string, err error) error {
+	return fmt.Errorf("%w: redis %s: %w", backend.ErrUnavailable, op, err)
+}
+
+func isAuthErr(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "WRONGPASS") || strings.Contains(s, "NOAUTH") ||
+		strings.Contains(s, "NOPERM") || strings.Contains(s, "invalid password") ||
+		strings.Contains(s, "invalid username-password")
+}
+
+// keys are the lock and meta keys of key, in one Cluster slot.
+func (b *Backend) keys(key string) []string {
+	tag := b.opts.KeyPrefix + "{" + escapeKey(key) + "}"
+	return []string{tag + ":lock", tag + ":meta"}
+}
+
+func (b *Backend) lockKey(key string) string {
+	return b.opts.KeyPrefix + "{" + escapeKey(key) + "}:lock"
+}
+
+// decodeLockKey returns the lock key's holdfast key.
+func (b *Backend) decodeLockKey(rk string) (string, bool) {
+	rest, ok := strings.CutPrefix(rk, b.opts.KeyPrefix+"{")
+	if !ok {
+		return "", false
+	}
+	esc, ok := strings.CutSuffix(rest, "}:lock")
+	if !ok || strings.ContainsAny(esc, "{}") {
+		return "", false
+	}
+	return unescapeKey(esc)
+}
+
+func (b *Backend) channel(key string) string { return b.opts.KeyPrefix + "events:" + key }
+
+// escapeKey %-escapes '%', '{' and '}' so a key cannot end or empty the
+// hash tag. It maps character by character, so the escape of a prefix is a
+// prefix of the escape.
+func escapeKey(k string) string {
+	if !strings.ContainsAny(k, "%{}") {
+		return k
+	}
+	var sb strings.Builder
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; c {
+		case '%':
+			sb.WriteString("%25")
+		case '{':
+			sb.WriteString("%7B")
+		case '}':
+			sb.WriteString("%7D")
+		default:
+			sb.WriteByte(c)
+		}
+	}
+	return sb.String()
+}
+
+func unescapeKey(e string) (string, bool) {
+	if !strings.Contains(e, "%") {
+		return e, true
+	}
+	var sb strings.Builder
+	for i := 0; i < len(e); i++ {
+		if e[i] != '%' {
+			sb.WriteByte(e[i])
+			continue
+		}
+		if i+2 >= len(e) {
+			return "", false
+		}
+		switch e[i+1 : i+3] {
+		case "25":
+			sb.WriteByte('%')
+		case "7B":
+			sb.WriteByte('{')
+		case "7D":
+			sb.WriteByte('}')
+		default:
+			return "", false
+		}
+		i += 2
+	}
+	return sb.String(), true
+}
+
+// globEscape quotes the characters SCAN MATCH and PSUBSCRIBE treat as glob.
+func globEscape(s string) string {
+	var sb strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '*', '?', '[', ']', '\\':
+			sb.WriteByte('\\')
+			sb.WriteByte(c)
+		default:
+			sb.WriteByte(c)
+		}
+	}
+	return sb.String()
+}
+
+// splitStamp splits a stamp into parts a Lua double holds exactly.
+func splitStamp(t hlc.Timestamp) (sec, nsec int64, logical uint32) {
+	sec, nsec = t.WallTime/1e9, t.WallTime%1e9
+	if nsec < 0 {
+		sec, nsec = sec-1, nsec+1e9
+	}
+	return sec, nsec, t.Logical
+}
+
+// parseRecord reads {fence, holder, ss, sn, sl, pttl ms, time s, time us}.
+func parseRecord(key string, v []any) (backend.Record, error) {
+	if len(v) < 8 {
+		return backend.Record{}, fmt.Errorf("unexpected script reply %v", v)
+	}
+	fence, err := strconv.ParseUint(asString(v[0]), 10, 64)
+	if err != nil {
+		return backend.Record{}, fmt.Errorf("fencing token %q: %w", asString(v[0]), err)
+	}
+	ss, sn, sl := asInt(v[2]), asInt(v[3]), asInt(v[4])
+	pttl := time.Duration(asInt(v[5])) * time.Millisecond
+	now := time.Unix(asInt(v[6]), asInt(v[7])*1000)
+	rec := backend.Record{
+		Key:          key,
+		FencingToken: fence,
+		Holder:       asString(v[1]),
+		Stamp:        hlc.Timestamp{WallTime: ss*1e9 + sn, Logical: uint32(sl)},
+	}
+	if pttl > 0 {
+		rec.Remaining = pttl
+		rec.ExpiresAt = now.Add(pttl)
+	}
+	return rec, nil
+}
+
+func asString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case nil:
+		return ""
+	}
+	return fmt.Sprint(v)
+}
+
+func asInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// isTimeout reports a read deadline that passed (used by Watch's health check).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

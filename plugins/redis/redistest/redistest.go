@@ -1,0 +1,172 @@
+// Package redistest gives tests a real Redis: the one named by
+// HOLDFAST_REDIS_ADDR (started by scripts/redis.sh), or a redis-server from
+// PATH that the test starts itself on a free loopback port, without
+// persistence, in a temporary directory. No mocks.
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// EnvAddr names the environment variable holding a running Redis's address.
+const EnvAddr = "HOLDFAST_REDIS_ADDR"
+
+// Addr returns the address of a Redis for t: HOLDFAST_REDIS_ADDR, or a
+// server started for t and stopped when t ends. Without either it skips t,
+// or fails it when HOLDFAST_REQUIRE_SERVICES=1.
+func Addr(t testing.TB) string {
+	t.Helper()
+	if a := os.Getenv(EnvAddr); a != "" {
+		return a
+	}
+	return Start(t).Addr
+}
+
+// Unavailable skips t with why, or fails it when HOLDFAST_REQUIRE_SERVICES=1.
+func Unavailable(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("HOLDFAST_REQUIRE_SERVICES") == "1" {
+		t.Fatalf("%s (HOLDFAST_REQUIRE_SERVICES=1)", why)
+	}
+	t.Skip(why)
+}
+
+// Server is a redis-server process owned by a test.
+type Server struct {
+	Addr string
+	Port int
+	Dir  string
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the log reader has finished
+}
+
+// Start starts redis-server from PATH for t on a free port, with no
+// persistence and extra command-line arguments args (for example
+// "--requirepass", "x"). It is stopped (by its PID) when t ends.
+func Start(t testing.TB, args ...string) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		Unavailable(t, "redis-server not in PATH and "+EnvAddr+" unset: run scripts/setup.sh, or scripts/redis.sh start DIR and export "+EnvAddr)
+	}
+	s := &Server{Dir: t.TempDir(), args: args}
+	var err error
+	for range 5 {
+		var port int
+		if port, err = freePort(); err != nil {
+			continue
+		}
+		if err = s.start(port); err == nil {
+			t.Cleanup(func() { s.Stop(t) })
+			return s
+		}
+	}
+	t.Fatalf("start redis-server: %v", err)
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// start runs redis-server on port and waits for its "Ready to accept
+// connections" log line (an event, with a deadline).
+func (s *Server) start(port int) error {
+	args := append([]string{
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", s.Dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "",
+	}, s.args...)
+	cmd := exec.Command("redis-server", args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	var tail []string
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(out)
+		signalled := false
+		for sc.Scan() {
+			line := sc.Text()
+			if !signalled {
+				tail = append(tail, line)
+				if strings.Contains(line, "Ready to accept connections") {
+					signalled = true
+					close(ready)
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case <-ready:
+		s.cmd, s.done, s.Port = cmd, done, port
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		return nil
+	case <-done:
+		_ = cmd.Wait()
+		return fmt.Errorf("redis-server exited on port %d: %s", port, strings.Join(tail, "\n"))
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		<-done
+		return fmt.Errorf("redis-server not ready on port %d within 10s", port)
+	}
+}
+
+// Stop stops the server (SIGTERM by PID, SIGKILL after 10 s) and waits
+// for it. Stopping a stopped server does nothing.
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(os.Interrupt)
+	timer := time.AfterFunc(10*time.Second, func() { _ = s.cmd.Process.Kill() })
+	_ = s.cmd.Wait()
+	timer.Stop()
+	<-s.done
+	s.cmd = nil
+}
+
+// Kill stops the server with SIGKILL, as a crash would.
+func (s *Server) Kill(t testing.TB) {
+	t.Helper()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	<-s.done
+	s.cmd = nil
+}
+
+// Restart stops the server and starts it again on the same port, empty
+// (there is no persistence unless the test's args asked for it).
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop(t)
+	if err := s.start(s.Port); err != nil {
+		t.Fatalf("restart redis-server: %v", err)
+	}
+}
