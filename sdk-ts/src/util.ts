@@ -1,0 +1,59 @@
+// Small helpers: durations, monotonic time, abortable sleeps.
+
+import { create } from "@bufbuild/protobuf";
+import { DurationSchema, timestampDate, type Duration, type Timestamp as PbTimestamp } from "@bufbuild/protobuf/wkt";
+
+/** Milliseconds to a protobuf Duration. */
+export function durationFromMs(ms: number): Duration {
+  const whole = Math.trunc(ms);
+  const seconds = Math.trunc(whole / 1000);
+  const nanos = Math.round((ms - seconds * 1000) * 1e6);
+  return create(DurationSchema, { seconds: BigInt(seconds), nanos });
+}
+
+/** A protobuf Duration to milliseconds (undefined is 0). */
+export function msFromDuration(d: Duration | undefined): number {
+  if (!d) return 0;
+  return Number(d.seconds) * 1000 + d.nanos / 1e6;
+}
+
+export function dateFromTimestamp(t: PbTimestamp | undefined): Date | undefined {
+  return t ? timestampDate(t) : undefined;
+}
+
+/** The client's monotonic clock, in milliseconds. */
+export const monotonicNow = (): number => performance.now();
+
+/** Keeps a timer from holding a Node process open (no-op in browsers). */
+export function unref(t: ReturnType<typeof setTimeout>): void {
+  const u = (t as unknown as { unref?: () => void }).unref;
+  if (typeof u === "function") u.call(t);
+}
+
+/**
+ * Resolves after ms, or early (with false) when signal aborts. Never rejects.
+ * A background sleep (the watchdog's) is unref'd so that a held guard alone
+ * does not keep a Node process alive; a sleep the caller awaits must not be,
+ * or Node could exit while the caller waits.
+ */
+export function sleep(ms: number, signal?: AbortSignal, background = false): Promise<boolean> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve(false);
+    const onAbort = () => {
+      clearTimeout(timer);
+      resolve(false);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve(true);
+    }, Math.max(0, ms));
+    if (background) unref(timer);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** Exponential backoff with full jitter: attempt 0 waits up to base ms. */
+export function backoff(attempt: number, baseMs = 50, capMs = 1000): number {
+  const ceiling = Math.min(capMs, baseMs * 2 ** Math.min(attempt, 16));
+  return ceiling / 2 + (Math.random() * ceiling) / 2;
+}

@@ -1,0 +1,2 @@
+// Explicit browser entry point ("@holdfast/sdk/web").
+export * from "./index.js";

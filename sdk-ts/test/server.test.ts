@@ -1,0 +1,385 @@
+// Tests against a real `holdfast serve` (scripts/with-server.sh exports
+// HOLDFAST_ADDR). They cover DESIGN.md promises 2 to 6 from the client's side.
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { after, before, describe, it } from "node:test";
+import { createClient as createConnectClient, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
+import {
+  Clock,
+  Guard,
+  InvalidArgumentError,
+  LeaseLostError,
+  LockReleasedError,
+  NotAcquiredError,
+  Timestamp,
+  UnavailableError,
+  createClient,
+  validateWrite,
+  type Client,
+} from "../src/node.js";
+
+const addr = process.env.HOLDFAST_ADDR;
+const required = process.env.HOLDFAST_REQUIRE_SERVICES === "1";
+if (!addr && required) {
+  throw new Error("HOLDFAST_ADDR is unset: run the tests through scripts/with-server.sh (make test-sdk-ts)");
+}
+const skip = addr ? false : "HOLDFAST_ADDR is unset: run through scripts/with-server.sh (make test-sdk-ts)";
+const serverPid = process.env.HOLDFAST_SERVER_PID ? Number(process.env.HOLDFAST_SERVER_PID) : undefined;
+
+function key(name: string): string {
+  return `ts/${name}/${randomBytes(6).toString("hex")}`;
+}
+
+/** Polls cond until it holds or the deadline passes (no fixed sleeps standing in for events). */
+async function eventually(what: string, cond: () => boolean | Promise<boolean>, timeoutMs = 5_000): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    if (await cond()) return;
+    if (performance.now() > deadline) assert.fail(`timed out after ${timeoutMs}ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** Resolves when signal aborts (with its reason), or rejects after timeoutMs. */
+function aborted(signal: AbortSignal, timeoutMs: number): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return resolve(signal.reason);
+    const t = setTimeout(() => reject(new Error(`signal not aborted within ${timeoutMs}ms`)), timeoutMs);
+    signal.addEventListener("abort", () => {
+      clearTimeout(t);
+      resolve(signal.reason);
+    });
+  });
+}
+
+/**
+ * A client whose transport records the owner tokens the server hands out, so
+ * a test can act as a rogue party that releases a guard's lease behind its
+ * back (the real server, a real token).
+ */
+function spyingClient(tokens: Map<string, string>): Client {
+  const spy: Interceptor = (next) => async (req) => {
+    const res = await next(req);
+    if (!res.stream && req.method.name === "Acquire") {
+      const m = res.message as unknown as { acquired: boolean; lease?: { key: string; ownerToken: string } };
+      if (m.acquired && m.lease) tokens.set(m.lease.key, m.lease.ownerToken);
+    }
+    return res;
+  };
+  return createClient(addr!, { transport: createConnectTransport({ baseUrl: addr!, httpVersion: "1.1", interceptors: [spy] }) });
+}
+
+describe("against a real server", { skip }, () => {
+  let client: Client;
+  let other: Client;
+  before(() => {
+    client = createClient(addr!, { holder: "ts-test-a" });
+    other = createClient(addr!, { holder: "ts-test-b" });
+  });
+  after(async () => {
+    await client?.close();
+    await other?.close();
+  });
+
+  it("acquires, reports contention with the holder, and releases", async () => {
+    const k = key("basic");
+    const g = await client.lock(k).ttl(5_000).acquire();
+    assert.ok(g.held);
+    const busy = await other.tryAcquire(k, { ttlMs: 5_000 });
+    assert.ok(!(busy instanceof Guard));
+    assert.equal(busy.current?.holder, "ts-test-a");
+    assert.equal(busy.current?.fencingToken, g.fencingToken());
+    await assert.rejects(other.acquire(k, { ttlMs: 5_000 }), NotAcquiredError);
+    const st = await other.inspect(k);
+    assert.equal(st?.fencingToken, g.fencingToken());
+    assert.equal(await g.unlock(), true);
+    assert.equal(g.held, false);
+    assert.throws(() => g.fencingToken(), LockReleasedError);
+    assert.ok(g.signal.aborted);
+    assert.equal(await other.inspect(k), undefined);
+    assert.equal(await g.unlock(), false, "a second unlock is a no-op");
+  });
+
+  it("promise 2: a stale holder's release is a no-op and never deletes the successor's lock", async () => {
+    const k = key("token-compare");
+    const stale = await client.lock(k).ttl(200).noWatchdog().acquire();
+    await aborted(stale.signal, 2_000); // expired on the client's clock
+    let successor: Guard | undefined;
+    await eventually("the key to be free after the TTL", async () => {
+      const r = await other.tryAcquire(k, { ttlMs: 10_000 });
+      if (r instanceof Guard) successor = r;
+      return successor !== undefined;
+    });
+    assert.equal(await stale.unlock(), false, "stale release must answer released=false");
+    const st = await client.inspect(k);
+    assert.equal(st?.fencingToken, successor!.fencingToken(), "the successor still holds");
+    assert.equal(await successor!.unlock(), true);
+  });
+
+  it("promise 3: a lease is held for its TTL and free again within TTL + granularity", async () => {
+    const info = await client.serverInfo();
+    const k = key("ttl");
+    const ttl = 400;
+    const sentAt = performance.now();
+    const g = await client.lock(k).ttl(ttl).noWatchdog().acquire();
+    // Held: others are refused while the TTL runs.
+    const r = await other.tryAcquire(k, { ttlMs: 1_000 });
+    assert.ok(!(r instanceof Guard));
+    let freeAt = 0;
+    await eventually(
+      "the lock to expire",
+      async () => {
+        const held = await other.inspect(k);
+        if (held === undefined) freeAt = performance.now();
+        return held === undefined;
+      },
+      ttl + info.backend.ttlGranularityMs + 2_000,
+    );
+    // The server granted the lease after we sent the request: it cannot have
+    // expired before sentAt + ttl.
+    assert.ok(freeAt - sentAt >= ttl, `freed after ${freeAt - sentAt}ms, before the ${ttl}ms TTL`);
+    assert.ok(freeAt - sentAt <= ttl + info.backend.ttlGranularityMs + 1_000, `freed only after ${freeAt - sentAt}ms`);
+    assert.equal(g.held, false, "the guard knows its lease ran out");
+  });
+
+  it("promise 3: TTL bounds are enforced with invalid_argument naming the field", async () => {
+    const info = await client.serverInfo();
+    const tooLong = info.backend.maxTtlMs * 2 || 1e12;
+    await assert.rejects(client.acquire(key("bounds"), { ttlMs: tooLong }), (e: unknown) => {
+      assert.ok(e instanceof InvalidArgumentError, String(e));
+      assert.match(e.message, /ttl/);
+      assert.equal(e.code, "invalid_argument");
+      return true;
+    });
+    await assert.rejects(client.acquire("", { ttlMs: 1_000 }), (e: unknown) => e instanceof InvalidArgumentError && /key/.test(e.message));
+  });
+
+  it("promise 4: fencing tokens strictly increase over releases and takeovers after expiry", async () => {
+    const k = key("fencing");
+    const tokens: bigint[] = [];
+    let watermark = 0n;
+    for (let i = 0; i < 4; i++) {
+      const g = await (i % 2 ? other : client).lock(k).ttl(5_000).acquire();
+      tokens.push(g.fencingToken());
+      watermark = validateWrite(g.fencingToken(), watermark);
+      await g.unlock();
+    }
+    // Takeover after expiry.
+    const old = await client.lock(k).ttl(150).noWatchdog().acquire();
+    const oldToken = old.fencingToken();
+    tokens.push(oldToken);
+    let next: Guard | undefined;
+    await eventually("takeover after expiry", async () => {
+      const r = await other.tryAcquire(k, { ttlMs: 5_000 });
+      if (r instanceof Guard) next = r;
+      return next !== undefined;
+    });
+    tokens.push(next!.fencingToken());
+    watermark = validateWrite(next!.fencingToken(), watermark);
+    for (let i = 1; i < tokens.length; i++) assert.ok(tokens[i]! > tokens[i - 1]!, `tokens ${tokens.join(",")}`);
+    // The stale holder's write is refused at the resource.
+    assert.throws(() => validateWrite(oldToken, watermark));
+    await next!.unlock();
+  });
+
+  it("promise 5: the watchdog keeps a lease for 3 TTLs", async () => {
+    const k = key("watchdog");
+    const ttl = 300;
+    const start = performance.now();
+    const g = await client.lock(k).ttl(ttl).acquire();
+    await eventually("3 TTLs to pass", () => performance.now() - start > 3 * ttl + 100, 5_000);
+    assert.ok(g.held, String(g.lostError));
+    assert.ok(g.renewals >= 3, `only ${g.renewals} renewals in ${3 * ttl}ms`);
+    const st = await other.inspect(k);
+    assert.equal(st?.fencingToken, g.fencingToken(), "still the same lease on the server");
+    assert.ok(!((await other.tryAcquire(k, { ttlMs: 1_000 })) instanceof Guard));
+    assert.equal(await g.unlock(), true);
+  });
+
+  it("promise 5: a renewal answering extended=false poisons the guard", async () => {
+    const tokens = new Map<string, string>();
+    const spying = spyingClient(tokens);
+    const k = key("poison-refused");
+    const g = await spying.lock(k).ttl(600).acquire();
+    const token = tokens.get(k);
+    assert.ok(token);
+    // A rogue party releases the lease with the real token: the next renewal
+    // answers extended=false.
+    const raw = createConnectClient(LockService, createConnectTransport({ baseUrl: addr!, httpVersion: "1.1" }));
+    assert.equal((await raw.release({ key: k, ownerToken: token })).released, true);
+    const reason = await aborted(g.signal, 2_000);
+    assert.ok(reason instanceof LeaseLostError);
+    assert.equal(reason.reason, "refused");
+    assert.throws(() => g.fencingToken(), LeaseLostError);
+    assert.equal(g.held, false);
+    await assert.rejects(g.extend(), LeaseLostError);
+    assert.equal(await g.unlock(), false);
+    await spying.close();
+  });
+
+  it("promise 5: no successful renewal before the lease's expiry poisons the guard (server paused)", { skip: serverPid === undefined ? "HOLDFAST_SERVER_PID unset" : false }, async () => {
+    const k = key("poison-expired");
+    const ttl = 500;
+    const g = await client.lock(k).ttl(ttl).acquire();
+    const token = g.fencingToken();
+    process.kill(serverPid!, "SIGSTOP");
+    let reason: unknown;
+    try {
+      reason = await aborted(g.signal, 3 * ttl);
+    } finally {
+      process.kill(serverPid!, "SIGCONT");
+    }
+    assert.ok(reason instanceof LeaseLostError, String(reason));
+    assert.equal(reason.reason, "expired");
+    assert.throws(() => g.fencingToken(), LeaseLostError);
+    // The lease may still look held on the server for a moment; a successor
+    // gets a larger token once it has expired there.
+    let next: Guard | undefined;
+    await eventually("takeover after the pause", async () => {
+      const r = await other.tryAcquire(k, { ttlMs: 5_000 });
+      if (r instanceof Guard) next = r;
+      return next !== undefined;
+    });
+    assert.ok(next!.fencingToken() > token);
+    await next!.unlock();
+  });
+
+  it("promise 5: explicit extend renews; poisons on refusal", async () => {
+    const k = key("extend");
+    const g = await client.lock(k).ttl(1_000).noWatchdog().acquire();
+    await g.extend(2_000);
+    assert.equal(g.ttlMs, 2_000);
+    assert.ok(g.remainingMs() > 1_000);
+    assert.equal(await g.unlock(), true);
+    await assert.rejects(g.extend(), LockReleasedError);
+  });
+
+  it("promise 6: stamps increase along a key's holders and sit above the client's stamp", async () => {
+    const k = key("hlc");
+    const stamps: Timestamp[] = [];
+    for (let i = 0; i < 3; i++) {
+      const c = i % 2 ? other : client;
+      const sent = c.clock.last();
+      const g = await c.lock(k).ttl(5_000).acquire();
+      assert.ok(g.stamp.after(sent), `lease stamp ${g.stamp} not after client stamp ${sent}`);
+      assert.ok(!c.clock.last().before(g.stamp), "the client merged the server's stamps");
+      stamps.push(g.stamp);
+      await g.unlock();
+    }
+    for (let i = 1; i < stamps.length; i++) assert.ok(stamps[i]!.after(stamps[i - 1]!), stamps.join(" "));
+    // A client stamp far ahead of the server's clock moves the next lease past it.
+    const info = await client.serverInfo();
+    const ahead = BigInt(Math.floor(info.maxClockOffsetMs / 2)) * 1_000_000n;
+    const skewed = createClient(addr!, { clock: new Clock({ physical: () => BigInt(Date.now()) * 1_000_000n + ahead }) });
+    const sent = skewed.clock.now();
+    const g = await skewed.lock(k).ttl(5_000).acquire();
+    assert.ok(g.stamp.after(sent));
+    assert.ok(g.stamp.after(stamps[stamps.length - 1]!));
+    await g.unlock();
+    await skewed.close();
+  });
+
+  it("promise 6: a client stamp beyond the max offset is refused", async () => {
+    const info = await client.serverInfo();
+    const ahead = BigInt(Math.ceil(info.maxClockOffsetMs * 4 + 1_000)) * 1_000_000n;
+    const skewed = createClient(addr!, { clock: new Clock({ physical: () => BigInt(Date.now()) * 1_000_000n + ahead }) });
+    await assert.rejects(skewed.acquire(key("skew"), { ttlMs: 1_000 }), InvalidArgumentError);
+    await skewed.close();
+  });
+
+  it("waits on the server for a release within the wait budget", async () => {
+    const k = key("wait");
+    const g = await client.lock(k).ttl(5_000).acquire();
+    const waiting = other.lock(k).ttl(5_000).wait(5_000).acquire();
+    await eventually("the waiter to queue", async () => ((await client.inspect(k))?.waiters ?? 0) > 0);
+    await g.unlock();
+    const g2 = await waiting;
+    assert.ok(g2.fencingToken() > 0n);
+    await g2.unlock();
+    // A wait that runs out is NotAcquiredError, within the budget.
+    const h = await client.lock(k).ttl(5_000).acquire();
+    const t0 = performance.now();
+    await assert.rejects(other.lock(k).ttl(5_000).wait(300).acquire(), NotAcquiredError);
+    assert.ok(performance.now() - t0 < 300 + 2_000);
+    await h.unlock();
+  });
+
+  it("withLock releases on success and on throw; await using releases at scope end", async () => {
+    const k = key("with");
+    const v = await client.withLock(k, { ttlMs: 5_000 }, async (g) => {
+      assert.equal((await other.inspect(k))?.fencingToken, g.fencingToken());
+      return 42;
+    });
+    assert.equal(v, 42);
+    assert.equal(await other.inspect(k), undefined);
+    await assert.rejects(
+      client.lock(k).ttl(5_000).run(() => {
+        throw new Error("boom");
+      }),
+      /boom/,
+    );
+    assert.equal(await other.inspect(k), undefined);
+    {
+      await using g = await client.lock(k).ttl(5_000).acquire();
+      assert.ok(g.held);
+    }
+    assert.equal(await other.inspect(k), undefined);
+  });
+
+  it("lists and watches locks", async () => {
+    const prefix = key("list") + "/";
+    const ac = new AbortController();
+    const events: string[] = [];
+    let synced!: () => void;
+    const isSynced = new Promise<void>((r) => (synced = r));
+    const watching = (async () => {
+      for await (const ev of client.watch({ prefix }, { signal: ac.signal })) {
+        if (ev.type === "synced") synced();
+        else events.push(`${ev.type}:${ev.state?.key.slice(prefix.length)}`);
+      }
+    })();
+    await isSynced;
+    const a = await client.lock(prefix + "a").ttl(5_000).acquire();
+    const b = await client.lock(prefix + "b").ttl(5_000).acquire();
+    const listed = [];
+    for await (const s of client.list(prefix, { pageSize: 1 })) listed.push(s.key.slice(prefix.length));
+    assert.deepEqual(listed, ["a", "b"]);
+    await a.unlock();
+    await b.unlock();
+    await eventually("four events", () => events.length >= 4);
+    ac.abort();
+    await watching;
+    assert.deepEqual(events, ["acquired:a", "acquired:b", "released:a", "released:b"]);
+  });
+
+  it("speaks gRPC-Web and gRPC as well as Connect", async () => {
+    for (const protocol of ["grpc-web", "grpc"] as const) {
+      const c = createClient(addr!, { protocol });
+      const g = await c.lock(key(protocol)).ttl(5_000).acquire();
+      assert.ok(g.fencingToken() > 0n);
+      assert.equal(await g.unlock(), true);
+      await c.close();
+    }
+  });
+});
+
+describe("unreachable server", () => {
+  it("retries unavailable within the wait budget, then throws UnavailableError", async () => {
+    // A port nobody listens on: bind one, note it, close it.
+    const net = await import("node:net");
+    const port = await new Promise<number>((resolve) => {
+      const s = net.createServer().listen(0, "127.0.0.1", () => {
+        const p = (s.address() as { port: number }).port;
+        s.close(() => resolve(p));
+      });
+    });
+    const c = createClient(`http://127.0.0.1:${port}`);
+    const t0 = performance.now();
+    await assert.rejects(c.acquire("k", { ttlMs: 1_000, waitMs: 400 }), UnavailableError);
+    const took = performance.now() - t0;
+    assert.ok(took >= 200 && took < 2_000, `gave up after ${took}ms for a 400ms budget`);
+    await c.close();
+  });
+});
