@@ -1,0 +1,80 @@
+// Package etcd is the holdfast backend on etcd v3: the one that lets any
+// number of stateless holdfast servers share their locks through one etcd
+// cluster (Info.Shared and Info.Durable are true).
+//
+// # Options
+//
+// Open reads these options (from `holdfast serve --backend etcd
+// --backend-opt key=value ...`):
+//
+//	endpoints      comma-separated etcd client URLs or host:port (required),
+//	               e.g. http://127.0.0.1:2379,http://127.0.0.1:22379
+//	dial_timeout   how long Open waits for etcd before failing (default 3s)
+//	call_timeout   bound on every backend call; past it the call answers
+//	               ErrUnavailable (default 3s)
+//	prefix         key namespace in etcd (default "/holdfast/"), so several
+//	               holdfast deployments can share one etcd
+//	username       etcd user (with password)
+//	password       etcd password
+//	tls_ca         PEM file of the CA that signed etcd's server certificate
+//	tls_cert       PEM client certificate file (with tls_key), for mTLS
+//	tls_key        PEM client key file
+//	min_ttl        shortest TTL accepted (default 2s, see below)
+//
+// Setting any tls_* option turns TLS on; endpoints given as host:port then
+// use https.
+//
+// # Data layout
+//
+// Under the prefix P, a held lock on key K is three etcd keys:
+//
+//	P "locks/" K         the lock record (holder, stamp, expiry); attached to
+//	                     the lock's lease; its CreateRevision is the fencing
+//	                     token
+//	P "owners/" K        the owner token, attached to the same lease; Release
+//	                     and Extend compare it
+//	P "locks/" K "\x00"  the key's last HLC stamp (12 bytes, big-endian so
+//	                     that etcd's byte-wise value comparison orders stamps);
+//	                     never deleted, so the chain of stamps survives
+//	                     every holder
+//
+// # Semantics
+//
+//   - Acquire grants a lease of the TTL and then runs one transaction: if the
+//     lock key does not exist and the stored stamp is below the stamp to
+//     store, put the record, the owner and the stamp, all or nothing. The
+//     stamp condition implements backend.NextStamp without a prior read: the
+//     first attempt proposes the engine's stamp; when etcd's stamp is not
+//     below it, the transaction's else branch returns it and the second
+//     attempt proposes its successor. An uncontended acquire is two round
+//     trips (lease grant, transaction).
+//   - Fencing tokens are the lock key's CreateRevision: etcd's revision is
+//     cluster-wide, persistent and strictly increasing, and every acquisition
+//     creates the key afresh, so tokens strictly increase per key across
+//     restarts of etcd, of the plugin and of every server.
+//   - TTLs are whole seconds (etcd leases are): a TTL is rounded up, and
+//     Info.TTLGranularity is 1s. etcd checks lease expiry about every 500ms,
+//     and raises leases shorter than its own minimum (1.5 × election
+//     timeout, 1.5s with etcd's default timing) to that minimum; MinTTL is
+//     therefore 2s unless the min_ttl option says otherwise.
+//   - Release is one transaction: if the owner key holds the token, delete
+//     the record and the owner, and raise the stored stamp to the release
+//     stamp when later (a nested transaction; otherwise the stamp key is
+//     rewritten unchanged). The lease is then revoked in the background; the
+//     caller does not wait for it (an unattached lease only costs etcd a
+//     little memory until its TTL).
+//   - Extend reads the lock, grants a lease of the new TTL, and rewrites the
+//     record and the owner onto it in a transaction that compares the owner
+//     token and the record's ModRevision; the old lease is then revoked.
+//   - Watch is one etcd watch on P "locks/" prefix. A record created is
+//     EventAcquired. A record deleted in the same revision as a write of its
+//     stamp key is EventReleased (only Release writes the stamp key without
+//     creating the record); a record deleted alone is EventExpired (etcd
+//     deleted it with its lease).
+//   - ExpiresAt is the plugin's wall clock at grant time plus the granted TTL,
+//     stored in the record; Remaining is derived from it. Both are
+//     informational: expiry itself is etcd's.
+//
+// Every call is bounded by call_timeout; when etcd cannot answer in time the
+// call fails with backend.ErrUnavailable.
+package etcd

@@ -1,0 +1,256 @@
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.uber.org/zap"
+
+	"github.com/holdfast/holdfast/core/backend"
+)
+
+// Name is the backend's name in Info.
+const Name = "etcd"
+
+// Version is the plugin's version, reported in Info.
+const Version = "0.1.0"
+
+// Defaults for the options.
+const (
+	DefaultPrefix      = "/holdfast/"
+	DefaultDialTimeout = 3 * time.Second
+	DefaultCallTimeout = 3 * time.Second
+	DefaultMinTTL      = 2 * time.Second
+	// MaxTTL is etcd's own limit on a lease TTL (MaxLeaseTTL, 9e9 seconds).
+	MaxTTL = 9_000_000_000 * time.Second
+)
+
+// revokeQueue bounds the leases waiting to be revoked in the background; when
+// it is full a lease is left to expire on its own.
+const revokeQueue = 4096
+
+// Backend is a backend.Backend on etcd. Create it with Open; Close it when
+// done.
+type Backend struct {
+	cli         *clientv3.Client
+	endpoints   []string
+	callTimeout time.Duration
+	minTTL      time.Duration
+
+	locks  string // prefix + "locks/"
+	owners string // prefix + "owners/"
+
+	revoke    chan clientv3.LeaseID
+	closeOnce sync.Once
+	done      chan struct{}
+	wg        sync.WaitGroup
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Open connects to etcd as opts say (see the package doc) and checks that it
+// answers within the dial timeout; an unreachable etcd is an error naming
+// the endpoints, wrapping backend.ErrUnavailable.
+func Open(ctx context.Context, opts map[string]string) (backend.Backend, error) {
+	return New(ctx, opts)
+}
+
+// New is Open returning the concrete type.
+func New(ctx context.Context, opts map[string]string) (*Backend, error) {
+	cfg, b, err := parseOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd at %s: %w: %w", strings.Join(b.endpoints, ","), backend.ErrUnavailable, err)
+	}
+	// clientv3.New does not wait for a connection: prove etcd answers, within
+	// the dial timeout, so that a wrong address fails now and clearly.
+	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	_, err = cli.Get(pctx, b.locks, clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("etcd at %s did not answer within %s: %w: %w",
+			strings.Join(b.endpoints, ","), cfg.DialTimeout, backend.ErrUnavailable, err)
+	}
+	b.cli = cli
+	b.revoke = make(chan clientv3.LeaseID, revokeQueue)
+	b.done = make(chan struct{})
+	b.wg.Add(1)
+	go b.revokeLoop()
+	return b, nil
+}
+
+func parseOptions(opts map[string]string) (clientv3.Config, *Backend, error) {
+	known := map[string]bool{"endpoints": true, "dial_timeout": true, "call_timeout": true, "prefix": true,
+		"username": true, "password": true, "tls_ca": true, "tls_cert": true, "tls_key": true, "min_ttl": true}
+	for k := range opts {
+		if !known[k] {
+			return clientv3.Config{}, nil, fmt.Errorf("etcd: unknown option %q (known: endpoints, dial_timeout, call_timeout, prefix, username, password, tls_ca, tls_cert, tls_key, min_ttl): %w", k, backend.ErrInvalidArgument)
+		}
+	}
+	dur := func(name string, def time.Duration) (time.Duration, error) {
+		s, ok := opts[name]
+		if !ok || s == "" {
+			return def, nil
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return 0, fmt.Errorf("etcd: option %s=%q: want a positive duration such as 3s: %w", name, s, backend.ErrInvalidArgument)
+		}
+		return d, nil
+	}
+	dial, err := dur("dial_timeout", DefaultDialTimeout)
+	if err != nil {
+		return clientv3.Config{}, nil, err
+	}
+	call, err := dur("call_timeout", DefaultCallTimeout)
+	if err != nil {
+		return clientv3.Config{}, nil, err
+	}
+	minTTL, err := dur("min_ttl", DefaultMinTTL)
+	if err != nil {
+		return clientv3.Config{}, nil, err
+	}
+	prefix := DefaultPrefix
+	if p, ok := opts["prefix"]; ok && p != "" {
+		prefix = p
+	}
+
+	var tlsCfg *tls.Config
+	if opts["tls_ca"] != "" || opts["tls_cert"] != "" || opts["tls_key"] != "" {
+		if (opts["tls_cert"] == "") != (opts["tls_key"] == "") {
+			return clientv3.Config{}, nil, fmt.Errorf("etcd: tls_cert and tls_key go together: %w", backend.ErrInvalidArgument)
+		}
+		info := transport.TLSInfo{TrustedCAFile: opts["tls_ca"], CertFile: opts["tls_cert"], KeyFile: opts["tls_key"]}
+		tlsCfg, err = info.ClientConfig()
+		if err != nil {
+			return clientv3.Config{}, nil, fmt.Errorf("etcd: TLS options: %w: %w", backend.ErrInvalidArgument, err)
+		}
+	}
+
+	var endpoints []string
+	for e := range strings.SplitSeq(opts["endpoints"], ",") {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		if !strings.Contains(e, "://") {
+			if tlsCfg != nil {
+				e = "https://" + e
+			} else {
+				e = "http://" + e
+			}
+		}
+		endpoints = append(endpoints, e)
+	}
+	if len(endpoints) == 0 {
+		return clientv3.Config{}, nil, fmt.Errorf("etcd: option endpoints is required (comma-separated, e.g. http://127.0.0.1:2379): %w", backend.ErrInvalidArgument)
+	}
+	if (opts["username"] == "") != (opts["password"] == "") {
+		return clientv3.Config{}, nil, fmt.Errorf("etcd: username and password go together: %w", backend.ErrInvalidArgument)
+	}
+
+	cfg := clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: dial,
+		// Notice a silent etcd (a partition, a stopped process) within a few
+		// seconds rather than at the kernel's TCP timeout.
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		TLS:                  tlsCfg,
+		Username:             opts["username"],
+		Password:             opts["password"],
+		// stdout carries the plugin handshake and the engine logs its own
+		// errors; the client's own chatter is noise.
+		Logger: zap.NewNop(),
+	}
+	b := &Backend{
+		endpoints:   endpoints,
+		callTimeout: call,
+		minTTL:      minTTL,
+		locks:       prefix + "locks/",
+		owners:      prefix + "owners/",
+	}
+	return cfg, b, nil
+}
+
+// Close stops the background work and closes the etcd client.
+func (b *Backend) Close() error {
+	var err error
+	b.closeOnce.Do(func() {
+		close(b.done)
+		b.wg.Wait()
+		err = b.cli.Close()
+	})
+	return err
+}
+
+// Info states what the etcd backend promises.
+func (b *Backend) Info(context.Context) (backend.Info, error) {
+	return backend.Info{
+		Name:           Name,
+		Version:        Version,
+		Shared:         true,
+		Durable:        true,
+		TTLGranularity: time.Second,
+		MinTTL:         b.minTTL,
+		MaxTTL:         MaxTTL,
+		Fair:           false,
+	}, nil
+}
+
+// revokeLoop revokes leases that are no longer needed (released locks,
+// replaced leases, leases of failed acquires), off the callers' path.
+func (b *Backend) revokeLoop() {
+	defer b.wg.Done()
+	for {
+		select {
+		case <-b.done:
+			return
+		case id := <-b.revoke:
+			ctx, cancel := context.WithTimeout(context.Background(), b.callTimeout)
+			// A failure leaves the lease to expire on its own: nothing to do.
+			_, _ = b.cli.Revoke(ctx, id)
+			cancel()
+		}
+	}
+}
+
+// revokeLater queues a lease for revocation without waiting.
+func (b *Backend) revokeLater(id clientv3.LeaseID) {
+	if id == clientv3.NoLease {
+		return
+	}
+	select {
+	case b.revoke <- id:
+	default:
+	}
+}
+
+// call bounds one backend call by the call timeout.
+func (b *Backend) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.callTimeout)
+}
+
+// wrap turns an etcd client error into what the engine branches on: when the
+// caller's own context (parent, not the call-timeout one) is done, its error;
+// everything else (etcd down, no leader, the call timeout) is unavailable.
+func wrap(parent context.Context, op string, err error) error {
+	if perr := parent.Err(); perr != nil {
+		return fmt.Errorf("etcd %s: %w", op, perr)
+	}
+	if errors.Is(err, backend.ErrUnavailable) {
+		return fmt.Errorf("etcd %s: %w", op, err)
+	}
+	return fmt.Errorf("etcd %s: %w: %w", op, backend.ErrUnavailable, err)
+}
