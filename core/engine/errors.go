@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/holdfast/holdfast/core/backend"
 )
@@ -56,7 +57,10 @@ func backendErr(ctx context.Context, what string, err error) error {
 		return ctxErr(ctx, what)
 	}
 	if errors.Is(err, backend.ErrInvalidArgument) {
-		return newErr(ErrInvalidArgument, "%v", err)
+		// The backend's words, without the sentinel's own text, so the
+		// message starts with the field: "page_token: ...".
+		msg := strings.Replace(err.Error(), backend.ErrInvalidArgument.Error()+": ", "", 1)
+		return newErr(ErrInvalidArgument, "%s", msg)
 	}
 	return newErr(ErrUnavailable, "%s: backend unavailable: %v", what, err)
 }

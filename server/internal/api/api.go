@@ -1,0 +1,111 @@
+// Package api is the Connect handler of holdfast.lock.v1.LockService: a thin
+// layer that hands each request to the engine and maps the engine's sentinel
+// errors to Connect codes. It holds no lock logic of its own.
+package api
+
+import (
+	"context"
+	"errors"
+
+	"connectrpc.com/connect"
+
+	"github.com/holdfast/holdfast/core/engine"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
+)
+
+// Handler serves LockService on an engine.
+type Handler struct {
+	e *engine.Engine
+}
+
+var _ lockv1connect.LockServiceHandler = (*Handler)(nil)
+
+// New returns a handler for e.
+func New(e *engine.Engine) *Handler { return &Handler{e: e} }
+
+// codes maps the engine's sentinels to Connect codes.
+var codes = []struct {
+	err  error
+	code connect.Code
+}{
+	{engine.ErrInvalidArgument, connect.CodeInvalidArgument},
+	{engine.ErrUnavailable, connect.CodeUnavailable},
+	{engine.ErrResourceExhausted, connect.CodeResourceExhausted},
+	{engine.ErrDeadlineExceeded, connect.CodeDeadlineExceeded},
+	{engine.ErrCanceled, connect.CodeCanceled},
+}
+
+// Code is the Connect code for an engine error; unknown errors are internal.
+func Code(err error) connect.Code {
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return connect.CodeDeadlineExceeded
+	}
+	if errors.Is(err, context.Canceled) {
+		return connect.CodeCanceled
+	}
+	return connect.CodeInternal
+}
+
+// toConnect turns an engine error into a Connect error whose message is the
+// engine's (e.g. "ttl: 30h exceeds the maximum 24h").
+func toConnect(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	return connect.NewError(Code(err), errors.New(err.Error()))
+}
+
+// Acquire implements LockServiceHandler.
+func (h *Handler) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
+	resp, err := h.e.Acquire(ctx, req)
+	return resp, toConnect(err)
+}
+
+// Release implements LockServiceHandler.
+func (h *Handler) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
+	resp, err := h.e.Release(ctx, req)
+	return resp, toConnect(err)
+}
+
+// Extend implements LockServiceHandler.
+func (h *Handler) Extend(ctx context.Context, req *lockv1.ExtendRequest) (*lockv1.ExtendResponse, error) {
+	resp, err := h.e.Extend(ctx, req)
+	return resp, toConnect(err)
+}
+
+// Inspect implements LockServiceHandler.
+func (h *Handler) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lockv1.InspectResponse, error) {
+	resp, err := h.e.Inspect(ctx, req)
+	return resp, toConnect(err)
+}
+
+// List implements LockServiceHandler.
+func (h *Handler) List(ctx context.Context, req *lockv1.ListRequest) (*lockv1.ListResponse, error) {
+	resp, err := h.e.List(ctx, req)
+	return resp, toConnect(err)
+}
+
+// Watch implements LockServiceHandler. The first message is SYNCED.
+func (h *Handler) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *connect.ServerStream[lockv1.WatchResponse]) error {
+	err := h.e.Watch(ctx, req, stream.Send)
+	if err != nil && ctx.Err() != nil {
+		return nil // the client went away; nobody reads the status
+	}
+	return toConnect(err)
+}
+
+// GetServerInfo implements LockServiceHandler.
+func (h *Handler) GetServerInfo(ctx context.Context, req *lockv1.GetServerInfoRequest) (*lockv1.GetServerInfoResponse, error) {
+	resp, err := h.e.GetServerInfo(ctx, req)
+	return resp, toConnect(err)
+}

@@ -1,0 +1,100 @@
+// Package httpserver serves the holdfast API on one port: Connect, gRPC and
+// gRPC-Web over HTTP/1.1 and cleartext HTTP/2 (h2c), with gRPC health
+// checking and server reflection beside LockService.
+package httpserver
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/holdfast/holdfast/core/engine"
+	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
+	"github.com/holdfast/holdfast/server/internal/api"
+)
+
+// MaxMessageBytes bounds request messages; larger ones are refused with
+// resource_exhausted before they are decoded.
+const MaxMessageBytes = 1 << 20
+
+// Server is the HTTP server of one engine.
+type Server struct {
+	srv    *http.Server
+	health *grpchealth.StaticChecker
+	ln     net.Listener
+	served chan error
+}
+
+// Handler builds the mux: LockService, grpc.health.v1 and reflection.
+func Handler(e *engine.Engine, health *grpchealth.StaticChecker) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(lockv1connect.NewLockServiceHandler(api.New(e),
+		connect.WithReadMaxBytes(MaxMessageBytes),
+		connect.WithCodec(protoCodec{}),
+		connect.WithCodec(jsonCodec{}),
+	))
+	mux.Handle(grpchealth.NewHandler(health))
+	reflector := grpcreflect.NewStaticReflector(lockv1connect.LockServiceName, grpchealth.HealthV1ServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	return mux
+}
+
+// Start listens on addr (host:port; port 0 picks a free one) and serves in
+// the background.
+func Start(addr string, e *engine.Engine, log *slog.Logger) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	health := grpchealth.NewStaticChecker(lockv1connect.LockServiceName)
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS needs h2c
+	s := &Server{
+		srv: &http.Server{
+			Handler:           Handler(e, health),
+			Protocols:         protocols,
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		},
+		health: health,
+		ln:     ln,
+		served: make(chan error, 1),
+	}
+	go func() { s.served <- s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Done receives the error that stopped serving (nil after Shutdown).
+func (s *Server) Done() <-chan error { return s.served }
+
+// SetNotServing makes grpc health report NOT_SERVING (first step of
+// shutdown, so load balancers stop sending work).
+func (s *Server) SetNotServing() {
+	s.health.SetStatus("", grpchealth.StatusNotServing)
+	s.health.SetStatus(lockv1connect.LockServiceName, grpchealth.StatusNotServing)
+}
+
+// Shutdown stops accepting connections and waits for in-flight requests
+// until ctx ends; then it closes what is left.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		_ = s.srv.Close()
+	}
+	if serr := <-s.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		return serr
+	}
+	return err
+}
