@@ -70,6 +70,13 @@ test-go: build ## go test -race across every Go module
 .PHONY: test
 test: setup check-generated lint build test-go ## set up and run the whole test suite (what CI runs)
 
+.PHONY: test-redis
+test-redis: build ## Redis backend tests against a throw-away redis-server (scripts/redis.sh)
+	go build -o $(BIN)/ ./plugins/redis/cmd/holdfast-backend-redis
+	@dir=$$(mktemp -d); trap '$(CURDIR)/scripts/redis.sh stop "$$dir"; rm -rf "$$dir"' EXIT; \
+	env_line=$$($(CURDIR)/scripts/redis.sh start "$$dir"); export "$$env_line"; echo "$$env_line"; \
+	(cd plugins/redis && $(GO_TEST) ./...)
+
 .PHONY: setup
 setup: ## install what the tests need (services, Node and Python packages) if missing
 	scripts/setup.sh
