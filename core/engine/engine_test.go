@@ -27,6 +27,54 @@ type counting struct {
 	*memory.Backend
 	acquires  atomic.Int64
 	afterHook atomic.Pointer[func()]
+
+	// Watch control, to simulate a plugin restart: breakWatch ends the
+	// current watch, and new watches wait for gate.
+	mu      sync.Mutex
+	gate    chan struct{}
+	stopCur context.CancelFunc
+	watches atomic.Int64
+}
+
+func (c *counting) Watch(ctx context.Context, prefix string, send func(backend.Event) error) error {
+	c.mu.Lock()
+	gate := c.gate
+	c.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c.mu.Lock()
+	c.stopCur = cancel
+	c.mu.Unlock()
+	c.watches.Add(1)
+	err := c.Backend.Watch(ctx, prefix, send)
+	if ctx.Err() != nil {
+		return errors.Join(backend.ErrUnavailable, err)
+	}
+	return err
+}
+
+// breakWatch ends the engine's backend watch and holds new ones until the
+// returned function is called.
+func (c *counting) breakWatch() (resume func()) {
+	gate := make(chan struct{})
+	c.mu.Lock()
+	c.gate = gate
+	stop := c.stopCur
+	c.mu.Unlock()
+	stop()
+	return func() {
+		c.mu.Lock()
+		c.gate = nil
+		c.mu.Unlock()
+		close(gate)
+	}
 }
 
 func (c *counting) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
@@ -549,5 +597,43 @@ func TestCloseEndsWaitersAndWatchers(t *testing.T) {
 	// Close released nothing: the holder's lease is still in the backend.
 	if _, held, _ := b.Get(context.Background(), holder.GetKey()); !held {
 		t.Fatal("Close released a lease")
+	}
+}
+
+func TestResyncWakesWaiters(t *testing.T) {
+	e, b := newEngine(t, engine.Config{})
+	holder := mustAcquire(t, e, "k", time.Minute)
+	got := make(chan *lockv1.AcquireResponse, 1)
+	go func() {
+		resp, err := e.Acquire(context.Background(), acq("k", time.Minute, 20*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- resp
+	}()
+	eventually(t, "waiter queued", func() bool { return e.Waiters("k") == 1 })
+	resume := b.breakWatch()
+	// Released behind the engine's back while its watch is down: the event
+	// is lost, and the holder's expiry is a minute away.
+	ok, err := b.Backend.Release(context.Background(), backend.ReleaseRequest{Key: "k", OwnerToken: holder.GetOwnerToken()})
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	select {
+	case resp := <-got:
+		t.Fatalf("waiter returned before the resync: %v", resp)
+	default:
+	}
+	resumed := time.Now()
+	resume()
+	resp := <-got
+	if !resp.GetAcquired() {
+		t.Fatalf("waiter not woken by the resync: %v", resp)
+	}
+	if lag := time.Since(resumed); lag > 2*time.Second {
+		t.Fatalf("woken %s after the watch came back", lag)
+	}
+	if b.watches.Load() < 2 {
+		t.Fatal("the engine did not re-watch")
 	}
 }
