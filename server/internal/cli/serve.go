@@ -1,0 +1,265 @@
+package cli
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/holdfast/holdfast/core/engine"
+	"github.com/holdfast/holdfast/core/pluginhost"
+	"github.com/holdfast/holdfast/proto/hlc"
+	"github.com/holdfast/holdfast/server/internal/config"
+	"github.com/holdfast/holdfast/server/internal/httpserver"
+)
+
+// DefaultAddr is where `holdfast serve` listens without --addr: loopback
+// only, so a server started by hand is not reachable from the network.
+const DefaultAddr = "127.0.0.1:7410"
+
+// serveOptions are the flags of `holdfast serve`.
+type serveOptions struct {
+	addr             string
+	backend          string
+	backendOpts      []string
+	backendSHA256    string
+	config           string
+	maxTTL           time.Duration
+	maxWait          time.Duration
+	maxClockOffset   time.Duration
+	maxWaitersPerKey int
+	maxWaiters       int
+	startTimeout     time.Duration
+	shutdownTimeout  time.Duration
+	logLevel         string
+	logFormat        string
+}
+
+func newServe(version string, stdout, stderr io.Writer) *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "serve the lock API (Connect, gRPC, gRPC-Web on one port)",
+		Long: `Serve the holdfast lock API: Connect, gRPC and gRPC-Web on one port (HTTP/1.1
+and cleartext HTTP/2), with gRPC health checking and reflection.
+
+Every flag can also be set by an environment variable HOLDFAST_<FLAG> (upper
+case, "-" as "_", e.g. HOLDFAST_ADDR, HOLDFAST_MAX_TTL; several --backend-opt
+values separated by ";") and by a key of the YAML or JSON --config file
+(e.g. "addr: 127.0.0.1:7410"). The command line wins over the environment,
+which wins over the file.
+
+Once serving, it prints exactly one line to stdout:
+  holdfast serving addr=HOST:PORT backend=NAME shared=BOOL durable=BOOL
+Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			path := o.config
+			if !cmd.Flags().Changed("config") {
+				if v, ok := os.LookupEnv(config.EnvName("config")); ok {
+					path = v
+				}
+			}
+			if err := config.Apply(cmd.Flags(), path, os.LookupEnv, "config"); err != nil {
+				return err
+			}
+			return serve(cmd.Context(), version, o, stdout, stderr)
+		},
+	}
+	f := cmd.Flags()
+	f.SortFlags = false
+	f.StringVar(&o.addr, "addr", DefaultAddr, "host:port to listen on (port 0 picks a free port)")
+	f.StringVar(&o.backend, "backend", "memory", `backend: "memory" (embedded), a name (runs holdfast-backend-NAME from next to this executable, else from PATH), or a plugin path (contains "/")`)
+	f.StringArrayVar(&o.backendOpts, "backend-opt", nil, "backend option key=value (repeatable), handed to the plugin")
+	f.StringVar(&o.backendSHA256, "backend-sha256", "", "refuse to start the plugin unless its executable has this SHA-256 (hex)")
+	f.StringVar(&o.config, "config", "", "YAML or JSON config file whose keys are these flags' names")
+	f.DurationVar(&o.maxTTL, "max-ttl", engine.DefaultMaxTTL, "longest lease this server grants (the backend may allow less)")
+	f.DurationVar(&o.maxWait, "max-wait", engine.DefaultMaxWait, "longest wait an Acquire may ask for")
+	f.DurationVar(&o.maxClockOffset, "max-clock-offset", hlc.DefaultMaxOffset, "refuse client HLC stamps further ahead of the server's clock than this")
+	f.IntVar(&o.maxWaitersPerKey, "max-waiters-per-key", 1024, "waiters queued per key before Acquire answers resource_exhausted")
+	f.IntVar(&o.maxWaiters, "max-waiters", 65536, "waiters queued on this server before Acquire answers resource_exhausted")
+	f.DurationVar(&o.startTimeout, "start-timeout", 30*time.Second, "how long to wait for the backend to start")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "text", "text or json (logs go to stderr)")
+	return cmd
+}
+
+func newLogger(o serveOptions, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %q is not debug, info, warn or error", o.logLevel)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch o.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, hopts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, hopts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is not text or json", o.logFormat)
+}
+
+// plugin is how to start the backend process.
+type plugin struct {
+	name string // as given to --backend
+	path string
+	args []string
+}
+
+// resolveBackend finds the plugin executable for --backend.
+func resolveBackend(v string) (plugin, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return plugin{}, fmt.Errorf("--backend: cannot find this executable: %w", err)
+	}
+	switch {
+	case v == "" || v == "memory":
+		// The embedded default: this very binary, as a plugin process.
+		return plugin{name: "memory", path: self, args: []string{"backend", "memory"}}, nil
+	case strings.Contains(v, "/"):
+		p, err := filepath.Abs(v)
+		if err != nil {
+			return plugin{}, fmt.Errorf("--backend %s: %w", v, err)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return plugin{}, fmt.Errorf("--backend %s: %w", v, err)
+		}
+		return plugin{name: filepath.Base(p), path: p}, nil
+	}
+	exe := "holdfast-backend-" + v
+	sibling := filepath.Join(filepath.Dir(self), exe)
+	if st, err := os.Stat(sibling); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+		return plugin{name: v, path: sibling}, nil
+	}
+	p, err := exec.LookPath(exe)
+	if err != nil {
+		return plugin{}, fmt.Errorf("--backend %s: no %s next to %s or in PATH", v, exe, self)
+	}
+	return plugin{name: v, path: p}, nil
+}
+
+func parseBackendOpts(opts []string) (map[string]string, error) {
+	m := make(map[string]string, len(opts))
+	for _, kv := range opts {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--backend-opt %q: want key=value", kv)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// serve runs the server until SIGTERM/SIGINT (or ctx ends), then shuts down.
+func serve(ctx context.Context, version string, o serveOptions, stdout, stderr io.Writer) error {
+	log, err := newLogger(o, stderr)
+	if err != nil {
+		return err
+	}
+	opts, err := parseBackendOpts(o.backendOpts)
+	if err != nil {
+		return err
+	}
+	plug, err := resolveBackend(o.backend)
+	if err != nil {
+		return err
+	}
+	var pin []byte
+	if o.backendSHA256 != "" {
+		if pin, err = hex.DecodeString(o.backendSHA256); err != nil || len(pin) != sha256.Size {
+			return fmt.Errorf("--backend-sha256: want %d hex digits, got %q", 2*sha256.Size, o.backendSHA256)
+		}
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	startCtx, cancel := context.WithTimeout(ctx, o.startTimeout)
+	defer cancel()
+	log.Info("starting backend plugin", "backend", plug.name, "path", plug.path)
+	host, err := pluginhost.Start(startCtx, pluginhost.Config{
+		Name:    plug.name,
+		Path:    plug.path,
+		Args:    plug.args,
+		Options: opts,
+		SHA256:  pin,
+		Logger:  log,
+	})
+	if err != nil {
+		return fmt.Errorf("backend %s: %w", plug.name, err)
+	}
+	defer host.Close()
+
+	eng, err := engine.New(startCtx, host, engine.Config{
+		Version:          version,
+		MaxTTL:           o.maxTTL,
+		MaxWait:          o.maxWait,
+		MaxClockOffset:   o.maxClockOffset,
+		MaxWaitersPerKey: o.maxWaitersPerKey,
+		MaxWaiters:       o.maxWaiters,
+		Logger:           log.With("component", "engine"),
+	})
+	if err != nil {
+		return fmt.Errorf("backend %s: %w", plug.name, err)
+	}
+	defer eng.Close()
+
+	srv, err := httpserver.Start(o.addr, eng, log)
+	if err != nil {
+		return fmt.Errorf("--addr %s: %w", o.addr, err)
+	}
+	info := eng.Info()
+	log.Info("holdfast serving", "version", version, "addr", srv.Addr().String(),
+		"backend", info.Name, "backend_version", info.Version,
+		"shared", info.Shared, "durable", info.Durable, "fair", info.Fair)
+	if !info.Shared {
+		log.Warn("backend is not shared: this server's locks are its own; several servers on this backend are several independent locks, not one",
+			"backend", info.Name)
+	}
+	if !info.Durable {
+		log.Warn("backend is not durable: locks are lost when the backend restarts", "backend", info.Name)
+	}
+	// The readiness line: the one thing written to stdout.
+	fmt.Fprintf(stdout, "holdfast serving addr=%s backend=%s shared=%t durable=%t\n",
+		srv.Addr(), info.Name, info.Shared, info.Durable)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "cause", context.Cause(ctx))
+	case serveErr = <-srv.Done():
+		log.Error("server stopped", "err", serveErr)
+	}
+	// Stop taking work, end waiters and watchers (unavailable), let in-flight
+	// calls finish, then stop the plugin. No lease is released: holders keep
+	// them until their TTL (see package engine).
+	srv.SetNotServing()
+	eng.Close()
+	shutdownCtx, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), o.shutdownTimeout)
+	defer cancel2()
+	if serveErr == nil {
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			log.Warn("shutdown", "err", err)
+		}
+	}
+	if err := host.Close(); err != nil {
+		log.Warn("stopping backend", "err", err)
+	}
+	if serveErr != nil && !errors.Is(serveErr, context.Canceled) {
+		return serveErr
+	}
+	log.Info("stopped")
+	return nil
+}
