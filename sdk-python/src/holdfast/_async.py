@@ -1,0 +1,619 @@
+"""The asyncio client: acquire leases, keep them with a watchdog, fence work
+with their tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Generator
+from typing import Any, Callable, Literal, Optional, TypeVar, Union
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from connectrpc.protocol import ProtocolType
+from google.protobuf import duration_pb2
+
+from .errors import (
+    ClientClosedError,
+    ClockOffsetError,
+    DeadlineExceededError,
+    HoldfastError,
+    InvalidArgumentError,
+    LeaseLostError,
+    LeaseLostReason,
+    LockReleasedError,
+    NotAcquiredError,
+    from_connect_error,
+    is_retryable,
+)
+from .hlc import Clock, Timestamp
+from .lock.v1 import lock_pb2
+from .lock.v1.lock_connect import LockServiceClient
+from .types import BackendInfo, EventType, LockEvent, LockState, ServerInfo
+
+T = TypeVar("T")
+
+DEFAULT_TTL = 15.0
+DEFAULT_RETRY_BUDGET = 2.0
+DEFAULT_REQUEST_TIMEOUT = 10.0
+
+Protocol = Literal["connect", "grpc", "grpc-web"]
+_PROTOCOLS = {"connect": ProtocolType.CONNECT, "grpc": ProtocolType.GRPC, "grpc-web": ProtocolType.GRPC_WEB}
+
+_EVENT_TYPES: dict[int, EventType] = {
+    lock_pb2.EVENT_TYPE_SYNCED: "synced",
+    lock_pb2.EVENT_TYPE_ACQUIRED: "acquired",
+    lock_pb2.EVENT_TYPE_RELEASED: "released",
+    lock_pb2.EVENT_TYPE_EXPIRED: "expired",
+}
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(round(seconds * 1e9))
+    return d
+
+
+def _seconds(d: duration_pb2.Duration) -> float:
+    return d.ToNanoseconds() / 1e9
+
+
+def _check_seconds(field: str, v: float, minimum: float) -> None:
+    if not isinstance(v, (int, float)) or v != v or v < minimum or v == float("inf"):
+        raise InvalidArgumentError(f"holdfast: {field}: {v!r} must be a finite number of seconds >= {minimum}")
+
+
+def _backoff(attempt: int, base: float = 0.05, cap: float = 1.0) -> float:
+    """Exponential backoff with jitter: attempt 0 waits about base seconds."""
+    ceiling = min(cap, base * 2 ** min(attempt, 16))
+    return ceiling / 2 + random.random() * ceiling / 2
+
+
+def _timeout_ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000 + 0.999))
+
+
+def _default_holder() -> str:
+    return f"{socket.gethostname()} pid {os.getpid()}"
+
+
+class AsyncClient:
+    """A holdfast client for asyncio. Create one per process and share it::
+
+        async with AsyncClient("http://127.0.0.1:7410") as client:
+            async with client.lock("jobs/nightly", ttl=30) as guard:
+                write(guard.fencing_token)
+
+    Durations are in seconds.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        protocol: Protocol = "connect",
+        holder: Optional[str] = None,
+        default_ttl: float = DEFAULT_TTL,
+        retry_budget: float = DEFAULT_RETRY_BUDGET,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        max_clock_offset: Optional[float] = None,
+        clock: Optional[Clock] = None,
+        interceptors: tuple[Any, ...] = (),
+    ) -> None:
+        """
+        Args:
+            address: base URL of the server, e.g. ``http://127.0.0.1:7410``.
+            protocol: ``connect`` (default), ``grpc`` or ``grpc-web``.
+            holder: label shown to others while this client holds a lock.
+            default_ttl: lease length when a call gives none.
+            retry_budget: how long calls other than acquire retry on
+                ``unavailable`` (acquire retries within its own wait).
+            request_timeout: per-request timeout (added to acquire's wait).
+            max_clock_offset: server stamps further ahead are not merged
+                (default 0.5 s). Ignored when clock is given.
+            clock: the HLC to tick and merge into (default: a new one).
+            interceptors: connectrpc client interceptors.
+        """
+        if protocol not in _PROTOCOLS:
+            raise InvalidArgumentError(f"holdfast: protocol {protocol!r}: use one of {sorted(_PROTOCOLS)}")
+        self._rpc = LockServiceClient(
+            address.rstrip("/"),
+            protocol=_PROTOCOLS[protocol],
+            send_compression=None,
+            interceptors=interceptors,
+        )
+        self.clock = clock or Clock(max_offset=0.5 if max_clock_offset is None else max_clock_offset)
+        """The client's Hybrid Logical Clock: ticked for every request, merged with every server stamp."""
+        self._holder = holder or _default_holder()
+        self._default_ttl = default_ttl
+        self._retry_budget = retry_budget
+        self._request_timeout = request_timeout
+        self._guards: set[AsyncGuard] = set()
+        self._closed = False
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Releases the guards still held, stops their watchdogs and closes
+        the connection. Further calls raise ClientClosedError."""
+        if self._closed:
+            return
+        guards = list(self._guards)
+        await asyncio.gather(*(g._unlock_quietly() for g in guards))
+        self._closed = True
+        await self._rpc.close()
+
+    def lock(
+        self,
+        key: str,
+        *,
+        ttl: Optional[float] = None,
+        wait: float = 0.0,
+        holder: Optional[str] = None,
+        watchdog: bool = True,
+    ) -> LockContext:
+        """A lock on key: ``async with client.lock(k, ttl=10) as guard:`` holds
+        it for the block and releases it afterwards; ``guard = await
+        client.lock(k)`` just acquires. Raises NotAcquiredError when the key
+        stayed held for the whole wait (0: try once)."""
+        return LockContext(self, key, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
+
+    async def acquire(
+        self,
+        key: str,
+        *,
+        ttl: Optional[float] = None,
+        wait: float = 0.0,
+        holder: Optional[str] = None,
+        watchdog: bool = True,
+    ) -> AsyncGuard:
+        """Takes the lease on key, queueing on the server for up to wait
+        seconds. Raises NotAcquiredError when the key stayed held."""
+        got = await self.try_acquire(key, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
+        if isinstance(got, AsyncGuard):
+            return got
+        raise NotAcquiredError(key, got)
+
+    async def try_acquire(
+        self,
+        key: str,
+        *,
+        ttl: Optional[float] = None,
+        wait: float = 0.0,
+        holder: Optional[str] = None,
+        watchdog: bool = True,
+    ) -> Union[AsyncGuard, Optional[LockState]]:
+        """Like acquire, but contention is an answer: returns the guard, or
+        the holder's LockState (None if the server did not say)."""
+        self._check_open()
+        ttl = self._default_ttl if ttl is None else ttl
+        _check_seconds("ttl", ttl, 1e-3)
+        _check_seconds("wait", wait, 0)
+        deadline = time.monotonic() + wait
+        attempt = 0
+        while True:
+            sent_at = time.monotonic()
+            remaining = max(0.0, deadline - sent_at)
+            req = lock_pb2.AcquireRequest(
+                key=key,
+                ttl=_duration(ttl),
+                holder=holder if holder is not None else self._holder,
+                client_stamp=self.clock.now().to_proto(),
+            )
+            if remaining > 0:
+                req.wait.CopyFrom(_duration(remaining))
+            try:
+                res = await self._rpc.acquire(req, timeout_ms=_timeout_ms(remaining + self._request_timeout))
+            except Exception as e:  # noqa: BLE001 - mapped below
+                err = from_connect_error(e, f"acquire {key!r}")
+                # A failed acquire has an unknown outcome; if the server did
+                # grant it, nobody renews that lease and it expires.
+                pause = _backoff(attempt)
+                attempt += 1
+                if is_retryable(err) and time.monotonic() + pause < deadline:
+                    await asyncio.sleep(pause)
+                    continue
+                raise err from e
+            self._merge(res.server_stamp if res.HasField("server_stamp") else None)
+            if not res.acquired or not res.HasField("lease"):
+                return LockState.from_proto(res.current) if res.HasField("current") else None
+            self._merge(res.lease.stamp if res.lease.HasField("stamp") else None)
+            return AsyncGuard(self, res.lease, sent_at, watchdog)
+
+    async def inspect(self, key: str) -> Optional[LockState]:
+        """Who holds key (None when free), without its owner token."""
+        self._check_open()
+        res = await self._retrying(f"inspect {key!r}", lambda t: self._rpc.inspect(lock_pb2.InspectRequest(key=key), timeout_ms=t))
+        self._merge(res.server_stamp)
+        return LockState.from_proto(res.state) if res.held else None
+
+    async def list(self, prefix: str = "", *, page_size: int = 0) -> AsyncIterator[LockState]:
+        """Every held lock whose key starts with prefix, in key order."""
+        self._check_open()
+        token = ""
+        while True:
+            req = lock_pb2.ListRequest(prefix=prefix, page_size=page_size, page_token=token)
+            res = await self._retrying(f"list {prefix!r}", lambda t: self._rpc.list(req, timeout_ms=t))
+            self._merge(res.server_stamp)
+            for s in res.locks:
+                yield LockState.from_proto(s)
+            token = res.next_page_token
+            if not token:
+                return
+
+    async def watch(self, *, key: Optional[str] = None, prefix: Optional[str] = None) -> AsyncIterator[LockEvent]:
+        """Streams acquisitions, releases and expiries of one key or of every
+        key under a prefix. The first event is "synced"."""
+        self._check_open()
+        if (key is None) == (prefix is None):
+            raise InvalidArgumentError("holdfast: watch: give exactly one of key and prefix")
+        req = lock_pb2.WatchRequest(key=key) if key is not None else lock_pb2.WatchRequest(prefix=prefix or "")
+        try:
+            async for ev in self._rpc.watch(req):
+                self._merge(ev.server_stamp)
+                yield LockEvent(
+                    type=_EVENT_TYPES.get(ev.type, "synced"),
+                    state=LockState.from_proto(ev.state) if ev.HasField("state") else None,
+                    stamp=Timestamp.from_proto(ev.server_stamp),
+                )
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except ConnectError as e:
+            if e.code == Code.CANCELED:
+                # connectrpc reports the cancellation of the caller's task as
+                # a canceled error; give the task its CancelledError back.
+                raise asyncio.CancelledError() from e
+            raise from_connect_error(e, "watch") from e
+        except Exception as e:  # noqa: BLE001
+            raise from_connect_error(e, "watch") from e
+
+    async def server_info(self) -> ServerInfo:
+        """The server's version and its backend's promises."""
+        self._check_open()
+        res = await self._retrying("server info", lambda t: self._rpc.get_server_info(lock_pb2.GetServerInfoRequest(), timeout_ms=t))
+        self._merge(res.server_stamp)
+        b = res.backend
+        return ServerInfo(
+            version=res.version,
+            backend=BackendInfo(
+                name=b.name,
+                version=b.version,
+                shared=b.shared,
+                durable=b.durable,
+                ttl_granularity=_seconds(b.ttl_granularity),
+                min_ttl=_seconds(b.min_ttl),
+                max_ttl=_seconds(b.max_ttl),
+                fair=b.fair,
+            ),
+            max_clock_offset=_seconds(res.max_clock_offset),
+            stamp=Timestamp.from_proto(res.server_stamp),
+        )
+
+    # ---- internals shared with AsyncGuard ----
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError()
+
+    def _merge(self, p: Optional[lock_pb2.HlcTimestamp]) -> None:
+        """Merges a server stamp. One further ahead than the max offset is not
+        merged: adopting it would make this client's next stamps look too far
+        ahead to every other server."""
+        ts = Timestamp.from_proto(p)
+        if ts.is_zero():
+            return
+        try:
+            self.clock.update(ts)
+        except ClockOffsetError:
+            pass
+
+    async def _retrying(
+        self,
+        what: str,
+        call: Callable[[int], Awaitable[T]],
+        budget: Optional[float] = None,
+    ) -> T:
+        """Runs call(timeout_ms), retrying on unavailable within the budget."""
+        deadline = time.monotonic() + (self._retry_budget if budget is None else budget)
+        attempt = 0
+        while True:
+            try:
+                return await call(_timeout_ms(self._request_timeout))
+            except Exception as e:  # noqa: BLE001
+                err = from_connect_error(e, what)
+                pause = _backoff(attempt)
+                attempt += 1
+                if is_retryable(err) and time.monotonic() + pause < deadline:
+                    await asyncio.sleep(pause)
+                    continue
+                raise err from e
+
+
+class LockContext:
+    """Returned by AsyncClient.lock: an async context manager that holds the
+    lock for its block, or an awaitable that just acquires it."""
+
+    def __init__(self, client: AsyncClient, key: str, **opts: Any) -> None:
+        self._client = client
+        self._key = key
+        self._opts = opts
+        self._guard: Optional[AsyncGuard] = None
+
+    def __await__(self) -> Generator[Any, None, AsyncGuard]:
+        return self._client.acquire(self._key, **self._opts).__await__()
+
+    async def __aenter__(self) -> AsyncGuard:
+        self._guard = await self._client.acquire(self._key, **self._opts)
+        return self._guard
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._guard is not None:
+            await self._guard._unlock_quietly()
+
+
+LostCallback = Callable[[LeaseLostError], None]
+
+
+class AsyncGuard:
+    """A held lease.
+
+    Its watchdog renews it at about TTL/3. The guard is poisoned when a
+    renewal answers extended=false, or when no renewal has succeeded by the
+    lease's expiry measured on this process's monotonic clock from the moment
+    the last successful renewal (or the acquire) was sent. Poisoned, its
+    ``lost`` event is set, its callbacks run, and ``fencing_token`` raises
+    LeaseLostError. Nothing is raised at the caller asynchronously.
+    """
+
+    def __init__(self, client: AsyncClient, lease: lock_pb2.Lease, sent_at: float, watchdog: bool) -> None:
+        self._client = client
+        self.key: str = lease.key
+        self._owner_token = lease.owner_token
+        self._fencing_token: int = lease.fencing_token
+        self._stamp = Timestamp.from_proto(lease.stamp if lease.HasField("stamp") else None)
+        self._ttl = _seconds(lease.ttl)
+        self._valid_from = sent_at
+        self._state: Literal["held", "lost", "released"] = "held"
+        self._lost_error: Optional[LeaseLostError] = None
+        self._callbacks: list[LostCallback] = []
+        self._renewals = 0
+        self.lost = asyncio.Event()
+        """Set when the lease is lost (not when it is released by unlock)."""
+        self.done = asyncio.Event()
+        """Set when the guard stops holding: lost or released."""
+        loop = asyncio.get_running_loop()
+        self._expiry: Optional[asyncio.TimerHandle] = None
+        self._arm_expiry(loop)
+        client._guards.add(self)
+        self._task: Optional[asyncio.Task[None]] = loop.create_task(self._watchdog()) if watchdog else None
+
+    # ---- public surface ----
+
+    @property
+    def fencing_token(self) -> int:
+        """The fencing token of this lease, larger than every earlier holder's.
+
+        Raises LeaseLostError once the lease is lost and LockReleasedError
+        once it was unlocked."""
+        self._raise_if_not_held()
+        return self._fencing_token
+
+    @property
+    def stamp(self) -> Timestamp:
+        """HLC stamp of the acquisition."""
+        return self._stamp
+
+    @property
+    def held(self) -> bool:
+        return self._state == "held"
+
+    @property
+    def lost_error(self) -> Optional[LeaseLostError]:
+        return self._lost_error
+
+    @property
+    def ttl(self) -> float:
+        return self._ttl
+
+    @property
+    def renewals(self) -> int:
+        """Number of successful renewals (watchdog and extend())."""
+        return self._renewals
+
+    def remaining(self) -> float:
+        """Seconds left on the lease by the client's monotonic clock."""
+        if self._state != "held":
+            return 0.0
+        return max(0.0, self._valid_from + self._ttl - time.monotonic())
+
+    def add_lost_callback(self, cb: LostCallback) -> None:
+        """Calls cb(LeaseLostError) when the lease is lost (at once if it
+        already was). Runs on the event loop; exceptions are swallowed."""
+        if self._lost_error is not None:
+            self._call(cb, self._lost_error)
+        elif self._state == "held":
+            self._callbacks.append(cb)
+
+    async def extend(self, ttl: Optional[float] = None) -> None:
+        """Renews the lease for ttl seconds (default: its current TTL) from
+        now. Raises LeaseLostError, poisoning the guard, when the server
+        answers extended=false."""
+        self._raise_if_not_held()
+        ttl = self._ttl if ttl is None else ttl
+        _check_seconds("ttl", ttl, 1e-3)
+        sent_at = time.monotonic()
+        budget = max(0.0, self._valid_from + self._ttl - sent_at)
+        try:
+            ok = await self._client._retrying(
+                f"extend {self.key!r}", lambda t: self._extend_once(ttl, sent_at, t), budget
+            )
+        except HoldfastError:
+            self._raise_if_not_held()
+            raise
+        if not ok:
+            raise self._lost_error or LeaseLostError(self.key, "refused")
+
+    async def unlock(self) -> bool:
+        """Releases the lease and stops the watchdog. Returns True when the
+        server released it, False when this guard no longer held it (it
+        expired or was taken over; nothing was changed then). Idempotent."""
+        if self._state == "released":
+            return False
+        was_held = self._state == "held"
+        self._finish("released", None)
+        if not was_held:
+            return False
+        key, token = self.key, self._owner_token
+        res = await self._client._retrying(
+            f"release {key!r}",
+            lambda t: self._client._rpc.release(
+                lock_pb2.ReleaseRequest(key=key, owner_token=token, client_stamp=self._client.clock.now().to_proto()),
+                timeout_ms=t,
+            ),
+        )
+        self._client._merge(res.server_stamp)
+        return res.released
+
+    async def __aenter__(self) -> AsyncGuard:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._unlock_quietly()
+
+    # ---- internals ----
+
+    async def _unlock_quietly(self) -> None:
+        try:
+            await self.unlock()
+        except HoldfastError:
+            pass  # the lease expires on its own
+
+    async def _extend_once(self, ttl: float, sent_at: float, timeout_ms: int) -> bool:
+        res = await self._client._rpc.extend(
+            lock_pb2.ExtendRequest(
+                key=self.key,
+                owner_token=self._owner_token,
+                ttl=_duration(ttl),
+                client_stamp=self._client.clock.now().to_proto(),
+            ),
+            timeout_ms=timeout_ms,
+        )
+        self._client._merge(res.server_stamp)
+        if self._state != "held":
+            return False
+        if not res.extended:
+            self._poison("refused")
+            return False
+        self._client._merge(res.lease.stamp if res.lease.HasField("stamp") else None)
+        # The renewal counts from when it was sent, never from when it
+        # answered: the server may have started the new TTL any time after.
+        self._valid_from = max(self._valid_from, sent_at)
+        self._ttl = _seconds(res.lease.ttl) if res.HasField("lease") and res.lease.HasField("ttl") else ttl
+        self._renewals += 1
+        self._arm_expiry(asyncio.get_running_loop())
+        return True
+
+    async def _watchdog(self) -> None:
+        try:
+            while self._state == "held":
+                await asyncio.sleep(self._ttl / 3)
+                attempt = 0
+                while self._state == "held":
+                    sent_at = time.monotonic()
+                    remaining = self._valid_from + self._ttl - sent_at
+                    if remaining <= 0:
+                        self._poison("expired")
+                        return
+                    try:
+                        # An answer after the lease's expiry is useless: cap
+                        # each attempt at the time left.
+                        await self._extend_once(self._ttl, sent_at, _timeout_ms(remaining))
+                        break
+                    except Exception as e:  # noqa: BLE001
+                        if self._state != "held":
+                            return
+                        err = from_connect_error(e, f"renew {self.key!r}")
+                        # Transient trouble must not drop a lease that is
+                        # still valid: retry until it runs out (the expiry
+                        # timer poisons the guard then).
+                        transient = is_retryable(err) or isinstance(err, DeadlineExceededError) or err.code in ("unknown", "internal")
+                        if not transient:
+                            self._poison("renewal-failed")
+                            return
+                        pause = min(
+                            _backoff(attempt, 0.05, max(0.05, self._ttl / 10)),
+                            max(0.0, self._valid_from + self._ttl - time.monotonic()),
+                        )
+                        attempt += 1
+                        await asyncio.sleep(pause)
+        except asyncio.CancelledError:
+            pass
+
+    def _arm_expiry(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        # loop.time() is time.monotonic() on every standard event loop.
+        delay = self._valid_from + self._ttl - time.monotonic()
+        self._expiry = loop.call_later(max(0.0, delay), self._on_expiry, loop)
+
+    def _on_expiry(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._state != "held":
+            return
+        if time.monotonic() >= self._valid_from + self._ttl:
+            self._poison("expired")
+        else:  # a renewal landed while the timer was queued
+            self._arm_expiry(loop)
+
+    def _poison(self, reason: LeaseLostReason) -> None:
+        if self._state != "held":
+            return
+        err = LeaseLostError(self.key, reason)
+        self._lost_error = err
+        self._finish("lost", err)
+
+    def _finish(self, state: Literal["lost", "released"], err: Optional[LeaseLostError]) -> None:
+        if self._state != "held":
+            if state == "released":
+                self._state = state
+            return
+        self._state = state
+        if self._expiry is not None:
+            self._expiry.cancel()
+        task, self._task = self._task, None
+        if task is not None and task is not _current_task():
+            task.cancel()
+        self._client._guards.discard(self)
+        self.done.set()
+        if err is not None:
+            self.lost.set()
+            callbacks, self._callbacks = self._callbacks, []
+            for cb in callbacks:
+                self._call(cb, err)
+
+    @staticmethod
+    def _call(cb: LostCallback, err: LeaseLostError) -> None:
+        try:
+            cb(err)
+        except Exception:  # noqa: BLE001 - a callback must not break the watchdog
+            pass
+
+    def _raise_if_not_held(self) -> None:
+        if self._state == "held":
+            return
+        if self._lost_error is not None:
+            raise self._lost_error
+        raise LockReleasedError(self.key)
+
+
+def _current_task() -> Optional[asyncio.Task[Any]]:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None

@@ -1,0 +1,73 @@
+"""Plain types the SDK returns."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from .hlc import Timestamp
+from .lock.v1 import lock_pb2
+
+
+@dataclass(frozen=True)
+class LockState:
+    """A held lock as anyone may see it (no owner token)."""
+
+    key: str
+    fencing_token: int
+    holder: str
+    """Free-text label the holder gave at acquire."""
+    expires_at: Optional[_dt.datetime]
+    """The server's view of the expiry; informational only."""
+    stamp: Timestamp
+    """HLC stamp of the holder's acquisition."""
+    waiters: int
+    """Callers queued for the key on the answering server."""
+
+    @staticmethod
+    def from_proto(p: lock_pb2.LockState) -> LockState:
+        expires = p.expires_at.ToDatetime(tzinfo=_dt.timezone.utc) if p.HasField("expires_at") else None
+        return LockState(
+            key=p.key,
+            fencing_token=p.fencing_token,
+            holder=p.holder,
+            expires_at=expires,
+            stamp=Timestamp.from_proto(p.stamp if p.HasField("stamp") else None),
+            waiters=p.waiters,
+        )
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What the server's backend promises. Durations are in seconds."""
+
+    name: str
+    version: str
+    shared: bool
+    """True when several servers see the same locks."""
+    durable: bool
+    """True when locks survive a restart of the backend."""
+    ttl_granularity: float
+    min_ttl: float
+    max_ttl: float
+    fair: bool
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    version: str
+    backend: BackendInfo
+    max_clock_offset: float
+    stamp: Timestamp
+
+
+EventType = Literal["synced", "acquired", "released", "expired"]
+
+
+@dataclass(frozen=True)
+class LockEvent:
+    type: EventType
+    state: Optional[LockState]
+    """The lock the event is about; None for "synced"."""
+    stamp: Timestamp

@@ -1,0 +1,62 @@
+"""Fixtures for tests against a real `holdfast serve`.
+
+scripts/with-server.sh starts the server and exports HOLDFAST_ADDR (and
+HOLDFAST_SERVER_PID). Without it the server tests skip, unless
+HOLDFAST_REQUIRE_SERVICES=1 (set by `make test`), in which case they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Optional, Union
+
+import pytest
+
+import holdfast
+
+ADDR = os.environ.get("HOLDFAST_ADDR")
+SERVER_PID: Optional[int] = int(os.environ["HOLDFAST_SERVER_PID"]) if os.environ.get("HOLDFAST_SERVER_PID") else None
+
+
+@pytest.fixture
+def addr() -> str:
+    if not ADDR:
+        msg = "HOLDFAST_ADDR is unset: run the tests through scripts/with-server.sh (make test-sdk-python)"
+        if os.environ.get("HOLDFAST_REQUIRE_SERVICES") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return ADDR
+
+
+@pytest.fixture
+async def client(addr: str) -> AsyncIterator[holdfast.AsyncClient]:
+    async with holdfast.AsyncClient(addr, holder="py-test-a") as c:
+        yield c
+
+
+@pytest.fixture
+async def other(addr: str) -> AsyncIterator[holdfast.AsyncClient]:
+    async with holdfast.AsyncClient(addr, holder="py-test-b") as c:
+        yield c
+
+
+def key(name: str) -> str:
+    return f"py/{name}/{secrets.token_hex(6)}"
+
+
+async def eventually(what: str, cond: Callable[[], Union[bool, Awaitable[bool]]], timeout: float = 5.0) -> None:
+    """Polls cond until it holds or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if not isinstance(got, bool):
+            got = await got
+        if got:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
