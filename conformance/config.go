@@ -1,0 +1,157 @@
+package conformance
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/holdfast/holdfast/conformance/harness"
+)
+
+// Config is the one description of what to test and how, filled either by a
+// Go test (RunBackend, RunService) or by the holdfast-conformance command.
+// The backend level reads the Plugin fields; the service level reads Addr or
+// Serve. Zero values mean the defaults documented on each field.
+type Config struct {
+	// Name labels the run in the report; empty means the plugin's base name
+	// or the server address.
+	Name string
+
+	// --- backend level ---
+
+	// Plugin is the backend executable to drive through the plugin host. A
+	// bare name without a path separator that is not an existing file names
+	// an in-tree backend: "memory" means holdfast-backend-memory from
+	// $HOLDFAST_BIN_DIR, else built from this source tree.
+	Plugin string
+	// PluginArgs are extra command-line arguments for the plugin.
+	PluginArgs []string
+	// PluginOptions reach the plugin's open function (the plugin host passes
+	// them in HOLDFAST_BACKEND_OPTIONS), e.g. {"endpoints": "127.0.0.1:2379"}.
+	PluginOptions map[string]string
+
+	// --- service level ---
+
+	// Addr is the base URL of a running holdfast server
+	// ("http://127.0.0.1:7410"). When empty, Serve must be set.
+	Addr string
+	// SecondAddr is optional: another server started with the same backend
+	// configuration. The sharing specs use it and are skipped without it.
+	SecondAddr string
+	// Serve makes the suite start its servers itself (two, with the same
+	// options) through the harness, instead of using Addr and SecondAddr.
+	// Specs that pause or restart a server need this and are skipped without
+	// it.
+	Serve *harness.Options
+
+	// --- timing ---
+
+	// TTL is the short lease the timing specs use; 0 means 300ms, raised to
+	// the backend's min TTL (and to 3x its TTL granularity) when those are
+	// larger.
+	TTL time.Duration
+	// Slack is what the TTL specs allow beyond TTL + the backend's TTL
+	// granularity before a lock must be free again; 0 means 250ms.
+	Slack time.Duration
+	// WakeBound is how soon after a release a queued waiter must hold the
+	// lock (service level); 0 means 50ms.
+	WakeBound time.Duration
+	// Racers is how many acquirers race for one key; 0 means 32.
+	Racers int
+	// RestartTimeout bounds how long the plugin host may take to restart a
+	// killed plugin; 0 means 20s.
+	RestartTimeout time.Duration
+
+	// --- report ---
+
+	// JUnitReport, when set, is where a JUnit XML report is written.
+	JUnitReport string
+	// LabelFilter selects specs by label (ginkgo's label filter language,
+	// e.g. "fencing || stamps", "!kill"). Empty runs every spec, unless the
+	// -ginkgo.label-filter flag says otherwise.
+	LabelFilter string
+	// Focus and Skip select specs by a regular expression on their text.
+	Focus, Skip string
+}
+
+func (c Config) withDefaults() Config {
+	if c.TTL == 0 {
+		c.TTL = 300 * time.Millisecond
+	}
+	if c.Slack == 0 {
+		c.Slack = 250 * time.Millisecond
+	}
+	if c.WakeBound == 0 {
+		c.WakeBound = 50 * time.Millisecond
+	}
+	if c.Racers == 0 {
+		c.Racers = 32
+	}
+	if c.RestartTimeout == 0 {
+		c.RestartTimeout = 20 * time.Second
+	}
+	if c.Name == "" {
+		switch {
+		case c.Plugin != "":
+			c.Name = filepath.Base(c.Plugin)
+		case c.Serve != nil && c.Serve.Backend != "":
+			c.Name = "server on " + c.Serve.Backend
+		case c.Addr != "":
+			c.Name = c.Addr
+		}
+	}
+	return c
+}
+
+// isInTreeName reports whether plugin names an in-tree backend rather than a
+// path.
+func isInTreeName(plugin string) bool {
+	if strings.ContainsRune(plugin, os.PathSeparator) {
+		return false
+	}
+	_, err := os.Stat(plugin)
+	return err != nil
+}
+
+// RequireServicesEnv names the variable that turns a missing service into a
+// failure instead of a skip (`make test` sets it to 1).
+const RequireServicesEnv = "HOLDFAST_REQUIRE_SERVICES"
+
+// OptionsFromEnv builds plugin options from environment variables: each
+// entry of vars maps an option key to the variable holding its value, e.g.
+// {"endpoints": "HOLDFAST_ETCD_ENDPOINTS"}. It returns an error naming the
+// variables that are unset; callers skip on it (or fail when
+// HOLDFAST_REQUIRE_SERVICES=1, see SkipOrFail).
+func OptionsFromEnv(vars map[string]string) (map[string]string, error) {
+	opts := map[string]string{}
+	var missing []string
+	for k, v := range vars {
+		val := os.Getenv(v)
+		if val == "" {
+			missing = append(missing, v)
+			continue
+		}
+		opts[k] = val
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("environment variable(s) %s not set (start the service with scripts/<service>.sh start)", strings.Join(missing, ", "))
+	}
+	return opts, nil
+}
+
+// SkipOrFail skips the test with reason, or fails it when
+// HOLDFAST_REQUIRE_SERVICES=1 (as in `make test`), where a missing service
+// must not pass as a skip.
+func SkipOrFail(t interface {
+	Helper()
+	Skipf(string, ...any)
+	Fatalf(string, ...any)
+}, reason string) {
+	t.Helper()
+	if os.Getenv(RequireServicesEnv) == "1" {
+		t.Fatalf("%s (and %s=1)", reason, RequireServicesEnv)
+	}
+	t.Skipf("%s", reason)
+}

@@ -1,0 +1,36 @@
+// Package conformance is holdfast's shared conformance suite: the promises of
+// DESIGN.md written once as ginkgo specs and checked against every backend
+// and every server.
+//
+// It has two levels:
+//
+//   - Backend level: drives a backend plugin executable through the same
+//     plugin host the server uses (go-plugin, gRPC, a real subprocess) and
+//     checks atomic acquire, owner-token compare, TTL, fencing (including a
+//     kill -9 of the plugin), stamps, Watch, List and Get.
+//   - Service level: drives a running holdfast server through its public API
+//     (the Go SDK, and the generated Connect client where the SDK has no
+//     word for it) and checks promises 1 to 8 end to end.
+//
+// One Config describes a run. A Go test fills it and calls RunBackend or
+// RunService; the holdfast-conformance command fills it from flags:
+//
+//	func TestMyBackend(t *testing.T) {
+//		conformance.RunBackend(t, conformance.Config{
+//			Plugin:        "./bin/holdfast-backend-mine",
+//			PluginOptions: map[string]string{"dsn": os.Getenv("MY_DSN")},
+//		})
+//	}
+//
+// Every spec carries the label of its promise (atomic-acquire, owner-token,
+// ttl, fencing, stamps, watch, list, get, sharing, durable, watchdog,
+// waiting, server-info, bad-input) and of its level (backend, service); specs
+// that kill or pause a process also carry "disruptive". Select them with
+// Config.LabelFilter, -ginkgo.label-filter or the command's --label-filter.
+// A spec that does not apply to what the backend declares (Info.Shared,
+// Info.Durable, TTL bounds) is skipped with the reason in the report.
+//
+// Ginkgo runs one suite per process. RunBackend and RunService therefore run
+// the suite in a child process (the test binary itself, re-executed for just
+// the calling test), so one test binary can run many configurations.
+package conformance

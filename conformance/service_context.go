@@ -1,0 +1,289 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/proto/hlc"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
+	holdfast "github.com/holdfast/holdfast/sdk-go"
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// ServiceContext is what service-level specs share: the server under test,
+// a raw Connect client for it, and helpers to make SDK clients.
+type ServiceContext struct {
+	Config Config
+	// URL is the base URL of the server under test.
+	URL string
+	// RPC is the generated Connect client, for what the SDK does not expose.
+	RPC lockv1connect.LockServiceClient
+	// Info is the server's GetServerInfo answer at the start of the run.
+	Info *lockv1.GetServerInfoResponse
+
+	transport *http.Transport
+	buildDir  string
+	runID     string
+	seq       atomic.Uint64
+
+	mu      sync.Mutex
+	servers []*harness.Server // started by the suite (Config.Serve)
+	second  string            // URL of the second server, once known
+}
+
+func newServiceContext(cfg Config) *ServiceContext {
+	return &ServiceContext{Config: cfg, runID: randomHex(4)}
+}
+
+func (sc *ServiceContext) setup(ctx ginkgo.SpecContext) {
+	switch {
+	case sc.Config.Addr != "":
+		sc.URL = strings.TrimRight(sc.Config.Addr, "/")
+		if !strings.Contains(sc.URL, "://") {
+			sc.URL = "http://" + sc.URL
+		}
+	case sc.Config.Serve != nil:
+		s, err := sc.StartServer(ctx)
+		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "starting the server")
+		sc.URL = s.URL
+	default:
+		ginkgo.Fail("Config.Addr (--addr) or Config.Serve must say which server to test")
+	}
+	sc.transport = http.DefaultTransport.(*http.Transport).Clone()
+	sc.transport.MaxIdleConnsPerHost = 128
+	sc.RPC = lockv1connect.NewLockServiceClient(&http.Client{Transport: sc.transport}, sc.URL)
+	var err error
+	sc.Info, err = sc.RPC.GetServerInfo(ctx, &lockv1.GetServerInfoRequest{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "GetServerInfo at %s", sc.URL)
+	b := sc.Info.GetBackend()
+	ginkgo.GinkgoWriter.Printf("server %s version %q, backend %q: shared=%v durable=%v fair=%v ttl_granularity=%s min_ttl=%s max_ttl=%s; specs use TTL %s\n",
+		sc.URL, sc.Info.GetVersion(), b.GetName(), b.GetShared(), b.GetDurable(), b.GetFair(),
+		b.GetTtlGranularity().AsDuration(), b.GetMinTtl().AsDuration(), b.GetMaxTtl().AsDuration(), sc.TTL())
+}
+
+func (sc *ServiceContext) teardown() {
+	sc.mu.Lock()
+	servers := sc.servers
+	sc.servers = nil
+	sc.mu.Unlock()
+	var errs []error
+	for _, s := range servers {
+		if err := s.Stop(0); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if sc.transport != nil {
+		sc.transport.CloseIdleConnections()
+	}
+	if sc.buildDir != "" {
+		_ = os.RemoveAll(sc.buildDir)
+	}
+	gomega.Expect(errors.Join(errs...)).NotTo(gomega.HaveOccurred(), "a server did not stop gracefully")
+}
+
+// CanStartServers reports whether the suite starts servers itself
+// (Config.Serve), which specs that pause or restart a server need.
+func (sc *ServiceContext) CanStartServers() bool { return sc.Config.Serve != nil }
+
+// StartServer starts one more server with Config.Serve; the suite stops it
+// at the end of the run unless the caller stops it first.
+func (sc *ServiceContext) StartServer(ctx context.Context) (*harness.Server, error) {
+	if sc.Config.Serve == nil {
+		return nil, errors.New("conformance: Config.Serve is not set")
+	}
+	opts := *sc.Config.Serve
+	if opts.Binary == "" && opts.BuildDir == "" {
+		sc.mu.Lock()
+		if sc.buildDir == "" {
+			d, err := os.MkdirTemp("", "holdfast-conformance-")
+			if err != nil {
+				sc.mu.Unlock()
+				return nil, err
+			}
+			sc.buildDir = d
+		}
+		opts.BuildDir = sc.buildDir
+		sc.mu.Unlock()
+	}
+	if opts.Stderr == nil {
+		opts.Stderr = ginkgo.GinkgoWriter
+	}
+	s, err := harness.Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	sc.mu.Lock()
+	sc.servers = append(sc.servers, s)
+	sc.mu.Unlock()
+	return s, nil
+}
+
+// Server returns the first server the suite started, or nil when it tests a
+// server given by address.
+func (sc *ServiceContext) Server() *harness.Server {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if len(sc.servers) == 0 {
+		return nil
+	}
+	return sc.servers[0]
+}
+
+// SecondURL returns a second server with the same backend configuration
+// (Config.SecondAddr, or one the suite starts), or "" when there is none.
+func (sc *ServiceContext) SecondURL(ctx context.Context) (string, error) {
+	sc.mu.Lock()
+	second := sc.second
+	sc.mu.Unlock()
+	if second != "" {
+		return second, nil
+	}
+	switch {
+	case sc.Config.SecondAddr != "":
+		second = strings.TrimRight(sc.Config.SecondAddr, "/")
+		if !strings.Contains(second, "://") {
+			second = "http://" + second
+		}
+	case sc.Config.Serve != nil:
+		s, err := sc.StartServer(ctx)
+		if err != nil {
+			return "", err
+		}
+		second = s.URL
+	default:
+		return "", nil
+	}
+	sc.mu.Lock()
+	sc.second = second
+	sc.mu.Unlock()
+	return second, nil
+}
+
+// RPCFor returns a raw client for another server.
+func (sc *ServiceContext) RPCFor(url string) lockv1connect.LockServiceClient {
+	return lockv1connect.NewLockServiceClient(&http.Client{Transport: sc.transport}, url)
+}
+
+// Client dials the server under test with the Go SDK; the client is closed
+// when the current spec ends.
+func (sc *ServiceContext) Client(opts ...holdfast.Option) *holdfast.Client {
+	ginkgo.GinkgoHelper()
+	return sc.ClientFor(sc.URL, opts...)
+}
+
+// ClientFor dials url with the Go SDK; closed when the current spec ends.
+func (sc *ServiceContext) ClientFor(url string, opts ...holdfast.Option) *holdfast.Client {
+	ginkgo.GinkgoHelper()
+	c, err := holdfast.Dial(url, opts...)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	ginkgo.DeferCleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Key returns a key no other spec of any run uses, ending in name.
+func (sc *ServiceContext) Key(name string) string {
+	return fmt.Sprintf("conformance/%s/%d/%s", sc.runID, sc.seq.Add(1), name)
+}
+
+// Backend is the backend facts the server reported.
+func (sc *ServiceContext) Backend() *lockv1.BackendInfo { return sc.Info.GetBackend() }
+
+// TTL is the short lease the timing specs use, within the backend's bounds.
+func (sc *ServiceContext) TTL() time.Duration {
+	b := sc.Backend()
+	return clampTTL(sc.Config.TTL, b.GetMinTtl().AsDuration(), b.GetMaxTtl().AsDuration())
+}
+
+// LongTTL is a lease that outlives any spec.
+func (sc *ServiceContext) LongTTL() time.Duration {
+	b := sc.Backend()
+	return clampTTL(time.Minute, b.GetMinTtl().AsDuration(), b.GetMaxTtl().AsDuration())
+}
+
+// FreeWithin is how soon after an acquisition a lease of TTL() must be free.
+func (sc *ServiceContext) FreeWithin() time.Duration {
+	return sc.TTL() + sc.Backend().GetTtlGranularity().AsDuration() + sc.Config.Slack
+}
+
+// MaxClockOffset is how far ahead a client stamp may be.
+func (sc *ServiceContext) MaxClockOffset() time.Duration {
+	if d := sc.Info.GetMaxClockOffset().AsDuration(); d > 0 {
+		return d
+	}
+	return hlc.DefaultMaxOffset
+}
+
+// Acquire sends one raw Acquire.
+func (sc *ServiceContext) Acquire(ctx context.Context, rpc lockv1connect.LockServiceClient, key string, ttl, wait time.Duration) (*lockv1.AcquireResponse, error) {
+	req := &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(ttl), Holder: "conformance"}
+	if wait > 0 {
+		req.Wait = durationpb.New(wait)
+	}
+	return rpc.Acquire(ctx, req)
+}
+
+// MustAcquire acquires a free key through the raw client and returns the
+// lease.
+func (sc *ServiceContext) MustAcquire(ctx context.Context, key string, ttl time.Duration) *lockv1.Lease {
+	ginkgo.GinkgoHelper()
+	res, err := sc.Acquire(ctx, sc.RPC, key, ttl, 0)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "Acquire %q", key)
+	gomega.Expect(res.GetAcquired()).To(gomega.BeTrue(), "Acquire of free key %q: held by %v", key, res.GetCurrent())
+	gomega.Expect(res.GetServerStamp()).NotTo(gomega.BeNil(), "every response carries server_stamp")
+	return res.GetLease()
+}
+
+// Release releases through the raw client and returns released.
+func (sc *ServiceContext) Release(ctx context.Context, key, token string) bool {
+	ginkgo.GinkgoHelper()
+	res, err := sc.RPC.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: token})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "Release %q", key)
+	gomega.Expect(res.GetServerStamp()).NotTo(gomega.BeNil(), "every response carries server_stamp")
+	return res.GetReleased()
+}
+
+// AwaitFree tries to acquire key every few milliseconds until it succeeds or
+// within elapses, like BackendContext.AwaitFree.
+func (sc *ServiceContext) AwaitFree(ctx context.Context, key string, ttl, within time.Duration) (lease *lockv1.Lease, freeAt, lastRefusedSent time.Time, err error) {
+	deadline := time.Now().Add(within)
+	for {
+		sent := time.Now()
+		res, aerr := sc.Acquire(ctx, sc.RPC, key, ttl, 0)
+		if aerr != nil {
+			return nil, time.Time{}, lastRefusedSent, aerr
+		}
+		if res.GetAcquired() {
+			return res.GetLease(), time.Now(), lastRefusedSent, nil
+		}
+		lastRefusedSent = sent
+		if time.Now().After(deadline) {
+			return nil, time.Time{}, lastRefusedSent, fmt.Errorf("%q still held after %s (holder %v)", key, within, res.GetCurrent())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, time.Time{}, lastRefusedSent, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// codeOf is the Connect code of err (connect.CodeUnknown for non-Connect
+// errors, 0 for nil).
+func codeOf(err error) connect.Code {
+	if err == nil {
+		return 0
+	}
+	return connect.CodeOf(err)
+}

@@ -1,0 +1,47 @@
+package conformance
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+// Promise 4 at the API.
+var _ = describeService("fencing", Label("fencing"), func(sc *ServiceContext) {
+	It("increases strictly through release, expiry and takeover", func(ctx SpecContext) {
+		key := sc.Key("fencing")
+		l1 := sc.MustAcquire(ctx, key, sc.LongTTL())
+		Expect(sc.Release(ctx, key, l1.GetOwnerToken())).To(BeTrue())
+		l2 := sc.MustAcquire(ctx, key, sc.TTL())
+		Expect(l2.GetFencingToken()).To(BeNumerically(">", l1.GetFencingToken()), "after release")
+		l3, _, _, err := sc.AwaitFree(ctx, key, sc.LongTTL(), sc.FreeWithin()+2*time.Second)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(l3.GetFencingToken()).To(BeNumerically(">", l2.GetFencingToken()), "after expiry and takeover")
+	}, SpecTimeout(30*time.Second))
+
+	It("keeps increasing across a restart of the server", Label("disruptive"), func(ctx SpecContext) {
+		if !sc.CanStartServers() {
+			Skip("the suite tests a server given by address; it cannot restart it (use Config.Serve)")
+		}
+		s1, err := sc.StartServer(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		key := sc.Key("fencing-restart")
+		res, err := sc.Acquire(ctx, sc.RPCFor(s1.URL), key, sc.TTL(), 0)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.GetAcquired()).To(BeTrue())
+		before := res.GetLease().GetFencingToken()
+		Expect(s1.Stop(0)).To(Succeed(), "graceful stop")
+
+		s2, err := sc.StartServer(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		var after uint64
+		Eventually(ctx, func(g Gomega) {
+			res, err := sc.Acquire(ctx, sc.RPCFor(s2.URL), key, sc.LongTTL(), 0)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(res.GetAcquired()).To(BeTrue())
+			after = res.GetLease().GetFencingToken()
+		}).WithTimeout(sc.FreeWithin() + 5*time.Second).WithPolling(10 * time.Millisecond).Should(Succeed())
+		Expect(after).To(BeNumerically(">", before), "fencing token went from %d to %d across a server restart", before, after)
+	}, SpecTimeout(time.Minute))
+})

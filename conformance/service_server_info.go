@@ -1,0 +1,49 @@
+package conformance
+
+import (
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+// Promise 8: GetServerInfo is honest about sharing.
+var _ = describeService("server info", Label("server-info", "sharing"), func(sc *ServiceContext) {
+	It("reports the backend's facts, as the server's start-up line does", func(ctx SpecContext) {
+		info, err := sc.RPC.GetServerInfo(ctx, &lockv1.GetServerInfoRequest{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(info.GetVersion()).NotTo(BeEmpty())
+		b := info.GetBackend()
+		Expect(b.GetName()).NotTo(BeEmpty())
+		Expect(info.GetServerStamp()).NotTo(BeNil())
+		if max := b.GetMaxTtl().AsDuration(); max > 0 {
+			Expect(max).To(BeNumerically(">=", b.GetMinTtl().AsDuration()))
+		}
+		if s := sc.Server(); s != nil {
+			Expect(b.GetShared()).To(Equal(s.Shared), "GetServerInfo and the start-up line disagree on shared")
+			Expect(b.GetDurable()).To(Equal(s.Durable), "GetServerInfo and the start-up line disagree on durable")
+		}
+	})
+
+	It("behaves as shared or not shared, as it says, with a second server on the same backend", func(ctx SpecContext) {
+		second, err := sc.SecondURL(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		if second == "" {
+			Skip("no second server (Config.SecondAddr / --second-addr, or Config.Serve)")
+		}
+		rpc2 := sc.RPCFor(second)
+		info2, err := rpc2.GetServerInfo(ctx, &lockv1.GetServerInfoRequest{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(info2.GetBackend().GetShared()).To(Equal(sc.Backend().GetShared()), "two servers on one backend configuration disagree on shared")
+
+		key := sc.Key("honesty")
+		l := sc.MustAcquire(ctx, key, sc.LongTTL())
+		res, err := sc.Acquire(ctx, rpc2, key, sc.LongTTL(), 0)
+		Expect(err).NotTo(HaveOccurred())
+		if sc.Backend().GetShared() {
+			Expect(res.GetAcquired()).To(BeFalse(), "the backend says shared=true, yet a second server granted a held lock")
+			Expect(res.GetCurrent().GetFencingToken()).To(Equal(l.GetFencingToken()))
+		} else {
+			Expect(res.GetAcquired()).To(BeTrue(), "the backend says shared=false, yet a second server sees the first one's lock")
+		}
+	})
+})

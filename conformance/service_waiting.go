@@ -1,0 +1,120 @@
+package conformance
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+// Promise 7: waiting on the server, in arrival order, woken by events.
+var _ = describeService("waiting", Label("waiting"), func(sc *ServiceContext) {
+	// awaitWaiters waits until the server reports n callers queued on key.
+	awaitWaiters := func(ctx context.Context, key string, n int) {
+		GinkgoHelper()
+		Eventually(ctx, func(g Gomega) {
+			ins, err := sc.RPC.Inspect(ctx, &lockv1.InspectRequest{Key: key})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(ins.GetState().GetWaiters()).To(BeNumerically("==", n))
+		}).WithTimeout(5*time.Second).WithPolling(2*time.Millisecond).Should(Succeed(), "waiting for %d queued callers on %q", n, key)
+	}
+	type result struct {
+		res *lockv1.AcquireResponse
+		err error
+		at  time.Time
+	}
+	wait := func(ctx context.Context, key string, ttl, wait time.Duration) <-chan result {
+		out := make(chan result, 1)
+		go func() {
+			res, err := sc.Acquire(ctx, sc.RPC, key, ttl, wait)
+			out <- result{res, err, time.Now()}
+		}()
+		return out
+	}
+
+	It("hands the lock to a queued waiter within a few milliseconds of the release", func(ctx SpecContext) {
+		key := sc.Key("wake-release")
+		held := sc.MustAcquire(ctx, key, sc.LongTTL())
+		w := wait(ctx, key, sc.LongTTL(), 10*time.Second)
+		awaitWaiters(ctx, key, 1)
+		released := time.Now()
+		Expect(sc.Release(ctx, key, held.GetOwnerToken())).To(BeTrue())
+		var r result
+		Eventually(w).WithTimeout(5 * time.Second).Should(Receive(&r))
+		Expect(r.err).NotTo(HaveOccurred())
+		Expect(r.res.GetAcquired()).To(BeTrue())
+		Expect(r.at.Sub(released)).To(BeNumerically("<=", sc.Config.WakeBound),
+			"the waiter got the lock %s after the release was sent (bound %s)", r.at.Sub(released), sc.Config.WakeBound)
+		Expect(r.res.GetLease().GetFencingToken()).To(BeNumerically(">", held.GetFencingToken()))
+	}, SpecTimeout(30*time.Second))
+
+	It("hands the lock to a queued waiter when the holder's lease expires", func(ctx SpecContext) {
+		key := sc.Key("wake-expiry")
+		sent := time.Now()
+		held := sc.MustAcquire(ctx, key, sc.TTL())
+		answered := time.Now()
+		w := wait(ctx, key, sc.LongTTL(), 10*time.Second)
+		var r result
+		Eventually(w).WithTimeout(sc.FreeWithin() + 5*time.Second).Should(Receive(&r))
+		Expect(r.err).NotTo(HaveOccurred())
+		Expect(r.res.GetAcquired()).To(BeTrue())
+		Expect(r.at.Sub(sent)).To(BeNumerically(">=", sc.TTL()), "the waiter got the lock before the lease ran out")
+		Expect(r.at.Sub(answered)).To(BeNumerically("<=", sc.FreeWithin()+sc.Config.WakeBound),
+			"the waiter got the lock %s after the acquisition (TTL %s)", r.at.Sub(answered), sc.TTL())
+		Expect(r.res.GetLease().GetFencingToken()).To(BeNumerically(">", held.GetFencingToken()))
+	}, SpecTimeout(30*time.Second))
+
+	It("serves waiters in arrival order", func(ctx SpecContext) {
+		key := sc.Key("fifo")
+		held := sc.MustAcquire(ctx, key, sc.LongTTL())
+		const n = 5
+		var mu sync.Mutex
+		var order []int
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				defer GinkgoRecover()
+				res, err := sc.Acquire(ctx, sc.RPC, key, sc.LongTTL(), 20*time.Second)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(res.GetAcquired()).To(BeTrue(), "waiter %d", i)
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				Expect(sc.Release(ctx, key, res.GetLease().GetOwnerToken())).To(BeTrue())
+			})
+			// The next waiter arrives only once this one is queued.
+			awaitWaiters(ctx, key, i+1)
+		}
+		Expect(sc.Release(ctx, key, held.GetOwnerToken())).To(BeTrue())
+		wg.Wait()
+		Expect(order).To(Equal([]int{0, 1, 2, 3, 4}), "order in which queued waiters got the lock")
+	}, SpecTimeout(time.Minute))
+
+	It("never waits longer than wait", func(ctx SpecContext) {
+		key := sc.Key("wait-bound")
+		held := sc.MustAcquire(ctx, key, sc.LongTTL())
+		const w = 300 * time.Millisecond
+		start := time.Now()
+		res, err := sc.Acquire(ctx, sc.RPC, key, sc.LongTTL(), w)
+		took := time.Since(start)
+		Expect(err).NotTo(HaveOccurred(), "contention is not an error")
+		Expect(res.GetAcquired()).To(BeFalse())
+		Expect(res.GetCurrent().GetFencingToken()).To(Equal(held.GetFencingToken()), "the answer names the holder")
+		Expect(took).To(BeNumerically("<=", w+sc.Config.Slack), "waited %s for wait=%s", took, w)
+		Expect(took).To(BeNumerically(">=", w/2), "gave up after %s of wait=%s", took, w)
+	}, SpecTimeout(30*time.Second))
+
+	It("drops a waiter that disconnects from the queue at once", func(ctx SpecContext) {
+		key := sc.Key("wait-cancel")
+		sc.MustAcquire(ctx, key, sc.LongTTL())
+		wctx, cancel := context.WithCancel(ctx)
+		w := wait(wctx, key, sc.LongTTL(), 20*time.Second)
+		awaitWaiters(ctx, key, 1)
+		cancel()
+		Eventually(w).WithTimeout(5 * time.Second).Should(Receive())
+		awaitWaiters(ctx, key, 0)
+	}, SpecTimeout(30*time.Second))
+})
