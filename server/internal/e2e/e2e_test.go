@@ -1,0 +1,403 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, cleanup, err := binaries()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	cleanup()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// binaries returns the directory holding holdfast and
+// holdfast-backend-memory: $HOLDFAST_BIN_DIR, or a temp dir they are built
+// into.
+func binaries() (string, func(), error) {
+	if dir := os.Getenv("HOLDFAST_BIN_DIR"); dir != "" {
+		return dir, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "holdfast-e2e-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	cmd := exec.Command("go", "build", "-o", dir+"/",
+		"-ldflags", "-X main.version=e2e-test",
+		"github.com/holdfast/holdfast/server/cmd/holdfast",
+		"github.com/holdfast/holdfast/plugins/memory/cmd/holdfast-backend-memory")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("go build: %w", err)
+	}
+	return dir, cleanup, nil
+}
+
+var readiness = regexp.MustCompile(`^holdfast serving addr=(\S+) backend=(\S+) shared=(true|false) durable=(true|false)$`)
+
+// server is one running `holdfast serve`.
+type server struct {
+	cmd     *exec.Cmd
+	addr    string
+	line    string
+	stderr  *syncBuffer
+	waited  chan error
+	stopped bool
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startServer runs holdfast serve with args and waits for its readiness
+// line on stdout (an event, not a sleep).
+func startServer(t *testing.T, env []string, args ...string) *server {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "holdfast"), append([]string{"serve"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd, stderr: &syncBuffer{}, waited: make(chan error, 1)}
+	cmd.Stderr = s.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		var all []string
+		for sc.Scan() {
+			all = append(all, sc.Text())
+			if len(all) == 1 {
+				lines <- sc.Text()
+			}
+		}
+		if len(all) == 0 {
+			close(lines)
+		}
+		if len(all) > 1 {
+			t.Errorf("holdfast wrote more than the readiness line to stdout: %q", all)
+		}
+		s.waited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if !s.stopped {
+			_ = cmd.Process.Kill()
+			<-s.waited
+		}
+		if t.Failed() {
+			t.Logf("holdfast stderr:\n%s", s.stderr)
+		}
+	})
+	select {
+	case line, ok := <-lines:
+		if !ok {
+			err := <-s.waited
+			s.stopped = true
+			t.Fatalf("holdfast exited before serving (%v):\n%s", err, s.stderr)
+		}
+		m := readiness.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("readiness line %q does not match %s", line, readiness)
+		}
+		s.line, s.addr = line, m[1]
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no readiness line within 30s:\n%s", s.stderr)
+	}
+	return s
+}
+
+// waitStderr waits until the server's stderr contains want.
+func (s *server) waitStderr(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(s.stderr.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stderr does not say %q:\n%s", want, s.stderr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and returns the exit error (nil for exit code 0).
+func (s *server) stop(t *testing.T) error {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-s.waited:
+		s.stopped = true
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("holdfast did not exit within 20s of SIGTERM")
+		return nil
+	}
+}
+
+func postJSON(t *testing.T, c *http.Client, url, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := c.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s: %d %q is not JSON", url, resp.StatusCode, raw)
+	}
+	return resp.StatusCode, m
+}
+
+func TestServeEndToEnd(t *testing.T) {
+	s := startServer(t, nil, "--addr", "127.0.0.1:0")
+	if !strings.HasSuffix(s.line, "backend=memory shared=false durable=false") {
+		t.Fatalf("readiness line %q", s.line)
+	}
+	// stderr is copied from a pipe: poll it until the deadline.
+	s.waitStderr(t, "backend is not shared")
+	base := "http://" + s.addr
+	h1 := &http.Transport{}
+	defer h1.CloseIdleConnections()
+	httpc := &http.Client{Transport: h1}
+
+	// Connect JSON, as curl does it.
+	status, m := postJSON(t, httpc, base+"/holdfast.lock.v1.LockService/Acquire",
+		`{"key": "jobs/nightly", "ttl": "30s", "holder": "e2e"}`)
+	if status != 200 || m["acquired"] != true {
+		t.Fatalf("acquire over Connect JSON: %d %v", status, m)
+	}
+	token := m["lease"].(map[string]any)["ownerToken"].(string)
+	status, m = postJSON(t, httpc, base+"/holdfast.lock.v1.LockService/Acquire", `{"key": "jobs/nightly", "ttl": "-1s"}`)
+	if status != 400 || m["code"] != "invalid_argument" || !strings.HasPrefix(m["message"].(string), "ttl:") {
+		t.Fatalf("bad ttl over Connect JSON: %d %v", status, m)
+	}
+	status, m = postJSON(t, httpc, base+"/holdfast.lock.v1.LockService/Acquire", `{"key": `)
+	if status != 400 || m["code"] != "invalid_argument" {
+		t.Fatalf("malformed JSON: %d %v", status, m)
+	}
+	status, m = postJSON(t, httpc, base+"/holdfast.lock.v1.LockService/Release",
+		fmt.Sprintf(`{"key": "jobs/nightly", "ownerToken": %q}`, token))
+	if status != 200 || m["released"] != true {
+		t.Fatalf("release over Connect JSON: %d %v", status, m)
+	}
+
+	// gRPC (HTTP/2 without TLS) through the connect client.
+	h2 := new(http.Protocols)
+	h2.SetUnencryptedHTTP2(true)
+	h2t := &http.Transport{Protocols: h2}
+	defer h2t.CloseIdleConnections()
+	c := lockv1connect.NewLockServiceClient(&http.Client{Transport: h2t}, base, connect.WithGRPC())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	acq, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: "grpc/k", Ttl: durationpb.New(time.Minute)})
+	if err != nil || !acq.GetAcquired() {
+		t.Fatalf("acquire over gRPC: %v %v", acq, err)
+	}
+	rel, err := c.Release(ctx, &lockv1.ReleaseRequest{Key: "grpc/k", OwnerToken: acq.GetLease().GetOwnerToken()})
+	if err != nil || !rel.GetReleased() {
+		t.Fatalf("release over gRPC: %v %v", rel, err)
+	}
+	_, err = c.Acquire(ctx, &lockv1.AcquireRequest{Key: "", Ttl: durationpb.New(time.Minute)})
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("empty key over gRPC: %v", err)
+	}
+	info, err := c.GetServerInfo(ctx, &lockv1.GetServerInfoRequest{})
+	if err != nil || info.GetBackend().GetName() != "memory" || info.GetVersion() == "" {
+		t.Fatalf("server info: %v %v", info, err)
+	}
+
+	// gRPC health with grpc-go's own client.
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: lockv1connect.LockServiceName})
+	conn.Close()
+	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("grpc health: %v %v", hc, err)
+	}
+
+	// A lease held at shutdown is not released by the server (the memory
+	// plugin's locks die with it, but the server does not give them up).
+	if _, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: "held/at/shutdown", Ttl: durationpb.New(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	h1.CloseIdleConnections()
+	h2t.CloseIdleConnections()
+	if err := s.stop(t); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, s.stderr)
+	}
+}
+
+func TestWaiterWokenByReleaseAcrossTheWire(t *testing.T) {
+	s := startServer(t, nil, "--addr", "127.0.0.1:0")
+	h2 := new(http.Protocols)
+	h2.SetUnencryptedHTTP2(true)
+	h2t := &http.Transport{Protocols: h2}
+	defer h2t.CloseIdleConnections()
+	c := lockv1connect.NewLockServiceClient(&http.Client{Transport: h2t}, "http://"+s.addr, connect.WithGRPC())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	holder, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: "k", Ttl: durationpb.New(time.Minute)})
+	if err != nil || !holder.GetAcquired() {
+		t.Fatal(holder, err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		resp, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: "k", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(5 * time.Second)})
+		if err != nil || !resp.GetAcquired() {
+			t.Errorf("waiter: %v %v", resp, err)
+		}
+		got <- time.Now()
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ins, err := c.Inspect(ctx, &lockv1.InspectRequest{Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ins.GetState().GetWaiters() == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never queued")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	released := time.Now()
+	if _, err := c.Release(ctx, &lockv1.ReleaseRequest{Key: "k", OwnerToken: holder.GetLease().GetOwnerToken()}); err != nil {
+		t.Fatal(err)
+	}
+	lag := (<-got).Sub(released)
+	t.Logf("waiter acquired %s after the release was sent", lag)
+	if lag > 100*time.Millisecond {
+		t.Fatalf("waiter took %s after the release", lag)
+	}
+	h2t.CloseIdleConnections()
+	if err := s.stop(t); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+}
+
+func TestBackendByNameAndConfig(t *testing.T) {
+	// A plugin found by name in PATH (holdfast-backend-NAME), with the
+	// address from a config file and the backend from the environment.
+	pathDir := t.TempDir()
+	if err := os.Symlink(filepath.Join(binDir, "holdfast-backend-memory"), filepath.Join(pathDir, "holdfast-backend-e2etest")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "holdfast.yaml")
+	if err := os.WriteFile(cfg, []byte("addr: 127.0.0.1:0\nmax-ttl: 1m\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, []string{"PATH=" + pathDir + ":" + os.Getenv("PATH"), "HOLDFAST_BACKEND=e2etest"}, "--config", cfg)
+	s.waitStderr(t, "holdfast-backend-e2etest")
+	h1 := &http.Transport{}
+	defer h1.CloseIdleConnections()
+	status, m := postJSON(t, &http.Client{Transport: h1}, "http://"+s.addr+"/holdfast.lock.v1.LockService/Acquire", `{"key": "k", "ttl": "120s"}`)
+	if status != 400 || m["message"] != "ttl: 2m exceeds the maximum 1m" {
+		t.Fatalf("max-ttl from the config file not applied: %d %v", status, m)
+	}
+	h1.CloseIdleConnections()
+	if err := s.stop(t); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+}
+
+func TestStartFailures(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"unknown backend":     {[]string{"--backend", "nosuchbackend"}, "no holdfast-backend-nosuchbackend"},
+		"option refused":      {[]string{"--backend-opt", "color=blue"}, "unknown option(s) color"},
+		"bad option":          {[]string{"--backend-opt", "novalue"}, "want key=value"},
+		"checksum mismatch":   {[]string{"--backend-sha256", strings.Repeat("00", 32)}, "checksum"},
+		"unknown config file": {[]string{"--config", "/nonexistent/holdfast.yaml"}, "no such file"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(filepath.Join(binDir, "holdfast"), append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...)...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("exit: %v, want status 1\n%s", err, stderr.String())
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout %q, want nothing", stdout.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("stderr does not say %q:\n%s", tc.want, stderr.String())
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, err := exec.Command(filepath.Join(binDir, "holdfast"), "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := strings.TrimSpace(string(out)); v == "" {
+		t.Fatal("empty version")
+	}
+}
