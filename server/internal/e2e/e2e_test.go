@@ -401,3 +401,60 @@ func TestVersion(t *testing.T) {
 		t.Fatal("empty version")
 	}
 }
+
+var pluginStarted = regexp.MustCompile(`msg="plugin started".* pid=(\d+)`)
+
+func TestPluginKilled(t *testing.T) {
+	s := startServer(t, nil, "--addr", "127.0.0.1:0")
+	s.waitStderr(t, `msg="plugin started"`)
+	m := pluginStarted.FindStringSubmatch(s.stderr.String())
+	if m == nil {
+		t.Fatalf("no plugin pid in the log:\n%s", s.stderr)
+	}
+	var pid int
+	fmt.Sscan(m[1], &pid)
+
+	h2 := new(http.Protocols)
+	h2.SetUnencryptedHTTP2(true)
+	h2t := &http.Transport{Protocols: h2}
+	defer h2t.CloseIdleConnections()
+	c := lockv1connect.NewLockServiceClient(&http.Client{Transport: h2t}, "http://"+s.addr, connect.WithGRPC())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	before, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: "k", Ttl: durationpb.New(time.Minute)})
+	if err != nil || !before.GetAcquired() {
+		t.Fatal(before, err)
+	}
+	stream, err := c.Watch(ctx, &lockv1.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() || stream.Msg().GetType() != lockv1.EventType_EVENT_TYPE_SYNCED {
+		t.Fatalf("watch: %v %v", stream.Msg(), stream.Err())
+	}
+
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The watcher is told (unavailable) rather than silently missing events.
+	for stream.Receive() {
+	}
+	if code := connect.CodeOf(stream.Err()); code != connect.CodeUnavailable {
+		t.Fatalf("watch after the plugin died: %v, want unavailable", stream.Err())
+	}
+	// A waiter rides out the restart: the memory plugin's locks died with
+	// it, so once the plugin is back the key is free and the waiter gets it.
+	after, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: "k", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(15 * time.Second)})
+	if err != nil || !after.GetAcquired() {
+		t.Fatalf("waiter across a plugin restart: %v %v", after, err)
+	}
+	if after.GetLease().GetFencingToken() <= before.GetLease().GetFencingToken() {
+		t.Fatalf("fencing token went from %d to %d across a plugin restart",
+			before.GetLease().GetFencingToken(), after.GetLease().GetFencingToken())
+	}
+	h2t.CloseIdleConnections()
+	if err := s.stop(t); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+}
