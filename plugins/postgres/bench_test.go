@@ -1,0 +1,103 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/plugins/postgres/pgtest"
+)
+
+// The backend's own cost, next to the plain advisory-lock loop that people
+// use today, on the same server in the same run: Acquire+Release on distinct
+// keys at concurrency 1 and 32. (`make bench` measures the same through a
+// holdfast server; see bench/.)
+//
+//	go test -run '^$' -bench . -benchtime 3s ./plugins/postgres
+
+// runConcurrent runs b.N operations split over conc workers and reports
+// ops/s.
+func runConcurrent(b *testing.B, conc int, op func(ctx context.Context, worker, i int) error) {
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, conc)
+	b.ResetTimer()
+	start := time.Now()
+	for w := range conc {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				if err := op(ctx, w, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+}
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	for _, conc := range []int{1, 32} {
+		b.Run(fmt.Sprintf("holdfast-postgres/conc=%d", conc), func(b *testing.B) {
+			be := open(b, map[string]string{"max_conns": "32"})
+			runConcurrent(b, conc, func(ctx context.Context, w, i int) error {
+				key := fmt.Sprintf("bench/%d", w)
+				tok := token()
+				res, err := be.Acquire(ctx, backend.AcquireRequest{Key: key, OwnerToken: tok, TTL: 10 * time.Second, Stamp: clock.Now()})
+				if err != nil {
+					return err
+				}
+				if !res.Acquired {
+					return fmt.Errorf("worker %d: %s not acquired", w, key)
+				}
+				ok, err := be.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: tok, Stamp: clock.Now()})
+				if err == nil && !ok {
+					err = fmt.Errorf("worker %d: %s not released", w, key)
+				}
+				return err
+			})
+		})
+		b.Run(fmt.Sprintf("pg_try_advisory_lock/conc=%d", conc), func(b *testing.B) {
+			pool, err := pgxpool.New(context.Background(), pgtest.DSN(b)+"&pool_max_conns=32")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer pool.Close()
+			runConcurrent(b, conc, func(ctx context.Context, w, i int) error {
+				// Session-level advisory locks belong to a connection: lock
+				// and unlock on the same one.
+				conn, err := pool.Acquire(ctx)
+				if err != nil {
+					return err
+				}
+				defer conn.Release()
+				var ok bool
+				if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(1_000_000+w)).Scan(&ok); err != nil {
+					return err
+				}
+				if !ok {
+					return fmt.Errorf("worker %d: advisory lock not acquired", w)
+				}
+				return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", int64(1_000_000+w)).Scan(&ok)
+			})
+		})
+	}
+}

@@ -1,0 +1,291 @@
+package postgres_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/holdfast/holdfast/plugins/postgres/pgtest"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
+)
+
+// binary returns the path of a holdfast executable: from $HOLDFAST_BIN_DIR
+// when it is there, else built from this source tree into a temp dir.
+func binary(t *testing.T, name, pkg string) string {
+	t.Helper()
+	if dir := os.Getenv("HOLDFAST_BIN_DIR"); dir != "" {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	script, err := pgtest.Script()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Dir(filepath.Dir(script))
+	out := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
+// server is one `holdfast serve` process.
+type server struct {
+	cmd  *exec.Cmd
+	addr string
+	done chan struct{}
+	logs *strings.Builder
+}
+
+// startServer runs holdfast serve on a free port and waits for its
+// readiness line on stdout (an event, not a sleep).
+func startServer(t *testing.T, holdfast string, args ...string) *server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.Command(holdfast, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &strings.Builder{}
+	var logMu sync.Mutex
+	cmd.Stderr = writerFunc(func(p []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		if logs.Len() < 1<<20 {
+			logs.Write(p)
+		}
+		return len(p), nil
+	})
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd, done: make(chan struct{}), logs: logs}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if line := sc.Text(); strings.HasPrefix(line, "holdfast serving ") {
+				ready <- line
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(s.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-s.done
+		}
+		if t.Failed() {
+			logMu.Lock()
+			t.Logf("server %s logs:\n%s", s.addr, logs.String())
+			logMu.Unlock()
+		}
+	})
+	select {
+	case line := <-ready:
+		for _, f := range strings.Fields(line) {
+			if a, ok := strings.CutPrefix(f, "addr="); ok {
+				s.addr = a
+			}
+		}
+		if !strings.Contains(line, "shared=true") || !strings.Contains(line, "durable=true") {
+			t.Fatalf("readiness line %q: want shared=true durable=true", line)
+		}
+	case <-s.done:
+		logMu.Lock()
+		defer logMu.Unlock()
+		t.Fatalf("holdfast exited before serving: %v\n%s", cmd.ProcessState, logs.String())
+	case <-ctx.Done():
+		t.Fatalf("holdfast not ready within 60s")
+	}
+	return s
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// fencedResource is the resource the locks protect: it accepts a write only
+// with a fencing token above every token it has seen (ValidateWrite), and
+// records overlapping critical sections.
+type fencedResource struct {
+	mu        sync.Mutex
+	watermark uint64
+	busy      bool
+	writes    int
+	rejected  int
+	overlaps  int
+}
+
+func (r *fencedResource) enter(token uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.busy {
+		r.overlaps++
+	}
+	r.busy = true
+	if token <= r.watermark {
+		r.rejected++
+		return false
+	}
+	r.watermark = token
+	r.writes++
+	return true
+}
+
+func (r *fencedResource) leave() {
+	r.mu.Lock()
+	r.busy = false
+	r.mu.Unlock()
+}
+
+// TestTwoServersMutualExclusion: two holdfast servers over one PostgreSQL;
+// clients spread across both contend for a few keys; every critical section
+// writes to a fenced resource. No write may be rejected and no two critical
+// sections on one key may overlap.
+func TestTwoServersMutualExclusion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two servers")
+	}
+	dsn := pgtest.DSN(t)
+	holdfast := binary(t, "holdfast", "./server/cmd/holdfast")
+	plugin := binary(t, "holdfast-backend-postgres", "./plugins/postgres/cmd/holdfast-backend-postgres")
+	schema := schemaName(t)
+	t.Cleanup(func() { dropSchema(t, dsn, schema) })
+	args := []string{"--backend", plugin, "--backend-opt", "dsn=" + dsn, "--backend-opt", "schema=" + schema}
+	servers := []*server{startServer(t, holdfast, args...), startServer(t, holdfast, args...)}
+
+	const (
+		keys    = 3
+		clients = 12
+		ttl     = 5 * time.Second
+		runFor  = 3 * time.Second
+	)
+	resources := make([]*fencedResource, keys)
+	for i := range resources {
+		resources[i] = &fencedResource{}
+	}
+	var perServer [2]atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), runFor)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for c := range clients {
+		srv := c % 2
+		client := lockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+servers[srv].addr)
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), 1))
+			for ctx.Err() == nil {
+				k := rng.IntN(keys)
+				key := fmt.Sprintf("mutex/%d", k)
+				acq, err := client.Acquire(context.Background(), &lockv1.AcquireRequest{
+					Key: key, Ttl: durationpb.New(ttl), Wait: durationpb.New(time.Second),
+					Holder: fmt.Sprintf("client-%d", c),
+				})
+				if err != nil {
+					errs <- fmt.Errorf("client %d acquire: %w", c, err)
+					return
+				}
+				if !acq.GetAcquired() {
+					continue // waited a second and did not get it: try again
+				}
+				lease := acq.GetLease()
+				if resources[k].enter(lease.GetFencingToken()) {
+					perServer[srv].Add(1)
+				}
+				time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond) // the work
+				resources[k].leave()
+				rel, err := client.Release(context.Background(), &lockv1.ReleaseRequest{
+					Key: key, OwnerToken: lease.GetOwnerToken(),
+				})
+				if err != nil {
+					errs <- fmt.Errorf("client %d release: %w", c, err)
+					return
+				}
+				if !rel.GetReleased() {
+					errs <- fmt.Errorf("client %d: release of %s (fencing %d) answered released=false", c, key, lease.GetFencingToken())
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	total := 0
+	for k, r := range resources {
+		if r.rejected != 0 || r.overlaps != 0 {
+			t.Errorf("key %d: %d rejected writes, %d overlapping critical sections", k, r.rejected, r.overlaps)
+		}
+		total += r.writes
+	}
+	t.Logf("%d critical sections on %d keys in %s: %d through server 1, %d through server 2",
+		total, keys, runFor, perServer[0].Load(), perServer[1].Load())
+	if perServer[0].Load() == 0 || perServer[1].Load() == 0 {
+		t.Fatalf("a server served no critical section: %d / %d", perServer[0].Load(), perServer[1].Load())
+	}
+
+	// A holder paused past its TTL: its lease expires, a client of the other
+	// server takes the key over and writes; the stale holder's late write is
+	// rejected by the resource and its release is a no-op.
+	c1 := lockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+servers[0].addr)
+	c2 := lockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+servers[1].addr)
+	res := &fencedResource{}
+	stale, err := c1.Acquire(context.Background(), &lockv1.AcquireRequest{
+		Key: "mutex/paused", Ttl: durationpb.New(200 * time.Millisecond)})
+	if err != nil || !stale.GetAcquired() {
+		t.Fatalf("stale acquire: %v", err)
+	}
+	next, err := c2.Acquire(context.Background(), &lockv1.AcquireRequest{
+		Key: "mutex/paused", Ttl: durationpb.New(10 * time.Second), Wait: durationpb.New(5 * time.Second)})
+	if err != nil || !next.GetAcquired() {
+		t.Fatalf("successor acquire after expiry: %v %v", next, err)
+	}
+	if !res.enter(next.GetLease().GetFencingToken()) {
+		t.Fatal("successor's write rejected")
+	}
+	res.leave()
+	if res.enter(stale.GetLease().GetFencingToken()) {
+		t.Fatal("the paused holder's stale write was accepted")
+	}
+	res.leave()
+	rel, err := c1.Release(context.Background(), &lockv1.ReleaseRequest{
+		Key: "mutex/paused", OwnerToken: stale.GetLease().GetOwnerToken()})
+	if err != nil || rel.GetReleased() {
+		t.Fatalf("stale release = %v %v, want released=false", rel, err)
+	}
+	insp, err := c1.Inspect(context.Background(), &lockv1.InspectRequest{Key: "mutex/paused"})
+	if err != nil || !insp.GetHeld() || insp.GetState().GetFencingToken() != next.GetLease().GetFencingToken() {
+		t.Fatalf("after the stale release, Inspect = %v %v, want the successor", insp, err)
+	}
+}
