@@ -77,6 +77,14 @@ test-redis: build ## Redis backend tests against a throw-away redis-server (scri
 	env_line=$$($(CURDIR)/scripts/redis.sh start "$$dir"); export "$$env_line"; echo "$$env_line"; \
 	(cd plugins/redis && $(GO_TEST) ./...)
 
+.PHONY: test-postgres
+test-postgres: build ## PostgreSQL backend tests against a throw-away PostgreSQL (scripts/postgres.sh)
+	go build -o $(BIN)/ ./plugins/postgres/cmd/holdfast-backend-postgres
+	@dir=$$(mktemp -d); trap '$(CURDIR)/scripts/postgres.sh stop "$$dir"; rm -rf "$$dir"' EXIT; \
+	env_line=$$($(CURDIR)/scripts/postgres.sh start "$$dir"); export "$$env_line"; \
+	echo "postgres: test server up on $${env_line##*@} (HOLDFAST_POSTGRES_DSN exported)"; \
+	(cd plugins/postgres && $(GO_TEST) ./...)
+
 .PHONY: setup
 setup: ## install what the tests need (services, Node and Python packages) if missing
 	scripts/setup.sh
