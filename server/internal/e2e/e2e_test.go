@@ -178,7 +178,8 @@ func (s *server) waitStderr(t *testing.T, want string) {
 // stop sends SIGTERM and returns the exit error (nil for exit code 0).
 func (s *server) stop(t *testing.T) error {
 	t.Helper()
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	// A second SIGTERM is harmless: the server is already shutting down.
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		t.Fatal(err)
 	}
 	select {
@@ -280,6 +281,41 @@ func TestServeEndToEnd(t *testing.T) {
 	if _, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: "held/at/shutdown", Ttl: durationpb.New(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
+	// At SIGTERM a watcher and a waiter are told unavailable, and the
+	// server still exits 0.
+	stream, err := c.Watch(ctx, &lockv1.WatchRequest{})
+	if err != nil || !stream.Receive() {
+		t.Fatalf("watch: %v", err)
+	}
+	waitErr := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: "held/at/shutdown", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(time.Minute)})
+		waitErr <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		ins, err := c.Inspect(ctx, &lockv1.InspectRequest{Key: "held/at/shutdown"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ins.GetState().GetWaiters() == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never queued")
+		}
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waitErr; connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("waiter at shutdown: %v, want unavailable", err)
+	}
+	for stream.Receive() {
+	}
+	if connect.CodeOf(stream.Err()) != connect.CodeUnavailable {
+		t.Fatalf("watcher at shutdown: %v, want unavailable", stream.Err())
+	}
+	stream.Close()
 	h1.CloseIdleConnections()
 	h2t.CloseIdleConnections()
 	if err := s.stop(t); err != nil {

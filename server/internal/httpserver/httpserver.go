@@ -63,6 +63,9 @@ func Start(addr string, e *engine.Engine, log *slog.Logger) (*Server, error) {
 			Handler:           Handler(e, health),
 			Protocols:         protocols,
 			ReadHeaderTimeout: 10 * time.Second,
+			// Idle keep-alive connections are closed after a while; open
+			// streams (Watch, a waiting Acquire) are not idle.
+			IdleTimeout: 5 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
 		health: health,
