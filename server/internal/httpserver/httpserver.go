@@ -66,7 +66,7 @@ func Start(addr string, e *engine.Engine, log *slog.Logger) (*Server, error) {
 			// Idle keep-alive connections are closed after a while; open
 			// streams (Watch, a waiting Acquire) are not idle.
 			IdleTimeout: 5 * time.Minute,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
 		health: health,
 		ln:     ln,
