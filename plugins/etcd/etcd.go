@@ -79,7 +79,7 @@ func New(ctx context.Context, opts map[string]string) (*Backend, error) {
 	cancel()
 	if err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("etcd at %s did not answer within %s: %w: %w",
+		return nil, fmt.Errorf("etcd at %s did not answer within %s: %w: %v",
 			strings.Join(b.endpoints, ","), cfg.DialTimeout, backend.ErrUnavailable, err)
 	}
 	b.cli = cli
@@ -252,5 +252,8 @@ func wrap(parent context.Context, op string, err error) error {
 	if errors.Is(err, backend.ErrUnavailable) {
 		return fmt.Errorf("etcd %s: %w", op, err)
 	}
-	return fmt.Errorf("etcd %s: %w: %w", op, backend.ErrUnavailable, err)
+	// %v, not %w: our own call timeout must read as unavailable, not as the
+	// caller's deadline (which context.DeadlineExceeded in the chain would
+	// say to the plugin server).
+	return fmt.Errorf("etcd %s: %w: %v", op, backend.ErrUnavailable, err)
 }

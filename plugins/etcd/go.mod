@@ -12,6 +12,8 @@ require (
 	go.uber.org/zap v1.27.1
 )
 
+require connectrpc.com/connect v1.21.1 // indirect
+
 require (
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
@@ -21,6 +23,7 @@ require (
 	github.com/hashicorp/go-hclog v1.6.3 // indirect
 	github.com/hashicorp/go-plugin v1.8.0 // indirect
 	github.com/hashicorp/yamux v0.1.2 // indirect
+	github.com/holdfast/holdfast/conformance v0.0.0
 	github.com/mattn/go-colorable v0.1.12 // indirect
 	github.com/mattn/go-isatty v0.0.17 // indirect
 	github.com/oklog/run v1.1.0 // indirect
@@ -31,10 +34,14 @@ require (
 	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/grpc v1.85.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/protobuf v1.36.12
 )
 
 replace (
 	github.com/holdfast/holdfast/core => ../../core
 	github.com/holdfast/holdfast/proto => ../../proto
 )
+
+replace github.com/holdfast/holdfast/conformance => ../../conformance
+
+replace github.com/holdfast/holdfast/sdk-go => ../../sdk-go
