@@ -3,6 +3,7 @@ module github.com/holdfast/holdfast/plugins/redis
 go 1.26.0
 
 require (
+	github.com/bsm/redislock v0.9.4
 	github.com/holdfast/holdfast/core v0.0.0
 	github.com/holdfast/holdfast/proto v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0

@@ -86,7 +86,7 @@ func (s *holdfastServer) Write(p []byte) (int, error) {
 // startHoldfast runs holdfast serve on a free port and returns once it
 // printed its readiness line on stdout (the team's readiness protocol); it is
 // stopped with SIGTERM, by its PID, when t ends.
-func startHoldfast(t *testing.T, args ...string) *holdfastServer {
+func startHoldfast(t testing.TB, args ...string) *holdfastServer {
 	t.Helper()
 	bin := binary(t, "holdfast", "./server/cmd/holdfast")
 	s := &holdfastServer{done: make(chan struct{})}
@@ -201,7 +201,7 @@ func redisServers(t *testing.T) [2]*holdfastServer {
 	return servers
 }
 
-func lockClient(t *testing.T, s *holdfastServer) lockv1connect.LockServiceClient {
+func lockClient(t testing.TB, s *holdfastServer) lockv1connect.LockServiceClient {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	t.Cleanup(tr.CloseIdleConnections)
 	return lockv1connect.NewLockServiceClient(&http.Client{Transport: tr}, "http://"+s.addr)
