@@ -19,6 +19,7 @@ var inTree = []struct {
 	env  map[string]string // plugin option -> environment variable
 }{
 	{name: "memory"},
+	{name: "redis", env: map[string]string{"addrs": "HOLDFAST_REDIS_ADDR"}},
 }
 
 // selected returns the rows to run: all, or those named in

@@ -1,0 +1,137 @@
+// Command holdfast-conformance runs holdfast's conformance suite against a
+// backend plugin executable or a running server, the way csi-sanity runs
+// CSI's against a driver:
+//
+//	holdfast-conformance backend --plugin ./holdfast-backend-mine [--plugin-opt k=v ...] [--junit-report FILE]
+//	holdfast-conformance service --addr http://127.0.0.1:7410 [--second-addr http://...]
+//
+// It prints ginkgo's report and a summary that lists every failed spec and
+// every spec that did not apply, with the reason. Select specs with
+// --label-filter (labels are the promises: atomic-acquire, owner-token, ttl,
+// fencing, stamps, watch, list, get, sharing, durable, watchdog, waiting,
+// server-info, bad-input, disruptive), --focus and --skip. Any ginkgo flag
+// can be passed as --ginkgo.NAME. Exit status: 0 when every selected spec
+// passed, 1 when one failed, 2 for bad usage.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/holdfast/holdfast/conformance"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
+
+const usage = `usage:
+  holdfast-conformance backend --plugin PATH [--plugin-opt key=value ...] [--plugin-arg ARG ...] [flags]
+  holdfast-conformance service --addr URL [--second-addr URL] [flags]
+
+flags:
+`
+
+// multi collects a repeated flag.
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, ",") }
+func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
+
+func run(args []string, stderr io.Writer) int {
+	if len(args) == 0 || (args[0] != "backend" && args[0] != "service") {
+		fmt.Fprint(stderr, usage)
+		fmt.Fprintln(stderr, "  (run with a level and -h for its flags)")
+		return 2
+	}
+	level := conformance.Level(args[0])
+
+	// Our flags and ginkgo's live in different flag sets, so they cannot
+	// collide: --ginkgo.* goes to ginkgo, everything else is ours.
+	var own, ginkgoArgs []string
+	for _, a := range args[1:] {
+		if strings.HasPrefix(strings.TrimLeft(a, "-"), "ginkgo.") {
+			ginkgoArgs = append(ginkgoArgs, a)
+		} else {
+			own = append(own, a)
+		}
+	}
+
+	var cfg conformance.Config
+	var pluginOpts, pluginArgs multi
+	var verbose bool
+	fs := flag.NewFlagSet("holdfast-conformance "+string(level), flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	if level == conformance.LevelBackend {
+		fs.StringVar(&cfg.Plugin, "plugin", "", "backend plugin executable to test (required)")
+		fs.Var(&pluginOpts, "plugin-opt", "plugin option key=value (repeatable)")
+		fs.Var(&pluginArgs, "plugin-arg", "extra argument for the plugin (repeatable)")
+		fs.DurationVar(&cfg.RestartTimeout, "restart-timeout", 0, "how long the plugin host may take to restart a killed plugin (default 20s)")
+	} else {
+		fs.StringVar(&cfg.Addr, "addr", "", "base URL of the running server to test (required)")
+		fs.StringVar(&cfg.SecondAddr, "second-addr", "", "optional second server on the same backend configuration, for the sharing specs")
+		fs.DurationVar(&cfg.WakeBound, "wake-bound", 0, "how soon after a release a waiter must hold the lock (default 50ms)")
+	}
+	fs.StringVar(&cfg.Name, "name", "", "name of the run in the report")
+	fs.StringVar(&cfg.JUnitReport, "junit-report", "", "write a JUnit XML report to this file")
+	fs.StringVar(&cfg.LabelFilter, "label-filter", "", "run only specs whose labels match (e.g. 'fencing || ttl', '!disruptive')")
+	fs.StringVar(&cfg.Focus, "focus", "", "run only specs whose text matches this regular expression")
+	fs.StringVar(&cfg.Skip, "skip", "", "skip specs whose text matches this regular expression")
+	fs.DurationVar(&cfg.TTL, "ttl", 0, "short lease used by the timing specs (default 300ms, within the backend's bounds)")
+	fs.DurationVar(&cfg.Slack, "slack", 0, "allowed lateness of expiry beyond TTL + granularity (default 250ms)")
+	fs.IntVar(&cfg.Racers, "racers", 0, "concurrent acquirers of one key (default 32)")
+	fs.BoolVar(&verbose, "v", false, "verbose: report every spec as it runs")
+	if err := fs.Parse(own); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "unexpected arguments: %q\n", fs.Args())
+		return 2
+	}
+	if level == conformance.LevelBackend && cfg.Plugin == "" {
+		fmt.Fprintln(stderr, "--plugin is required")
+		return 2
+	}
+	if level == conformance.LevelService && cfg.Addr == "" {
+		fmt.Fprintln(stderr, "--addr is required")
+		return 2
+	}
+	cfg.PluginArgs = pluginArgs
+	if len(pluginOpts) > 0 {
+		cfg.PluginOptions = map[string]string{}
+		for _, kv := range pluginOpts {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				fmt.Fprintf(stderr, "--plugin-opt %q: want key=value\n", kv)
+				return 2
+			}
+			cfg.PluginOptions[k] = v
+		}
+	}
+	// ginkgo registers its flags on the process's flag.CommandLine.
+	if err := flag.CommandLine.Parse(ginkgoArgs); err != nil {
+		return 2
+	}
+	if verbose {
+		_ = flag.Set("ginkgo.v", "true")
+	}
+
+	t := &reporter{}
+	if !conformance.Run(t, level, cfg) || t.failed {
+		return 1
+	}
+	return 0
+}
+
+// reporter is the testing.T stand-in ginkgo reports the outcome to.
+type reporter struct{ failed bool }
+
+func (r *reporter) Fail() { r.failed = true }
