@@ -111,13 +111,23 @@ func (g *Guard) confirm(ctx context.Context, sent time.Time) (ok bool, err error
 // start arms the loss timer and launches the watchdog. base supplies the
 // values (not the cancellation) of the guard's context.
 func (g *Guard) start(base context.Context) {
-	g.ctx, g.cancel = context.WithCancelCause(context.WithoutCancel(base))
+	g.ctx, g.cancel = context.WithCancelCause(context.WithValue(context.WithoutCancel(base), guardKey{}, g))
 	wctx, stop := context.WithCancel(context.Background())
 	g.stopWatchdog = stop
 	g.mu.Lock()
 	g.lossTimer = time.AfterFunc(time.Until(g.expiry), g.onLossTimer)
 	g.mu.Unlock()
 	go g.watchdog(wctx)
+}
+
+type guardKey struct{}
+
+// GuardFromContext returns the guard whose Context (or a context derived
+// from it, such as the one WithLock passes to its function) ctx is, so that
+// code running under a lock can reach its fencing token.
+func GuardFromContext(ctx context.Context) (*Guard, bool) {
+	g, ok := ctx.Value(guardKey{}).(*Guard)
+	return g, ok
 }
 
 // Key is the locked key.

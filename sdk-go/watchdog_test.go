@@ -14,7 +14,7 @@ import (
 // a bug however the machine is loaded); upper bounds carry slack for a
 // loaded 2-core machine under -race.
 
-const slack = 250 * time.Millisecond
+const slack = 500 * time.Millisecond
 
 func dialPeer(t *testing.T, url string, opts ...Option) *Client {
 	t.Helper()
@@ -60,7 +60,7 @@ func lossOf(t *testing.T, g *Guard) *LeaseLostError {
 func TestWatchdogRenewsAtAboutATTLThird(t *testing.T) {
 	peer, url := newFakePeer(t)
 	c := dialPeer(t, url)
-	const ttl = 300 * time.Millisecond
+	const ttl = 600 * time.Millisecond
 	g, err := c.Lock("k").TTL(ttl).TryLock(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestRenewalAnsweredExtendedFalsePoisonsWithinTTL(t *testing.T) {
 	peer, url := newFakePeer(t)
 	peer.set(func(p *fakePeer) { p.extendMode = modeReject })
 	c := dialPeer(t, url)
-	const ttl = 600 * time.Millisecond
+	const ttl = 900 * time.Millisecond
 	start := time.Now()
 	g, err := c.Lock("k").TTL(ttl).TryLock(t.Context())
 	if err != nil {
