@@ -12,7 +12,21 @@ require (
 	go.uber.org/zap v1.27.1
 )
 
-require connectrpc.com/connect v1.21.1 // indirect
+require (
+	connectrpc.com/connect v1.21.1 // indirect
+	github.com/Masterminds/semver/v3 v3.4.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-task/slim-sprig/v3 v3.0.0 // indirect
+	github.com/google/go-cmp v0.7.0 // indirect
+	github.com/google/pprof v0.0.0-20260402051712-545e8a4df936 // indirect
+	github.com/holdfast/holdfast/sdk-go v0.0.0 // indirect
+	github.com/onsi/ginkgo/v2 v2.34.0 // indirect
+	github.com/onsi/gomega v1.44.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/mod v0.41.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/tools v0.51.0 // indirect
+)
 
 require (
 	github.com/coreos/go-semver v0.3.1 // indirect
