@@ -151,6 +151,8 @@ type Options struct {
 	StatementTimeout time.Duration
 	IdleRetention    time.Duration
 	CleanerMaxSleep  time.Duration
+
+	noCleaner bool // tests only (export_test.go)
 }
 
 // ParseOptions reads plugin options (see the package doc), refusing unknown
@@ -303,8 +305,10 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		cancel: bcancel,
 		poke:   make(chan struct{}, 1),
 	}
-	b.wg.Add(1)
-	go b.clean()
+	if !o.noCleaner {
+		b.wg.Add(1)
+		go b.clean()
+	}
 	return b, nil
 }
 

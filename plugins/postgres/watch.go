@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +14,12 @@ import (
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/proto/hlc"
 )
+
+// watchPing is how long (nanoseconds) a watch waits quietly before it pings
+// its connection: 15s (tests shorten it).
+var watchPing atomic.Int64
+
+func init() { watchPing.Store(int64(15 * time.Second)) }
 
 // payload is the JSON the trigger sends with pg_notify (see eventJSON).
 type payload struct {
@@ -87,8 +94,24 @@ func (b *Backend) Watch(ctx context.Context, prefix string, send func(backend.Ev
 	if err := send(backend.Event{Type: backend.EventSynced}); err != nil {
 		return err
 	}
+	ping := time.Duration(watchPing.Load())
 	for {
-		n, err := conn.WaitForNotification(wctx)
+		// Wait at most watchPing for a notification; after a quiet spell,
+		// ping, so that a connection that died silently (no RST, e.g. a
+		// partition) ends the watch instead of leaving it deaf. A timed-out
+		// wait leaves a pgx connection usable.
+		waitCtx, cancelWait := context.WithTimeout(wctx, ping)
+		n, err := conn.WaitForNotification(waitCtx)
+		cancelWait()
+		if err != nil && wctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			pingCtx, cancelPing := context.WithTimeout(wctx, b.opts.CallTimeout)
+			err = conn.Ping(pingCtx)
+			cancelPing()
+			if err != nil {
+				return b.watchErr(ctx, err)
+			}
+			continue
+		}
 		if err != nil {
 			return b.watchErr(ctx, err)
 		}
