@@ -1,0 +1,9 @@
+//go:build !linux
+
+package pluginhost
+
+import "os/exec"
+
+// setPdeathsig does nothing where the kernel has no parent-death signal;
+// backend.Serve's parent watch still ends orphaned plugins.
+func setPdeathsig(*exec.Cmd) {}

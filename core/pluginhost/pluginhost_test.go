@@ -1,0 +1,457 @@
+package pluginhost
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/holdfast/holdfast/core/backend"
+)
+
+// memoryPlugin is the path of the holdfast-backend-memory binary the tests
+// drive as a real subprocess.
+var memoryPlugin string
+
+func TestMain(m *testing.M) {
+	code, err := setup()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pluginhost tests:", err)
+		os.Exit(1)
+	}
+	if code != nil {
+		defer code()
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// setup finds holdfast-backend-memory in $HOLDFAST_BIN_DIR or builds it into
+// a temp dir, and returns the clean-up.
+func setup() (func(), error) {
+	if dir := os.Getenv("HOLDFAST_BIN_DIR"); dir != "" {
+		p := filepath.Join(dir, "holdfast-backend-memory")
+		if _, err := os.Stat(p); err == nil {
+			memoryPlugin = p
+			return nil, nil
+		}
+	}
+	dir, err := os.MkdirTemp("", "pluginhost-test-")
+	if err != nil {
+		return nil, err
+	}
+	memoryPlugin = filepath.Join(dir, "holdfast-backend-memory")
+	cmd := exec.Command("go", "build", "-o", memoryPlugin, "./cmd/holdfast-backend-memory")
+	cmd.Dir = filepath.Join("..", "..", "plugins", "memory")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("go build holdfast-backend-memory: %v\n%s", err, out)
+	}
+	return func() { os.RemoveAll(dir) }, nil
+}
+
+// logBuffer collects the host's slog output as JSON lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// find returns the first record whose fields include every pair of want.
+func (b *logBuffer) find(want map[string]string) map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for line := range strings.SplitSeq(b.buf.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		ok := true
+		for k, v := range want {
+			if fmt.Sprint(rec[k]) != v {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return rec
+		}
+	}
+	return nil
+}
+
+func testLogger(t *testing.T) (*slog.Logger, *logBuffer) {
+	lb := &logBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			lb.mu.Lock()
+			t.Logf("host log:\n%s", lb.buf.String())
+			lb.mu.Unlock()
+		}
+	})
+	return slog.New(slog.NewJSONHandler(lb, &slog.HandlerOptions{Level: levelTrace})), lb
+}
+
+func start(t *testing.T, cfg Config) *Host {
+	t.Helper()
+	if cfg.Path == "" {
+		cfg.Path = memoryPlugin
+	}
+	if cfg.Logger == nil {
+		cfg.Logger, _ = testLogger(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitRestarted waits, on Changed events, until the plugin has been
+// relaunched n times and is up.
+func waitRestarted(t *testing.T, h *Host, n uint64, within time.Duration) {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		ch := h.Changed()
+		if h.Restarts() >= n && h.Up() {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("plugin not back up within %s", within)
+		}
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	h := start(t, Config{Name: "memory"})
+	ctx := ctxT(t)
+
+	info, err := h.Info(ctx)
+	if err != nil || info.Name != "memory" || info.Shared || info.Durable || info.MaxTTL != 24*time.Hour || info.MinTTL != time.Millisecond {
+		t.Fatalf("Info = %+v, %v", info, err)
+	}
+	if h.PID() == 0 || h.PID() == os.Getpid() {
+		t.Fatalf("PID = %d", h.PID())
+	}
+
+	acq, err := h.Acquire(ctx, backend.AcquireRequest{Key: "a/1", OwnerToken: "tok1", TTL: time.Minute, Holder: "me"})
+	if err != nil || !acq.Acquired || acq.Record.Key != "a/1" || acq.Record.Holder != "me" || acq.Record.FencingToken == 0 {
+		t.Fatalf("Acquire = %+v, %v", acq, err)
+	}
+	if acq.Record.Remaining <= 0 || time.Until(acq.Record.ExpiresAt) <= 50*time.Second {
+		t.Fatalf("expiry = %s, remaining %s", acq.Record.ExpiresAt, acq.Record.Remaining)
+	}
+	busy, err := h.Acquire(ctx, backend.AcquireRequest{Key: "a/1", OwnerToken: "tok2", TTL: time.Minute})
+	if err != nil || busy.Acquired || busy.Record.FencingToken != acq.Record.FencingToken {
+		t.Fatalf("contended Acquire = %+v, %v", busy, err)
+	}
+	rec, found, err := h.Get(ctx, "a/1")
+	if err != nil || !found || rec.FencingToken != acq.Record.FencingToken || rec.Stamp != acq.Record.Stamp {
+		t.Fatalf("Get = %+v, %v, %v", rec, found, err)
+	}
+	if _, found, err := h.Get(ctx, "nope"); err != nil || found {
+		t.Fatalf("Get(nope) = %v, %v", found, err)
+	}
+	ext, err := h.Extend(ctx, backend.ExtendRequest{Key: "a/1", OwnerToken: "tok1", TTL: 2 * time.Minute})
+	if err != nil || !ext.Extended || ext.Record.Remaining <= time.Minute {
+		t.Fatalf("Extend = %+v, %v", ext, err)
+	}
+	if ext, err := h.Extend(ctx, backend.ExtendRequest{Key: "a/1", OwnerToken: "wrong", TTL: time.Minute}); err != nil || ext.Extended {
+		t.Fatalf("Extend(wrong token) = %+v, %v", ext, err)
+	}
+	for i := 2; i <= 3; i++ {
+		if _, err := h.Acquire(ctx, backend.AcquireRequest{Key: fmt.Sprintf("a/%d", i), OwnerToken: "t", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, err := h.List(ctx, backend.ListRequest{Prefix: "a/", PageSize: 2})
+	if err != nil || len(page.Records) != 2 || page.Records[0].Key != "a/1" || page.NextPageToken == "" {
+		t.Fatalf("List = %+v, %v", page, err)
+	}
+	page, err = h.List(ctx, backend.ListRequest{Prefix: "a/", PageSize: 2, PageToken: page.NextPageToken})
+	if err != nil || len(page.Records) != 1 || page.Records[0].Key != "a/3" || page.NextPageToken != "" {
+		t.Fatalf("List page 2 = %+v, %v", page, err)
+	}
+	if ok, err := h.Release(ctx, backend.ReleaseRequest{Key: "a/1", OwnerToken: "wrong"}); err != nil || ok {
+		t.Fatalf("Release(wrong) = %v, %v", ok, err)
+	}
+	if ok, err := h.Release(ctx, backend.ReleaseRequest{Key: "a/1", OwnerToken: "tok1"}); err != nil || !ok {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+
+	// Bad input comes back as ErrInvalidArgument with the plugin's message.
+	_, err = h.Acquire(ctx, backend.AcquireRequest{Key: "a/9", OwnerToken: "t", TTL: 48 * time.Hour})
+	if !errors.Is(err, backend.ErrInvalidArgument) || !strings.Contains(err.Error(), "ttl") {
+		t.Fatalf("Acquire(48h) err = %v, want ErrInvalidArgument naming ttl", err)
+	}
+	if _, err := h.List(ctx, backend.ListRequest{PageSize: 1, PageToken: "garbage!"}); !errors.Is(err, backend.ErrInvalidArgument) {
+		t.Fatalf("List(bad token) err = %v", err)
+	}
+	// The caller's own deadline is its own error, not unavailable.
+	dead, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := h.Get(dead, "a/2"); !errors.Is(err, context.Canceled) || errors.Is(err, backend.ErrUnavailable) {
+		t.Fatalf("Get(cancelled ctx) err = %v", err)
+	}
+}
+
+// watch runs h.Watch in a goroutine, forwarding events; the result arrives
+// on the returned error channel.
+func watch(ctx context.Context, h *Host, prefix string) (<-chan backend.Event, <-chan error) {
+	events := make(chan backend.Event, 64)
+	done := make(chan error, 1)
+	go func() {
+		done <- h.Watch(ctx, prefix, func(ev backend.Event) error {
+			events <- ev
+			return nil
+		})
+	}()
+	return events, done
+}
+
+func next(t *testing.T, events <-chan backend.Event) backend.Event {
+	t.Helper()
+	select {
+	case ev := <-events:
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no watch event within 10s")
+	}
+	return backend.Event{}
+}
+
+func TestWatchEventsThenUnavailableOnDeath(t *testing.T) {
+	h := start(t, Config{MinBackoff: 20 * time.Millisecond})
+	ctx := ctxT(t)
+	events, done := watch(ctx, h, "w/")
+	if ev := next(t, events); ev.Type != backend.EventSynced {
+		t.Fatalf("first event = %v, want synced", ev.Type)
+	}
+	acq, err := h.Acquire(ctx, backend.AcquireRequest{Key: "w/k", OwnerToken: "t", TTL: 30 * time.Millisecond, Holder: "x"})
+	if err != nil || !acq.Acquired {
+		t.Fatal(acq, err)
+	}
+	if ev := next(t, events); ev.Type != backend.EventAcquired || ev.Record.FencingToken != acq.Record.FencingToken || ev.Record.Holder != "x" {
+		t.Fatalf("event = %+v, want acquired", ev)
+	}
+	if ev := next(t, events); ev.Type != backend.EventExpired || ev.Record.Key != "w/k" {
+		t.Fatalf("event = %+v, want expired", ev)
+	}
+
+	if err := syscall.Kill(h.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, backend.ErrUnavailable) {
+			t.Fatalf("Watch after plugin death = %v, want ErrUnavailable", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Watch did not return after the plugin died")
+	}
+
+	// Watching again once it is back works, and a cancelled watch returns
+	// the caller's context error.
+	waitRestarted(t, h, 1, 10*time.Second)
+	wctx, cancel := context.WithCancel(ctx)
+	events, done = watch(wctx, h, "")
+	select {
+	case ev := <-events:
+		if ev.Type != backend.EventSynced {
+			t.Fatalf("first event after restart = %v", ev.Type)
+		}
+	case err := <-done:
+		t.Fatalf("Watch after restart = %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no synced event within 10s of watching again")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Watch = %v", err)
+	}
+}
+
+func TestCrashRestart(t *testing.T) {
+	log, logs := testLogger(t)
+	// CallTimeout far above what we allow the in-flight call: it must fail
+	// because the plugin died, not because a timer ran out.
+	h := start(t, Config{Logger: log, MinBackoff: 300 * time.Millisecond, MaxBackoff: time.Second, CallTimeout: time.Minute})
+	ctx := ctxT(t)
+
+	before, err := h.Acquire(ctx, backend.AcquireRequest{Key: "k", OwnerToken: "t1", TTL: time.Minute})
+	if err != nil || !before.Acquired {
+		t.Fatal(before, err)
+	}
+	pid := h.PID()
+
+	// Freeze the plugin so a call is surely in flight, then kill it.
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	down := h.Changed()
+	inflight := make(chan error, 1)
+	go func() {
+		_, _, err := h.Get(ctx, "k")
+		inflight <- err
+	}()
+	select {
+	case err := <-inflight:
+		t.Fatalf("call to a stopped plugin returned early: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	killed := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-inflight:
+		if !errors.Is(err, backend.ErrUnavailable) {
+			t.Fatalf("in-flight call = %v, want ErrUnavailable", err)
+		}
+		t.Logf("in-flight call failed %s after kill -9: %v", time.Since(killed).Round(time.Millisecond), err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("in-flight call hung after the plugin died")
+	}
+
+	// Noticed promptly, and calls while down fail fast.
+	select {
+	case <-down:
+	case <-time.After(5 * time.Second):
+		t.Fatal("plugin death not noticed")
+	}
+	if !h.Up() {
+		t0 := time.Now()
+		_, err := h.Acquire(ctx, backend.AcquireRequest{Key: "k2", OwnerToken: "t", TTL: time.Minute})
+		if !errors.Is(err, backend.ErrUnavailable) || time.Since(t0) > time.Second {
+			t.Fatalf("call while down = %v after %s", err, time.Since(t0))
+		}
+		if _, err := h.Info(ctx); !errors.Is(err, backend.ErrUnavailable) {
+			t.Fatalf("Info while down = %v", err)
+		}
+	}
+
+	waitRestarted(t, h, 1, 10*time.Second)
+	if h.Restarts() != 1 {
+		t.Fatalf("Restarts = %d, want 1", h.Restarts())
+	}
+	if h.PID() == pid || h.PID() == 0 {
+		t.Fatalf("PID after restart = %d (was %d)", h.PID(), pid)
+	}
+	if info, err := h.Info(ctx); err != nil || info.Name != "memory" {
+		t.Fatalf("Info after restart = %+v, %v", info, err)
+	}
+	// Memory is not durable: the lock is gone; the fencing token goes on
+	// above the one handed out before the crash.
+	after, err := h.Acquire(ctx, backend.AcquireRequest{Key: "k", OwnerToken: "t2", TTL: time.Minute})
+	if err != nil || !after.Acquired {
+		t.Fatalf("Acquire after restart = %+v, %v", after, err)
+	}
+	if after.Record.FencingToken <= before.Record.FencingToken {
+		t.Fatalf("fencing token after restart %d <= before %d", after.Record.FencingToken, before.Record.FencingToken)
+	}
+	if logs.find(map[string]string{"msg": "plugin exited unexpectedly; relaunching", "plugin": "holdfast-backend-memory"}) == nil {
+		t.Error("no log record of the crash")
+	}
+}
+
+func TestChecksumPin(t *testing.T) {
+	data, err := os.ReadFile(memoryPlugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	h := start(t, Config{SHA256: sum[:]})
+	if _, err := h.Info(ctxT(t)); err != nil {
+		t.Fatalf("pinned with the right checksum: %v", err)
+	}
+
+	wrong := make([]byte, sha256.Size)
+	_, err = Start(ctxT(t), Config{Path: memoryPlugin, SHA256: wrong})
+	if !errors.Is(err, ErrChecksumMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("%x", sum)) {
+		t.Fatalf("Start with a wrong pin = %v, want ErrChecksumMismatch naming the real sum", err)
+	}
+	t.Log(err)
+}
+
+func TestOpenFailureSurfacesPluginMessage(t *testing.T) {
+	log, logs := testLogger(t)
+	_, err := Start(ctxT(t), Config{Path: memoryPlugin, Options: map[string]string{"bogus": "1"}, Logger: log})
+	if err == nil || !strings.Contains(err.Error(), "unknown option(s) bogus") {
+		t.Fatalf("Start with a bad option = %v, want the plugin's message", err)
+	}
+	t.Log(err)
+	// The plugin's log line is also in the host's log, at error level.
+	if logs.find(map[string]string{"level": "ERROR", "plugin": "holdfast-backend-memory"}) == nil {
+		t.Error("the plugin's error line is not in the host log at ERROR")
+	}
+}
+
+func TestPluginLogsAreReleveled(t *testing.T) {
+	t.Setenv(backend.LogLevelEnv, "debug")
+	log, logs := testLogger(t)
+	h := start(t, Config{Logger: log, Name: "mem"})
+	_ = h
+	// go-plugin's server logs "plugin address" at debug from inside the
+	// plugin process; it must arrive at DEBUG, named after the plugin.
+	rec := logs.find(map[string]string{"msg": "plugin address", "level": "DEBUG", "plugin": "mem"})
+	if rec == nil {
+		t.Fatal("the plugin's debug line did not arrive at DEBUG with plugin=mem")
+	}
+}
+
+func TestCloseKillsPlugin(t *testing.T) {
+	h := start(t, Config{})
+	pid := h.PID()
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("plugin pid %d still exists after Close (kill 0: %v)", pid, err)
+	}
+	if _, err := h.Acquire(context.Background(), backend.AcquireRequest{Key: "k", OwnerToken: "t", TTL: time.Second}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Acquire after Close = %v", err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	if _, err := Start(ctxT(t), Config{}); err == nil {
+		t.Fatal("Start without a path succeeded")
+	}
+	_, err := Start(ctxT(t), Config{Path: filepath.Join(t.TempDir(), "missing")})
+	if err == nil {
+		t.Fatal("Start of a missing executable succeeded")
+	}
+	t.Log(err)
+}
