@@ -77,6 +77,14 @@ test-redis: build ## Redis backend tests against a throw-away redis-server (scri
 	env_line=$$($(CURDIR)/scripts/redis.sh start "$$dir"); export "$$env_line"; echo "$$env_line"; \
 	(cd plugins/redis && $(GO_TEST) ./...)
 
+.PHONY: test-etcd
+test-etcd: build ## etcd backend, conformance and scale-out tests against a throw-away etcd (scripts/etcd.sh)
+	bash scripts/setup.d/10-etcd.sh
+	go build -o $(BIN)/ ./plugins/etcd/cmd/holdfast-backend-etcd
+	@dir=$$(mktemp -d); trap '$(CURDIR)/scripts/etcd.sh stop "$$dir"; rm -rf "$$dir"' EXIT; \
+	env_line=$$($(CURDIR)/scripts/etcd.sh start "$$dir"); export "$$env_line"; echo "$$env_line"; \
+	(cd plugins/etcd && $(GO_TEST) ./...)
+
 .PHONY: test-postgres
 test-postgres: build ## PostgreSQL backend tests against a throw-away PostgreSQL (scripts/postgres.sh)
 	go build -o $(BIN)/ ./plugins/postgres/cmd/holdfast-backend-postgres
