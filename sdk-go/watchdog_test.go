@@ -3,6 +3,7 @@ package holdfast
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -377,7 +378,7 @@ func TestErrorCodesMapToSentinels(t *testing.T) {
 		if !errors.Is(err, want) {
 			t.Errorf("%s: %v, want %v", code, err, want)
 		}
-		if err != nil && !contains(err.Error(), "key: scripted failure") {
+		if err != nil && !strings.Contains(err.Error(), "key: scripted failure") {
 			t.Errorf("%s: %q lost the server's message", code, err)
 		}
 	}
@@ -389,15 +390,4 @@ func TestErrorCodesMapToSentinels(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("%v, want context.DeadlineExceeded", err)
 	}
-}
-
-func contains(s, sub string) bool { return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0) }
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
 }
