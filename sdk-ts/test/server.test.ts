@@ -6,6 +6,7 @@ import { after, before, describe, it } from "node:test";
 import { createClient as createConnectClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
+import { createClient as createWebClient } from "../src/index.js";
 import {
   Clock,
   Guard,
@@ -361,6 +362,17 @@ describe("against a real server", { skip }, () => {
       const c = createClient(addr!, { protocol });
       const g = await c.lock(key(protocol)).ttl(5_000).acquire();
       assert.ok(g.fencingToken() > 0n);
+      assert.equal(await g.unlock(), true);
+      await c.close();
+    }
+  });
+
+  it("the browser entry point (connect-web over fetch) works with Connect and gRPC-Web", async () => {
+    for (const protocol of ["connect", "grpc-web"] as const) {
+      const c = createWebClient(addr!, { protocol, holder: `web-${protocol}` });
+      const k = key(`web-${protocol}`);
+      const g = await c.lock(k).ttl(5_000).acquire();
+      assert.equal((await other.inspect(k))?.holder, `web-${protocol}`);
       assert.equal(await g.unlock(), true);
       await c.close();
     }

@@ -58,7 +58,7 @@ def _duration(seconds: float) -> duration_pb2.Duration:
 
 
 def _seconds(d: duration_pb2.Duration) -> float:
-    return d.ToNanoseconds() / 1e9
+    return float(d.ToNanoseconds()) / 1e9
 
 
 def _check_seconds(field: str, v: float, minimum: float) -> None:
@@ -68,7 +68,7 @@ def _check_seconds(field: str, v: float, minimum: float) -> None:
 
 def _backoff(attempt: int, base: float = 0.05, cap: float = 1.0) -> float:
     """Exponential backoff with jitter: attempt 0 waits about base seconds."""
-    ceiling = min(cap, base * 2 ** min(attempt, 16))
+    ceiling: float = min(cap, base * float(2 ** min(attempt, 16)))
     return ceiling / 2 + random.random() * ceiling / 2
 
 
