@@ -25,6 +25,9 @@ import (
 // (errors.Is(cause, ErrLeaseLost)), Done() is closed, FencingToken, Extend and
 // Unlock return that error. Poisoning is driven by a timer, not by the
 // renewal RPC, so a renewal that hangs cannot keep a guard alive.
+// FencingToken, Err and Extend also read the clock themselves, so they report
+// the loss at once even if this process was paused past the expiry and the
+// timer has not run yet.
 //
 // A Guard is safe for concurrent use.
 type Guard struct {
