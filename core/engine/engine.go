@@ -458,12 +458,21 @@ func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.
 			timer.Reset(retry)
 			retry = min(2*retry, maxRetry)
 		default:
-			lastErr, retry = nil, minRetry
-			current = a.current
+			lastErr = nil
 			// Wake at the holder's expiry on our monotonic clock, in case
 			// the expiry event is lost. Extensions push it on: the next try
 			// learns the new remaining time.
 			d := a.current.Remaining + e.Info().TTLGranularity
+			if current != nil && current.FencingToken == a.current.FencingToken && d < retry {
+				// The same holder, still there at its expected expiry: the
+				// backend expires late. Back off instead of retrying at
+				// once, so a lagging backend is never polled in a loop.
+				d = retry
+				retry = min(2*retry, maxRetry)
+			} else {
+				retry = minRetry
+			}
+			current = a.current
 			timer.Reset(max(d, time.Millisecond))
 		}
 	}

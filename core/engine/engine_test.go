@@ -86,7 +86,7 @@ func (c *counting) Acquire(ctx context.Context, req backend.AcquireRequest) (bac
 	return res, err
 }
 
-func newEngine(t *testing.T, cfg engine.Config) (*engine.Engine, *counting) {
+func newEngine(t testing.TB, cfg engine.Config) (*engine.Engine, *counting) {
 	t.Helper()
 	b := &counting{Backend: memory.New()}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
