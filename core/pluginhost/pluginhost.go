@@ -402,7 +402,7 @@ func (h *Host) launch() (*generation, error) {
 		return nil, fmt.Errorf("pluginhost: %s did not start: Info: %w", h.cfg.Name, err)
 	}
 	g.info = infoFromProto(resp)
-	h.log.Info("plugin started", "pid", g.pid, "backend", g.info.Name, "version", g.info.Version,
+	h.log.Info("backend plugin ready", "pid", g.pid, "backend", g.info.Name, "version", g.info.Version,
 		"shared", g.info.Shared, "durable", g.info.Durable)
 	return g, nil
 }

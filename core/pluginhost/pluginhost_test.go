@@ -27,6 +27,9 @@ import (
 var memoryPlugin string
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		runHelper(mode) // never returns
+	}
 	code, err := setup()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pluginhost tests:", err)
@@ -454,4 +457,94 @@ func TestStartErrors(t *testing.T) {
 		t.Fatal("Start of a missing executable succeeded")
 	}
 	t.Log(err)
+}
+
+// helperEnv makes the test binary a helper process that starts the memory
+// plugin and then waits to be killed: "host" starts it through Start (with
+// Pdeathsig), "spawn" starts it bare (only backend.Serve's parent watch can
+// end it). The helper prints the plugin's pid on stdout.
+const helperEnv = "PLUGINHOST_TEST_HELPER"
+
+func runHelper(mode string) {
+	plugin := os.Getenv("PLUGINHOST_TEST_PLUGIN")
+	switch mode {
+	case "host":
+		h, err := Start(context.Background(), Config{Path: plugin, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println(h.PID())
+	case "spawn":
+		cmd := exec.Command(plugin)
+		cmd.Env = append(os.Environ(), backend.HandshakeConfig.MagicCookieKey+"="+backend.HandshakeConfig.MagicCookieValue)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			os.Exit(1)
+		}
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		// Wait for the handshake line: the plugin is serving (and watching
+		// its parent) by then.
+		line := make([]byte, 1)
+		for line[0] != '\n' {
+			if _, err := out.Read(line); err != nil {
+				os.Exit(1)
+			}
+		}
+		fmt.Println(cmd.Process.Pid)
+	}
+	select {} // until killed
+}
+
+// alive reports whether pid runs (a zombie, or no such process, is dead).
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
+}
+
+func TestPluginExitsWhenHostDies(t *testing.T) {
+	for _, mode := range []string{"host", "spawn"} {
+		t.Run(mode, func(t *testing.T) {
+			helper := exec.Command(os.Args[0], "-test.run=^$")
+			helper.Env = append(os.Environ(), helperEnv+"="+mode, "PLUGINHOST_TEST_PLUGIN="+memoryPlugin)
+			helper.Stderr = os.Stderr
+			out, err := helper.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := helper.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var pid int
+			if _, err := fmt.Fscan(out, &pid); err != nil {
+				_ = helper.Process.Kill()
+				_ = helper.Wait()
+				t.Fatalf("helper gave no plugin pid: %v", err)
+			}
+			if !alive(pid) {
+				t.Fatalf("plugin %d not running", pid)
+			}
+			if err := helper.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = helper.Wait()
+			killed := time.Now()
+			for alive(pid) {
+				if time.Since(killed) > 5*time.Second {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					t.Fatalf("plugin %d still running 5s after its host was killed", pid)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			t.Logf("plugin gone %s after its host was killed", time.Since(killed).Round(time.Millisecond))
+		})
+	}
 }
