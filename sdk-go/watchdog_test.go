@@ -391,3 +391,34 @@ func TestErrorCodesMapToSentinels(t *testing.T) {
 		t.Fatalf("%v, want context.DeadlineExceeded", err)
 	}
 }
+
+// A process paused past its lease (GC, SIGSTOP) may resume before the loss
+// timer has run: the accessors read the clock themselves.
+func TestAccessorsReportExpiryEvenBeforeTheTimerRuns(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.extendMode = modeHang })
+	c := dialPeer(t, url)
+	const ttl = 200 * time.Millisecond
+	g, err := c.Lock("k").TTL(ttl).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	g.lossTimer.Stop() // as if the timer had not had its turn yet
+	expiry := g.expiry
+	g.mu.Unlock()
+	for time.Now().Before(expiry) {
+		if _, err := g.FencingToken(); err != nil {
+			t.Fatalf("lost before the local expiry: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond) // poll up to the expiry
+	}
+	if _, err := g.FencingToken(); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("FencingToken after the expiry: %v", err)
+	}
+	select {
+	case <-g.Done():
+	default:
+		t.Fatal("the accessor's check did not poison the guard")
+	}
+}
