@@ -50,12 +50,13 @@ while :; do
 		echo "with-server: no readiness line from holdfast within ${ready_timeout}s" >&2
 		exit 1
 	fi
-	if ! IFS= read -r -t "$remaining" line <&3; then
-		if ! kill -0 "$pid" 2>/dev/null; then
-			echo "with-server: holdfast exited before it was ready" >&2
-			exit 1
-		fi
-		continue
+	rc=0
+	IFS= read -r -t "$remaining" line <&3 || rc=$?
+	if [ "$rc" -gt 128 ]; then
+		continue # timed out; the deadline check above decides
+	elif [ "$rc" -ne 0 ]; then
+		echo "with-server: holdfast closed its stdout (or exited) before it was ready" >&2
+		exit 1
 	fi
 	case "$line" in
 	"holdfast serving addr="*) break ;;
