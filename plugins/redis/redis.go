@@ -49,6 +49,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -160,9 +161,16 @@ func (b *Backend) start(ctx context.Context) error {
 }
 
 // forEachNode runs fn on every master of a Cluster, or once on the client.
+// The calls never overlap (go-redis runs ForEachMaster's callbacks in
+// parallel; fn may then share state without locking).
 func (b *Backend) forEachNode(ctx context.Context, fn func(context.Context, goredis.UniversalClient) error) error {
 	if cc, ok := b.client.(*goredis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return fn(ctx, c) })
+		var mu sync.Mutex
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return fn(ctx, c)
+		})
 	}
 	return fn(ctx, b.client)
 }

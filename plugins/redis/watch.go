@@ -57,12 +57,8 @@ func (b *Backend) Watch(ctx context.Context, prefix string, send func(backend.Ev
 	}
 	if b.expiryEvents {
 		channel := fmt.Sprintf("__keyevent@%d__:expired", b.opts.DB)
-		var mu sync.Mutex
 		err := b.forEachNode(setupCtx, func(ctx context.Context, c goredis.UniversalClient) error {
-			ps := c.Subscribe(ctx, channel)
-			mu.Lock()
-			defer mu.Unlock()
-			return subscribe(ps)
+			return subscribe(c.Subscribe(ctx, channel))
 		})
 		if err != nil {
 			return b.watchErr(ctx, err)

@@ -170,3 +170,44 @@ func (s *Server) Restart(t testing.TB) {
 		t.Fatalf("restart redis-server: %v", err)
 	}
 }
+
+// StartCluster starts a Redis Cluster of n masters (no replicas) for t, each
+// a redis-server on free ports (client and cluster bus), joined with
+// redis-cli --cluster create; it returns once every node reports
+// cluster_state:ok. The servers stop when t ends.
+func StartCluster(t testing.TB, n int) []*Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		Unavailable(t, "redis-cli not in PATH: run scripts/setup.sh")
+	}
+	nodes := make([]*Server, n)
+	addrs := make([]string, n)
+	for i := range nodes {
+		bus, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-port", strconv.Itoa(bus), "--cluster-node-timeout", "2000")
+		addrs[i] = nodes[i].Addr
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, s := range nodes {
+		for {
+			out, err := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port), "cluster", "info").Output()
+			if err == nil && strings.Contains(string(out), "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster node %s not ok within 20s: %s %v", s.Addr, out, err)
+			}
+			time.Sleep(50 * time.Millisecond) // poll the node's state, with a deadline
+		}
+	}
+	return nodes
+}
