@@ -122,11 +122,12 @@ var (
 
 // generation is one launch of the plugin.
 type generation struct {
-	client *plugin.Client
-	rpc    backendv1.BackendServiceClient
-	exited context.Context // cancelled by go-plugin when the process exits
-	pid    int
-	info   backend.Info
+	client  *plugin.Client
+	rpc     backendv1.BackendServiceClient
+	exited  context.Context // cancelled by go-plugin when the process exits
+	process *os.Process
+	pid     int
+	info    backend.Info
 }
 
 // Start launches the plugin, reads its Info, and supervises it until Close.
@@ -321,7 +322,7 @@ func (h *Host) supervise(first chan<- error) {
 		select {
 		case <-g.exited.Done():
 			h.setGen(nil)
-			g.client.Kill() // reaps the process and go-plugin's goroutines
+			h.kill(g) // reaps the process and go-plugin's goroutines
 			if time.Since(up) > h.cfg.MaxBackoff {
 				backoff = h.cfg.MinBackoff
 			}
@@ -332,10 +333,26 @@ func (h *Host) supervise(first chan<- error) {
 			backoff = min(2*backoff, h.cfg.MaxBackoff)
 		case <-h.closing:
 			h.setGen(nil)
-			g.client.Kill()
+			h.kill(g)
 			return
 		}
 	}
+}
+
+// killGrace is how long a plugin may take to stop when asked before it is
+// killed. go-plugin's own Kill asks over gRPC without a deadline, which
+// would hang on a frozen (SIGSTOPped) plugin.
+const killGrace = 3 * time.Second
+
+// kill stops generation g and waits for go-plugin's goroutines.
+func (h *Host) kill(g *generation) { killClient(g.client, g.process) }
+
+func killClient(c *plugin.Client, p *os.Process) {
+	if p != nil {
+		t := time.AfterFunc(killGrace, func() { _ = p.Kill() })
+		defer t.Stop()
+	}
+	c.Kill()
 }
 
 // sleep waits d, or returns false when the Host is closing.
@@ -383,11 +400,11 @@ func (h *Host) launch() (*generation, error) {
 	}
 	raw, err := proto.Dispense(backend.PluginName)
 	if err != nil {
-		client.Kill()
+		killClient(client, cmd.Process)
 		return nil, fmt.Errorf("pluginhost: %s: dispense: %w", h.cfg.Name, err)
 	}
 	d := raw.(*dispensed)
-	g := &generation{client: client, rpc: d.rpc, exited: d.exited, pid: cmd.Process.Pid}
+	g := &generation{client: client, rpc: d.rpc, exited: d.exited, process: cmd.Process, pid: cmd.Process.Pid}
 
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.StartTimeout)
 	defer cancel()
@@ -395,7 +412,7 @@ func (h *Host) launch() (*generation, error) {
 	defer stop()
 	resp, err := g.rpc.Info(ctx, &backendv1.InfoRequest{})
 	if err != nil {
-		client.Kill()
+		h.kill(g)
 		if reason := tail.reason(); reason != "" {
 			return nil, &startError{msg: fmt.Sprintf("pluginhost: %s did not start: Info: %s", h.cfg.Name, oneLine(reason)), err: err}
 		}

@@ -548,3 +548,28 @@ func TestPluginExitsWhenHostDies(t *testing.T) {
 		})
 	}
 }
+
+func TestCloseOfFrozenPlugin(t *testing.T) {
+	h := start(t, Config{})
+	pid := h.PID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	t0 := time.Now()
+	go func() {
+		_ = h.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(killGrace + 10*time.Second):
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		<-closed
+		t.Fatal("Close hung on a frozen plugin")
+	}
+	if alive(pid) {
+		t.Fatalf("frozen plugin %d still running after Close", pid)
+	}
+	t.Logf("Close of a frozen plugin took %s", time.Since(t0).Round(time.Millisecond))
+}
