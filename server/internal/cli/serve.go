@@ -220,6 +220,7 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	if err != nil {
 		return fmt.Errorf("--addr %s: %w", o.addr, err)
 	}
+	srv.TrackBackend(host)
 	info := eng.Info()
 	log.Info("holdfast serving", "version", version, "addr", srv.Addr().String(),
 		"backend", info.Name, "backend_version", info.Version,

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -30,6 +31,11 @@ type Server struct {
 	health *grpchealth.StaticChecker
 	ln     net.Listener
 	served chan error
+
+	mu       sync.Mutex
+	stopping bool          // health stays NOT_SERVING from now on
+	untrack  chan struct{} // closed to stop TrackBackend's goroutine
+	tracking sync.WaitGroup
 }
 
 // Handler builds the mux: LockService, grpc.health.v1 and reflection.
@@ -68,9 +74,10 @@ func Start(addr string, e *engine.Engine, log *slog.Logger) (*Server, error) {
 			IdleTimeout: 5 * time.Minute,
 			ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
-		health: health,
-		ln:     ln,
-		served: make(chan error, 1),
+		health:  health,
+		ln:      ln,
+		served:  make(chan error, 1),
+		untrack: make(chan struct{}),
 	}
 	go func() { s.served <- s.srv.Serve(ln) }()
 	return s, nil
@@ -82,16 +89,62 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 // Done receives the error that stopped serving (nil after Shutdown).
 func (s *Server) Done() <-chan error { return s.served }
 
-// SetNotServing makes grpc health report NOT_SERVING (first step of
-// shutdown, so load balancers stop sending work).
+// Supervised is a backend whose process can be down while the server runs
+// (pluginhost.Host).
+type Supervised interface {
+	// Up reports whether the backend runs now.
+	Up() bool
+	// Changed is closed at the next change of Up.
+	Changed() <-chan struct{}
+}
+
+// TrackBackend makes grpc health follow b: SERVING while b is up,
+// NOT_SERVING while it is down (calls then answer unavailable), until
+// shutdown.
+func (s *Server) TrackBackend(b Supervised) {
+	s.tracking.Add(1)
+	go func() {
+		defer s.tracking.Done()
+		for {
+			ch := b.Changed() // before reading the state, to miss nothing
+			s.setStatus(b.Up())
+			select {
+			case <-ch:
+			case <-s.untrack:
+				return
+			}
+		}
+	}()
+}
+
+func (s *Server) setStatus(serving bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	status := grpchealth.StatusServing
+	if !serving || s.stopping {
+		status = grpchealth.StatusNotServing
+	}
+	s.health.SetStatus("", status)
+	s.health.SetStatus(lockv1connect.LockServiceName, status)
+}
+
+// SetNotServing makes grpc health report NOT_SERVING for good (the first
+// step of shutdown, so load balancers stop sending work).
 func (s *Server) SetNotServing() {
-	s.health.SetStatus("", grpchealth.StatusNotServing)
-	s.health.SetStatus(lockv1connect.LockServiceName, grpchealth.StatusNotServing)
+	s.mu.Lock()
+	if !s.stopping {
+		s.stopping = true
+		close(s.untrack)
+	}
+	s.mu.Unlock()
+	s.tracking.Wait()
+	s.setStatus(false)
 }
 
 // Shutdown stops accepting connections and waits for in-flight requests
 // until ctx ends; then it closes what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.SetNotServing()
 	err := s.srv.Shutdown(ctx)
 	if err != nil {
 		_ = s.srv.Close()
