@@ -1,0 +1,154 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/core/backend"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
+)
+
+// Acquire+Release of distinct keys (uncontended), at concurrency 1 and 32:
+// through holdfast (client -> server -> plugin -> etcd), on the backend
+// directly (what the plugin does, without the two hops), and with etcd's own
+// concurrency.Mutex on a new session per lock (its own lease, like a
+// holdfast lock). `make bench` runs the same comparison in bench/; this one
+// separates the plugin's etcd round trips from the hops.
+//
+//	go test -run '^$' -bench AcquireRelease -benchtime 3s ./plugins/etcd/
+func BenchmarkAcquireRelease(b *testing.B) {
+	eps := requireEtcd(b)
+	run := fmt.Sprintf("bench-%d", time.Now().UnixNano())
+
+	be := open(b, eps, nil)
+	plugin, err := harness.Binary(b.Context(), b.TempDir(), "holdfast-backend-etcd")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := harness.StartT(b, harness.Options{Backend: plugin, BackendOptions: map[string]string{"endpoints": eps, "prefix": testPrefix(b)}})
+	transport := &http.Transport{MaxIdleConnsPerHost: 64}
+	b.Cleanup(transport.CloseIdleConnections)
+	hf := lockv1connect.NewLockServiceClient(&http.Client{Transport: transport}, srv.URL)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{eps}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cli.Close() })
+
+	ttl := 10 * time.Second
+	works := []struct {
+		name string
+		op   func(ctx context.Context, key string) error
+	}{
+		{"holdfast", func(ctx context.Context, key string) error {
+			resp, err := hf.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(ttl)})
+			if err != nil {
+				return err
+			}
+			if !resp.GetAcquired() {
+				return fmt.Errorf("%s not acquired", key)
+			}
+			rel, err := hf.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: resp.GetLease().GetOwnerToken()})
+			if err == nil && !rel.GetReleased() {
+				err = fmt.Errorf("%s not released", key)
+			}
+			return err
+		}},
+		{"backend-direct", func(ctx context.Context, key string) error {
+			tok := token()
+			res, err := be.Acquire(ctx, backend.AcquireRequest{Key: key, OwnerToken: tok, TTL: ttl})
+			if err != nil {
+				return err
+			}
+			if !res.Acquired {
+				return fmt.Errorf("%s not acquired", key)
+			}
+			ok, err := be.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: tok})
+			if err == nil && !ok {
+				err = fmt.Errorf("%s not released", key)
+			}
+			return err
+		}},
+		{"etcd-mutex-session-per-lock", func(ctx context.Context, key string) error {
+			s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(ttl/time.Second)), concurrency.WithContext(ctx))
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			m := concurrency.NewMutex(s, "/"+run+"/mutex/"+key)
+			if err := m.Lock(ctx); err != nil {
+				return err
+			}
+			return m.Unlock(ctx)
+		}},
+	}
+	for _, conc := range []int{1, 32} {
+		for _, w := range works {
+			b.Run(fmt.Sprintf("%s/c=%d", w.name, conc), func(b *testing.B) {
+				runConcurrently(b, conc, func(ctx context.Context, worker int) error {
+					return w.op(ctx, fmt.Sprintf("%s/%s/%d", run, w.name, worker))
+				})
+			})
+		}
+	}
+}
+
+// runConcurrently shares b.N operations among conc workers and reports
+// throughput and latency percentiles.
+func runConcurrently(b *testing.B, conc int, op func(ctx context.Context, worker int) error) {
+	ctx := b.Context()
+	var next atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
+	var firstErr error
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for next.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				err := op(ctx, w)
+				mine = append(mine, time.Since(t0))
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+	b.ReportMetric(pct(0.5), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+}
