@@ -224,7 +224,7 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	info := eng.Info()
 	log.Info("holdfast serving", "version", version, "addr", srv.Addr().String(),
 		"backend", info.Name, "backend_version", info.Version,
-		"shared", info.Shared, "durable", info.Durable, "fair", info.Fair)
+		"shared", info.Shared, "durable", info.Durable, "fair", info.Fair, "plugin_pid", host.PID())
 	if !info.Shared {
 		log.Warn("backend is not shared: this server's locks are its own; several servers on this backend are several independent locks, not one",
 			"backend", info.Name)

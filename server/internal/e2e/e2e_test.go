@@ -438,11 +438,12 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-var pluginStarted = regexp.MustCompile(`msg="plugin started".* pid=(\d+)`)
+// The server logs its plugin's pid in its start-up line.
+var pluginStarted = regexp.MustCompile(`msg="holdfast serving".* plugin_pid=(\d+)`)
 
 func TestPluginKilled(t *testing.T) {
 	s := startServer(t, nil, "--addr", "127.0.0.1:0")
-	s.waitStderr(t, `msg="plugin started"`)
+	s.waitStderr(t, `plugin_pid=`)
 	m := pluginStarted.FindStringSubmatch(s.stderr.String())
 	if m == nil {
 		t.Fatalf("no plugin pid in the log:\n%s", s.stderr)
