@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
+	"github.com/holdfast/holdfast/conformance"
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/plugins/postgres"
 	"github.com/holdfast/holdfast/plugins/postgres/pgtest"
@@ -22,7 +23,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(pgtest.Main(m))
+	goleak.VerifyTestMain(pgtest.Main(m), conformance.LeakOptions()...)
 }
 
 // schemaName is a fresh schema per test, so tests share one database

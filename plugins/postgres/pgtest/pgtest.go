@@ -78,6 +78,11 @@ func DSN(t testing.TB) string {
 	}
 	shared.once.Do(func() {
 		shared.server, shared.err = start()
+		if shared.err == nil {
+			// Test binaries that re-execute themselves (the conformance
+			// suite does) reuse this server instead of starting their own.
+			shared.err = os.Setenv(EnvDSN, shared.server.DSN())
+		}
 	})
 	if shared.err != nil {
 		unavailable(t, shared.err)
