@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -456,5 +457,39 @@ func TestWithLockExcludesAndFences(t *testing.T) {
 	wg.Wait()
 	if runs.Load() != 20 {
 		t.Fatalf("%d runs", runs.Load())
+	}
+}
+
+// kill -9 of the backend plugin: the lock it held is gone (memory is not
+// durable), the guard learns it within its TTL, and a new acquire — retried
+// through `unavailable` while the plugin restarts — gets a larger fencing
+// token.
+func TestPluginCrashLosesTheLeaseAndFencingStillIncreases(t *testing.T) {
+	s := startServer(t, "127.0.0.1:0")
+	c := dialServer(t, s)
+	const ttl = 1500 * time.Millisecond
+	g, err := c.Lock("crash").TTL(ttl).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := g.FencingToken()
+	pid := s.pluginPID(t)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, g, ttl+slack)
+	t.Logf("guard after the plugin crash: %v", lossOf(t, g))
+	if err := g.Unlock(t.Context()); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Unlock: %v", err)
+	}
+	g2, err := c.Lock("crash").TTL(ttl).Wait(10 * time.Second).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok2, _ := g2.FencingToken(); tok2 <= tok {
+		t.Fatalf("fencing token %d after the plugin restart, not above %d", tok2, tok)
+	}
+	if err := g2.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }

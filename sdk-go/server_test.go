@@ -176,3 +176,28 @@ func (s *testServer) resume() {
 		s.t.Fatal(err)
 	}
 }
+
+// pluginPID is the backend plugin process the server started (its child),
+// found through /proc by the server's PID.
+func (s *testServer) pluginPID(t *testing.T) int {
+	t.Helper()
+	pid := s.cmd.Process.Pid
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// A child is listed under the thread that started it.
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+		for _, path := range tasks {
+			b, _ := os.ReadFile(path)
+			for _, f := range strings.Fields(string(b)) {
+				var child int
+				if _, err := fmt.Sscan(f, &child); err == nil {
+					return child
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no plugin process under holdfast (pid %d)", pid)
+		}
+		time.Sleep(10 * time.Millisecond) // poll with a deadline
+	}
+}
