@@ -3,16 +3,17 @@ module github.com/holdfast/holdfast/plugins/postgres
 go 1.26.0
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/holdfast/holdfast/conformance v0.0.0
 	github.com/holdfast/holdfast/core v0.0.0
 	github.com/holdfast/holdfast/proto v0.0.0
+	github.com/holdfast/holdfast/sdk-go v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/protobuf v1.36.12
 )
 
 require (
-	connectrpc.com/connect v1.21.1 // indirect
 	github.com/Masterminds/semver/v3 v3.4.0 // indirect
 	github.com/fatih/color v1.13.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
@@ -23,7 +24,6 @@ require (
 	github.com/hashicorp/go-hclog v1.6.3 // indirect
 	github.com/hashicorp/go-plugin v1.8.0 // indirect
 	github.com/hashicorp/yamux v0.1.2 // indirect
-	github.com/holdfast/holdfast/sdk-go v0.0.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect

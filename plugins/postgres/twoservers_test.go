@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -17,11 +18,13 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/holdfast/holdfast/plugins/postgres/pgtest"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
+	holdfast "github.com/holdfast/holdfast/sdk-go"
 )
 
 // binary returns the path of a holdfast executable: from $HOLDFAST_BIN_DIR
@@ -288,4 +291,94 @@ func TestTwoServersMutualExclusion(t *testing.T) {
 	if err != nil || !insp.GetHeld() || insp.GetState().GetFencingToken() != next.GetLease().GetFencingToken() {
 		t.Fatalf("after the stale release, Inspect = %v %v, want the successor", insp, err)
 	}
+}
+
+// TestServerOverPostgresRestart: a holdfast server over a PostgreSQL that
+// stops (like a crash) and starts again. While it is away, calls answer
+// unavailable at once and a guard that cannot renew is poisoned within its
+// TTL; once it is back, the server recovers by itself, a lock taken before
+// the crash is still held by the same lease (durable), and fencing tokens
+// keep increasing.
+func TestServerOverPostgresRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server and restarts PostgreSQL")
+	}
+	pg := pgtest.Start(t)
+	holdfastBin := binary(t, "holdfast", "./server/cmd/holdfast")
+	plugin := binary(t, "holdfast-backend-postgres", "./plugins/postgres/cmd/holdfast-backend-postgres")
+	srv := startServer(t, holdfastBin, "--backend", plugin, "--backend-opt", "dsn="+pg.DSN(),
+		"--backend-opt", "connect_timeout=1s", "--backend-opt", "call_timeout=2s")
+	raw := lockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.addr)
+	sdk, err := holdfast.Dial("http://" + srv.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdk.Close()
+	ctx := context.Background()
+
+	durable, err := raw.Acquire(ctx, &lockv1.AcquireRequest{Key: "durable", Ttl: durationpb.New(time.Minute)})
+	if err != nil || !durable.GetAcquired() {
+		t.Fatalf("acquire durable: %v %v", durable, err)
+	}
+	const ttl = 1500 * time.Millisecond
+	g, err := sdk.Lock("guarded").TTL(ttl).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("lock: %v", err)
+	}
+	before, err := g.FencingToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pg.Kill(t) // immediate shutdown: no checkpoint, recovery from WAL on start
+	stopped := time.Now()
+	_, err = raw.Acquire(ctx, &lockv1.AcquireRequest{Key: "other", Ttl: durationpb.New(time.Second)})
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("acquire with PostgreSQL away: %v, want unavailable", err)
+	}
+	if d := time.Since(stopped); d > 3*time.Second {
+		t.Fatalf("unavailable took %s", d)
+	}
+	t.Logf("acquire answered %v after %s", connect.CodeOf(err), time.Since(stopped).Round(time.Millisecond))
+	select {
+	case <-g.Done():
+	case <-time.After(ttl + time.Second):
+		t.Fatalf("guard not poisoned %s after PostgreSQL stopped (TTL %s)", time.Since(stopped), ttl)
+	}
+	if _, err := g.FencingToken(); !errors.Is(err, holdfast.ErrLeaseLost) {
+		t.Fatalf("FencingToken after loss = %v", err)
+	}
+	t.Logf("guard poisoned %s after PostgreSQL stopped (TTL %s): %v", time.Since(stopped).Round(time.Millisecond), ttl, context.Cause(g.Context()))
+
+	pg.Restart(t, "")
+	var insp *lockv1.InspectResponse
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		insp, err = raw.Inspect(ctx, &lockv1.InspectRequest{Key: "durable"})
+		if err == nil {
+			break
+		}
+		if connect.CodeOf(err) != connect.CodeUnavailable || time.Now().After(deadline) {
+			t.Fatalf("inspect after PostgreSQL came back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond) // poll the recovering server, with a deadline
+	}
+	if !insp.GetHeld() || insp.GetState().GetFencingToken() != durable.GetLease().GetFencingToken() {
+		t.Fatalf("after the restart Inspect(durable) = %v, want held with fencing %d", insp, durable.GetLease().GetFencingToken())
+	}
+	if r, err := raw.Acquire(ctx, &lockv1.AcquireRequest{Key: "durable", Ttl: durationpb.New(time.Second)}); err != nil || r.GetAcquired() {
+		t.Fatalf("a lock held across the restart was acquired by another: %v %v", r, err)
+	}
+	rel, err := raw.Release(ctx, &lockv1.ReleaseRequest{Key: "durable", OwnerToken: durable.GetLease().GetOwnerToken()})
+	if err != nil || !rel.GetReleased() {
+		t.Fatalf("the holder's release after the restart: %v %v", rel, err)
+	}
+	r, err := raw.Acquire(ctx, &lockv1.AcquireRequest{Key: "guarded", Ttl: durationpb.New(time.Second)})
+	if err != nil || !r.GetAcquired() {
+		t.Fatalf("acquire guarded after restart: %v %v", r, err)
+	}
+	if after := r.GetLease().GetFencingToken(); after <= before {
+		t.Fatalf("fencing token went back across the PostgreSQL restart: %d then %d", before, after)
+	}
+	_ = g.Unlock(ctx) // lost: answers the loss, changes nothing
 }
