@@ -100,6 +100,30 @@ func (b *logBuffer) find(want map[string]string) map[string]any {
 	return nil
 }
 
+// all returns every record whose fields include every pair of want.
+func (b *logBuffer) all(want map[string]string) []map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for line := range strings.SplitSeq(b.buf.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		ok := true
+		for k, v := range want {
+			if fmt.Sprint(rec[k]) != v {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
 func testLogger(t *testing.T) (*slog.Logger, *logBuffer) {
 	lb := &logBuffer{}
 	t.Cleanup(func() {
@@ -572,4 +596,70 @@ func TestCloseOfFrozenPlugin(t *testing.T) {
 		t.Fatalf("frozen plugin %d still running after Close", pid)
 	}
 	t.Logf("Close of a frozen plugin took %s", time.Since(t0).Round(time.Millisecond))
+}
+
+func TestRelaunchBacksOffUntilThePluginStartsAgain(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "plugin")
+	good := filepath.Join(dir, "good")
+	data, err := os.ReadFile(memoryPlugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, good} {
+		if err := os.WriteFile(p, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log, logs := testLogger(t)
+	h := start(t, Config{Path: path, Logger: log, Name: "flaky", MinBackoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond})
+	ctx := ctxT(t)
+
+	// Replace the executable by one that fails at once, then crash the
+	// running plugin: relaunches fail, with growing delays up to the cap.
+	broken := filepath.Join(dir, "broken")
+	if err := os.WriteFile(broken, []byte("#!/bin/sh\necho 'broken on purpose' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(broken, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(h.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	failed := map[string]string{"msg": "plugin relaunch failed", "plugin": "flaky"}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(logs.all(failed)) < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than 4 failed relaunches within 20s")
+		}
+		if _, _, err := h.Get(ctx, "k"); !errors.Is(err, backend.ErrUnavailable) {
+			t.Fatalf("call while the plugin cannot start = %v, want ErrUnavailable", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var delays []float64
+	for _, rec := range logs.all(failed) {
+		delays = append(delays, rec["retry_in"].(float64))
+		if !strings.Contains(fmt.Sprint(rec["error"]), "broken on purpose") {
+			t.Errorf("relaunch error %q does not carry the plugin's words", rec["error"])
+		}
+	}
+	for i := 1; i < len(delays); i++ {
+		if delays[i] < delays[i-1] || delays[i] > float64(40*time.Millisecond) {
+			t.Fatalf("retry delays %v: not growing up to the 40ms cap", delays)
+		}
+	}
+	if delays[len(delays)-1] != float64(40*time.Millisecond) {
+		t.Fatalf("retry delays %v never reached the cap", delays)
+	}
+
+	// Put the real plugin back: the host brings it up again.
+	if err := os.Rename(good, path); err != nil {
+		t.Fatal(err)
+	}
+	waitRestarted(t, h, 1, 20*time.Second)
+	if _, err := h.Acquire(ctx, backend.AcquireRequest{Key: "k", OwnerToken: "t", TTL: time.Second}); err != nil {
+		t.Fatalf("Acquire after recovery: %v", err)
+	}
 }
