@@ -36,6 +36,9 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 	if err != nil {
 		return backend.AcquireResult{}, wrap(ctx, "acquire: lease grant", err)
 	}
+	// Unless the lock is ours, revoke the lease: after a lost race, and also
+	// after an error of unknown outcome, where a lock created on it would be
+	// held by an owner token nobody received.
 	kept := false
 	defer func() {
 		if !kept {
@@ -170,7 +173,9 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 			clientv3.OpPut(ownerKey, req.OwnerToken, clientv3.WithLease(lease.ID)),
 		).Commit()
 		if err != nil {
-			b.revokeLater(lease.ID)
+			// Unknown outcome: the record may be on the new lease now, so
+			// the new lease is left to expire rather than revoked (revoking
+			// it could drop a lock that is still validly held).
 			return backend.ExtendResult{}, wrap(ctx, "extend", err)
 		}
 		if resp.Succeeded {
