@@ -364,9 +364,13 @@ func (g *Guard) watchdog(ctx context.Context) {
 // the local expiry passes (the loss timer then poisons the guard). A
 // transient error never ends a lease that is still valid (consul#912).
 func (g *Guard) renew(ctx context.Context) {
+	g.mu.Lock()
+	since := g.lastSent
+	g.mu.Unlock()
 	for attempt := 0; ; attempt++ {
 		g.mu.Lock()
-		if g.checkLocked() != nil {
+		if g.checkLocked() != nil || !g.lastSent.Equal(since) {
+			// Ended, or renewed meanwhile by an explicit Extend.
 			g.mu.Unlock()
 			return
 		}
