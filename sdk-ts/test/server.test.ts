@@ -249,6 +249,26 @@ describe("against a real server", { skip }, () => {
     await next!.unlock();
   });
 
+  it("promise 5: a server pause shorter than the lease does not drop it (transient errors are retried)", { skip: serverPid === undefined ? "HOLDFAST_SERVER_PID unset" : false }, async () => {
+    const k = key("pause-short");
+    const ttl = 2_000;
+    const g = await client.lock(k).ttl(ttl).acquire();
+    await eventually("a first renewal", () => g.renewals >= 1);
+    const r0 = g.renewals;
+    process.kill(serverPid!, "SIGSTOP");
+    try {
+      // The stimulus, not a synchronisation: at least one renewal (every
+      // ~667ms) meets the paused server.
+      await new Promise((r) => setTimeout(r, 800));
+    } finally {
+      process.kill(serverPid!, "SIGCONT");
+    }
+    await eventually("renewals to resume", () => g.renewals > r0 + 1, 3_000);
+    assert.ok(g.held, String(g.lostError));
+    assert.equal((await other.inspect(k))?.fencingToken, g.fencingToken());
+    assert.equal(await g.unlock(), true);
+  });
+
   it("promise 5: explicit extend renews; poisons on refusal", async () => {
     const k = key("extend");
     const g = await client.lock(k).ttl(1_000).noWatchdog().acquire();
