@@ -124,6 +124,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		},
 	}
 	b := &Backend{opts: o, client: goredis.NewUniversalClient(uo), log: slog.Default().With("backend", Name)}
+	routeLogs.Do(func() { goredis.SetLogger(slogLogger{b.log}) })
 	if err := b.start(ctx); err != nil {
 		_ = b.client.Close()
 		return nil, err
@@ -553,6 +554,17 @@ func infoField(info, name string) string {
 		}
 	}
 	return ""
+}
+
+// routeLogs sends go-redis's own log lines (dial failures, Sentinel's new
+// master) to slog, which the plugin host reads, at debug level: every failure
+// that matters already reaches the caller as an error.
+var routeLogs sync.Once
+
+type slogLogger struct{ log *slog.Logger }
+
+func (l slogLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
 }
 
 // isTimeout reports a read deadline that passed (used by Watch's health check).

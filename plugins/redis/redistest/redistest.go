@@ -46,6 +46,10 @@ type Server struct {
 	Port int
 	Dir  string
 	args []string
+	conf string // config file given first, for Sentinel
+	// readyLog is the log line that says the server serves; empty means
+	// redis-server's "Ready to accept connections".
+	readyLog string
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the log reader has finished
 }
@@ -58,7 +62,11 @@ func Start(t testing.TB, args ...string) *Server {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		Unavailable(t, "redis-server not in PATH and "+EnvAddr+" unset: run scripts/setup.sh, or scripts/redis.sh start DIR and export "+EnvAddr)
 	}
-	s := &Server{Dir: t.TempDir(), args: args}
+	return startServer(t, &Server{Dir: t.TempDir(), args: args})
+}
+
+func startServer(t testing.TB, s *Server) *Server {
+	t.Helper()
 	var err error
 	for range 5 {
 		var port int
@@ -86,10 +94,15 @@ func freePort() (int, error) {
 // start runs redis-server on port and waits for its "Ready to accept
 // connections" log line (an event, with a deadline).
 func (s *Server) start(port int) error {
-	args := append([]string{
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf)
+	}
+	args = append(args, []string{
 		"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", s.Dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "",
-	}, s.args...)
+	}...)
+	args = append(args, s.args...)
 	cmd := exec.Command("redis-server", args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -98,6 +111,10 @@ func (s *Server) start(port int) error {
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
 		return err
+	}
+	readyLog := s.readyLog
+	if readyLog == "" {
+		readyLog = "Ready to accept connections"
 	}
 	ready := make(chan struct{})
 	done := make(chan struct{})
@@ -110,7 +127,7 @@ func (s *Server) start(port int) error {
 			line := sc.Text()
 			if !signalled {
 				tail = append(tail, line)
-				if strings.Contains(line, "Ready to accept connections") {
+				if strings.Contains(line, readyLog) {
 					signalled = true
 					close(ready)
 				}
@@ -210,4 +227,20 @@ func StartCluster(t testing.TB, n int) []*Server {
 		}
 	}
 	return nodes
+}
+
+// StartSentinel starts one Redis Sentinel for t, on a free port, monitoring
+// master under name (quorum 1). It returns once the Sentinel serves.
+func StartSentinel(t testing.TB, master *Server, name string) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		Unavailable(t, "redis-server not in PATH: run scripts/setup.sh")
+	}
+	dir := t.TempDir()
+	conf := dir + "/sentinel.conf"
+	body := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 1000\n", name, master.Port, name)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startServer(t, &Server{Dir: dir, conf: conf, args: []string{"--sentinel"}, readyLog: "+monitor master"})
 }
