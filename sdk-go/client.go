@@ -27,6 +27,10 @@ type Client struct {
 	clock     *hlc.Clock
 	transport *http.Transport // ours to close; nil with WithHTTPClient
 
+	// closing is cancelled by Close, ending waits and watches in flight.
+	closing       context.Context
+	cancelClosing context.CancelCauseFunc
+
 	mu     sync.Mutex
 	closed bool
 	guards map[*Guard]struct{}
@@ -63,6 +67,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if c.clock == nil {
 		c.clock = hlc.NewClock(nil, o.maxOffset)
 	}
+	c.closing, c.cancelClosing = context.WithCancelCause(context.Background())
 	hc := o.httpClient
 	if hc == nil {
 		c.transport = newTransport(u.Scheme, o.protocol)
@@ -137,7 +142,8 @@ func (h headerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 	return next
 }
 
-// Close releases every lease still held through this client (each guard's
+// Close ends the waits (Lock) and watches in flight with ErrClosed, releases
+// every lease still held through this client (each guard's
 // context is then cancelled with a LeaseLostError of reason
 // LossClientClosed unless the release succeeded), stops their watchdogs and
 // closes idle connections. Calls after Close fail with ErrClosed. Close waits
@@ -155,6 +161,7 @@ func (c *Client) Close() error {
 		guards = append(guards, g)
 	}
 	c.mu.Unlock()
+	c.cancelClosing(ErrClosed) // ends Lock waits and watches in flight
 
 	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
 	defer cancel()
@@ -171,6 +178,17 @@ func (c *Client) Close() error {
 }
 
 const closeReleaseTimeout = 3 * time.Second
+
+// callContext derives the context of a call that Close must be able to end
+// (a server-side wait, a watch). Its cause is then ErrClosed.
+func (c *Client) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
 
 func (c *Client) isClosed() bool {
 	c.mu.Lock()
@@ -224,6 +242,8 @@ func (c *Client) ServerInfo(ctx context.Context) (ServerInfo, error) {
 	if c.isClosed() {
 		return ServerInfo{}, ErrClosed
 	}
+	ctx, done := c.callContext(ctx)
+	defer done()
 	resp, err := c.rpc.GetServerInfo(ctx, &lockv1.GetServerInfoRequest{})
 	if err != nil {
 		return ServerInfo{}, mapError(ctx, "GetServerInfo", err)

@@ -309,3 +309,31 @@ func TestFenceAndValidateWrite(t *testing.T) {
 		t.Fatal(f.Watermark())
 	}
 }
+
+func TestCloseEndsAWaitInFlight(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.acquireMode = modeHang }) // a long server-side wait
+	c, err := Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Lock("k").Wait(time.Minute).Lock(context.Background())
+		got <- err
+	}()
+	for len(peer.snapshot().acquireRecv) == 0 {
+		time.Sleep(2 * time.Millisecond) // poll until the wait is on the server
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("Lock after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the wait")
+	}
+}

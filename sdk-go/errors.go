@@ -197,9 +197,13 @@ func mapError(ctx context.Context, op string, err error) error {
 		e.kind = ErrUnavailable
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		// The caller's own context (or a per-attempt deadline the SDK set)
-		// ended the call: that is the whole story, not a server failure.
+		// The caller's own context (or a per-attempt deadline the SDK set,
+		// or Close) ended the call: that is the whole story, not a server
+		// failure. The cause (ErrClosed, say) is kept too.
 		e.kind = ctxErr
+		if cause := context.Cause(ctx); cause != ctxErr {
+			e.ctxErr = cause
+		}
 	} else if code == connect.CodeDeadlineExceeded {
 		e.ctxErr = context.DeadlineExceeded
 	}

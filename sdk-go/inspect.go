@@ -13,6 +13,8 @@ func (c *Client) Inspect(ctx context.Context, key string) (state LockState, held
 	if c.isClosed() {
 		return LockState{}, false, ErrClosed
 	}
+	ctx, done := c.callContext(ctx)
+	defer done()
 	resp, err := c.rpc.Inspect(ctx, &lockv1.InspectRequest{Key: key})
 	if err != nil {
 		return LockState{}, false, mapError(ctx, "Inspect", err)
@@ -42,6 +44,8 @@ func (c *Client) ListPage(ctx context.Context, prefix string, pageSize int, page
 	if pageSize < 0 {
 		return Page{}, invalidArgument("page size %d: must not be negative", pageSize)
 	}
+	ctx, done := c.callContext(ctx)
+	defer done()
 	resp, err := c.rpc.List(ctx, &lockv1.ListRequest{
 		Prefix:    prefix,
 		PageSize:  uint32(min(pageSize, 1<<31)),
@@ -111,11 +115,12 @@ func (c *Client) watch(ctx context.Context, req *lockv1.WatchRequest) iter.Seq2[
 		}
 		// Closing the stream when the loop stops early needs a context we
 		// can cancel: Close alone may wait for the server.
-		ctx, cancel := context.WithCancel(ctx)
+		parent := ctx
+		ctx, cancel := c.callContext(ctx)
 		defer cancel()
 		stream, err := c.rpc.Watch(ctx, req)
 		if err != nil {
-			if ctx.Err() == nil {
+			if parent.Err() == nil {
 				yield(Event{}, mapError(ctx, "Watch", err))
 			}
 			return
@@ -141,8 +146,12 @@ func (c *Client) watch(ctx context.Context, req *lockv1.WatchRequest) iter.Seq2[
 				return
 			}
 		}
-		if err := stream.Err(); err != nil && ctx.Err() == nil {
+		// The caller's own context ending is the normal end of a watch;
+		// anything else (a failure, Close) is reported.
+		if err := stream.Err(); err != nil && parent.Err() == nil {
 			yield(Event{}, mapError(ctx, "Watch", err))
+		} else if err == nil && parent.Err() == nil {
+			yield(Event{}, &rpcError{op: "Watch", code: "unavailable", message: "the server ended the watch", kind: ErrUnavailable})
 		}
 	}
 }

@@ -418,6 +418,33 @@ func TestInspectListWatch(t *testing.T) {
 	if err := <-watchDone; err != nil {
 		t.Fatalf("watch ended with %v after cancel", err)
 	}
+
+	// Close ends a watch in flight with ErrClosed.
+	c2 := dialServer(t, s)
+	synced := make(chan struct{})
+	ended := make(chan error, 1)
+	go func() {
+		for ev, err := range c2.Watch(t.Context(), "ls/x") {
+			if err != nil {
+				ended <- err
+				return
+			}
+			if ev.Type == EventSynced {
+				close(synced)
+			}
+		}
+		ended <- nil
+	}()
+	<-synced
+	_ = c2.Close()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("watch after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the watch")
+	}
 }
 
 // Many workers, one lock: WithLock never lets two run at once, and every

@@ -172,6 +172,8 @@ func (l Lock) attempt(ctx context.Context, wait time.Duration) (*Guard, *LockSta
 	if wait > 0 {
 		req.Wait = durationpb.New(wait)
 	}
+	ctx, done := l.c.callContext(ctx)
+	defer done()
 	// The lease starts on the server some time after this moment; counting
 	// from here keeps the local expiry on the safe side.
 	sent := time.Now()
