@@ -94,9 +94,10 @@ func (c *Client) List(ctx context.Context, prefix string) iter.Seq2[LockState, e
 }
 
 // Watch streams the changes to key. The first event is EventSynced: every
-// change after it is reported. The iteration ends when ctx ends (without an
-// error), when the loop breaks, or with an error as its last element when
-// the stream fails. It needs no goroutine of its own.
+// change after it is reported. The iteration ends without an error when ctx
+// ends or the loop breaks; otherwise its last element is an error: the
+// stream failed, the server ended it (ErrUnavailable: watch again), or the
+// client was closed (ErrClosed). It needs no goroutine of its own.
 func (c *Client) Watch(ctx context.Context, key string) iter.Seq2[Event, error] {
 	return c.watch(ctx, &lockv1.WatchRequest{Target: &lockv1.WatchRequest_Key{Key: key}})
 }
