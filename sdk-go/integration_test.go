@@ -60,6 +60,15 @@ func TestServerInfoAndProtocols(t *testing.T) {
 			if _, held := inspect(t, c, key); held {
 				t.Fatal("still held after Unlock")
 			}
+			// Server streaming works over the protocol too.
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			for ev, err := range c.Watch(ctx, key) {
+				if err != nil || ev.Type != EventSynced {
+					t.Fatalf("first watch event %v, %v", ev.Type, err)
+				}
+				break
+			}
 		})
 	}
 }
