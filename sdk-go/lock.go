@@ -196,7 +196,10 @@ func (l Lock) attempt(ctx context.Context, wait time.Duration) (*Guard, *LockSta
 	}
 	g.start(ctx)
 	if !l.c.track(g) {
-		_ = g.Unlock(context.WithoutCancel(ctx))
+		// Closed while acquiring: give the lease straight back.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeReleaseTimeout)
+		defer cancel()
+		_ = g.Unlock(uctx)
 		return nil, nil, ErrClosed
 	}
 	return g, nil, nil
