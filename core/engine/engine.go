@@ -67,7 +67,17 @@ const (
 	DefaultMaxTTL      = 24 * time.Hour
 	DefaultMaxWait     = time.Hour
 	DefaultCallTimeout = 10 * time.Second
+
+	DefaultMaxWaitersPerCaller = 1024
 )
+
+type callerKey struct{}
+
+// WithCaller names the caller of the requests made with ctx (the server uses
+// the client connection's address), so that its waiters can be bounded.
+func WithCaller(ctx context.Context, caller string) context.Context {
+	return context.WithValue(ctx, callerKey{}, caller)
+}
 
 // Config tunes an Engine. The zero value is usable.
 type Config struct {
@@ -86,6 +96,10 @@ type Config struct {
 	// defaults). Over a bound Acquire answers resource_exhausted.
 	MaxWaitersPerKey int
 	MaxWaiters       int
+	// MaxWaitersPerCaller bounds the waiters of one caller, as named by
+	// WithCaller (the server uses the client's connection)
+	// (0: DefaultMaxWaitersPerCaller).
+	MaxWaitersPerCaller int
 	// CallTimeout bounds backend calls the engine makes detached from the
 	// caller (0: DefaultCallTimeout).
 	CallTimeout time.Duration
@@ -112,6 +126,9 @@ type Engine struct {
 	wg        sync.WaitGroup
 	firstSync chan struct{} // closed at the first EventSynced
 
+	callersMu sync.Mutex
+	callers   map[string]int // waiters per named caller
+
 	watchMu  sync.Mutex
 	synced   bool
 	everSync bool
@@ -130,6 +147,9 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.MaxWaitersPerCaller <= 0 {
+		cfg.MaxWaitersPerCaller = DefaultMaxWaitersPerCaller
 	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
@@ -154,6 +174,7 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 		done:      make(chan struct{}),
 		firstSync: make(chan struct{}),
 		subs:      make(map[*subscriber]struct{}),
+		callers:   make(map[string]int),
 	}
 	watchCtx, stop := context.WithCancel(context.Background())
 	e.stopWatch = stop
@@ -401,6 +422,12 @@ const (
 )
 
 func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.Duration, holder string) (*lockv1.AcquireResponse, error) {
+	if caller, ok := ctx.Value(callerKey{}).(string); ok {
+		if err := e.addCaller(caller); err != nil {
+			return nil, err
+		}
+		defer e.removeCaller(caller)
+	}
 	w, err := e.q.Join(key)
 	if err != nil {
 		return nil, newErr(ErrResourceExhausted, "wait: %v", err)
@@ -475,6 +502,24 @@ func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.
 			current = a.current
 			timer.Reset(max(d, time.Millisecond))
 		}
+	}
+}
+
+func (e *Engine) addCaller(caller string) error {
+	e.callersMu.Lock()
+	defer e.callersMu.Unlock()
+	if n := e.callers[caller]; n >= e.cfg.MaxWaitersPerCaller {
+		return newErr(ErrResourceExhausted, "wait: %d waiters already queued from this connection (the maximum per connection)", n)
+	}
+	e.callers[caller]++
+	return nil
+}
+
+func (e *Engine) removeCaller(caller string) {
+	e.callersMu.Lock()
+	defer e.callersMu.Unlock()
+	if e.callers[caller]--; e.callers[caller] <= 0 {
+		delete(e.callers, caller)
 	}
 }
 

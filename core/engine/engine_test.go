@@ -637,3 +637,36 @@ func TestResyncWakesWaiters(t *testing.T) {
 		t.Fatal("the engine did not re-watch")
 	}
 }
+
+func TestWaitersPerCallerBound(t *testing.T) {
+	e, _ := newEngine(t, engine.Config{MaxWaitersPerCaller: 2})
+	mustAcquire(t, e, "a", time.Minute)
+	mustAcquire(t, e, "b", time.Minute)
+	conn1 := engine.WithCaller(context.Background(), "conn-1")
+	ctx, cancel := context.WithCancel(conn1)
+	defer cancel()
+	done := make(chan struct{}, 2)
+	for _, k := range []string{"a", "b"} {
+		go func() {
+			_, _ = e.Acquire(ctx, acq(k, time.Minute, time.Minute))
+			done <- struct{}{}
+		}()
+	}
+	eventually(t, "two waiters queued", func() bool { return e.Waiters("a")+e.Waiters("b") == 2 })
+	if _, err := e.Acquire(conn1, acq("a", time.Minute, time.Minute)); !errors.Is(err, engine.ErrResourceExhausted) ||
+		!strings.Contains(err.Error(), "per connection") {
+		t.Fatalf("third waiter of conn-1: %v, want ErrResourceExhausted", err)
+	}
+	// Another connection may still wait, and conn-1 may still try once.
+	other, cancelOther := context.WithTimeout(engine.WithCaller(context.Background(), "conn-2"), 20*time.Millisecond)
+	defer cancelOther()
+	if _, err := e.Acquire(other, acq("a", time.Minute, time.Minute)); !errors.Is(err, engine.ErrDeadlineExceeded) {
+		t.Fatalf("waiter of conn-2: %v, want to wait until its deadline", err)
+	}
+	if resp, err := e.Acquire(conn1, acq("c", time.Minute, 0)); err != nil || !resp.GetAcquired() {
+		t.Fatalf("try-once of conn-1: %v %v", resp, err)
+	}
+	cancel()
+	<-done
+	<-done
+}

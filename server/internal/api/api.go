@@ -66,7 +66,12 @@ func toConnect(err error) error {
 }
 
 // Acquire implements LockServiceHandler.
+// The caller is the client's connection (its remote address), which bounds
+// the waiters one connection may queue.
 func (h *Handler) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
+	if ci, ok := connect.CallInfoForHandlerContext(ctx); ok && ci.Peer().Addr != "" {
+		ctx = engine.WithCaller(ctx, ci.Peer().Addr)
+	}
 	resp, err := h.e.Acquire(ctx, req)
 	return resp, toConnect(err)
 }

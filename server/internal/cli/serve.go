@@ -31,20 +31,21 @@ const DefaultAddr = "127.0.0.1:7410"
 
 // serveOptions are the flags of `holdfast serve`.
 type serveOptions struct {
-	addr             string
-	backend          string
-	backendOpts      []string
-	backendSHA256    string
-	config           string
-	maxTTL           time.Duration
-	maxWait          time.Duration
-	maxClockOffset   time.Duration
-	maxWaitersPerKey int
-	maxWaiters       int
-	startTimeout     time.Duration
-	shutdownTimeout  time.Duration
-	logLevel         string
-	logFormat        string
+	addr              string
+	backend           string
+	backendOpts       []string
+	backendSHA256     string
+	config            string
+	maxTTL            time.Duration
+	maxWait           time.Duration
+	maxClockOffset    time.Duration
+	maxWaitersPerKey  int
+	maxWaiters        int
+	maxWaitersPerConn int
+	startTimeout      time.Duration
+	shutdownTimeout   time.Duration
+	logLevel          string
+	logFormat         string
 }
 
 func newServe(version string, stdout, stderr io.Writer) *cobra.Command {
@@ -90,6 +91,7 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.DurationVar(&o.maxClockOffset, "max-clock-offset", hlc.DefaultMaxOffset, "refuse client HLC stamps further ahead of the server's clock than this")
 	f.IntVar(&o.maxWaitersPerKey, "max-waiters-per-key", 1024, "waiters queued per key before Acquire answers resource_exhausted")
 	f.IntVar(&o.maxWaiters, "max-waiters", 65536, "waiters queued on this server before Acquire answers resource_exhausted")
+	f.IntVar(&o.maxWaitersPerConn, "max-waiters-per-connection", engine.DefaultMaxWaitersPerCaller, "waiters queued by one client connection before Acquire answers resource_exhausted")
 	f.DurationVar(&o.startTimeout, "start-timeout", 30*time.Second, "how long to wait for the backend to start")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -203,13 +205,14 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	defer host.Close()
 
 	eng, err := engine.New(startCtx, host, engine.Config{
-		Version:          version,
-		MaxTTL:           o.maxTTL,
-		MaxWait:          o.maxWait,
-		MaxClockOffset:   o.maxClockOffset,
-		MaxWaitersPerKey: o.maxWaitersPerKey,
-		MaxWaiters:       o.maxWaiters,
-		Logger:           log.With("component", "engine"),
+		Version:             version,
+		MaxTTL:              o.maxTTL,
+		MaxWait:             o.maxWait,
+		MaxClockOffset:      o.maxClockOffset,
+		MaxWaitersPerKey:    o.maxWaitersPerKey,
+		MaxWaiters:          o.maxWaiters,
+		MaxWaitersPerCaller: o.maxWaitersPerConn,
+		Logger:              log.With("component", "engine"),
 	})
 	if err != nil {
 		return fmt.Errorf("backend %s: %w", plug.name, err)

@@ -1,0 +1,100 @@
+package httpserver
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/holdfast/holdfast/core/engine"
+	"github.com/holdfast/holdfast/plugins/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// switchable is a Supervised whose state the test flips, standing in for a
+// plugin process going down and up (the backend itself stays real).
+type switchable struct {
+	mu      sync.Mutex
+	up      bool
+	changed chan struct{}
+}
+
+func (s *switchable) Up() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.up }
+
+func (s *switchable) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+func (s *switchable) set(up bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.up = up
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func TestHealthFollowsBackend(t *testing.T) {
+	b := memory.New()
+	defer b.Close()
+	e, err := engine.New(context.Background(), b, engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	srv, err := Start("127.0.0.1:0", e, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup := &switchable{up: true, changed: make(chan struct{})}
+	srv.TrackBackend(sup)
+
+	conn, err := grpc.NewClient(srv.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	status := func() healthpb.HealthCheckResponse_ServingStatus {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus()
+	}
+	eventually := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); status() != want; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("health never became %s", want)
+			}
+		}
+	}
+	eventually(healthpb.HealthCheckResponse_SERVING)
+	sup.set(false)
+	eventually(healthpb.HealthCheckResponse_NOT_SERVING)
+	sup.set(true)
+	eventually(healthpb.HealthCheckResponse_SERVING)
+	srv.SetNotServing()
+	sup.set(true) // no effect once shutting down
+	if got := status(); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("after SetNotServing: %s", got)
+	}
+	conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil && err != http.ErrServerClosed {
+		t.Fatal(err)
+	}
+}
