@@ -71,8 +71,6 @@ type Backend struct {
 	client  goredis.UniversalClient
 	log     *slog.Logger
 	durable bool
-	// expiryEvents: Redis reports expiries (notify-keyspace-events has E and x).
-	expiryEvents bool
 	serverVer    string
 }
 
@@ -153,8 +151,7 @@ func (b *Backend) start(ctx context.Context) error {
 		b.serverVer = infoField(v, "redis_version")
 	}
 	b.durable = b.detectDurable(ctx)
-	b.expiryEvents = b.ensureKeyspaceEvents(ctx)
-	if !b.expiryEvents {
+	if !b.ensureKeyspaceEvents(ctx) {
 		b.log.Warn("Redis expiry notifications are off and cannot be turned on; waiters on expired locks are woken by the engine's expiry timer",
 			"hint", "CONFIG SET notify-keyspace-events Ex")
 	}

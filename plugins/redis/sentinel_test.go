@@ -78,6 +78,16 @@ func TestSentinelFailover(t *testing.T) {
 	if role, err := rc.Do(ctx, "ROLE").Slice(); err != nil || role[0] != "master" {
 		t.Fatalf("replica's role after failover: %v %v", role, err)
 	}
+	// A new watch on the new master hears expiries: the backend turned
+	// keyspace notifications on there too.
+	w2 := watch(t, b, "after/")
+	acquire(t, b, "after/x", token(), 50*time.Millisecond)
+	if e := w2.next(t); e.Type != backend.EventAcquired {
+		t.Fatalf("event %v", e.Type)
+	}
+	if e := w2.next(t); e.Type != backend.EventExpired || e.Record.Key != "after/x" {
+		t.Fatalf("event %v %q, want expired after/x", e.Type, e.Record.Key)
+	}
 }
 
 // waitFor polls cond until it holds, with a deadline.

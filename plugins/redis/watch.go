@@ -55,7 +55,9 @@ func (b *Backend) Watch(ctx context.Context, prefix string, send func(backend.Ev
 	if err := subscribe(b.client.PSubscribe(setupCtx, globEscape(eventPrefix+prefix)+"*")); err != nil {
 		return b.watchErr(ctx, err)
 	}
-	if b.expiryEvents {
+	// Turn expiry notifications on again: after a Sentinel failover or a
+	// restart of Redis the master answering now may not have them.
+	if b.ensureKeyspaceEvents(setupCtx) {
 		channel := fmt.Sprintf("__keyevent@%d__:expired", b.opts.DB)
 		err := b.forEachNode(setupCtx, func(ctx context.Context, c goredis.UniversalClient) error {
 			return subscribe(c.Subscribe(ctx, channel))
