@@ -279,6 +279,31 @@ async def test_wait_on_the_server(client: AsyncClient, other: AsyncClient) -> No
     await h.unlock()
 
 
+async def test_late_grant_is_confirmed_not_dead_on_arrival(client: AsyncClient, other: AsyncClient) -> None:
+    """A lease granted after a server-side wait longer than its TTL."""
+    k = key("late-grant")
+    a = await client.acquire(k, ttl=10)
+    ttl = 0.5
+    waiting = asyncio.ensure_future(other.acquire(k, ttl=ttl, wait=5))
+
+    async def queued() -> bool:
+        st = await client.inspect(k)
+        return st is not None and st.waiters > 0
+
+    await eventually("the waiter to queue", queued)
+    # The stimulus: keep the waiter queued for longer than its TTL.
+    await asyncio.sleep(ttl + 0.3)
+    await a.unlock()
+    b = await waiting
+    assert b.held, b.lost_error
+    start = time.monotonic()
+    await eventually("2 TTLs to pass", lambda: time.monotonic() - start > 2 * ttl)
+    assert b.held, b.lost_error
+    st = await client.inspect(k)
+    assert st is not None and st.fencing_token == b.fencing_token
+    assert await b.unlock() is True
+
+
 async def test_async_with_releases(client: AsyncClient, other: AsyncClient) -> None:
     k = key("with")
     async with client.lock(k, ttl=5) as g:

@@ -228,8 +228,36 @@ export class Client {
         return { current: lockStateFromProto(res.current) };
       }
       this.#merge(res.lease.stamp);
-      const guard = new Guard(this, res.lease, sentAt, options.watchdog ?? true);
-      return guard;
+      const validFrom = await this.#confirm(res.lease, sentAt);
+      if (validFrom === undefined) return { current: undefined };
+      return new Guard(this, res.lease, validFrom, options.watchdog ?? true);
+    }
+  }
+
+  /**
+   * A lease whose Acquire answer came late (after a server-side wait) started
+   * on the server somewhere between sentAt and now: counting from sentAt,
+   * little or none of it may be left. One Extend sent now establishes a fresh
+   * local expiry. Resolves to the moment the lease is valid from, or to
+   * undefined when it was lost before use.
+   */
+  async #confirm(lease: Lease, sentAt: number): Promise<number | undefined> {
+    const ttlMs = msFromDuration(lease.ttl);
+    if (monotonicNow() - sentAt < ttlMs / 3) return sentAt;
+    const now = monotonicNow();
+    try {
+      const res = await this.#rpc.extend(
+        { key: lease.key, ownerToken: lease.ownerToken, ttl: lease.ttl, clientStamp: this.clock.now().toProto() },
+        this.#callOptions(this.#requestTimeoutMs),
+      );
+      this.#merge(res.serverStamp);
+      if (!res.extended) return undefined;
+      this.#merge(res.lease?.stamp);
+      return now;
+    } catch (e) {
+      // Still valid on the safe clock: hand it out, the watchdog renews at once.
+      if (monotonicNow() < sentAt + ttlMs) return sentAt;
+      throw fromConnectError(e, `acquire ${JSON.stringify(lease.key)}`);
     }
   }
 
@@ -607,7 +635,8 @@ export class Guard {
   async #watchdog(): Promise<void> {
     const stop = this.#stop.signal;
     while (this.#state === "held") {
-      if (!(await sleep(this.#ttlMs / 3, stop, true))) return;
+      // Renew a third of the TTL after the last successful renewal was sent.
+      if (!(await sleep(this.#validFrom + this.#ttlMs / 3 - monotonicNow(), stop, true))) return;
       for (let attempt = 0; this.#state === "held"; attempt++) {
         const sentAt = monotonicNow();
         const remaining = this.#validFrom + this.#ttlMs - sentAt;

@@ -329,6 +329,24 @@ describe("against a real server", { skip }, () => {
     await h.unlock();
   });
 
+  it("a lease granted after a server-side wait longer than its TTL is confirmed, not dead on arrival", async () => {
+    const k = key("late-grant");
+    const a = await client.lock(k).ttl(10_000).acquire();
+    const ttl = 500;
+    const waiting = other.lock(k).ttl(ttl).wait(5_000).acquire();
+    await eventually("the waiter to queue", async () => ((await client.inspect(k))?.waiters ?? 0) > 0);
+    // The stimulus: keep the waiter queued for longer than its TTL.
+    await new Promise((r) => setTimeout(r, ttl + 300));
+    await a.unlock();
+    const b = await waiting;
+    assert.ok(b.held, String(b.lostError));
+    const start = performance.now();
+    await eventually("2 TTLs to pass", () => performance.now() - start > 2 * ttl);
+    assert.ok(b.held, String(b.lostError));
+    assert.equal((await client.inspect(k))?.fencingToken, b.fencingToken());
+    assert.equal(await b.unlock(), true);
+  });
+
   it("withLock releases on success and on throw; await using releases at scope end", async () => {
     const k = key("with");
     const v = await client.withLock(k, { ttlMs: 5_000 }, async (g) => {

@@ -225,7 +225,38 @@ class AsyncClient:
             if not res.acquired or not res.HasField("lease"):
                 return LockState.from_proto(res.current) if res.HasField("current") else None
             self._merge(res.lease.stamp if res.lease.HasField("stamp") else None)
-            return AsyncGuard(self, res.lease, sent_at, watchdog)
+            valid_from = await self._confirm(res.lease, sent_at)
+            if valid_from is None:
+                return None
+            return AsyncGuard(self, res.lease, valid_from, watchdog)
+
+    async def _confirm(self, lease: lock_pb2.Lease, sent_at: float) -> Optional[float]:
+        """A lease whose Acquire answer came late (after a server-side wait)
+        started on the server somewhere between sent_at and now: counting
+        from sent_at, little or none of it may be left. One Extend sent now
+        establishes a fresh local expiry. Returns the moment the lease is
+        valid from, or None when it was lost before use."""
+        ttl = _seconds(lease.ttl)
+        if time.monotonic() - sent_at < ttl / 3:
+            return sent_at
+        now = time.monotonic()
+        try:
+            res = await self._rpc.extend(
+                lock_pb2.ExtendRequest(
+                    key=lease.key, owner_token=lease.owner_token, ttl=lease.ttl, client_stamp=self.clock.now().to_proto()
+                ),
+                timeout_ms=_timeout_ms(self._request_timeout),
+            )
+        except Exception as e:  # noqa: BLE001
+            # Still valid on the safe clock: hand it out, the watchdog renews at once.
+            if time.monotonic() < sent_at + ttl:
+                return sent_at
+            raise from_connect_error(e, f"acquire {lease.key!r}") from e
+        self._merge(res.server_stamp)
+        if not res.extended:
+            return None
+        self._merge(res.lease.stamp if res.lease.HasField("stamp") else None)
+        return now
 
     async def inspect(self, key: str) -> Optional[LockState]:
         """Who holds key (None when free), without its owner token."""
@@ -523,7 +554,8 @@ class AsyncGuard:
     async def _watchdog(self) -> None:
         try:
             while self._state == "held":
-                await asyncio.sleep(self._ttl / 3)
+                # Renew a third of the TTL after the last successful renewal was sent.
+                await asyncio.sleep(max(0.0, self._valid_from + self._ttl / 3 - time.monotonic()))
                 attempt = 0
                 while self._state == "held":
                     sent_at = time.monotonic()
