@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -491,6 +493,23 @@ func TestPluginKilled(t *testing.T) {
 			before.GetLease().GetFencingToken(), after.GetLease().GetFencingToken())
 	}
 	h2t.CloseIdleConnections()
+	if err := s.stop(t); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+}
+
+func TestBackendByPathPinned(t *testing.T) {
+	plugin := filepath.Join(binDir, "holdfast-backend-memory")
+	raw, err := os.ReadFile(plugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(raw)
+	s := startServer(t, []string{"HOLDFAST_BACKEND_SHA256=" + hex.EncodeToString(sum[:])},
+		"--addr", "127.0.0.1:0", "--backend", plugin)
+	if !strings.Contains(s.line, "backend=memory") {
+		t.Fatalf("readiness line %q", s.line)
+	}
 	if err := s.stop(t); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
