@@ -36,6 +36,13 @@ const (
 // it is full a lease is left to expire on its own.
 const revokeQueue = 4096
 
+// Leases no longer needed are revoked in batches, every revokeEvery, with up
+// to revokeParallel revocations in flight.
+const (
+	revokeEvery    = 100 * time.Millisecond
+	revokeParallel = 64
+)
+
 // Backend is a backend.Backend on etcd. Create it with Open; Close it when
 // done.
 type Backend struct {
@@ -210,20 +217,47 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 }
 
 // revokeLoop revokes leases that are no longer needed (released locks,
-// replaced leases, leases of failed acquires), off the callers' path.
+// replaced leases, leases of failed acquires), off the callers' path and in
+// batches: every revokeEvery it sends what has queued up all at once, so etcd
+// commits the batch's revocations together (raft batches concurrent
+// proposals into one disk sync) instead of one sync per released lock
+// landing between the callers' own writes.
 func (b *Backend) revokeLoop() {
 	defer b.wg.Done()
+	tick := time.NewTicker(revokeEvery)
+	defer tick.Stop()
+	var pending []clientv3.LeaseID
 	for {
 		select {
 		case <-b.done:
 			return
 		case id := <-b.revoke:
-			ctx, cancel := context.WithTimeout(context.Background(), b.callTimeout)
-			// A failure leaves the lease to expire on its own: nothing to do.
-			_, _ = b.cli.Revoke(ctx, id)
-			cancel()
+			pending = append(pending, id)
+		case <-tick.C:
+			if len(pending) > 0 {
+				b.revokeAll(pending)
+				pending = pending[:0]
+			}
 		}
 	}
+}
+
+// revokeAll revokes ids concurrently (at most revokeParallel at a time) and
+// waits. A failure leaves a lease to expire on its own: nothing to do.
+func (b *Backend) revokeAll(ids []clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.callTimeout)
+	defer cancel()
+	sem := make(chan struct{}, revokeParallel)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_, _ = b.cli.Revoke(ctx, id)
+		}()
+	}
+	wg.Wait()
 }
 
 // revokeLater queues a lease for revocation without waiting.
