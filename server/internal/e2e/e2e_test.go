@@ -53,10 +53,10 @@ func TestMain(m *testing.M) {
 }
 
 // binaries returns the directory holding holdfast and
-// holdfast-backend-memory: $HOLDFAST_BIN_DIR, or a temp dir they are built
-// into.
+// holdfast-backend-memory: $HOLDFAST_BIN_DIR when it has both, else a temp
+// dir they are built into.
 func binaries() (string, func(), error) {
-	if dir := os.Getenv("HOLDFAST_BIN_DIR"); dir != "" {
+	if dir := os.Getenv("HOLDFAST_BIN_DIR"); dir != "" && exists(dir, "holdfast") && exists(dir, "holdfast-backend-memory") {
 		return dir, func() {}, nil
 	}
 	dir, err := os.MkdirTemp("", "holdfast-e2e-")
@@ -74,6 +74,11 @@ func binaries() (string, func(), error) {
 		return "", nil, fmt.Errorf("go build: %w", err)
 	}
 	return dir, cleanup, nil
+}
+
+func exists(dir, name string) bool {
+	st, err := os.Stat(filepath.Join(dir, name))
+	return err == nil && !st.IsDir()
 }
 
 var readiness = regexp.MustCompile(`^holdfast serving addr=(\S+) backend=(\S+) shared=(true|false) durable=(true|false)$`)
@@ -366,7 +371,7 @@ func TestWaiterWokenByReleaseAcrossTheWire(t *testing.T) {
 	}
 	lag := (<-got).Sub(released)
 	t.Logf("waiter acquired %s after the release was sent", lag)
-	if lag > 100*time.Millisecond {
+	if lag > 200*time.Millisecond { // typically 1-3 ms; slack for a loaded 2-core CI box
 		t.Fatalf("waiter took %s after the release", lag)
 	}
 	h2t.CloseIdleConnections()
