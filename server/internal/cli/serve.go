@@ -200,6 +200,10 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 		Logger:  log,
 	})
 	if err != nil {
+		if ctx.Err() != nil { // SIGTERM/SIGINT during start-up: a clean stop
+			log.Info("interrupted during start-up", "cause", context.Cause(ctx))
+			return nil
+		}
 		return fmt.Errorf("backend %s: %w", plug.name, err)
 	}
 	defer host.Close()
@@ -215,6 +219,10 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 		Logger:              log.With("component", "engine"),
 	})
 	if err != nil {
+		if ctx.Err() != nil { // SIGTERM/SIGINT during start-up: a clean stop
+			log.Info("interrupted during start-up", "cause", context.Cause(ctx))
+			return nil
+		}
 		return fmt.Errorf("backend %s: %w", plug.name, err)
 	}
 	defer eng.Close()
