@@ -44,6 +44,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sort"
@@ -142,8 +143,11 @@ func (b *Backend) start(ctx context.Context) error {
 		return c.Ping(ctx).Err()
 	}); err != nil {
 		hint := ""
-		if isAuthErr(err) {
+		switch {
+		case isAuthErr(err):
 			hint = " (check username/password)"
+		case errors.Is(err, io.EOF) && !b.opts.TLS:
+			hint = " (the server closed the connection: does it require TLS? set tls=true)"
 		}
 		return fmt.Errorf("%w: redis: cannot use %s%s: %w", backend.ErrUnavailable, where, hint, err)
 	}

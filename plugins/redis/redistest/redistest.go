@@ -50,6 +50,8 @@ type Server struct {
 	// readyLog is the log line that says the server serves; empty means
 	// redis-server's "Ready to accept connections".
 	readyLog string
+	// TLS: serve TLS only, on Port (the args carry the certificate options).
+	TLS bool
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the log reader has finished
 }
@@ -98,8 +100,13 @@ func (s *Server) start(port int) error {
 	if s.conf != "" {
 		args = append(args, s.conf)
 	}
+	portArgs := []string{"--port", strconv.Itoa(port)}
+	if s.TLS {
+		portArgs = []string{"--port", "0", "--tls-port", strconv.Itoa(port)}
+	}
+	args = append(args, portArgs...)
 	args = append(args, []string{
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", s.Dir,
+		"--bind", "127.0.0.1", "--dir", s.Dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "",
 	}...)
 	args = append(args, s.args...)
@@ -227,6 +234,17 @@ func StartCluster(t testing.TB, n int) []*Server {
 		}
 	}
 	return nodes
+}
+
+// StartTLS starts redis-server for t serving TLS only, with args carrying
+// the certificate options (--tls-cert-file, --tls-key-file,
+// --tls-ca-cert-file, --tls-auth-clients ...).
+func StartTLS(t testing.TB, args ...string) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		Unavailable(t, "redis-server not in PATH: run scripts/setup.sh")
+	}
+	return startServer(t, &Server{Dir: t.TempDir(), args: args, TLS: true})
 }
 
 // StartSentinel starts one Redis Sentinel for t, on a free port, monitoring
