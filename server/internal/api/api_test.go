@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/holdfast/holdfast/core/engine"
@@ -286,6 +288,37 @@ func TestGRPCHealthAndReflection(t *testing.T) {
 			t.Fatalf("health %q: %v %v", svc, resp, err)
 		}
 	}
+
+	// Reflection, as grpcurl and buf curl use it.
+	rs, err := reflectpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Send(&reflectpb.ServerReflectionRequest{
+		MessageRequest: &reflectpb.ServerReflectionRequest_ListServices{},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := rs.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	if !slices.Contains(names, lockv1connect.LockServiceName) {
+		t.Fatalf("reflection lists %v, without %s", names, lockv1connect.LockServiceName)
+	}
+	if err := rs.Send(&reflectpb.ServerReflectionRequest{
+		MessageRequest: &reflectpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: lockv1connect.LockServiceName},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := rs.Recv(); err != nil || len(resp.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
+		t.Fatalf("reflection of %s: %v %v", lockv1connect.LockServiceName, resp, err)
+	}
+	_ = rs.CloseSend()
 }
 
 func TestWaitLimitsAreResourceExhausted(t *testing.T) {
