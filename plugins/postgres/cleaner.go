@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"log/slog"
 	"time"
 )
 
@@ -32,8 +33,16 @@ func (b *Backend) clean() {
 	defer timer.Stop()
 	var lastSweep time.Time
 	sweepEvery := min(b.opts.IdleRetention/4, time.Minute)
+	var failing error // the error of the last round, logged once per outage
 	for {
-		wait := b.cleanOnce(&lastSweep, sweepEvery)
+		wait, err := b.cleanOnce(&lastSweep, sweepEvery)
+		switch {
+		case err != nil && failing == nil && b.ctx.Err() == nil:
+			slog.Warn("postgres cleaner: cannot reach the database; retrying", "error", err)
+		case err == nil && failing != nil:
+			slog.Info("postgres cleaner: database reachable again")
+		}
+		failing = err
 		b.mu.Lock()
 		b.wakeAt = time.Now().Add(wait)
 		b.mu.Unlock()
@@ -49,7 +58,7 @@ func (b *Backend) clean() {
 
 // cleanOnce does one round and returns how long to sleep. Errors (the
 // database is away) are retried after a short pause, bounded by the max sleep.
-func (b *Backend) cleanOnce(lastSweep *time.Time, sweepEvery time.Duration) time.Duration {
+func (b *Backend) cleanOnce(lastSweep *time.Time, sweepEvery time.Duration) (time.Duration, error) {
 	maxSleep := b.opts.CleanerMaxSleep
 	retry := min(100*time.Millisecond, maxSleep)
 	ctx, cancel := context.WithTimeout(b.ctx, b.opts.CallTimeout)
@@ -57,15 +66,15 @@ func (b *Backend) cleanOnce(lastSweep *time.Time, sweepEvery time.Duration) time
 
 	tag, err := b.pool.Exec(ctx, b.sql.expire)
 	if err != nil {
-		return retry
+		return retry, err
 	}
 	if tag.RowsAffected() >= expireBatch {
-		return 0 // more to do: go again at once
+		return 0, nil // more to do: go again at once
 	}
 	if time.Since(*lastSweep) >= sweepEvery {
 		tag, err := b.pool.Exec(ctx, b.sql.deleteIdle, micros(b.opts.IdleRetention))
 		if err != nil {
-			return retry
+			return retry, err
 		}
 		if tag.RowsAffected() < deleteBatch {
 			*lastSweep = time.Now()
@@ -73,11 +82,11 @@ func (b *Backend) cleanOnce(lastSweep *time.Time, sweepEvery time.Duration) time
 	}
 	var next *int64
 	if err := b.pool.QueryRow(ctx, b.sql.nextExpiry).Scan(&next); err != nil {
-		return retry
+		return retry, err
 	}
 	if next == nil {
-		return maxSleep
+		return maxSleep, nil
 	}
 	// A millisecond past the expiry, so the row is expired when we look.
-	return min(max(time.Duration(*next)*time.Microsecond+time.Millisecond, 0), maxSleep)
+	return min(max(time.Duration(*next)*time.Microsecond+time.Millisecond, 0), maxSleep), nil
 }

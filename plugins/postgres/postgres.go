@@ -77,7 +77,7 @@
 // # Options
 //
 //	dsn                 connection string (URL or key=value; required)
-//	schema              schema for the table (default "holdfast")
+//	schema              schema for the table (default "holdfast"; letters, digits, _)
 //	max_conns           pool size (default pgxpool's: max(4, CPUs))
 //	connect_timeout     per connection attempt, when the dsn sets none (default 5s)
 //	call_timeout        bound on each backend call (default 5s)
@@ -92,6 +92,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -140,6 +141,11 @@ const (
 // ErrClosed is returned (wrapping backend.ErrUnavailable) by calls on a
 // closed Backend.
 var ErrClosed = fmt.Errorf("%w: postgres backend closed", backend.ErrUnavailable)
+
+// schemaName is what the schema option accepts: a plain identifier, so the
+// name needs no escaping anywhere (it also names the NOTIFY channel and is
+// written into the trigger function).
+var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,49}$`)
 
 // Options configure a Backend; Open fills them from the plugin's options.
 type Options struct {
@@ -210,8 +216,8 @@ func ParseOptions(opts map[string]string) (Options, error) {
 		return Options{}, fmt.Errorf("%w: postgres: option dsn is required (e.g. dsn=postgres://user:password@host:5432/db)",
 			backend.ErrInvalidArgument)
 	}
-	if o.Schema == "" || len(o.Schema) > 50 {
-		return Options{}, fmt.Errorf("%w: postgres: option schema=%q must be 1 to 50 bytes",
+	if !schemaName.MatchString(o.Schema) {
+		return Options{}, fmt.Errorf("%w: postgres: option schema=%q must be 1 to 50 letters, digits or _, not starting with a digit",
 			backend.ErrInvalidArgument, o.Schema)
 	}
 	if o.IdleRetention <= o.StatementTimeout {

@@ -272,6 +272,9 @@ func TestOptions(t *testing.T) {
 		{map[string]string{"dsn": "x", "call_timeout": "soon"}, "call_timeout"},
 		{map[string]string{"dsn": "x", "idle_retention": "1s", "statement_timeout": "2s"}, "must exceed statement_timeout"},
 		{map[string]string{"dsn": "x", "schema": strings.Repeat("s", 51)}, "schema"},
+		{map[string]string{"dsn": "x", "schema": "a-b"}, "schema"},
+		{map[string]string{"dsn": "x", "schema": "1abc"}, "schema"},
+		{map[string]string{"dsn": "x", "schema": "x'; drop"}, "schema"},
 	}
 	for _, c := range cases {
 		_, err := postgres.ParseOptions(c.opts)
