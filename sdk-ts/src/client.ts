@@ -498,6 +498,8 @@ export class Guard {
   #validFrom: number;
   #expiryTimer: ReturnType<typeof setTimeout> | undefined;
   #renewals = 0;
+  /** The last renewal error, reported as the cause of an "expired" loss. */
+  #lastErr: unknown;
 
   /** @internal use Client.acquire */
   constructor(client: Client, lease: Lease, sentAt: number, watchdog: boolean) {
@@ -535,6 +537,7 @@ export class Guard {
 
   /** True while the guard believes it holds the lease. */
   get held(): boolean {
+    if (this.#state === "held" && monotonicNow() >= this.#validFrom + this.#ttlMs) this.#poison("expired", this.#lastErr);
     return this.#state === "held";
   }
 
@@ -622,6 +625,12 @@ export class Guard {
       this.#poison("refused");
       return false;
     }
+    if (monotonicNow() >= this.#validFrom + this.#ttlMs) {
+      // The answer came after the local expiry: the guard was already lost
+      // on the safe clock and the work may have stopped; the loss stands.
+      this.#poison("expired", this.#lastErr);
+      return false;
+    }
     this.#client.merge(res.lease?.stamp);
     // The renewal counts from when it was sent, never from when it answered:
     // the server may have started the new TTL any time after sentAt.
@@ -641,7 +650,7 @@ export class Guard {
         const sentAt = monotonicNow();
         const remaining = this.#validFrom + this.#ttlMs - sentAt;
         if (remaining <= 0) {
-          this.#poison("expired");
+          this.#poison("expired", this.#lastErr);
           return;
         }
         try {
@@ -652,6 +661,7 @@ export class Guard {
         } catch (e) {
           if (this.#state !== "held") return;
           const err = fromConnectError(e, `renew ${JSON.stringify(this.key)}`);
+          this.#lastErr = err;
           // Transient trouble must not drop a lease that is still valid:
           // retry until it runs out (the expiry timer poisons the guard then).
           const transient = isRetryable(err) || err instanceof DeadlineExceededError || err.code === "unknown" || err.code === "internal";
@@ -671,7 +681,7 @@ export class Guard {
     const left = this.#validFrom + this.#ttlMs - monotonicNow();
     this.#expiryTimer = setTimeout(() => {
       // A renewal may have landed while the timer was queued.
-      if (this.#state === "held" && monotonicNow() >= this.#validFrom + this.#ttlMs) this.#poison("expired");
+      if (this.#state === "held" && monotonicNow() >= this.#validFrom + this.#ttlMs) this.#poison("expired", this.#lastErr);
       else if (this.#state === "held") this.#armExpiry();
     }, Math.max(0, left));
     unref(this.#expiryTimer);
@@ -697,6 +707,9 @@ export class Guard {
   }
 
   #throwIfNotHeld(): void {
+    // The expiry timer may not have run yet (a busy event loop): the safe
+    // clock decides, not the timer.
+    if (this.#state === "held" && monotonicNow() >= this.#validFrom + this.#ttlMs) this.#poison("expired", this.#lastErr);
     if (this.#state === "held") return;
     if (this.#lostError) throw this.#lostError;
     throw new LockReleasedError(this.key);

@@ -415,6 +415,7 @@ class AsyncGuard:
         self._lost_error: Optional[LeaseLostError] = None
         self._callbacks: list[LostCallback] = []
         self._renewals = 0
+        self._last_err: Optional[HoldfastError] = None
         self.lost = asyncio.Event()
         """Set when the lease is lost (not when it is released by unlock)."""
         self.done = asyncio.Event()
@@ -443,6 +444,7 @@ class AsyncGuard:
 
     @property
     def held(self) -> bool:
+        self._check_expiry()
         return self._state == "held"
 
     @property
@@ -542,6 +544,11 @@ class AsyncGuard:
         if not res.extended:
             self._poison("refused")
             return False
+        if time.monotonic() >= self._valid_from + self._ttl:
+            # The answer came after the local expiry: the guard was already
+            # lost on the safe clock and the work may have stopped.
+            self._poison("expired")
+            return False
         self._client._merge(res.lease.stamp if res.lease.HasField("stamp") else None)
         # The renewal counts from when it was sent, never from when it
         # answered: the server may have started the new TTL any time after.
@@ -572,6 +579,7 @@ class AsyncGuard:
                         if self._state != "held":
                             return
                         err = from_connect_error(e, f"renew {self.key!r}")
+                        self._last_err = err
                         # Transient trouble must not drop a lease that is
                         # still valid: retry until it runs out (the expiry
                         # timer poisons the guard then).
@@ -607,6 +615,8 @@ class AsyncGuard:
         if self._state != "held":
             return
         err = LeaseLostError(self.key, reason)
+        if reason == "expired" and self._last_err is not None:
+            err.__cause__ = self._last_err  # the renewal trouble that let it run out
         self._lost_error = err
         self._finish("lost", err)
 
@@ -636,7 +646,14 @@ class AsyncGuard:
         except Exception:  # noqa: BLE001 - a callback must not break the watchdog
             pass
 
+    def _check_expiry(self) -> None:
+        # The expiry timer may not have run yet (a busy event loop): the
+        # safe clock decides, not the timer.
+        if self._state == "held" and time.monotonic() >= self._valid_from + self._ttl:
+            self._poison("expired")
+
     def _raise_if_not_held(self) -> None:
+        self._check_expiry()
         if self._state == "held":
             return
         if self._lost_error is not None:

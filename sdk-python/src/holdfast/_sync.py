@@ -176,10 +176,17 @@ class Guard:
         """Set (from the client's thread) when the lease is lost."""
         self._loop.loop.call_soon_threadsafe(inner.add_lost_callback, lambda _e: self.lost.set())
 
+    # Reads that may poison the guard (its safe-clock check) run on the
+    # client's loop: the guard's state belongs to that thread.
+
     @property
     def fencing_token(self) -> int:
         """Raises LeaseLostError once lost, LockReleasedError once unlocked."""
-        return self._inner.fencing_token
+
+        async def get() -> int:
+            return self._inner.fencing_token
+
+        return self._loop.run(get())
 
     @property
     def stamp(self) -> Timestamp:
@@ -187,7 +194,10 @@ class Guard:
 
     @property
     def held(self) -> bool:
-        return self._inner.held
+        async def get() -> bool:
+            return self._inner.held
+
+        return self._loop.run(get())
 
     @property
     def lost_error(self) -> Optional[LeaseLostError]:
