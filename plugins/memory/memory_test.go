@@ -139,9 +139,16 @@ func TestExpiryIsExactOnAccess(t *testing.T) {
 	b := newBackend(t)
 	res := acquire(t, b, "k", "a", 30*time.Millisecond)
 	// Held for at least the TTL...
-	for time.Until(res.Record.ExpiresAt) > 5*time.Millisecond {
+	for {
+		asked := time.Now()
+		if !asked.Before(res.Record.ExpiresAt) {
+			break
+		}
 		if again := acquire(t, b, "k", "b", time.Minute); again.Acquired {
-			t.Fatalf("acquired %s before expiry", time.Until(res.Record.ExpiresAt))
+			if asked.Before(res.Record.ExpiresAt.Add(-time.Millisecond)) { // 1ms for wall vs monotonic
+				t.Fatalf("acquired %s before expiry", res.Record.ExpiresAt.Sub(asked))
+			}
+			return // won right at expiry: fine
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -152,7 +159,7 @@ func TestExpiryIsExactOnAccess(t *testing.T) {
 func TestExtend(t *testing.T) {
 	b := newBackend(t)
 	ctx := context.Background()
-	res := acquire(t, b, "k", "a", 20*time.Millisecond)
+	res := acquire(t, b, "k", "a", 500*time.Millisecond)
 	ext, err := b.Extend(ctx, backend.ExtendRequest{Key: "k", OwnerToken: "a", TTL: time.Minute})
 	if err != nil || !ext.Extended {
 		t.Fatalf("extend = %+v, %v", ext, err)
@@ -163,7 +170,8 @@ func TestExtend(t *testing.T) {
 	if ext.Record.Remaining < 50*time.Second {
 		t.Fatalf("remaining after extend = %s", ext.Record.Remaining)
 	}
-	time.Sleep(40 * time.Millisecond) // past the original TTL: the extension must hold
+	// Past the original expiry, the extension holds.
+	time.Sleep(time.Until(res.Record.ExpiresAt) + 10*time.Millisecond)
 	if _, ok, _ := b.Get(ctx, "k"); !ok {
 		t.Fatal("extended lock expired at its original TTL")
 	}
@@ -336,18 +344,27 @@ func TestFencingMonotonic(t *testing.T) {
 func TestStamps(t *testing.T) {
 	b := newBackend(t)
 	proposed := hlc.Timestamp{WallTime: 1000, Logical: 0}
-	res, _ := b.Acquire(context.Background(), backend.AcquireRequest{Key: "s", OwnerToken: "a", TTL: time.Millisecond, Stamp: proposed})
+	res, _ := b.Acquire(context.Background(), backend.AcquireRequest{Key: "s", OwnerToken: "a", TTL: time.Minute, Stamp: proposed})
 	if res.Record.Stamp != proposed {
 		t.Fatalf("stamp %v, want the proposal %v", res.Record.Stamp, proposed)
 	}
-	time.Sleep(2 * time.Millisecond)
-	// Takeover of the expired entry with an older proposal: stamp still grows.
-	b.mu.Lock() // make sure the entry is still there for the inline takeover
-	_, present := b.locks["s"]
+	// Let the entry expire without the reaper (its timer is a minute away),
+	// so the next Acquire takes it over inline, with its stamp at hand.
+	b.mu.Lock()
+	b.locks["s"].expires = time.Now().Add(-time.Millisecond)
 	b.mu.Unlock()
 	res2, _ := b.Acquire(context.Background(), backend.AcquireRequest{Key: "s", OwnerToken: "b", TTL: time.Minute, Stamp: hlc.Timestamp{WallTime: 5}})
-	if present && !res2.Record.Stamp.After(res.Record.Stamp) {
-		t.Fatalf("takeover stamp %v not after %v", res2.Record.Stamp, res.Record.Stamp)
+	if !res2.Acquired || res2.Record.Stamp != res.Record.Stamp.Next() {
+		t.Fatalf("takeover with an older proposal: stamp %v, want %v", res2.Record.Stamp, res.Record.Stamp.Next())
+	}
+	// A later proposal wins over the successor of the last stamp.
+	b.mu.Lock()
+	b.locks["s"].expires = time.Now().Add(-time.Millisecond)
+	b.mu.Unlock()
+	later := hlc.Timestamp{WallTime: 9000, Logical: 3}
+	res3, _ := b.Acquire(context.Background(), backend.AcquireRequest{Key: "s", OwnerToken: "c", TTL: time.Minute, Stamp: later})
+	if res3.Record.Stamp != later {
+		t.Fatalf("takeover with a later proposal: stamp %v, want %v", res3.Record.Stamp, later)
 	}
 }
 
