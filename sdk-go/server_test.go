@@ -25,7 +25,7 @@ var (
 	buildErr  error
 )
 
-func holdfastBinary(t *testing.T) string {
+func holdfastBinary(t testing.TB) string {
 	t.Helper()
 	if dir := os.Getenv("HOLDFAST_BIN_DIR"); dir != "" {
 		bin := filepath.Join(dir, "holdfast")
@@ -60,7 +60,7 @@ func removeBuild() {
 
 // testServer is one running `holdfast serve`.
 type testServer struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	addr   string // host:port
 	URL    string
@@ -88,7 +88,7 @@ func (s *syncBuffer) String() string {
 
 // startServer starts `holdfast serve` on addr (127.0.0.1:0 for a free port)
 // and waits for its readiness line. It is stopped at cleanup.
-func startServer(t *testing.T, addr string, args ...string) *testServer {
+func startServer(t testing.TB, addr string, args ...string) *testServer {
 	t.Helper()
 	bin := holdfastBinary(t)
 	s := &testServer{t: t, stderr: &syncBuffer{}, exited: make(chan struct{})}
@@ -179,7 +179,7 @@ func (s *testServer) resume() {
 
 // pluginPID is the backend plugin process the server started (its child),
 // found through /proc by the server's PID.
-func (s *testServer) pluginPID(t *testing.T) int {
+func (s *testServer) pluginPID(t testing.TB) int {
 	t.Helper()
 	pid := s.cmd.Process.Pid
 	deadline := time.Now().Add(10 * time.Second)
