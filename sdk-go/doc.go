@@ -29,7 +29,8 @@
 //	token, err := g.FencingToken()
 //	... work under g.Context(), writes carry token ...
 //
-// WithLock wraps the three steps around a function.
+// WithLock wraps the three steps around a function; inside it,
+// GuardFromContext reaches the guard and its fencing token.
 //
 // # The guard and its watchdog
 //

@@ -9,7 +9,8 @@ import (
 // WithLock takes l (waiting as Lock does), runs fn under it and releases it.
 //
 // fn receives a context that is cancelled when the lease is lost (cause: a
-// *LeaseLostError) or when ctx ends; stop the work when it is. The lease is
+// *LeaseLostError) or when ctx ends; stop the work when it is.
+// GuardFromContext(ctx) gives fn the guard, for its fencing token. The lease is
 // released after fn returns, even if ctx has ended by then, and even if fn
 // panics (the panic then goes on).
 //
