@@ -318,6 +318,17 @@ async def test_async_with_releases(client: AsyncClient, other: AsyncClient) -> N
     assert await g.unlock() is True
 
 
+async def test_close_releases_guards(addr: str, other: AsyncClient) -> None:
+    k = key("close")
+    c = AsyncClient(addr)
+    g = await c.acquire(k, ttl=10)
+    await c.close()
+    assert not g.held
+    assert await other.inspect(k) is None, "released on close"
+    with pytest.raises(holdfast.ClientClosedError):
+        await c.acquire(k, ttl=1)
+
+
 async def test_list_and_watch(client: AsyncClient) -> None:
     prefix = key("list") + "/"
     events: list[str] = []

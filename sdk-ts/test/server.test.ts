@@ -8,6 +8,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
 import { createClient as createWebClient } from "../src/index.js";
 import {
+  ClientClosedError,
   Clock,
   Guard,
   InvalidArgumentError,
@@ -367,6 +368,16 @@ describe("against a real server", { skip }, () => {
       assert.ok(g.held);
     }
     assert.equal(await other.inspect(k), undefined);
+  });
+
+  it("close() releases the guards still held; later calls throw ClientClosedError", async () => {
+    const k = key("close");
+    const c = createClient(addr!);
+    const g = await c.lock(k).ttl(10_000).acquire();
+    await c.close();
+    assert.equal(g.held, false);
+    assert.equal(await other.inspect(k), undefined, "released on close");
+    await assert.rejects(c.acquire(k, { ttlMs: 1_000 }), ClientClosedError);
   });
 
   it("lists and watches locks", async () => {
