@@ -1,7 +1,11 @@
 package conformance
 
 import (
+	"fmt"
+	"syscall"
 	"time"
+
+	"connectrpc.com/connect"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -43,5 +47,37 @@ var _ = describeService("fencing", Label("fencing"), func(sc *ServiceContext) {
 			after = res.GetLease().GetFencingToken()
 		}).WithTimeout(sc.FreeWithin() + 5*time.Second).WithPolling(10 * time.Millisecond).Should(Succeed())
 		Expect(after).To(BeNumerically(">", before), "fencing token went from %d to %d across a server restart", before, after)
+	}, SpecTimeout(time.Minute))
+
+	It("keeps increasing after kill -9 of the server's plugin, which answers unavailable until it is back", Label("disruptive"), func(ctx SpecContext) {
+		if !sc.CanStartServers() {
+			Skip("the suite tests a server given by address; it cannot kill its plugin (use Config.Serve)")
+		}
+		s, err := sc.StartServer(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		pid, err := childPID(s.PID())
+		if err != nil {
+			Skip("cannot find the server's plugin process: " + err.Error())
+		}
+		rpc := sc.RPCFor(s.URL)
+		key := sc.Key("fencing-plugin-kill")
+		res, err := sc.Acquire(ctx, rpc, key, sc.TTL(), 0)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.GetAcquired()).To(BeTrue())
+		before := res.GetLease().GetFencingToken()
+
+		Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
+		var after uint64
+		Eventually(ctx, func(g Gomega) {
+			res, err := sc.Acquire(ctx, rpc, key, sc.LongTTL(), 0)
+			if err != nil && codeOf(err) != connect.CodeUnavailable {
+				StopTrying(fmt.Sprintf("while the plugin restarts the server must answer unavailable, got %v", err)).Now()
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(res.GetAcquired()).To(BeTrue())
+			after = res.GetLease().GetFencingToken()
+		}).WithTimeout(sc.Config.RestartTimeout + sc.FreeWithin()).WithPolling(10 * time.Millisecond).Should(Succeed())
+		Expect(after).To(BeNumerically(">", before), "fencing token went from %d to %d across a plugin restart", before, after)
+		Expect(s.Stop(0)).To(Succeed())
 	}, SpecTimeout(time.Minute))
 })

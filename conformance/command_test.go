@@ -124,3 +124,49 @@ func readJUnit(t *testing.T, path string) []junitCase {
 	}
 	return out
 }
+
+// The service level of the command drives a server given by address, and
+// says which specs needed more than an address.
+func TestCommandServiceLevel(t *testing.T) {
+	dir := t.TempDir()
+	cli, err := harness.Binary(t.Context(), dir, "holdfast-conformance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := harness.StartT(t, harness.Options{Backend: "memory", BuildDir: dir})
+	out, err := exec.CommandContext(t.Context(), cli, "service", "--addr", s.URL,
+		"--label-filter", "server-info || owner-token || disruptive").CombinedOutput()
+	if err != nil {
+		t.Fatalf("holdfast-conformance service: %v; output:\n%s", err, out)
+	}
+	for _, want := range []string{
+		"N/A   server info behaves as shared or not shared",
+		"no second server",
+		"N/A   fencing keeps increasing across a restart of the server",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("summary lacks %q; output:\n%s", want, out)
+		}
+	}
+}
+
+// Bad usage is refused with status 2 before anything runs.
+func TestCommandUsage(t *testing.T) {
+	cli, err := harness.Binary(t.Context(), t.TempDir(), "holdfast-conformance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{},
+		{"frobnicate"},
+		{"backend"},
+		{"service"},
+		{"backend", "--plugin", "x", "--plugin-opt", "novalue"},
+	} {
+		err := exec.CommandContext(t.Context(), cli, args...).Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Errorf("holdfast-conformance %q: %v, want exit status 2", args, err)
+		}
+	}
+}
