@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # with-server.sh CMD [ARGS...]: runs CMD against a real `holdfast serve`.
 #
-# Starts $HOLDFAST_BIN_DIR/holdfast (default: bin/ of this repository) on
+# Starts $HOLDFAST_BIN_DIR/holdfast (default: bin/ of this repository, or a
+# fresh `go build` of ./server/cmd/holdfast when bin/ has none) on
 # 127.0.0.1:0 with the embedded memory backend (extra serve flags from
 # HOLDFAST_SERVE_ARGS), waits for its readiness line on stdout
 #     holdfast serving addr=127.0.0.1:PORT backend=... shared=... durable=...
@@ -12,12 +13,22 @@ set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+ready_timeout=${HOLDFAST_READY_TIMEOUT:-60}
+tmp=$(mktemp -d)
 bin_dir=${HOLDFAST_BIN_DIR:-$root/bin}
 server=$bin_dir/holdfast
-[ -x "$server" ] || { echo "with-server: $server not found; run 'make build'" >&2; exit 1; }
-ready_timeout=${HOLDFAST_READY_TIMEOUT:-60}
+if [ ! -x "$server" ]; then
+	if [ -n "${HOLDFAST_BIN_DIR:-}" ]; then
+		echo "with-server: $server not found; run 'make build'" >&2
+		rm -rf "$tmp"
+		exit 1
+	fi
+	# No bin/ yet: build the server for this run only.
+	echo "with-server: building holdfast into $tmp" >&2
+	(cd "$root" && go build -o "$tmp/holdfast" ./server/cmd/holdfast) || { rm -rf "$tmp"; exit 1; }
+	server=$tmp/holdfast
+fi
 
-tmp=$(mktemp -d)
 fifo=$tmp/stdout
 mkfifo "$fifo"
 pid=""
