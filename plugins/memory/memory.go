@@ -21,12 +21,13 @@
 //     token = max(last+1, time.Now().UnixNano()). They strictly increase
 //     across every key and every Backend in the process, and across a restart
 //     of the plugin process, because a new process starts from the wall clock,
-//     which has moved past every token the old process handed out (at most one
-//     token per nanosecond is ever ahead of the clock, and only briefly, under
-//     a burst). The assumption: the wall clock does not step back across a
-//     restart by more than that lead. A host whose clock is stepped back
-//     (NTP step, VM restore) while holdfast restarts can see a token repeat;
-//     use a durable backend where that matters.
+//     which has moved past every token the old process handed out. (The
+//     counter runs ahead of the clock only when acquisitions come faster than
+//     one a nanosecond, and then only by the size of that burst, in
+//     nanoseconds; a restart takes far longer.) The assumption: the wall
+//     clock does not step back across a restart. A host whose clock is
+//     stepped back (NTP step, VM restore) while holdfast restarts can see
+//     tokens repeat; use a durable backend where that matters.
 //   - Stamps: Acquire stores backend.NextStamp(last, proposed), where last is
 //     the stamp of the entry it takes over. The entry (and its stamp) is
 //     forgotten on release or expiry. That is safe here and only here: a
