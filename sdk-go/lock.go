@@ -190,6 +190,9 @@ func (l Lock) attempt(ctx context.Context, wait time.Duration) (*Guard, *LockSta
 		}
 		return nil, cur, nil
 	}
+	if resp.GetLease().GetOwnerToken() == "" {
+		return nil, nil, &rpcError{op: "Acquire", code: "internal", message: "acquired=true without a lease and owner token", kind: ErrServer}
+	}
 	g := newGuard(l.c, l.holder, resp.GetLease(), sent, l.ttl)
 	if ok, err := g.confirm(ctx, sent); !ok {
 		return nil, nil, err
