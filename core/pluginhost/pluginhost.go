@@ -201,9 +201,11 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	}
 }
 
-// Close kills the plugin (after asking it to stop), waits for it and for
-// every goroutine of the Host, and makes later calls fail with ErrClosed.
-// It is safe to call more than once.
+// Close stops the plugin (asks it to stop, kills it after 3s), waits for it
+// and for every goroutine of the Host, and makes later calls fail with
+// ErrClosed. A relaunch in progress is waited for first (at most
+// StartTimeout, only when the plugin hangs on start-up). It is safe to call
+// more than once.
 func (h *Host) Close() error {
 	h.mu.Lock()
 	if !h.closed {
