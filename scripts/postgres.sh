@@ -123,8 +123,11 @@ start() {
 		die "$state already has a server; stop it first"
 	fi
 	setup_user
+	local parent=${TMPDIR:-/tmp}
+	# The cluster's owner must be able to reach its directory.
+	if ! as_owner test -w "$parent" -a -x "$parent" 2>/dev/null; then parent=/tmp; fi
 	local data
-	data=$(mktemp -d "${TMPDIR:-/tmp}/holdfast-postgres.XXXXXX")
+	data=$(mktemp -d "$parent/holdfast-postgres.XXXXXX")
 	chmod 0700 "$data"
 	echo "$data" >"$state/pgdata"
 	[ -z "$RUNUSER" ] || chown "$RUNUSER:" "$data"
