@@ -25,6 +25,6 @@ export DEBIAN_FRONTEND=noninteractive
 if ! apt-cache show postgresql >/dev/null 2>&1; then
 	$sudo apt-get update -qq
 fi
-$sudo apt-get install -y -qq --no-install-recommends postgresql postgresql-contrib >/dev/null
+$sudo apt-get install -y -qq --no-install-recommends postgresql >/dev/null
 have_server || { echo "postgres: install finished but no server binaries under /usr/lib/postgresql" >&2; exit 1; }
 echo "postgres: installed $(ls -d /usr/lib/postgresql/*/bin | tr '\n' ' ')"
