@@ -105,13 +105,12 @@ function defaultHolder(): string {
 
 function lockStateFromProto(p: PbLockState | undefined): LockState | undefined {
   if (!p) return undefined;
-  const stamp = Timestamp.fromProto(p.stamp);
   return {
     key: p.key,
     fencingToken: p.fencingToken,
     holder: p.holder,
     expiresAt: dateFromTimestamp(p.expiresAt),
-    stamp: { wallTimeNs: stamp.wallTimeNs, logical: stamp.logical },
+    stamp: Timestamp.fromProto(p.stamp),
     waiters: p.waiters,
   };
 }

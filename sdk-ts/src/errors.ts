@@ -4,6 +4,7 @@
  */
 
 import { Code, ConnectError } from "@connectrpc/connect";
+import type { Timestamp } from "./hlc.js";
 
 /** Lock state as anyone may see it (no owner token). */
 export interface LockState {
@@ -13,8 +14,8 @@ export interface LockState {
   holder: string;
   /** The server's view of the expiry; informational only. */
   expiresAt: Date | undefined;
-  /** HLC stamp of the holder's acquisition, as "wall.logical". */
-  stamp: { wallTimeNs: bigint; logical: number };
+  /** HLC stamp of the holder's acquisition. */
+  stamp: Timestamp;
   /** Callers queued for the key on the answering server. */
   waiters: number;
 }
