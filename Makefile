@@ -51,7 +51,7 @@ test-sdk-python: build sdk-codegen-tools ## Python SDK tests (pytest) against a 
 
 .PHONY: build
 build: ## build holdfast and the plugin binaries into bin/
-	go build -o $(BIN)/ ./server/cmd/holdfast ./plugins/memory/cmd/holdfast-backend-memory
+	go build -o $(BIN)/ ./server/cmd/holdfast ./plugins/memory/cmd/holdfast-backend-memory ./conformance/cmd/holdfast-conformance
 
 .PHONY: run
 run: build ## run the server on the embedded memory backend at 127.0.0.1:7410
@@ -69,6 +69,10 @@ test-go: build ## go test -race across every Go module
 
 .PHONY: test
 test: setup check-generated lint build test-go ## set up and run the whole test suite (what CI runs)
+
+.PHONY: test-conformance
+test-conformance: build ## conformance suite on the memory backend (both levels), the command, and the broken backends it must catch
+	cd conformance && $(GO_TEST) ./...
 
 .PHONY: test-redis
 test-redis: build ## Redis backend tests against a throw-away redis-server (scripts/redis.sh)
