@@ -1,10 +1,12 @@
 package conformance
 
 import (
+	"errors"
 	"sync"
 	"time"
 
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	holdfast "github.com/holdfast/holdfast/sdk-go"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 )
@@ -42,6 +44,38 @@ var _ = describeService("atomic acquire", Label("atomic-acquire"), func(sc *Serv
 					"a loser must be told the current holder")
 			}
 		}
+	}, SpecTimeout(time.Minute))
+
+	It("gives exactly one of N racing SDK clients a guard", func(ctx SpecContext) {
+		key := sc.Key("sdk-race")
+		n := sc.Config.Racers
+		clients := make([]*holdfast.Client, n)
+		for i := range n {
+			clients[i] = sc.Client()
+		}
+		start := make(chan struct{})
+		guards := make([]*holdfast.Guard, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				guards[i], errs[i] = clients[i].Lock(key).TTL(sc.LongTTL()).TryLock(ctx)
+			})
+		}
+		close(start)
+		wg.Wait()
+		var winner *holdfast.Guard
+		for i := range n {
+			if errs[i] == nil {
+				Expect(winner).To(BeNil(), "two SDK clients got a guard on %q", key)
+				winner = guards[i]
+				continue
+			}
+			Expect(errors.Is(errs[i], holdfast.ErrNotAcquired)).To(BeTrue(), "a loser's error must be ErrNotAcquired: %v", errs[i])
+		}
+		Expect(winner).NotTo(BeNil(), "no SDK client got the free key %q", key)
+		Expect(winner.Unlock(ctx)).To(Succeed())
 	}, SpecTimeout(time.Minute))
 
 	It("mints a fresh owner token of at least 128 bits for every acquisition", func(ctx SpecContext) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	holdfast "github.com/holdfast/holdfast/sdk-go"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 )
@@ -46,9 +47,37 @@ var _ = describeService("waiting", Label("waiting"), func(sc *ServiceContext) {
 		Eventually(w).WithTimeout(5 * time.Second).Should(Receive(&r))
 		Expect(r.err).NotTo(HaveOccurred())
 		Expect(r.res.GetAcquired()).To(BeTrue())
+		AddReportEntry("release to waiter holding", r.at.Sub(released).String())
 		Expect(r.at.Sub(released)).To(BeNumerically("<=", sc.Config.WakeBound),
 			"the waiter got the lock %s after the release was sent (bound %s)", r.at.Sub(released), sc.Config.WakeBound)
 		Expect(r.res.GetLease().GetFencingToken()).To(BeNumerically(">", held.GetFencingToken()))
+	}, SpecTimeout(30*time.Second))
+
+	It("hands the lock to an SDK Lock().Wait() caller within a few milliseconds of the holder's Unlock", func(ctx SpecContext) {
+		key := sc.Key("sdk-wake")
+		holder, err := sc.Client().Lock(key).TTL(sc.LongTTL()).TryLock(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		type got struct {
+			g   *holdfast.Guard
+			err error
+			at  time.Time
+		}
+		w := make(chan got, 1)
+		waiter := sc.Client()
+		go func() {
+			g, err := waiter.Lock(key).TTL(sc.LongTTL()).Wait(10 * time.Second).Lock(ctx)
+			w <- got{g, err, time.Now()}
+		}()
+		awaitWaiters(ctx, key, 1)
+		unlocked := time.Now()
+		Expect(holder.Unlock(ctx)).To(Succeed())
+		var r got
+		Eventually(w).WithTimeout(5 * time.Second).Should(Receive(&r))
+		Expect(r.err).NotTo(HaveOccurred())
+		AddReportEntry("SDK unlock to waiter holding", r.at.Sub(unlocked).String())
+		Expect(r.at.Sub(unlocked)).To(BeNumerically("<=", sc.Config.WakeBound),
+			"the SDK waiter got the lock %s after Unlock was called (bound %s)", r.at.Sub(unlocked), sc.Config.WakeBound)
+		Expect(r.g.Unlock(ctx)).To(Succeed())
 	}, SpecTimeout(30*time.Second))
 
 	It("hands the lock to a queued waiter when the holder's lease expires", func(ctx SpecContext) {
