@@ -68,11 +68,11 @@ const Version = "0.1.0"
 
 // Backend is the Redis backend. Open it with Open; Close it when done.
 type Backend struct {
-	opts    Options
-	client  goredis.UniversalClient
-	log     *slog.Logger
-	durable bool
-	serverVer    string
+	opts      Options
+	client    goredis.UniversalClient
+	log       *slog.Logger
+	durable   bool
+	serverVer string
 }
 
 var _ backend.Backend = (*Backend)(nil)

@@ -51,7 +51,7 @@ type Server struct {
 	// redis-server's "Ready to accept connections".
 	readyLog string
 	// TLS: serve TLS only, on Port (the args carry the certificate options).
-	TLS bool
+	TLS  bool
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the log reader has finished
 }
