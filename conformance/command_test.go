@@ -16,10 +16,7 @@ import (
 // for its bug. Each runs through the holdfast-conformance command, the way a
 // third-party author would run it, and is judged by its JUnit report.
 func TestSuiteCatchesBrokenBackends(t *testing.T) {
-	cli, err := harness.Binary(t.Context(), t.TempDir(), "holdfast-conformance")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := binary(t, "holdfast-conformance")
 	cases := []struct {
 		backend string // conformance/internal/brokenbackends/<backend>
 		label   string // the promise's label: only its specs run
@@ -35,10 +32,7 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 		t.Run(c.backend, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			plugin, err := harness.Build(t.Context(), dir, c.backend, "./conformance/internal/brokenbackends/"+c.backend)
-			if err != nil {
-				t.Fatal(err)
-			}
+			plugin := brokenBackend(t, c.backend)
 			report := filepath.Join(dir, "junit.xml")
 			cmd := exec.CommandContext(t.Context(), cli, "backend", "--plugin", plugin,
 				"--label-filter", c.label, "--junit-report", report)
@@ -75,14 +69,8 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 // The same command passes a correct backend and reports what did not apply.
 func TestCommandPassesMemory(t *testing.T) {
 	dir := t.TempDir()
-	cli, err := harness.Binary(t.Context(), dir, "holdfast-conformance")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plugin, err := harness.Binary(t.Context(), dir, "holdfast-backend-memory")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := binary(t, "holdfast-conformance")
+	plugin := binary(t, "holdfast-backend-memory")
 	report := filepath.Join(dir, "junit.xml")
 	out, err := exec.CommandContext(t.Context(), cli, "backend", "--plugin", plugin,
 		"--label-filter", "!disruptive && !ttl", "--junit-report", report).CombinedOutput()
@@ -128,12 +116,8 @@ func readJUnit(t *testing.T, path string) []junitCase {
 // The service level of the command drives a server given by address, and
 // says which specs needed more than an address.
 func TestCommandServiceLevel(t *testing.T) {
-	dir := t.TempDir()
-	cli, err := harness.Binary(t.Context(), dir, "holdfast-conformance")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := harness.StartT(t, harness.Options{Backend: "memory", BuildDir: dir})
+	cli := binary(t, "holdfast-conformance")
+	s := harness.StartT(t, harness.Options{Backend: "memory", Binary: binary(t, "holdfast")})
 	out, err := exec.CommandContext(t.Context(), cli, "service", "--addr", s.URL,
 		"--label-filter", "server-info || owner-token || disruptive").CombinedOutput()
 	if err != nil {
@@ -152,10 +136,7 @@ func TestCommandServiceLevel(t *testing.T) {
 
 // Bad usage is refused with status 2 before anything runs.
 func TestCommandUsage(t *testing.T) {
-	cli, err := harness.Binary(t.Context(), t.TempDir(), "holdfast-conformance")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := binary(t, "holdfast-conformance")
 	for _, args := range [][]string{
 		{},
 		{"frobnicate"},
@@ -168,5 +149,43 @@ func TestCommandUsage(t *testing.T) {
 		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
 			t.Errorf("holdfast-conformance %q: %v, want exit status 2", args, err)
 		}
+	}
+}
+
+// A known-failing list lets a backend with a known gap pass, and fails the
+// run once a listed spec passes or names nothing.
+func TestCommandKnownFailing(t *testing.T) {
+	cli := binary(t, "holdfast-conformance")
+	plugin := brokenBackend(t, "releasewithoutcompare")
+	run := func(known string) (int, string) {
+		t.Helper()
+		f := filepath.Join(t.TempDir(), "known")
+		if err := os.WriteFile(f, []byte(known), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.CommandContext(t.Context(), cli, "backend", "--plugin", plugin,
+			"--label-filter", "owner-token", "--known-failing", f).CombinedOutput()
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+			return 0, string(out)
+		case errors.As(err, &exit):
+			return exit.ExitCode(), string(out)
+		}
+		t.Fatalf("holdfast-conformance: %v", err)
+		return 0, ""
+	}
+	both := "# the bug under test\nowner token ignores a release with a token that never held the key\nowner token makes a stale holder's release\n"
+	if code, out := run(both); code != 0 || !strings.Contains(out, "XFAIL") {
+		t.Errorf("both failures listed: exit %d, want 0 with XFAIL; output:\n%s", code, out)
+	}
+	if code, out := run("owner token makes a stale holder's release\n"); code != 1 {
+		t.Errorf("one failure unlisted: exit %d, want 1; output:\n%s", code, out)
+	}
+	if code, out := run(both + "owner token extends only with the holding token\n"); code != 1 || !strings.Contains(out, "it passes now") {
+		t.Errorf("a passing spec listed: exit %d, want 1 naming it; output:\n%s", code, out)
+	}
+	if code, out := run(both + "no such spec\n"); code != 1 || !strings.Contains(out, "STALE") {
+		t.Errorf("a stale entry: exit %d, want 1 naming it; output:\n%s", code, out)
 	}
 }

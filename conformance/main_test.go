@@ -1,13 +1,53 @@
 package conformance_test
 
 import (
+	"fmt"
+	"os"
 	"testing"
 
 	"github.com/holdfast/holdfast/conformance"
-
+	"github.com/holdfast/holdfast/conformance/harness"
 	"go.uber.org/goleak"
 )
 
+// buildDir receives the binaries these tests build (once per process) when
+// $HOLDFAST_BIN_DIR does not have them.
+var buildDir string
+
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, conformance.LeakOptions()...)
+	dir, err := os.MkdirTemp("", "holdfast-conformance-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	buildDir = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(conformance.LeakOptions()...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// binary finds or builds a holdfast executable once for the whole package.
+func binary(t *testing.T, name string) string {
+	t.Helper()
+	p, err := harness.Binary(t.Context(), buildDir, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// brokenBackend builds conformance/internal/brokenbackends/<name>.
+func brokenBackend(t *testing.T, name string) string {
+	t.Helper()
+	p, err := harness.Build(t.Context(), buildDir, name, "./conformance/internal/brokenbackends/"+name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -9,8 +9,10 @@
 // every spec that did not apply, with the reason. Select specs with
 // --label-filter (labels are the promises: atomic-acquire, owner-token, ttl,
 // fencing, stamps, watch, list, get, sharing, durable, watchdog, waiting,
-// server-info, bad-input, disruptive), --focus and --skip. Any ginkgo flag
-// can be passed as --ginkgo.NAME. Exit status: 0 when every selected spec
+// server-info, bad-input, disruptive), --focus and --skip. A backend with
+// known gaps lists them in a file given to --known-failing: those specs may
+// fail, but the run fails when one of them passes (so the list cannot rot).
+// Any ginkgo flag can be passed as --ginkgo.NAME. Exit status: 0 when every selected spec
 // passed, 1 when one failed, 2 for bad usage.
 package main
 
@@ -85,6 +87,8 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.TTL, "ttl", 0, "short lease used by the timing specs (default 300ms, within the backend's bounds)")
 	fs.DurationVar(&cfg.Slack, "slack", 0, "allowed lateness of expiry beyond TTL + granularity (default 250ms)")
 	fs.IntVar(&cfg.Racers, "racers", 0, "concurrent acquirers of one key (default 32)")
+	var knownFile string
+	fs.StringVar(&knownFile, "known-failing", "", "file listing specs expected to fail, one per line (a substring of the spec text; # comments): they do not fail the run, but passing does")
 	fs.BoolVar(&verbose, "v", false, "verbose: report every spec as it runs")
 	if err := fs.Parse(own); err != nil {
 		if err == flag.ErrHelp {
@@ -114,6 +118,18 @@ func run(args []string, stderr io.Writer) int {
 				return 2
 			}
 			cfg.PluginOptions[k] = v
+		}
+	}
+	if knownFile != "" {
+		b, err := os.ReadFile(knownFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "--known-failing: %v\n", err)
+			return 2
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				cfg.KnownFailing = append(cfg.KnownFailing, line)
+			}
 		}
 	}
 	// ginkgo registers its flags on the process's flag.CommandLine.
