@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/plugins/etcd"
 	"github.com/holdfast/holdfast/proto/hlc"
@@ -493,4 +496,57 @@ func TestFencingAcrossEtcdRestartAndReopen(t *testing.T) {
 	step(b, "after etcd restart")
 	// A fresh backend (a restarted plugin) continues the chain.
 	step(open(t, c.EndpointList(), opts), "after reopen")
+}
+
+// TestReusedLeaseHoldsFullTTL: a released lock's lease goes back to the pool
+// and carries the next lock; renewed at reuse, it holds that lock for its
+// full TTL (not what was left of the old one) and still expires on time.
+func TestReusedLeaseHoldsFullTTL(t *testing.T) {
+	t.Parallel()
+	eps := requireEtcd(t)
+	prefix := testPrefix(t)
+	b := open(t, eps, map[string]string{"prefix": prefix})
+	raw := rawClient(t, eps)
+	ctx := ctxT(t)
+	leaseOf := func(key string) int64 {
+		t.Helper()
+		resp, err := raw.Get(ctx, prefix+"locks/"+key)
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("raw get %s: %v %v", key, resp, err)
+		}
+		return resp.Kvs[0].Lease
+	}
+	tok := token()
+	acquire(t, b, "r1", tok, ttl, hlc.Timestamp{})
+	old := leaseOf("r1")
+	if ok, err := b.Release(ctx, backend.ReleaseRequest{Key: "r1", OwnerToken: tok}); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	time.Sleep(700 * time.Millisecond) // the lease ages: what is under test
+	r := acquire(t, b, "r2", token(), ttl, hlc.Timestamp{})
+	start := time.Now()
+	if got := leaseOf("r2"); got != old {
+		t.Logf("r2 got lease %x, not r1's %x (the pool may hold fresher ones)", got, old)
+	}
+	if r.Record.Remaining < ttl-200*time.Millisecond {
+		t.Fatalf("remaining %s on a reused lease, want about %s", r.Record.Remaining, ttl)
+	}
+	time.Sleep(time.Until(start.Add(ttl - 300*time.Millisecond))) // just before the TTL: what is under test
+	if _, held, err := b.Get(ctx, "r2"); err != nil || !held {
+		t.Fatalf("r2 not held just before its TTL: held=%v %v", held, err)
+	}
+	freed := waitFree(t, b, "r2", 3*time.Second)
+	if took := freed.Sub(start); took > ttl+time.Second {
+		t.Fatalf("r2 free after %s, want within %s", took, ttl+time.Second)
+	}
+}
+
+func rawClient(t testing.TB, eps string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(eps, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
 }

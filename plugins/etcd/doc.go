@@ -40,14 +40,19 @@
 //
 // # Semantics
 //
-//   - Acquire grants a lease of the TTL and then runs one transaction: if the
+//   - Acquire takes a lease of the TTL and then runs one transaction: if the
 //     lock key does not exist and the stored stamp is below the stamp to
 //     store, put the record, the owner and the stamp, all or nothing. The
 //     stamp condition implements backend.NextStamp without a prior read: the
 //     first attempt proposes the engine's stamp; when etcd's stamp is not
 //     below it, the transaction's else branch returns it and the second
-//     attempt proposes its successor. An uncontended acquire is two round
-//     trips (lease grant, transaction).
+//     attempt proposes its successor.
+//   - Leases are pooled (see leasepool.go): a lease detached from a released
+//     lock, or left over from a lost race, is kept and reused for the next
+//     lock of the same TTL, renewed at reuse so its TTL runs from then;
+//     leases are also granted ahead of need in the background. An
+//     uncontended acquire is then one lease renewal (no disk write) and one
+//     transaction, and a lock costs two raft writes, not four.
 //   - Fencing tokens are the lock key's CreateRevision: etcd's revision is
 //     cluster-wide, persistent and strictly increasing, and every acquisition
 //     creates the key afresh, so tokens strictly increase per key across
@@ -60,12 +65,11 @@
 //   - Release is one transaction: if the owner key holds the token, delete
 //     the record and the owner, and raise the stored stamp to the release
 //     stamp when later (a nested transaction; otherwise the stamp key is
-//     rewritten unchanged). The lease is then revoked in the background; the
-//     caller does not wait for it (an unattached lease only costs etcd a
-//     little memory until its TTL).
-//   - Extend reads the lock, grants a lease of the new TTL, and rewrites the
+//     rewritten unchanged). The lease goes back to the pool, or is revoked
+//     in the background, in batches.
+//   - Extend reads the lock, takes a lease of the new TTL, and moves the
 //     record and the owner onto it in a transaction that compares the owner
-//     token and the record's ModRevision; the old lease is then revoked.
+//     token and the record's ModRevision; the old lease goes to the pool.
 //   - Watch is one etcd watch on P "locks/" prefix. A record created is
 //     EventAcquired. A record deleted in the same revision as a write of its
 //     stamp key is EventReleased (only Release writes the stamp key without

@@ -55,6 +55,7 @@ type Backend struct {
 	owners string // prefix + "owners/"
 
 	revoke    chan clientv3.LeaseID
+	pool      *leasePool
 	closeOnce sync.Once
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -92,8 +93,10 @@ func New(ctx context.Context, opts map[string]string) (*Backend, error) {
 	b.cli = cli
 	b.revoke = make(chan clientv3.LeaseID, revokeQueue)
 	b.done = make(chan struct{})
-	b.wg.Add(1)
+	b.pool = newLeasePool(b)
+	b.wg.Add(2)
 	go b.revokeLoop()
+	go b.pool.loop()
 	return b, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast/holdfast/core/backend"
@@ -31,10 +32,9 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 	cctx, cancel := b.call(ctx)
 	defer cancel()
 
-	start := time.Now()
-	lease, err := b.cli.Grant(cctx, ttlSeconds(req.TTL))
+	leaseID, granted, start, err := b.lease(cctx, ttlSeconds(req.TTL))
 	if err != nil {
-		return backend.AcquireResult{}, wrap(ctx, "acquire: lease grant", err)
+		return backend.AcquireResult{}, wrap(ctx, "acquire: lease", err)
 	}
 	// Unless the lock is ours, revoke the lease: after a lost race, and also
 	// after an error of unknown outcome, where a lock created on it would be
@@ -42,10 +42,10 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 	kept := false
 	defer func() {
 		if !kept {
-			b.revokeLater(lease.ID)
+			b.revokeLater(leaseID)
 		}
 	}()
-	expires := start.Add(time.Duration(lease.TTL) * time.Second)
+	expires := start.Add(granted)
 
 	lockKey, ownerKey, stampKey := b.lockKey(req.Key), b.ownerKey(req.Key), b.stampKey(req.Key)
 	// First attempt: assume the key has a stamp below the engine's proposal
@@ -58,8 +58,8 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 			clientv3.Compare(clientv3.CreateRevision(lockKey), "=", 0),
 			stampCmp,
 		).Then(
-			clientv3.OpPut(lockKey, encodeRecord(req.Holder, stored, expires), clientv3.WithLease(lease.ID)),
-			clientv3.OpPut(ownerKey, req.OwnerToken, clientv3.WithLease(lease.ID)),
+			clientv3.OpPut(lockKey, encodeRecord(req.Holder, stored, expires, granted), clientv3.WithLease(leaseID)),
+			clientv3.OpPut(ownerKey, req.OwnerToken, clientv3.WithLease(leaseID)),
 			clientv3.OpPut(stampKey, encodeStamp(stored)),
 		).Else(
 			clientv3.OpGet(lockKey),
@@ -80,6 +80,9 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 			}}, nil
 		}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			// Held by someone else. Our lease was never attached: pool it.
+			kept = true
+			b.pool.put(leaseID, int64(granted/time.Second), start)
 			rec, err := decodeRecord(req.Key, kvs[0])
 			return backend.AcquireResult{Record: rec}, err
 		}
@@ -130,7 +133,7 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 		return false, nil
 	}
 	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
-		b.revokeLater(clientv3.LeaseID(prev[0].Lease))
+		b.detached(prev[0])
 	}
 	return true, nil
 }
@@ -159,18 +162,17 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 			return backend.ExtendResult{}, err
 		}
 
-		start := time.Now()
-		lease, err := b.cli.Grant(cctx, ttlSeconds(req.TTL))
+		leaseID, granted, start, err := b.lease(cctx, ttlSeconds(req.TTL))
 		if err != nil {
-			return backend.ExtendResult{}, wrap(ctx, "extend: lease grant", err)
+			return backend.ExtendResult{}, wrap(ctx, "extend: lease", err)
 		}
-		expires := start.Add(time.Duration(lease.TTL) * time.Second)
+		expires := start.Add(granted)
 		resp, err := b.cli.Txn(cctx).If(
 			clientv3.Compare(clientv3.Value(ownerKey), "=", req.OwnerToken),
 			clientv3.Compare(clientv3.ModRevision(lockKey), "=", lockKVs[0].ModRevision),
 		).Then(
-			clientv3.OpPut(lockKey, encodeRecord(rec.Holder, rec.Stamp, expires), clientv3.WithLease(lease.ID)),
-			clientv3.OpPut(ownerKey, req.OwnerToken, clientv3.WithLease(lease.ID)),
+			clientv3.OpPut(lockKey, encodeRecord(rec.Holder, rec.Stamp, expires, granted), clientv3.WithLease(leaseID)),
+			clientv3.OpPut(ownerKey, req.OwnerToken, clientv3.WithLease(leaseID)),
 		).Commit()
 		if err != nil {
 			// Unknown outcome: the record may be on the new lease now, so
@@ -179,14 +181,14 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 			return backend.ExtendResult{}, wrap(ctx, "extend", err)
 		}
 		if resp.Succeeded {
-			b.revokeLater(clientv3.LeaseID(lockKVs[0].Lease))
+			b.detached(lockKVs[0])
 			rec.ExpiresAt = expires
 			rec.Remaining = max(0, time.Until(expires))
 			return backend.ExtendResult{Extended: true, Record: rec}, nil
 		}
 		// Released, expired, or extended concurrently by the same owner:
-		// read again and decide.
-		b.revokeLater(lease.ID)
+		// read again and decide. The new lease was not attached.
+		b.pool.put(leaseID, int64(granted/time.Second), start)
 		if attempt == maxTxnAttempts {
 			return backend.ExtendResult{}, fmt.Errorf("etcd extend %q: record kept changing over %d attempts: %w", req.Key, attempt, backend.ErrUnavailable)
 		}
@@ -259,4 +261,18 @@ func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.Li
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
+}
+
+// detached hands the lease of a lock record that a committed transaction
+// just detached from it (deleted or moved the record and the owner key) to
+// the pool.
+func (b *Backend) detached(kv *mvccpb.KeyValue) {
+	id, secs, renewed, ok := detachedLease(kv)
+	if !ok {
+		if kv != nil {
+			b.revokeLater(clientv3.LeaseID(kv.Lease))
+		}
+		return
+	}
+	b.pool.put(clientv3.LeaseID(id), secs, renewed)
 }

@@ -30,11 +30,29 @@ type recordValue struct {
 	// ExpiresNs is the plugin's wall clock when it asked for the lease plus
 	// the granted TTL (informational; etcd decides expiry).
 	ExpiresNs int64 `json:"expires_ns"`
+	// LeaseTTL is the lease's TTL in seconds, so that whoever detaches the
+	// lease (Release, Extend) can pool it for reuse.
+	LeaseTTL int64 `json:"lease_ttl_s,omitempty"`
 }
 
-func encodeRecord(holder string, stamp hlc.Timestamp, expires time.Time) string {
-	v, _ := json.Marshal(recordValue{Holder: holder, StampWall: stamp.WallTime, StampLog: stamp.Logical, ExpiresNs: expires.UnixNano()})
+func encodeRecord(holder string, stamp hlc.Timestamp, expires time.Time, leaseTTL time.Duration) string {
+	v, _ := json.Marshal(recordValue{Holder: holder, StampWall: stamp.WallTime, StampLog: stamp.Logical,
+		ExpiresNs: expires.UnixNano(), LeaseTTL: int64(leaseTTL / time.Second)})
 	return string(v)
+}
+
+// detachedLease describes the lease of a lock record that was just detached
+// from it (the record deleted by Release, or moved by Extend): its ID, TTL
+// seconds, and when it was last renewed, estimated from the record (another
+// plugin's wall clock; the pool renews a lease before use, so a wrong
+// estimate costs a grant, never a lock).
+func detachedLease(kv *mvccpb.KeyValue) (id int64, secs int64, renewed time.Time, ok bool) {
+	var v recordValue
+	if kv == nil || kv.Lease == 0 || json.Unmarshal(kv.Value, &v) != nil || v.LeaseTTL <= 0 {
+		return 0, 0, time.Time{}, false
+	}
+	renewed = time.Now().Add(time.Until(time.Unix(0, v.ExpiresNs)) - time.Duration(v.LeaseTTL)*time.Second)
+	return kv.Lease, v.LeaseTTL, renewed, true
 }
 
 // decodeRecord turns the lock key's kv into a Record for key.
