@@ -37,5 +37,5 @@ var _ = describeBackend("get", Label("get"), func(sc *BackendContext) {
 		_, held, err = sc.Backend.Get(ctx, key)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(held).To(BeFalse(), "a released key is still held")
-	})
+	}, SpecTimeout(30*time.Second))
 })

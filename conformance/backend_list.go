@@ -1,6 +1,8 @@
 package conformance
 
 import (
+	"time"
+
 	"slices"
 	"strings"
 
@@ -48,5 +50,5 @@ var _ = describeBackend("list", Label("list"), func(sc *BackendContext) {
 			token = page.NextPageToken
 		}
 		Expect(got).To(Equal(want), "List under %q, pages of 3", prefix)
-	})
+	}, SpecTimeout(30*time.Second))
 })

@@ -20,7 +20,7 @@ var _ = describeBackend("owner token", Label("owner-token"), func(sc *BackendCon
 		Expect(err).NotTo(HaveOccurred())
 		Expect(held).To(BeTrue(), "release with a wrong token deleted the lock")
 		Expect(got.FencingToken).To(Equal(rec.FencingToken))
-	})
+	}, SpecTimeout(30*time.Second))
 
 	It("makes a stale holder's release after expiry and takeover a no-op, and the successor still holds", func(ctx SpecContext) {
 		key := sc.Key("stale-release")
@@ -56,7 +56,7 @@ var _ = describeBackend("owner token", Label("owner-token"), func(sc *BackendCon
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ext.Extended).To(BeTrue(), "extend with the holding token failed")
 		Expect(ext.Record.FencingToken).To(Equal(rec.FencingToken), "extend must keep the fencing token")
-	})
+	}, SpecTimeout(30*time.Second))
 
 	It("answers false for a release or extend of a key nobody holds", func(ctx SpecContext) {
 		key := sc.Key("never-held")
@@ -69,5 +69,5 @@ var _ = describeBackend("owner token", Label("owner-token"), func(sc *BackendCon
 		_, held, err := sc.Backend.Get(ctx, key)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(held).To(BeFalse(), "a failed extend created a lock")
-	})
+	}, SpecTimeout(30*time.Second))
 })

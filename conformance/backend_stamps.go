@@ -50,7 +50,7 @@ var _ = describeBackend("stamps", Label("stamps"), func(sc *BackendContext) {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(held).To(BeTrue())
 		Expect(got.Stamp).To(Equal(rec.Stamp), "Get must report the stored stamp")
-	})
+	}, SpecTimeout(30*time.Second))
 
 	It("stores a stamp after the previous holder's even when the proposed stamp is older", func(ctx SpecContext) {
 		requireShared()
@@ -87,5 +87,5 @@ var _ = describeBackend("stamps", Label("stamps"), func(sc *BackendContext) {
 		release(ctx, req1, rel)
 		_, r2 := acquireWith(ctx, key, sc.LongTTL(), sc.Stamp())
 		Expect(r2.Stamp.After(rel)).To(BeTrue(), "stored %s, release stamp %s", r2.Stamp, rel)
-	})
+	}, SpecTimeout(30*time.Second))
 })

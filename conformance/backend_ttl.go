@@ -69,7 +69,7 @@ var _ = describeBackend("TTL", Label("ttl"), func(sc *BackendContext) {
 		_, held, err := sc.Backend.Get(ctx, key)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(held).To(BeFalse(), "a refused Acquire stored a lock")
-	})
+	}, SpecTimeout(30*time.Second))
 
 	It("refuses a TTL above the backend's maximum with ErrInvalidArgument and changes nothing", func(ctx SpecContext) {
 		if sc.Info.MaxTTL <= 0 {
@@ -82,5 +82,5 @@ var _ = describeBackend("TTL", Label("ttl"), func(sc *BackendContext) {
 		_, held, err := sc.Backend.Get(ctx, key)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(held).To(BeFalse(), "a refused Acquire stored a lock")
-	})
+	}, SpecTimeout(30*time.Second))
 })

@@ -1,6 +1,8 @@
 package conformance
 
 import (
+	"time"
+
 	"github.com/onsi/ginkgo/v2"
 )
 
@@ -39,7 +41,7 @@ func describeService(text string, labels ginkgo.Labels, body func(sc *ServiceCon
 }
 
 func registerBackend(sc *BackendContext) {
-	ginkgo.BeforeSuite(sc.setup)
+	ginkgo.BeforeSuite(sc.setup, ginkgo.NodeTimeout(3*time.Minute))
 	ginkgo.AfterSuite(sc.teardown)
 	for _, s := range backendSpecs {
 		ginkgo.Describe(s.text, s.labels, func() { s.body(sc) })
@@ -47,7 +49,7 @@ func registerBackend(sc *BackendContext) {
 }
 
 func registerService(sc *ServiceContext) {
-	ginkgo.BeforeSuite(sc.setup)
+	ginkgo.BeforeSuite(sc.setup, ginkgo.NodeTimeout(3*time.Minute))
 	ginkgo.AfterSuite(sc.teardown)
 	for _, s := range serviceSpecs {
 		ginkgo.Describe(s.text, s.labels, func() { s.body(sc) })

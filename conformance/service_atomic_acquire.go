@@ -88,5 +88,5 @@ var _ = describeService("atomic acquire", Label("atomic-acquire"), func(sc *Serv
 			seen[l.GetOwnerToken()] = true
 			Expect(sc.Release(ctx, key, l.GetOwnerToken())).To(BeTrue())
 		}
-	})
+	}, SpecTimeout(30*time.Second))
 })

@@ -33,5 +33,5 @@ var _ = describeService("bad input", Label("bad-input"), func(sc *ServiceContext
 		key += strings.Repeat("k", 512-len(key))
 		l := sc.MustAcquire(ctx, key, sc.LongTTL())
 		Expect(sc.Release(ctx, key, l.GetOwnerToken())).To(BeTrue())
-	})
+	}, SpecTimeout(30*time.Second))
 })

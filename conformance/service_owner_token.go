@@ -44,7 +44,7 @@ var _ = describeService("owner token", Label("owner-token"), func(sc *ServiceCon
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ins.GetHeld()).To(BeTrue())
 		Expect(ins.GetState().GetFencingToken()).To(Equal(l.GetFencingToken()))
-	})
+	}, SpecTimeout(30*time.Second))
 
 	It("lets a lapsed SDK guard's Unlock report the loss without touching the successor", func(ctx SpecContext) {
 		key := sc.Key("sdk-stale")

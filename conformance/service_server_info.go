@@ -1,6 +1,8 @@
 package conformance
 
 import (
+	"time"
+
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -22,7 +24,7 @@ var _ = describeService("server info", Label("server-info", "sharing"), func(sc 
 			Expect(b.GetShared()).To(Equal(s.Shared), "GetServerInfo and the start-up line disagree on shared")
 			Expect(b.GetDurable()).To(Equal(s.Durable), "GetServerInfo and the start-up line disagree on durable")
 		}
-	})
+	}, SpecTimeout(30*time.Second))
 
 	It("behaves as shared or not shared, as it says, with a second server on the same backend", func(ctx SpecContext) {
 		second, err := sc.SecondURL(ctx)
@@ -45,5 +47,5 @@ var _ = describeService("server info", Label("server-info", "sharing"), func(sc 
 		} else {
 			Expect(res.GetAcquired()).To(BeTrue(), "the backend says shared=false, yet a second server sees the first one's lock")
 		}
-	})
+	}, SpecTimeout(30*time.Second))
 })

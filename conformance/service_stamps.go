@@ -58,7 +58,7 @@ var _ = describeService("stamps", Label("stamps"), func(sc *ServiceContext) {
 		Expect(ins.GetHeld()).To(BeFalse(), "a refused Acquire took the lock")
 		// The server's clock did not jump to the refused stamp.
 		Expect(hlc.FromProto(ins.GetServerStamp()).Before(far)).To(BeTrue(), "the server merged a refused stamp")
-	})
+	}, SpecTimeout(30*time.Second))
 
 	It("orders stamps along a key's holders across two servers sharing the backend", Label("sharing"), func(ctx SpecContext) {
 		if !sc.Backend().GetShared() {
@@ -77,5 +77,5 @@ var _ = describeService("stamps", Label("stamps"), func(sc *ServiceContext) {
 		Expect(res.GetAcquired()).To(BeTrue())
 		Expect(hlc.FromProto(res.GetLease().GetStamp()).After(hlc.FromProto(l1.GetStamp()))).To(BeTrue())
 		Expect(res.GetLease().GetFencingToken()).To(BeNumerically(">", l1.GetFencingToken()))
-	})
+	}, SpecTimeout(30*time.Second))
 })

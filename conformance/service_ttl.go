@@ -49,5 +49,5 @@ var _ = describeService("TTL", Label("ttl"), func(sc *ServiceContext) {
 		ins, err := sc.RPC.Inspect(ctx, &lockv1.InspectRequest{Key: key})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ins.GetHeld()).To(BeFalse(), "a refused Acquire took the lock")
-	})
+	}, SpecTimeout(30*time.Second))
 })
