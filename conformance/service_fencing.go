@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -79,5 +80,36 @@ var _ = describeService("fencing", Label("fencing"), func(sc *ServiceContext) {
 		}).WithTimeout(sc.Config.RestartTimeout + sc.FreeWithin()).WithPolling(10 * time.Millisecond).Should(Succeed())
 		Expect(after).To(BeNumerically(">", before), "fencing token went from %d to %d across a plugin restart", before, after)
 		Expect(s.Stop(0)).To(Succeed())
+	}, SpecTimeout(time.Minute))
+
+	It("keeps a held lock through a graceful restart of the server when the store outlives it", Label("disruptive", "durable"), func(ctx SpecContext) {
+		if !sc.CanStartServers() {
+			Skip("the suite tests a server given by address; it cannot restart it (use Config.Serve)")
+		}
+		b := sc.Backend()
+		if !b.GetDurable() && !b.GetShared() {
+			Skip("the backend declares shared=false and durable=false: its locks live and die with the server")
+		}
+		s1, err := sc.StartServer(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		key := sc.Key("server-restart")
+		res, err := sc.Acquire(ctx, sc.RPCFor(s1.URL), key, sc.LongTTL(), 0)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.GetAcquired()).To(BeTrue())
+		lease := res.GetLease()
+		// A graceful stop must not release what its clients hold.
+		Expect(s1.Stop(0)).To(Succeed())
+
+		s2, err := sc.StartServer(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		rpc := sc.RPCFor(s2.URL)
+		ins, err := rpc.Inspect(ctx, &lockv1.InspectRequest{Key: key})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ins.GetHeld()).To(BeTrue(), "the lock did not survive a graceful server restart")
+		Expect(ins.GetState().GetFencingToken()).To(Equal(lease.GetFencingToken()))
+		rel, err := rpc.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: lease.GetOwnerToken()})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(rel.GetReleased()).To(BeTrue(), "the owner token no longer holds after the restart")
+		Expect(s2.Stop(0)).To(Succeed())
 	}, SpecTimeout(time.Minute))
 })
