@@ -7,13 +7,21 @@ import (
 )
 
 // scheduled tells the cleaner that this plugin stored a lock expiring after
-// remaining; it wakes the cleaner when that is before its next look.
+// remaining; it wakes the cleaner when that is before its next look. During
+// a round (whose query of the earliest expiry may have missed this lock) it
+// is remembered for the round's schedule instead.
 func (b *Backend) scheduled(remaining time.Duration) {
 	at := time.Now().Add(remaining)
 	b.mu.Lock()
-	early := at.Before(b.wakeAt)
-	if early {
+	early := false
+	switch {
+	case b.awake:
+		if b.pending.IsZero() || at.Before(b.pending) {
+			b.pending = at
+		}
+	case at.Before(b.wakeAt):
 		b.wakeAt = at
+		early = true
 	}
 	b.mu.Unlock()
 	if early {
@@ -35,6 +43,10 @@ func (b *Backend) clean() {
 	sweepEvery := min(b.opts.IdleRetention/4, time.Minute)
 	var failing error // the error of the last round, logged once per outage
 	for {
+		b.mu.Lock()
+		b.awake, b.pending = true, time.Time{}
+		b.mu.Unlock()
+
 		wait, err := b.cleanOnce(&lastSweep, sweepEvery)
 		switch {
 		case err != nil && failing == nil && b.ctx.Err() == nil:
@@ -43,10 +55,16 @@ func (b *Backend) clean() {
 			slog.Info("postgres cleaner: database reachable again")
 		}
 		failing = err
+
+		now := time.Now()
+		next := now.Add(wait)
 		b.mu.Lock()
-		b.wakeAt = time.Now().Add(wait)
+		if !b.pending.IsZero() && b.pending.Before(next) {
+			next = b.pending.Add(time.Millisecond) // a millisecond past, as cleanOnce does
+		}
+		b.awake, b.wakeAt = false, next
 		b.mu.Unlock()
-		timer.Reset(wait)
+		timer.Reset(max(next.Sub(now), 0))
 		select {
 		case <-b.ctx.Done():
 			return

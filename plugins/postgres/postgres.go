@@ -242,9 +242,12 @@ type Backend struct {
 
 	// The cleaner's schedule: wakeAt is when it will look next; poke wakes
 	// it early when this plugin stores a lock that expires before that.
-	mu     sync.Mutex
-	wakeAt time.Time
-	poke   chan struct{}
+	// While a round runs (awake), such expiries collect in pending.
+	mu      sync.Mutex
+	wakeAt  time.Time
+	awake   bool
+	pending time.Time
+	poke    chan struct{}
 }
 
 var (
