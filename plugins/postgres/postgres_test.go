@@ -714,3 +714,87 @@ func TestConcurrentMigration(t *testing.T) {
 	b := open(t, map[string]string{"schema": schema})
 	acquire(t, b, "x", time.Second)
 }
+
+// TestCleaner: the cleaner announces the expiry of a lock stored by another
+// plugin (which has no cleaner, as if it had died) within cleaner_max_sleep,
+// and skips a row someone else has locked instead of waiting for it.
+func TestCleaner(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	b := open(t, map[string]string{"cleaner_max_sleep": "300ms"})
+	other := postgres.NewWithoutCleaner(t, dsn, b.Schema())
+	ctx, cancel := context.WithCancel(context.Background())
+	events := make(chan backend.Event, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Watch(ctx, "", func(ev backend.Event) error { events <- ev; return nil })
+	}()
+	defer func() { cancel(); <-done }()
+	if ev := <-events; ev.Type != backend.EventSynced {
+		t.Fatalf("first event %v", ev.Type)
+	}
+	expired := func(within time.Duration) string {
+		t.Helper()
+		deadline := time.After(within)
+		for {
+			select {
+			case ev := <-events:
+				if ev.Type == backend.EventExpired {
+					return ev.Record.Key
+				}
+			case <-deadline:
+				t.Fatalf("no expired event within %s", within)
+			}
+		}
+	}
+
+	acquire(t, other, "orphan", 50*time.Millisecond)
+	start := time.Now()
+	if k := expired(2 * time.Second); k != "orphan" {
+		t.Fatalf("expired %q", k)
+	}
+	t.Logf("expiry of another plugin's lock announced %s after its acquire (ttl 50ms, max sleep 300ms)", time.Since(start))
+
+	// Two expired rows, one of them locked by a transaction: the cleaner
+	// takes the other at once and the locked one after the transaction. The
+	// lock must be taken before the rows expire; on a machine too loaded
+	// for that, the round is tried again with new keys.
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	const ttl = 200 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		locked, free := fmt.Sprintf("locked/%d", attempt), fmt.Sprintf("free/%d", attempt)
+		acquired := time.Now()
+		acquire(t, other, locked, ttl)
+		acquire(t, other, free, ttl)
+		tx, err := conn.Begin(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(context.Background(), "SELECT 1 FROM "+pgx.Identifier{b.Schema(), "locks"}.Sanitize()+
+			" WHERE key = $1 FOR UPDATE", locked); err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(acquired) > ttl*3/4 {
+			_ = tx.Rollback(context.Background())
+			expired(2 * time.Second)
+			expired(2 * time.Second)
+			if attempt == 3 {
+				t.Fatal("could not lock a row before its lease ran out in 4 attempts")
+			}
+			continue
+		}
+		if k := expired(2 * time.Second); k != free {
+			t.Fatalf("expired %q first, want %s (%s is locked by a transaction)", k, free, locked)
+		}
+		if err := tx.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if k := expired(2 * time.Second); k != locked {
+			t.Fatalf("expired %q, want %s", k, locked)
+		}
+		return
+	}
+}
