@@ -155,6 +155,7 @@ func (b *Backend) start(ctx context.Context) error {
 		b.serverVer = infoField(v, "redis_version")
 	}
 	b.durable = b.detectDurable(ctx)
+	b.warnEviction(ctx)
 	if !b.ensureKeyspaceEvents(ctx) {
 		b.log.Warn("Redis expiry notifications are off and cannot be turned on; waiters on expired locks are woken by the engine's expiry timer",
 			"hint", "CONFIG SET notify-keyspace-events Ex")
@@ -196,6 +197,23 @@ func (b *Backend) detectDurable(ctx context.Context) bool {
 		return nil
 	})
 	return err == nil && durable
+}
+
+// warnEviction logs when Redis may evict keys under memory pressure: every
+// lock key has a TTL, so allkeys-* and volatile-* policies can delete a held
+// lock, and mutual exclusion with it. Only noeviction is safe.
+func (b *Backend) warnEviction(ctx context.Context) {
+	_ = b.forEachNode(ctx, func(ctx context.Context, c goredis.UniversalClient) error {
+		cfg, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err != nil {
+			return err
+		}
+		if p := cfg["maxmemory-policy"]; p != "" && p != "noeviction" {
+			b.log.Warn("Redis may evict held locks under memory pressure; set maxmemory-policy noeviction",
+				"maxmemory-policy", p)
+		}
+		return nil
+	})
 }
 
 // ensureKeyspaceEvents turns on expired-key notifications (E and x) on every
