@@ -4,12 +4,14 @@
 #   scripts/redis.sh start DIR [--persist]   start on 127.0.0.1 at a free port, data in DIR;
 #                                            prints HOLDFAST_REDIS_ADDR=127.0.0.1:PORT
 #   scripts/redis.sh stop DIR                stop the instance started in DIR (by its PID)
+#   scripts/redis.sh restart DIR             stop it and start it again on the same port
+#                                            (empty unless it was started with --persist)
 #
 # No persistence unless --persist (then append-only file in DIR). The server is
 # stopped by the PID it recorded in DIR/redis.pid, never by process name.
 set -euo pipefail
 
-usage() { echo "usage: $0 start DIR [--persist] | stop DIR" >&2; exit 2; }
+usage() { echo "usage: $0 start DIR [--persist] | stop DIR | restart DIR" >&2; exit 2; }
 [ $# -ge 2 ] || usage
 cmd=$1
 dir=$2
@@ -40,7 +42,7 @@ start() {
 	fi
 	local tries port
 	for tries in 1 2 3 4 5; do
-		port=$(free_port)
+		port=${fixed_port:-$(free_port)}
 		rm -f "$pidfile"
 		local args=(--bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes
 			--pidfile "$pidfile" --logfile "$dir/redis.log" --protected-mode yes)
@@ -60,6 +62,7 @@ start() {
 		done
 		if [ "$ok" = 1 ]; then
 			echo "$port" >"$dir/redis.port"
+			echo "$persist" >"$dir/redis.persist"
 			echo "HOLDFAST_REDIS_ADDR=127.0.0.1:$port"
 			return 0
 		fi
@@ -82,8 +85,18 @@ stop() {
 	rm -f "$pidfile"
 }
 
+restart() {
+	[ -s "$dir/redis.port" ] || { echo "no redis.port in $dir: start it first" >&2; exit 1; }
+	fixed_port=$(cat "$dir/redis.port")
+	persist=$(cat "$dir/redis.persist" 2>/dev/null || echo 0)
+	stop
+	start
+}
+
+fixed_port=""
 case "$cmd" in
 start) start ;;
 stop) stop ;;
+restart) restart ;;
 *) usage ;;
 esac
