@@ -20,7 +20,7 @@ var _ = describeBackend("TTL", Label("ttl"), func(sc *BackendContext) {
 
 		_, rec, freeAt, lastRefusedSent, err := sc.AwaitFree(ctx, key, sc.LongTTL(), sc.FreeWithin()+2*time.Second)
 		Expect(err).NotTo(HaveOccurred())
-		AddReportEntry("acquired with TTL "+ttl.String()+", taken over after", freeAt.Sub(sent).String())
+		AddReportEntry("acquired with TTL "+ttl.String()+", taken over after", freeAt.Sub(sent).String(), ReportEntryVisibilityFailureOrVerbose)
 		// The lease began after we sent the Acquire, so nobody may win before
 		// sent+ttl.
 		Expect(freeAt.Sub(sent)).To(BeNumerically(">=", ttl),

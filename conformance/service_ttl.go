@@ -23,7 +23,7 @@ var _ = describeService("TTL", Label("ttl"), func(sc *ServiceContext) {
 
 		next, freeAt, lastRefusedSent, err := sc.AwaitFree(ctx, key, sc.LongTTL(), sc.FreeWithin()+2*time.Second)
 		Expect(err).NotTo(HaveOccurred())
-		AddReportEntry("acquired with TTL "+ttl.String()+", taken over after", freeAt.Sub(sent).String())
+		AddReportEntry("acquired with TTL "+ttl.String()+", taken over after", freeAt.Sub(sent).String(), ReportEntryVisibilityFailureOrVerbose)
 		Expect(freeAt.Sub(sent)).To(BeNumerically(">=", ttl), "taken over %s after an acquire with TTL %s", freeAt.Sub(sent), ttl)
 		if !lastRefusedSent.IsZero() {
 			Expect(lastRefusedSent.Sub(answered)).To(BeNumerically("<=", sc.FreeWithin()),

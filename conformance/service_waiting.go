@@ -47,7 +47,7 @@ var _ = describeService("waiting", Label("waiting"), func(sc *ServiceContext) {
 		Eventually(w).WithTimeout(5 * time.Second).Should(Receive(&r))
 		Expect(r.err).NotTo(HaveOccurred())
 		Expect(r.res.GetAcquired()).To(BeTrue())
-		AddReportEntry("release to waiter holding", r.at.Sub(released).String())
+		AddReportEntry("release to waiter holding", r.at.Sub(released).String(), ReportEntryVisibilityFailureOrVerbose)
 		Expect(r.at.Sub(released)).To(BeNumerically("<=", sc.Config.WakeBound),
 			"the waiter got the lock %s after the release was sent (bound %s)", r.at.Sub(released), sc.Config.WakeBound)
 		Expect(r.res.GetLease().GetFencingToken()).To(BeNumerically(">", held.GetFencingToken()))
@@ -74,7 +74,7 @@ var _ = describeService("waiting", Label("waiting"), func(sc *ServiceContext) {
 		var r got
 		Eventually(w).WithTimeout(5 * time.Second).Should(Receive(&r))
 		Expect(r.err).NotTo(HaveOccurred())
-		AddReportEntry("SDK unlock to waiter holding", r.at.Sub(unlocked).String())
+		AddReportEntry("SDK unlock to waiter holding", r.at.Sub(unlocked).String(), ReportEntryVisibilityFailureOrVerbose)
 		Expect(r.at.Sub(unlocked)).To(BeNumerically("<=", sc.Config.WakeBound),
 			"the SDK waiter got the lock %s after Unlock was called (bound %s)", r.at.Sub(unlocked), sc.Config.WakeBound)
 		Expect(r.g.Unlock(ctx)).To(Succeed())
