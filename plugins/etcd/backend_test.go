@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/plugins/etcd"
+	"github.com/holdfast/holdfast/plugins/etcd/internal/etcdtest"
 	"github.com/holdfast/holdfast/proto/hlc"
 )
 
@@ -549,4 +551,81 @@ func rawClient(t testing.TB, eps string) *clientv3.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// TestTLSAndAuth: etcd serving over TLS with client certificates and with
+// authentication on; the backend connects with the tls_* and
+// username/password options, and is refused without them.
+func TestTLSAndAuth(t *testing.T) {
+	t.Parallel()
+	if _, err := etcdtest.Binary(); err != nil {
+		skipOrFail(t, err.Error())
+	}
+	dir := t.TempDir()
+	certs, err := etcdtest.GenerateTLS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	c, err := etcdtest.StartWith(ctx, dir, 1, etcdtest.Options{TLS: certs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	eps := c.EndpointList()
+	tlsOpts := map[string]string{"tls_ca": certs.CAFile, "tls_cert": certs.ClientCertFile, "tls_key": certs.ClientKeyFile}
+
+	// Turn authentication on, with a root user.
+	tlsCfg, err := (transport.TLSInfo{TrustedCAFile: certs.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile}).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.UserAdd(ctx, "root", "s3cret"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.AuthEnable(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without a client certificate: refused at start-up, naming the endpoint.
+	if _, err := etcd.Open(ctx, map[string]string{"endpoints": eps, "tls_ca": certs.CAFile, "username": "root", "password": "s3cret", "dial_timeout": "2s"}); err == nil || !strings.Contains(err.Error(), eps) {
+		t.Fatalf("open without a client certificate: %v", err)
+	}
+	// Without credentials: refused.
+	if _, err := etcd.Open(ctx, mergeOpts(tlsOpts, map[string]string{"endpoints": eps, "dial_timeout": "2s"})); err == nil {
+		t.Fatal("open without credentials succeeded on an etcd with auth on")
+	}
+	// Wrong password: refused.
+	if _, err := etcd.Open(ctx, mergeOpts(tlsOpts, map[string]string{"endpoints": eps, "username": "root", "password": "nope", "dial_timeout": "2s"})); err == nil {
+		t.Fatal("open with a wrong password succeeded")
+	}
+	// host:port endpoints become https:// when TLS is on.
+	hostPort := strings.TrimPrefix(eps, "https://")
+	b := open(t, hostPort, mergeOpts(tlsOpts, map[string]string{"username": "root", "password": "s3cret"}))
+	tok := token()
+	r := acquire(t, b, "secure", tok, ttl, hlc.Timestamp{})
+	if !r.Acquired {
+		t.Fatal("not acquired")
+	}
+	if ok, err := b.Release(ctx, backend.ReleaseRequest{Key: "secure", OwnerToken: tok}); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+}
+
+func mergeOpts(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
 }

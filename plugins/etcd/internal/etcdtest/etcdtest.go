@@ -11,6 +11,8 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -63,6 +65,7 @@ type Member struct {
 	bin       string
 	args      []string
 	log       string
+	tls       *TLS
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -86,17 +89,40 @@ func (c *Cluster) Endpoints() []string {
 // EndpointList is Endpoints joined with commas, as the backend option wants.
 func (c *Cluster) EndpointList() string { return strings.Join(c.Endpoints(), ",") }
 
+// TLS makes the members serve clients over TLS.
+type TLS struct {
+	// CertFile and KeyFile are the server's certificate and key (for
+	// 127.0.0.1); CAFile is the CA that signed it and, with ClientCertAuth,
+	// the clients' certificates.
+	CertFile, KeyFile, CAFile string
+	ClientCertAuth            bool
+	// ClientCertFile and ClientKeyFile are what the health check presents
+	// when ClientCertAuth is set.
+	ClientCertFile, ClientKeyFile string
+}
+
+// Options tune Start.
+type Options struct {
+	// TLS, when set, serves clients over https.
+	TLS *TLS
+}
+
 // Start starts a new cluster of n members with data under dir and waits
 // until every member is healthy. Free ports are picked at run time; a lost
 // race for a port is retried with new ports.
 func Start(ctx context.Context, dir string, n int) (*Cluster, error) {
+	return StartWith(ctx, dir, n, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(ctx context.Context, dir string, n int, opts Options) (*Cluster, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
 	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		c, err := start(ctx, bin, filepath.Join(dir, fmt.Sprintf("try%d", attempt)), n)
+		c, err := start(ctx, bin, filepath.Join(dir, fmt.Sprintf("try%d", attempt)), n, opts)
 		if err == nil {
 			return c, nil
 		}
@@ -105,7 +131,11 @@ func Start(ctx context.Context, dir string, n int) (*Cluster, error) {
 	return nil, lastErr
 }
 
-func start(ctx context.Context, bin, dir string, n int) (*Cluster, error) {
+func start(ctx context.Context, bin, dir string, n int, opts Options) (*Cluster, error) {
+	scheme := "http"
+	if opts.TLS != nil {
+		scheme = "https"
+	}
 	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err
@@ -115,11 +145,12 @@ func start(ctx context.Context, bin, dir string, n int) (*Cluster, error) {
 	for i := range n {
 		m := &Member{
 			Name:      fmt.Sprintf("m%d", i),
-			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			ClientURL: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2*i]),
 			PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
 			DataDir:   filepath.Join(dir, fmt.Sprintf("m%d.data", i)),
 			log:       filepath.Join(dir, fmt.Sprintf("m%d.log", i)),
 			bin:       bin,
+			tls:       opts.TLS,
 		}
 		c.Members = append(c.Members, m)
 		initial = append(initial, m.Name+"="+m.PeerURL)
@@ -135,6 +166,12 @@ func start(ctx context.Context, bin, dir string, n int) (*Cluster, error) {
 			"--listen-peer-urls", m.PeerURL, "--initial-advertise-peer-urls", m.PeerURL,
 			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-token", token,
 			"--initial-cluster-state", "new", "--log-level", "warn",
+		}
+		if t := opts.TLS; t != nil {
+			m.args = append(m.args, "--cert-file", t.CertFile, "--key-file", t.KeyFile, "--trusted-ca-file", t.CAFile)
+			if t.ClientCertAuth {
+				m.args = append(m.args, "--client-cert-auth")
+			}
 		}
 		if err := m.launch(); err != nil {
 			c.Stop()
@@ -245,6 +282,14 @@ func (m *Member) WaitHealthy(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	client := &http.Client{Timeout: time.Second}
+	if m.tls != nil {
+		tr, err := m.tls.transport()
+		if err != nil {
+			return err
+		}
+		defer tr.CloseIdleConnections()
+		client.Transport = tr
+	}
 	for {
 		m.mu.Lock()
 		done := m.done
@@ -273,6 +318,26 @@ func (m *Member) WaitHealthy(ctx context.Context, timeout time.Duration) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+func (t *TLS) transport() (*http.Transport, error) {
+	pem, err := os.ReadFile(t.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("etcdtest: no certificate in %s", t.CAFile)
+	}
+	cfg := &tls.Config{RootCAs: pool}
+	if t.ClientCertAuth {
+		cert, err := tls.LoadX509KeyPair(t.ClientCertFile, t.ClientKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return &http.Transport{TLSClientConfig: cfg}, nil
 }
 
 func tail(path string) string {
