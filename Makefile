@@ -5,6 +5,9 @@ SHELL := /bin/bash
 
 BIN        := $(CURDIR)/bin
 GO_MODULES := proto core server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance
+# Modules whose tests need no external service; the etcd, Redis and PostgreSQL
+# plugins run in test-etcd, test-redis and test-postgres with their servers.
+GO_UNIT_MODULES := proto core server plugins/memory sdk-go conformance
 GO_TEST    ?= go test -race -count=1 -timeout 15m
 # Binaries the tests drive as real subprocesses.
 export HOLDFAST_BIN_DIR := $(BIN)
@@ -64,8 +67,8 @@ lint: tools ## buf lint, gofmt, go vet, and each module built alone (GOWORK=off)
 	@for m in $(GO_MODULES); do echo "vet $$m"; (cd $$m && go vet ./... && GOWORK=off go build ./... && GOWORK=off go vet ./...); done
 
 .PHONY: test-go
-test-go: build ## go test -race across every Go module
-	@for m in $(GO_MODULES); do echo "== go test $$m"; (cd $$m && $(GO_TEST) ./...); done
+test-go: build ## go test -race across the Go modules that need no external service
+	@for m in $(GO_UNIT_MODULES); do echo "== go test $$m"; (cd $$m && $(GO_TEST) ./...); done
 
 .PHONY: test
 test: setup check-generated lint build test-go ## set up and run the whole test suite (what CI runs)
@@ -102,8 +105,18 @@ setup: ## install what the tests need (services, Node and Python packages) if mi
 	scripts/setup.sh
 
 .PHONY: bench
-bench: build ## benchmarks, with ratios against baselines measured in the same run
-	cd bench && go run . -bin $(BIN)
+BENCH_FLAGS ?=
+bench: build backend-plugins ## benchmarks against the direct clients, ratios measured in the same run (results also in bin/bench.json)
+	scripts/with-services.sh bash -c 'cd bench && GOWORK=off go run . -bin $(BIN) -json $(BIN)/bench.json \
+		-etcd "$$HOLDFAST_ETCD_ENDPOINTS" -redis "$$HOLDFAST_REDIS_ADDR" -postgres "$$HOLDFAST_POSTGRES_DSN" $(BENCH_FLAGS)'
+
+.PHONY: bench-smoke
+bench-smoke: ## a short run of make bench, so it cannot rot
+	$(MAKE) bench BENCH_FLAGS="-duration 200ms -hot-duration 500ms"
+
+.PHONY: backend-plugins
+backend-plugins: ## build the etcd, Redis and PostgreSQL plugins into bin/
+	go build -o $(BIN)/ ./plugins/etcd/cmd/holdfast-backend-etcd ./plugins/redis/cmd/holdfast-backend-redis ./plugins/postgres/cmd/holdfast-backend-postgres
 
 .PHONY: clean
 clean: ## remove build outputs
