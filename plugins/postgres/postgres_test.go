@@ -634,9 +634,11 @@ func TestTableBounded(t *testing.T) {
 		return query[int64](t, dsn, "SELECT count(*) FROM "+pgx.Identifier{b.Schema(), "locks"}.Sanitize())
 	}
 	const n = 1000
+	var maxFence uint64
 	for i := range n {
 		key := fmt.Sprintf("u/%d", i)
-		tok, _ := acquire(t, b, key, time.Minute)
+		tok, res := acquire(t, b, key, time.Minute)
+		maxFence = max(maxFence, res.Record.FencingToken)
 		if i%2 == 0 {
 			release(t, b, key, tok)
 		} else {
@@ -650,6 +652,11 @@ func TestTableBounded(t *testing.T) {
 	eventually(t, 20*time.Second, "free rows deleted after idle_retention", func() bool {
 		return count() == n/2 // the still-held u/<odd> keys
 	})
+	// A key whose row was deleted starts again above every token handed out.
+	_, res := acquire(t, b, "u/0", time.Minute)
+	if !res.Acquired || res.Record.FencingToken <= maxFence {
+		t.Fatalf("re-acquired deleted key: %+v, want fencing above %d", res, maxFence)
+	}
 }
 
 func TestBadDSN(t *testing.T) {
