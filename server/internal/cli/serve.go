@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -16,13 +17,17 @@ import (
 	"syscall"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/core/pluginhost"
 	"github.com/holdfast/holdfast/proto/hlc"
+	"github.com/holdfast/holdfast/server/internal/auth"
 	"github.com/holdfast/holdfast/server/internal/config"
 	"github.com/holdfast/holdfast/server/internal/httpserver"
+	"github.com/holdfast/holdfast/server/internal/limits"
+	"github.com/holdfast/holdfast/server/internal/tlsconfig"
 )
 
 // DefaultAddr is where `holdfast serve` listens without --addr: loopback
@@ -46,6 +51,12 @@ type serveOptions struct {
 	shutdownTimeout   time.Duration
 	logLevel          string
 	logFormat         string
+
+	tlsCert, tlsKey, tlsClientCA string
+	authTokens                   string
+	maxRequestDuration           time.Duration
+	maxWatchStreams              int
+	maxWatchStreamsPerConn       int
 }
 
 func newServe(version string, stdout, stderr io.Writer) *cobra.Command {
@@ -96,6 +107,13 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json (logs go to stderr)")
+	f.StringVar(&o.tlsCert, "tls-cert", "", "serve TLS (HTTP/2 and HTTP/1.1) with this PEM certificate (chain); re-read when it changes")
+	f.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert; re-read when it changes")
+	f.StringVar(&o.tlsClientCA, "tls-client-ca", "", "require client certificates signed by a CA in this PEM file (mTLS)")
+	f.StringVar(&o.authTokens, "auth-tokens", "", "require bearer tokens from this YAML/JSON file, each limited to key prefixes (see README, Security)")
+	f.DurationVar(&o.maxRequestDuration, "max-request-duration", 0, "server deadline on each unary call; must exceed --max-wait (0: --max-wait plus 1m)")
+	f.IntVar(&o.maxWatchStreams, "max-watch-streams", 10000, "open Watch streams on this server before Watch answers resource_exhausted")
+	f.IntVar(&o.maxWatchStreamsPerConn, "max-watch-streams-per-connection", 100, "open Watch streams on one client connection before Watch answers resource_exhausted")
 	return cmd
 }
 
@@ -185,6 +203,10 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 			return fmt.Errorf("--backend-sha256: want %d hex digits, got %q", 2*sha256.Size, o.backendSHA256)
 		}
 	}
+	sec, err := security(o, log)
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -227,7 +249,7 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	}
 	defer eng.Close()
 
-	srv, err := httpserver.Start(o.addr, eng, log)
+	srv, err := httpserver.Start(o.addr, eng, log, sec...)
 	if err != nil {
 		return fmt.Errorf("--addr %s: %w", o.addr, err)
 	}
@@ -274,4 +296,54 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// security builds the TLS, authentication and limit options of the HTTP
+// server from the flags. Bad files refuse to start.
+func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
+	var opts []httpserver.Option
+	if o.tlsCert != "" || o.tlsKey != "" || o.tlsClientCA != "" {
+		cfg, _, err := tlsconfig.New(tlsconfig.Files{Cert: o.tlsCert, Key: o.tlsKey, ClientCA: o.tlsClientCA}, log.With("component", "tls"))
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, httpserver.WithTLS(cfg))
+		log.Info("serving TLS", "cert", o.tlsCert, "client_certificates_required", o.tlsClientCA != "")
+	}
+	var icpt []connect.Interceptor
+	if o.authTokens != "" {
+		store, err := auth.Load(o.authTokens, log.With("component", "auth"))
+		if err != nil {
+			return nil, fmt.Errorf("--auth-tokens: %w", err)
+		}
+		icpt = append(icpt, auth.NewInterceptor(store, log.With("component", "auth")))
+		log.Info("bearer tokens required", "file", o.authTokens, "tokens", store.Len())
+	} else if o.tlsCert == "" && !isLoopback(o.addr) {
+		log.Warn("serving without TLS or tokens on a non-loopback address: anyone who reaches it can take and watch every lock", "addr", o.addr)
+	}
+	lim := limits.Config{
+		MaxRequestDuration: o.maxRequestDuration,
+		MaxStreams:         o.maxWatchStreams,
+		MaxStreamsPerConn:  o.maxWatchStreamsPerConn,
+	}
+	if lim.MaxRequestDuration == 0 {
+		lim.MaxRequestDuration = o.maxWait + time.Minute
+	}
+	if err := limits.Check(lim, o.maxWait); err != nil {
+		return nil, err
+	}
+	icpt = append(icpt, limits.New(lim))
+	return append(opts, httpserver.WithInterceptors(icpt...)), nil
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

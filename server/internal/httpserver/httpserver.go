@@ -1,10 +1,12 @@
 // Package httpserver serves the holdfast API on one port: Connect, gRPC and
 // gRPC-Web over HTTP/1.1 and cleartext HTTP/2 (h2c), with gRPC health
-// checking and server reflection beside LockService.
+// checking and server reflection beside LockService. With WithTLS it serves
+// HTTP/2 (ALPN h2) and HTTP/1.1 over TLS instead, and h2c is off.
 package httpserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -38,13 +40,35 @@ type Server struct {
 	tracking sync.WaitGroup
 }
 
+// Option configures Start and Handler.
+type Option func(*options)
+
+type options struct {
+	tls          *tls.Config
+	interceptors []connect.Interceptor
+}
+
+// WithTLS serves TLS with cfg (HTTP/2 by ALPN and HTTP/1.1; no h2c).
+func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
+
+// WithInterceptors wraps LockService (not health or reflection) in
+// interceptors, outermost first (authentication, then limits).
+func WithInterceptors(i ...connect.Interceptor) Option {
+	return func(o *options) { o.interceptors = append(o.interceptors, i...) }
+}
+
 // Handler builds the mux: LockService, grpc.health.v1 and reflection.
-func Handler(e *engine.Engine, health *grpchealth.StaticChecker) http.Handler {
+func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option) http.Handler {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	mux := http.NewServeMux()
 	mux.Handle(lockv1connect.NewLockServiceHandler(api.New(e),
 		connect.WithReadMaxBytes(MaxMessageBytes),
 		connect.WithCodec(protoCodec{}),
 		connect.WithCodec(jsonCodec{}),
+		connect.WithInterceptors(o.interceptors...),
 	))
 	mux.Handle(grpchealth.NewHandler(health))
 	reflector := grpcreflect.NewStaticReflector(lockv1connect.LockServiceName, grpchealth.HealthV1ServiceName)
@@ -55,7 +79,11 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker) http.Handler {
 
 // Start listens on addr (host:port; port 0 picks a free one) and serves in
 // the background.
-func Start(addr string, e *engine.Engine, log *slog.Logger) (*Server, error) {
+func Start(addr string, e *engine.Engine, log *slog.Logger, opts ...Option) (*Server, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -63,10 +91,16 @@ func Start(addr string, e *engine.Engine, log *slog.Logger) (*Server, error) {
 	health := grpchealth.NewStaticChecker(lockv1connect.LockServiceName)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS needs h2c
+	if o.tls != nil {
+		protocols.SetHTTP2(true) // by ALPN; cleartext h2c stays off
+		ln = tls.NewListener(ln, o.tls)
+	} else {
+		protocols.SetUnencryptedHTTP2(true) // gRPC without TLS needs h2c
+	}
 	s := &Server{
 		srv: &http.Server{
-			Handler:           Handler(e, health),
+			Handler:           Handler(e, health, opts...),
+			TLSConfig:         o.tls,
 			Protocols:         protocols,
 			ReadHeaderTimeout: 10 * time.Second,
 			// Idle keep-alive connections are closed after a while; open
