@@ -1,0 +1,395 @@
+// holdfast live view: a read-only page over the public API (Connect protocol,
+// JSON, through fetch). It lists held locks under a prefix, streams
+// acquire/release/expire events from Watch and shows the backend's facts.
+//
+// Consistency: the page opens Watch first and takes a List snapshot only
+// after the stream's SYNCED event, so no change between the two is missed.
+// Events that arrive while a List is in flight are replayed on top of its
+// result, and fencing tokens decide between a stale and a fresh view of a key.
+// A List every few seconds refreshes what no event reports (waiters, extends).
+import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-web";
+import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { EventType, LockService, type GetServerInfoResponse, type HlcTimestamp, type LockState } from "./gen.js";
+import { formatClock, formatDuration, formatTimeLeft } from "./format.js";
+
+const TOKEN_KEY = "holdfast.token";
+const REFRESH_MS = 3000;
+const MAX_EVENTS = 200;
+const MAX_LOCKS = 5000;
+const PAGE_SIZE = 1000;
+
+// The API lives on the origin that served the page.
+const baseUrl = window.location.origin;
+
+let token = sessionStorage.getItem(TOKEN_KEY) ?? "";
+const auth: Interceptor = (next) => (req) => {
+  if (token !== "") req.header.set("Authorization", `Bearer ${token}`);
+  return next(req);
+};
+const client: Client<typeof LockService> = createClient(
+  LockService,
+  createConnectTransport({ baseUrl, useBinaryFormat: false, interceptors: [auth] }),
+);
+
+function el<T extends HTMLElement = HTMLElement>(id: string): T {
+  const e = document.getElementById(id);
+  if (!e) throw new Error(`live view: #${id} is missing from index.html`);
+  return e as T;
+}
+
+const ui = {
+  status: el("status"),
+  statusText: el("status-text"),
+  banner: el("banner"),
+  prefix: el<HTMLInputElement>("prefix"),
+  token: el<HTMLInputElement>("token"),
+  tokenForm: el<HTMLFormElement>("token-form"),
+  tokenClear: el<HTMLButtonElement>("token-clear"),
+  facts: el("facts"),
+  locks: el<HTMLTableSectionElement>("locks-body"),
+  lockCount: el("lock-count"),
+  empty: el("locks-empty"),
+  events: el<HTMLOListElement>("events"),
+  eventsEmpty: el("events-empty"),
+  eventsClear: el<HTMLButtonElement>("events-clear"),
+};
+
+// ---- clock ----------------------------------------------------------------
+
+// serverAhead estimates how far the server's clock runs ahead of this
+// browser's (from the wall time of the latest server stamp), so "time left"
+// counts down against the server's view of expires_at.
+let serverAhead = 0;
+
+function noteStamp(stamp: HlcTimestamp | undefined): void {
+  if (!stamp || stamp.wallTimeNs === 0n) return;
+  serverAhead = Number(stamp.wallTimeNs / 1_000_000n) - Date.now();
+}
+
+function serverNow(): number {
+  return Date.now() + serverAhead;
+}
+
+// ---- status ---------------------------------------------------------------
+
+type Status = "connecting" | "live" | "reconnecting" | "unauthenticated";
+
+function setStatus(s: Status, text: string): void {
+  ui.status.dataset.state = s;
+  ui.statusText.textContent = text;
+}
+
+function showBanner(text: string): void {
+  ui.banner.textContent = text;
+  ui.banner.hidden = text === "";
+}
+
+function describe(err: unknown): string {
+  const ce = ConnectError.from(err);
+  return `${Code[ce.code] ?? ce.code}: ${ce.rawMessage}`;
+}
+
+function isAuthError(err: unknown): boolean {
+  const code = ConnectError.from(err).code;
+  return code === Code.Unauthenticated || code === Code.PermissionDenied;
+}
+
+// ---- backend facts --------------------------------------------------------
+
+function fact(label: string, value: string, title = ""): HTMLElement {
+  const div = document.createElement("div");
+  div.className = "fact";
+  const dt = document.createElement("dt");
+  dt.textContent = label;
+  const dd = document.createElement("dd");
+  dd.textContent = value;
+  dd.dataset.fact = label;
+  if (title) div.title = title;
+  div.append(dt, dd);
+  return div;
+}
+
+function yesNo(b: boolean): string {
+  return b ? "yes" : "no";
+}
+
+function renderFacts(info: GetServerInfoResponse): void {
+  const b = info.backend;
+  const dur = (d: Parameters<typeof durationMs>[0] | undefined) => (d ? formatDuration(durationMs(d)) : "–");
+  ui.facts.replaceChildren(
+    fact("backend", b?.name ?? "–"),
+    fact("backend version", b?.version || "–"),
+    fact("server version", info.version || "–"),
+    fact("shared", yesNo(b?.shared ?? false), "several servers see the same locks"),
+    fact("durable", yesNo(b?.durable ?? false), "locks survive a backend restart"),
+    fact("fair", yesNo(b?.fair ?? false), "FIFO across servers"),
+    fact("granularity", dur(b?.ttlGranularity), "expiry is seen within TTL + this"),
+    fact("TTL range", `${dur(b?.minTtl)} – ${dur(b?.maxTtl)}`),
+  );
+  ui.facts.dataset.loaded = "true";
+}
+
+async function loadFacts(signal: AbortSignal): Promise<void> {
+  try {
+    const info = await client.getServerInfo({}, { signal });
+    noteStamp(info.serverStamp);
+    renderFacts(info);
+  } catch (err) {
+    if (signal.aborted) return;
+    ui.facts.replaceChildren(fact("backend", `unavailable (${describe(err)})`));
+  }
+}
+
+// ---- locks ----------------------------------------------------------------
+
+let locks = new Map<string, LockState>();
+// The highest fencing token seen released or expired per key: an acquired
+// event or a List entry at or below it is stale.
+let gone = new Map<string, bigint>();
+let truncated = false;
+
+function applyEvent(type: EventType, s: LockState): void {
+  const cur = locks.get(s.key);
+  switch (type) {
+    case EventType.ACQUIRED:
+      if ((gone.get(s.key) ?? -1n) >= s.fencingToken) return;
+      if (cur && cur.fencingToken > s.fencingToken) return;
+      locks.set(s.key, s);
+      break;
+    case EventType.RELEASED:
+    case EventType.EXPIRED:
+      if ((gone.get(s.key) ?? -1n) < s.fencingToken) gone.set(s.key, s.fencingToken);
+      if (cur && cur.fencingToken <= s.fencingToken) locks.delete(s.key);
+      break;
+  }
+}
+
+function renderLocks(): void {
+  const keys = [...locks.keys()].sort();
+  const rows = keys.map((k) => {
+    const s = locks.get(k)!;
+    const tr = document.createElement("tr");
+    tr.dataset.key = s.key;
+    const cell = (cls: string, text: string) => {
+      const td = document.createElement("td");
+      td.className = cls;
+      td.textContent = text;
+      return td;
+    };
+    const left = cell("left", "");
+    if (s.expiresAt) left.dataset.expires = String(timestampMs(s.expiresAt));
+    tr.append(
+      cell("key", s.key),
+      cell("holder", s.holder || "—"),
+      cell("token num", s.fencingToken.toString()),
+      left,
+      cell("waiters num", String(s.waiters)),
+    );
+    return tr;
+  });
+  ui.locks.replaceChildren(...rows);
+  ui.lockCount.textContent = truncated ? `first ${keys.length}` : String(keys.length);
+  ui.empty.hidden = keys.length > 0;
+  tick();
+}
+
+// tick counts every "time left" cell down against the server's clock.
+function tick(): void {
+  const now = serverNow();
+  for (const td of ui.locks.querySelectorAll<HTMLTableCellElement>("td.left")) {
+    const exp = td.dataset.expires;
+    if (exp === undefined) {
+      td.textContent = "—";
+      continue;
+    }
+    const ms = Number(exp) - now;
+    td.textContent = formatTimeLeft(ms);
+    td.classList.toggle("soon", ms < 5000);
+  }
+}
+
+// ---- events ---------------------------------------------------------------
+
+const EVENT_NAMES: Partial<Record<EventType, string>> = {
+  [EventType.ACQUIRED]: "acquired",
+  [EventType.RELEASED]: "released",
+  [EventType.EXPIRED]: "expired",
+};
+
+function addEvent(type: EventType, s: LockState): void {
+  const name = EVENT_NAMES[type];
+  if (!name) return;
+  const li = document.createElement("li");
+  li.dataset.type = name;
+  li.dataset.key = s.key;
+  const span = (cls: string, text: string) => {
+    const e = document.createElement("span");
+    e.className = cls;
+    e.textContent = text;
+    return e;
+  };
+  li.append(
+    span("time", formatClock(new Date())),
+    span(`badge ${name}`, name),
+    span("key", s.key),
+    span("token", `#${s.fencingToken}`),
+    span("holder", s.holder),
+  );
+  ui.events.prepend(li);
+  while (ui.events.children.length > MAX_EVENTS) ui.events.lastElementChild?.remove();
+  ui.eventsEmpty.hidden = true;
+}
+
+// ---- sync loop ------------------------------------------------------------
+
+async function listAll(prefix: string, signal: AbortSignal): Promise<{ states: LockState[]; more: boolean }> {
+  const states: LockState[] = [];
+  let pageToken = "";
+  do {
+    const res = await client.list({ prefix, pageSize: PAGE_SIZE, pageToken }, { signal });
+    noteStamp(res.serverStamp);
+    states.push(...res.locks);
+    pageToken = res.nextPageToken;
+  } while (pageToken !== "" && states.length < MAX_LOCKS);
+  return { states, more: pageToken !== "" };
+}
+
+type Pending = { type: EventType; state: LockState }[];
+
+/** One watch-and-list session for a prefix; ends when signal aborts. */
+async function follow(prefix: string, signal: AbortSignal): Promise<void> {
+  let backoff = 500;
+  while (!signal.aborted) {
+    // Events seen while a List is in flight, replayed over its result.
+    let pending: Pending | null = null;
+    const refresh = async () => {
+      pending = [];
+      try {
+        const { states, more } = await listAll(prefix, signal);
+        const next = new Map<string, LockState>();
+        const prevGone = gone;
+        locks = next;
+        gone = new Map();
+        for (const s of states) {
+          if ((prevGone.get(s.key) ?? -1n) >= s.fencingToken) continue;
+          next.set(s.key, s);
+        }
+        for (const [k, t] of prevGone) if (!next.has(k)) gone.set(k, t);
+        for (const e of pending) applyEvent(e.type, e.state);
+        truncated = more;
+        renderLocks();
+      } finally {
+        pending = null;
+      }
+    };
+    let timer: ReturnType<typeof setInterval> | undefined;
+    try {
+      setStatus(backoff === 500 ? "connecting" : "reconnecting", "connecting…");
+      const stream = client.watch({ target: { case: "prefix", value: prefix } }, { signal });
+      for await (const ev of stream) {
+        noteStamp(ev.serverStamp);
+        if (ev.type === EventType.SYNCED) {
+          await refresh();
+          showBanner("");
+          setStatus("live", "live");
+          backoff = 500;
+          // What no event reports (waiters, extends) comes from a List now
+          // and then; a failed refresh is shown and retried by the next one.
+          timer ??= setInterval(() => {
+            if (pending) return;
+            refresh().catch((err) => {
+              if (!signal.aborted) showBanner(`Refreshing the list failed: ${describe(err)}`);
+            });
+          }, REFRESH_MS);
+          continue;
+        }
+        if (!ev.state) continue;
+        const held = pending as Pending | null;
+        if (held) held.push({ type: ev.type, state: ev.state });
+        applyEvent(ev.type, ev.state);
+        addEvent(ev.type, ev.state);
+        renderLocks();
+      }
+      if (signal.aborted) return;
+      showBanner("The server ended the event stream; reconnecting.");
+    } catch (err) {
+      if (signal.aborted) return;
+      if (isAuthError(err)) {
+        setStatus("unauthenticated", "needs a token");
+        showBanner(`${describe(err)}. Enter an API token above.`);
+        return; // a new token starts a new session
+      }
+      showBanner(`Lost the event stream (${describe(err)}); reconnecting.`);
+    } finally {
+      if (timer !== undefined) clearInterval(timer);
+    }
+    setStatus("reconnecting", `reconnecting in ${(backoff / 1000).toFixed(1)}s`);
+    await sleep(backoff, signal);
+    backoff = Math.min(backoff * 2, 10_000);
+  }
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => {
+      clearTimeout(t);
+      resolve();
+    }, { once: true });
+  });
+}
+
+// ---- wiring ---------------------------------------------------------------
+
+let session: AbortController | null = null;
+
+function start(): void {
+  session?.abort();
+  const ctl = new AbortController();
+  session = ctl;
+  locks = new Map();
+  gone = new Map();
+  truncated = false;
+  renderLocks();
+  showBanner("");
+  const prefix = ui.prefix.value;
+  const url = new URL(window.location.href);
+  if (prefix === "") url.searchParams.delete("prefix");
+  else url.searchParams.set("prefix", prefix);
+  history.replaceState(null, "", url);
+  void loadFacts(ctl.signal);
+  void follow(prefix, ctl.signal);
+}
+
+ui.prefix.value = new URLSearchParams(window.location.search).get("prefix") ?? "";
+ui.token.value = token;
+
+let debounce: ReturnType<typeof setTimeout> | undefined;
+ui.prefix.addEventListener("input", () => {
+  clearTimeout(debounce);
+  debounce = setTimeout(start, 300);
+});
+ui.prefix.addEventListener("keydown", (e) => {
+  if (e.key !== "Enter") return;
+  clearTimeout(debounce);
+  start();
+});
+ui.tokenForm.addEventListener("submit", (e) => {
+  e.preventDefault();
+  token = ui.token.value.trim();
+  if (token === "") sessionStorage.removeItem(TOKEN_KEY);
+  else sessionStorage.setItem(TOKEN_KEY, token);
+  start();
+});
+ui.tokenClear.addEventListener("click", () => {
+  ui.token.value = "";
+  ui.tokenForm.requestSubmit();
+});
+ui.eventsClear.addEventListener("click", () => {
+  ui.events.replaceChildren();
+  ui.eventsEmpty.hidden = false;
+});
+
+setInterval(tick, 200);
+start();
