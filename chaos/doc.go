@@ -1,0 +1,11 @@
+// Package chaos is holdfast's fault-injection harness: it runs many client
+// processes against one or more `holdfast serve` processes for a bounded,
+// seeded time while killing plugins and servers, pausing lock holders past
+// their TTL (SIGSTOP), restarting the backend's own server and cutting
+// clients off through a TCP proxy; it records every operation as a history
+// and checks it with porcupine against LockModel, and checks writes at a
+// fenced resource.
+//
+// The run itself is a Go test (chaos_test.go); `make test-chaos` runs a short
+// seeded run per backend, `make chaos DURATION=5m SEED=n` a longer one.
+package chaos
