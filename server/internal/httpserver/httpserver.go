@@ -21,6 +21,7 @@ import (
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
 	"github.com/holdfast/holdfast/server/internal/api"
+	"github.com/holdfast/holdfast/server/internal/ui"
 )
 
 // MaxMessageBytes bounds request messages; larger ones are refused with
@@ -57,7 +58,8 @@ func WithInterceptors(i ...connect.Interceptor) Option {
 	return func(o *options) { o.interceptors = append(o.interceptors, i...) }
 }
 
-// Handler builds the mux: LockService, grpc.health.v1 and reflection.
+// Handler builds the mux: LockService, grpc.health.v1, reflection and the
+// live view (package ui) at /ui/.
 func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option) http.Handler {
 	var o options
 	for _, opt := range opts {
@@ -74,6 +76,9 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option)
 	reflector := grpcreflect.NewStaticReflector(lockv1connect.LockServiceName, grpchealth.HealthV1ServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	// The live view's static files are public; its API calls carry the
+	// user's token through the interceptors above.
+	mux.Handle(ui.Path, ui.Handler())
 	return mux
 }
 
