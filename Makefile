@@ -53,8 +53,18 @@ test-sdk-python: build sdk-codegen-tools ## Python SDK tests (pytest) against a 
 	scripts/with-server.sh bash -c 'cd sdk-python && .venv/bin/python -m pytest -q'
 
 .PHONY: build
-build: ## build holdfast and the plugin binaries into bin/
+build: web-build ## build holdfast and the plugin binaries into bin/ (the live view first: it is embedded)
 	go build -o $(BIN)/ ./server/cmd/holdfast ./plugins/memory/cmd/holdfast-backend-memory ./conformance/cmd/holdfast-conformance
+
+.PHONY: web-build
+web-build: ## build the live view (web/) into server/internal/ui/dist, which the holdfast binary embeds
+	bash scripts/setup.d/60-web.sh
+	cd web && node build.mjs
+
+.PHONY: test-web
+test-web: build ## live view end to end: headless Chromium (Playwright) against a real holdfast serve; screenshot in web/artifacts/
+	bash scripts/setup.d/60-chromium.sh
+	cd web && npm run typecheck && npm test
 
 .PHONY: run
 run: build ## run the server on the embedded memory backend at 127.0.0.1:7410
@@ -78,11 +88,13 @@ test-conformance: build ## conformance suite on the memory backend (both levels)
 	cd conformance && $(GO_TEST) ./...
 
 .PHONY: test-redis
-test-redis: build ## Redis backend tests against a throw-away redis-server (scripts/redis.sh)
+test-redis: build ## Redis backend, conformance (both levels) and two-server tests against a throw-away redis-server (scripts/redis.sh)
+	bash scripts/setup.d/20-redis.sh
 	go build -o $(BIN)/ ./plugins/redis/cmd/holdfast-backend-redis
 	@dir=$$(mktemp -d); trap '$(CURDIR)/scripts/redis.sh stop "$$dir"; rm -rf "$$dir"' EXIT; \
 	env_line=$$($(CURDIR)/scripts/redis.sh start "$$dir"); export "$$env_line"; echo "$$env_line"; \
-	(cd plugins/redis && $(GO_TEST) ./...)
+	(cd plugins/redis && $(GO_TEST) ./...) && \
+	(cd conformance && HOLDFAST_CONFORMANCE_BACKENDS=redis $(GO_TEST) -run 'Test(Backend|Service)Conformance' .)
 
 .PHONY: test-etcd
 test-etcd: build ## etcd backend, conformance and scale-out tests against a throw-away etcd (scripts/etcd.sh)
