@@ -14,3 +14,11 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	go.uber.org/goleak v1.3.0
 )
+
+require github.com/holdfast/holdfast/sdk-go v0.0.0
+
+require (
+	connectrpc.com/connect v1.21.1 // indirect
+	github.com/holdfast/holdfast/proto v0.0.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)

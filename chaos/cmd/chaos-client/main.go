@@ -1,0 +1,198 @@
+// Command chaos-client is one lock client of the chaos harness, run as its
+// own process so the harness can SIGSTOP it while it holds a lease (the
+// GC-pause case). It reads commands from stdin and writes events to stdout,
+// one JSON object a line; diagnostics go to stderr.
+//
+// For each command it acquires the key through sdk-go (TryLock, or Lock with
+// a wait), reports the outcome, waits for the harness's "go" line (the
+// harness may pause the process first), writes to the fenced resource with
+// the fencing token it got at acquisition — as a naive client would after a
+// pause — then unlocks and reports that outcome. Times are Unix nanoseconds on
+// the wall clock, which every process of a run shares.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	holdfast "github.com/holdfast/holdfast/sdk-go"
+)
+
+// Command is one lock cycle to run.
+type Command struct {
+	Seq    int    `json:"seq"`
+	Key    string `json:"key"`
+	TTLms  int64  `json:"ttl_ms"`
+	WaitMs int64  `json:"wait_ms"`
+	WorkMs int64  `json:"work_ms"`
+	Writes int    `json:"writes"`
+}
+
+// Event reports one finished operation, or "done" for the end of a cycle.
+type Event struct {
+	Seq     int    `json:"seq"`
+	Op      string `json:"op"` // acquire, release, done
+	Key     string `json:"key,omitempty"`
+	Call    int64  `json:"call,omitempty"`
+	Return  int64  `json:"return,omitempty"`
+	Outcome string `json:"outcome,omitempty"` // ok, busy, rejected, unknown
+	Fence   uint64 `json:"fence,omitempty"`
+	Err     string `json:"err,omitempty"`
+	// Writes the resource accepted and refused in this cycle; LostBefore is
+	// how many of them the SDK already knew to be after the lease's loss.
+	Accepted   int `json:"accepted,omitempty"`
+	Refused    int `json:"refused,omitempty"`
+	LostBefore int `json:"lost_before,omitempty"`
+}
+
+func main() {
+	server := flag.String("server", "", "holdfast server base URL")
+	resource := flag.String("resource", "", "fenced resource base URL")
+	id := flag.Int("id", 0, "client id")
+	flag.Parse()
+	if err := run(*server, *resource, *id); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos-client:", err)
+		os.Exit(1)
+	}
+}
+
+func run(server, resource string, id int) error {
+	c, err := holdfast.Dial(server, holdfast.WithHolder(fmt.Sprintf("chaos-client-%d", id)),
+		holdfast.WithBackoff(holdfast.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond, Multiplier: 2}))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	hc := &http.Client{Timeout: 5 * time.Second}
+	in := bufio.NewScanner(os.Stdin)
+	out := json.NewEncoder(os.Stdout)
+	for in.Scan() {
+		var cmd Command
+		if err := json.Unmarshal(in.Bytes(), &cmd); err != nil {
+			return fmt.Errorf("command %q: %w", in.Text(), err)
+		}
+		if err := cycle(c, hc, resource, id, cmd, in, out); err != nil {
+			return err
+		}
+	}
+	return in.Err()
+}
+
+func now() int64 { return time.Now().UnixNano() }
+
+func cycle(c *holdfast.Client, hc *http.Client, resource string, id int, cmd Command, in *bufio.Scanner, out *json.Encoder) error {
+	ttl := time.Duration(cmd.TTLms) * time.Millisecond
+	wait := time.Duration(cmd.WaitMs) * time.Millisecond
+	l := c.Lock(cmd.Key).TTL(ttl).Wait(wait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait+5*time.Second)
+	call := now()
+	var g *holdfast.Guard
+	var err error
+	if wait > 0 {
+		g, err = l.Lock(ctx)
+	} else {
+		g, err = l.TryLock(ctx)
+	}
+	ev := Event{Seq: cmd.Seq, Op: "acquire", Key: cmd.Key, Call: call, Return: now()}
+	cancel()
+	var fence uint64
+	switch {
+	case err == nil:
+		ev.Outcome = "ok"
+		if fence, err = g.FencingToken(); err != nil {
+			// Lost between the answer and now: the lease was granted but its
+			// token is unknown here; report it as an unknown outcome.
+			ev.Outcome, ev.Err = "unknown", err.Error()
+		}
+		ev.Fence = fence
+	case errors.Is(err, holdfast.ErrNotAcquired):
+		ev.Outcome, ev.Err = "busy", err.Error()
+	default:
+		ev.Outcome, ev.Err = "unknown", err.Error()
+	}
+	if err := out.Encode(ev); err != nil {
+		return err
+	}
+	if g == nil {
+		return out.Encode(Event{Seq: cmd.Seq, Op: "done"})
+	}
+	// The harness answers "go" — after pausing this process, when it chose to.
+	if !in.Scan() {
+		return fmt.Errorf("stdin closed while holding %q", cmd.Key)
+	}
+	res := Event{Seq: cmd.Seq, Op: "release", Key: cmd.Key, Fence: fence}
+	if fence != 0 {
+		for i := range cmd.Writes {
+			if i > 0 && cmd.WorkMs > 0 {
+				// Simulated work between writes (not synchronisation).
+				time.Sleep(time.Duration(cmd.WorkMs/int64(cmd.Writes)) * time.Millisecond)
+			}
+			lost := g.Err() != nil
+			acc, err := write(hc, resource, WriteRequest{Key: cmd.Key, Fence: fence, Client: id})
+			switch {
+			case err != nil:
+				fmt.Fprintln(os.Stderr, "chaos-client: write:", err)
+			case acc:
+				res.Accepted++
+			default:
+				res.Refused++
+			}
+			if lost {
+				res.LostBefore++
+			}
+		}
+	}
+	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+	res.Call = now()
+	err = g.Unlock(uctx)
+	res.Return = now()
+	ucancel()
+	var lost *holdfast.LeaseLostError
+	switch {
+	case err == nil:
+		res.Outcome = "ok"
+	case errors.As(err, &lost) && lost.Reason == holdfast.LossRejected:
+		res.Outcome, res.Err = "rejected", err.Error()
+	default:
+		res.Outcome, res.Err = "unknown", err.Error()
+	}
+	if err := out.Encode(res); err != nil {
+		return err
+	}
+	return out.Encode(Event{Seq: cmd.Seq, Op: "done"})
+}
+
+// WriteRequest mirrors chaos.WriteRequest (the command stays free of the
+// test package).
+type WriteRequest struct {
+	Key    string `json:"key"`
+	Fence  uint64 `json:"fence"`
+	Client int    `json:"client"`
+}
+
+func write(hc *http.Client, resource string, wr WriteRequest) (bool, error) {
+	body, _ := json.Marshal(wr)
+	resp, err := hc.Post(resource+"/write", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("write: HTTP %d", resp.StatusCode)
+	}
+	var r struct {
+		Accepted bool `json:"accepted"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return false, err
+	}
+	return r.Accepted, nil
+}
