@@ -78,10 +78,16 @@ lint: tools ## buf lint, gofmt, go vet, and each module built alone (GOWORK=off)
 
 .PHONY: test-go
 test-go: build ## go test -race across the Go modules that need no external service
-	@for m in $(GO_UNIT_MODULES); do echo "== go test $$m"; (cd $$m && $(GO_TEST) ./...); done
+	@for m in $(GO_UNIT_MODULES); do echo "== go test $$m"; \
+		(cd $$m && HOLDFAST_CONFORMANCE_BACKENDS=memory $(GO_TEST) ./...); done
 
 .PHONY: test
-test: setup check-generated lint build test-go ## set up and run the whole test suite (what CI runs)
+# Every suite, service-free first. Each backend target starts its own
+# throwaway server and stops it by PID.
+TEST_SUITES := test-go test-etcd test-redis test-postgres test-sdk-ts test-sdk-python test-web bench-smoke
+test: setup check-generated lint build ## set up and run the whole test suite (what CI runs)
+	@for t in $(TEST_SUITES); do echo "===== make $$t"; $(MAKE) --no-print-directory $$t; done
+	@echo "make test: all suites passed ($(TEST_SUITES))"
 
 .PHONY: test-conformance
 test-conformance: build ## conformance suite on the memory backend (both levels), the command, and the broken backends it must catch
