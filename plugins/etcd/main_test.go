@@ -11,8 +11,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/holdfast/holdfast/conformance"
-
 	"github.com/holdfast/holdfast/plugins/etcd"
 	"github.com/holdfast/holdfast/plugins/etcd/internal/etcdtest"
 )
@@ -29,32 +27,12 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	sharedEndpoints = os.Getenv(etcdtest.EndpointsEnv)
-	var own *etcdtest.Cluster
-	var dir string
-	if sharedEndpoints == "" {
-		dir, startErr = os.MkdirTemp("", "holdfast-etcd-test-")
-		if startErr == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			own, startErr = etcdtest.Start(ctx, dir, 1)
-			cancel()
-			if startErr == nil {
-				sharedEndpoints = own.EndpointList()
-				// The conformance suite re-executes this test binary: the
-				// child uses this etcd instead of starting its own.
-				os.Setenv(etcdtest.EndpointsEnv, sharedEndpoints)
-			}
-		}
-	}
+	var stop func()
+	sharedEndpoints, stop, startErr = etcdtest.StartShared()
 	code := m.Run()
-	if own != nil {
-		own.Stop()
-	}
-	if dir != "" {
-		os.RemoveAll(dir)
-	}
+	stop()
 	if code == 0 {
-		if err := goleak.Find(conformance.LeakOptions()...); err != nil {
+		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
 		}

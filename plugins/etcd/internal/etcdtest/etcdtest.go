@@ -367,3 +367,31 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// StartShared is for a TestMain: it returns $HOLDFAST_ETCD_ENDPOINTS, or
+// starts a one-member etcd in a temp dir and sets that variable to its
+// endpoints (so test binaries re-executed by the conformance suite use it
+// too). stop stops what was started; err says why there is no etcd.
+func StartShared() (endpoints string, stop func(), err error) {
+	if eps := os.Getenv(EndpointsEnv); eps != "" {
+		return eps, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "holdfast-etcd-test-")
+	if err != nil {
+		return "", func() {}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := Start(ctx, dir, 1)
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", func() {}, err
+	}
+	eps := c.EndpointList()
+	os.Setenv(EndpointsEnv, eps)
+	return eps, func() {
+		c.Stop()
+		os.Unsetenv(EndpointsEnv)
+		os.RemoveAll(dir)
+	}, nil
+}

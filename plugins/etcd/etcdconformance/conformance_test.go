@@ -1,16 +1,22 @@
-package etcd_test
+package etcdconformance_test
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/holdfast/holdfast/conformance"
 	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/plugins/etcd/internal/etcdtest"
 )
 
 // conformanceOptions are the plugin options for the conformance runs: the
 // shared etcd, in a key namespace of the run's own.
 func conformanceOptions(t *testing.T) map[string]string {
-	return map[string]string{"endpoints": requireEtcd(t), "prefix": testPrefix(t)}
+	if endpoints == "" {
+		conformance.SkipOrFail(t, fmt.Sprintf("no etcd: %s unset and none could be started: %v", etcdtest.EndpointsEnv, startErr))
+	}
+	return map[string]string{"endpoints": endpoints, "prefix": fmt.Sprintf("/holdfast-conformance/%d/", time.Now().UnixNano())}
 }
 
 // TestBackendConformance runs the shared suite's backend level against the
