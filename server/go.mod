@@ -9,6 +9,7 @@ require (
 	github.com/holdfast/holdfast/core v0.0.0
 	github.com/holdfast/holdfast/plugins/memory v0.0.0
 	github.com/holdfast/holdfast/proto v0.0.0
+	github.com/holdfast/holdfast/sdk-go v0.0.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	go.uber.org/goleak v1.3.0
@@ -27,14 +28,16 @@ require (
 	github.com/mattn/go-colorable v0.1.12 // indirect
 	github.com/mattn/go-isatty v0.0.17 // indirect
 	github.com/oklog/run v1.1.0 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
 )
 
 replace (
 	github.com/holdfast/holdfast/core => ../core
 	github.com/holdfast/holdfast/plugins/memory => ../plugins/memory
 	github.com/holdfast/holdfast/proto => ../proto
+	github.com/holdfast/holdfast/sdk-go => ../sdk-go
 )

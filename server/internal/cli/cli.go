@@ -1,11 +1,13 @@
 // Package cli is the holdfast command line: `holdfast serve`, `holdfast
-// version`, and the hidden `holdfast backend memory`, which runs the
+// version`, the client commands (`holdfast lock|acquire|release|extend|
+// inspect|list|watch|info`, which talk to a server through sdk-go), and the hidden `holdfast backend memory`, which runs the
 // embedded memory backend as a plugin process (so one binary serves the
 // default with no other file).
 package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,16 +24,36 @@ func Main(ctx context.Context, version string, args []string, stdout, stderr io.
 	root := newRoot(ctx, version, stdout, stderr)
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
-		fmt.Fprintf(stderr, "holdfast: %v\n", err)
-		return 1
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.err != nil {
+			fmt.Fprintf(stderr, "holdfast: %v\n", err)
+		}
+		return exitCode(err)
 	}
 	return 0
 }
 
 func newRoot(ctx context.Context, version string, stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "holdfast",
-		Short:         "holdfast is a distributed lock service (leases with fencing tokens)",
+		Use:   "holdfast",
+		Short: "holdfast is a distributed lock service (leases with fencing tokens)",
+		Long: `holdfast is a distributed lock service: leases with fencing tokens, served
+over Connect, gRPC and gRPC-Web, on pluggable backends (memory, etcd, Redis,
+PostgreSQL).
+
+"holdfast serve" runs the server. The other commands are its clients: they
+talk to --server (default http://127.0.0.1:7410, or HOLDFAST_SERVER) and
+print tables, or JSON with -o json.
+
+A lock is a lease, not a mutex: a holder that stops renewing (crash, pause,
+partition) loses it after its TTL, and someone else may run. Keep TTLs well
+above the work's pauses, and pass the fencing token to what you protect.`,
+		Example: `  holdfast serve                          # a server on 127.0.0.1:7410 (memory backend)
+  holdfast lock demo -- sleep 5           # run a command under the lock
+  holdfast list                           # who holds what
+  holdfast watch --prefix jobs/           # follow acquire/release/expire events
+  holdfast info                           # the backend's promises (shared? durable?)
+  source <(holdfast completion bash)      # shell completion`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
@@ -40,6 +62,9 @@ func newRoot(ctx context.Context, version string, stdout, stderr io.Writer) *cob
 	root.SetErr(stderr)
 	root.SetContext(ctx)
 	root.AddCommand(newServe(version, stdout, stderr), newVersion(version, stdout), newBackend())
+	// The client commands (client.go): they talk to a server.
+	root.AddCommand(newLock(stdout, stderr), newAcquire(stdout), newRelease(stdout), newExtend(stdout),
+		newInspect(stdout), newList(stdout), newWatch(stdout), newInfo(stdout))
 	return root
 }
 

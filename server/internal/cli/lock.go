@@ -1,0 +1,272 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	holdfast "github.com/holdfast/holdfast/sdk-go"
+)
+
+// releaseTimeout bounds the release after the command ends; an unreachable
+// server lets the lease lapse at its TTL instead.
+const releaseTimeout = 5 * time.Second
+
+func newLock(stdout, stderr io.Writer) *cobra.Command {
+	var (
+		o      clientOptions
+		ttl    time.Duration
+		wait   time.Duration
+		noWait bool
+		grace  time.Duration
+		holder string
+		quiet  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "lock KEY -- CMD [ARGS...]",
+		Short: "run a command while holding the lock on KEY (renewed while it runs)",
+		Long: `Lock takes the lock on KEY (queueing behind earlier callers), runs CMD while
+holding it, and releases it when CMD exits. A watchdog renews the lease at
+about a third of --ttl while CMD runs.
+
+CMD gets the lease's fencing token in HOLDFAST_FENCING_TOKEN and the key in
+HOLDFAST_LOCK_KEY. Pass the token to whatever CMD writes to, and have it
+refuse tokens older than the last one it saw: a lease can be lost (a pause
+or partition longer than --ttl) and then someone else holds the lock.
+
+If the lease is lost while CMD runs, CMD's process group gets SIGTERM, then
+SIGKILL after --grace, and lock exits with 75. SIGINT, SIGTERM and SIGHUP
+sent to holdfast are passed on to CMD (which runs in its own process
+group, so it should not read from the terminal).
+
+Exit status: CMD's exit status when it ran to the end (128+N when signal N
+ended it), 3 not acquired within --wait (or at once with --no-wait), 75 the
+lease was lost and CMD was stopped, 69 server unreachable, 127 CMD could
+not be started, 1 any other error.`,
+		Example: `  # run a nightly job on one machine at a time; others queue behind it
+  holdfast lock jobs/nightly -- ./nightly.sh
+
+  # give up after a minute of waiting; renew a 10s lease while it runs
+  holdfast lock jobs/nightly --wait 1m --ttl 10s -- ./nightly.sh
+
+  # skip the run when someone else holds the lock
+  holdfast lock jobs/nightly --no-wait -- ./nightly.sh || [ $? -eq 3 ]
+
+  # pass the fencing token on to the protected resource
+  holdfast lock db/migrate -- sh -c 'migrate --fencing-token "$HOLDFAST_FENCING_TOKEN"'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
+				return errors.New(`usage: holdfast lock KEY -- CMD [ARGS...] (put "--" between the key and the command)`)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.resolve(cmd); err != nil {
+				return err
+			}
+			if wait < 0 {
+				return fmt.Errorf("--wait %s: must not be negative", wait)
+			}
+			r := lockRun{o: &o, key: args[0], argv: args[1:], ttl: ttl, wait: wait, noWait: noWait,
+				grace: grace, holder: holder, quiet: quiet, stdout: stdout, stderr: stderr}
+			return r.run(cmd.Context())
+		},
+	}
+	addClientFlags(cmd, &o)
+	f := cmd.Flags()
+	f.DurationVar(&ttl, "ttl", 30*time.Second, "lease length; renewed at about a third of it while CMD runs")
+	f.DurationVar(&wait, "wait", 0, "give up (exit 3) after queueing this long (0: wait until acquired or interrupted)")
+	f.BoolVarP(&noWait, "no-wait", "n", false, "try once; exit 3 at once when someone else holds the lock")
+	f.DurationVar(&grace, "grace", 10*time.Second, "after a lost lease, time between SIGTERM and SIGKILL")
+	f.StringVar(&holder, "holder", defaultHolder(), "label others see for this lease (inspect, list, watch)")
+	f.BoolVarP(&quiet, "quiet", "q", false, "say nothing on stderr about acquiring and releasing")
+	return cmd
+}
+
+type lockRun struct {
+	o              *clientOptions
+	key            string
+	argv           []string
+	ttl, wait      time.Duration
+	noWait         bool
+	grace          time.Duration
+	holder         string
+	quiet          bool
+	stdout, stderr io.Writer
+}
+
+func (r *lockRun) say(format string, args ...any) {
+	if !r.quiet {
+		fmt.Fprintf(r.stderr, "holdfast: "+format+"\n", args...)
+	}
+}
+
+// forwarded are the signals passed on to the command.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+func (r *lockRun) run(ctx context.Context) error {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	c, err := r.o.dial(r.holder)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	g, err := r.acquire(ctx, c, sigs)
+	if err != nil {
+		return err
+	}
+	token, err := g.FencingToken()
+	if err != nil { // lost already
+		return &exitError{code: ExitLeaseLost, err: err}
+	}
+	r.say("acquired %q (fencing token %d); running %s", r.key, token, r.argv[0])
+
+	child := exec.Command(r.argv[0], r.argv[1:]...)
+	child.Env = append(os.Environ(),
+		"HOLDFAST_FENCING_TOKEN="+strconv.FormatUint(token, 10),
+		"HOLDFAST_LOCK_KEY="+r.key)
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, r.stdout, r.stderr
+	// Its own process group, so that a lost lease stops its children too.
+	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := child.Start(); err != nil {
+		r.release(g)
+		return &exitError{code: 127, err: fmt.Errorf("cannot run %s: %w", r.argv[0], err)}
+	}
+	pgid := child.Process.Pid
+	done := make(chan error, 1)
+	go func() { done <- child.Wait() }()
+
+	var (
+		lost      error
+		killTimer *time.Timer
+		leaseDone = g.Done()
+	)
+wait:
+	for {
+		select {
+		case <-done:
+			break wait
+		case <-leaseDone:
+			leaseDone = nil
+			lost = context.Cause(g.Context())
+			r.say("%v; stopping %s (SIGTERM, SIGKILL after %s)", lost, r.argv[0], r.grace)
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			killTimer = time.AfterFunc(r.grace, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+		case s := <-sigs:
+			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+		}
+	}
+	if killTimer != nil {
+		killTimer.Stop()
+	}
+	code := exitStatus(child.ProcessState)
+	if lost != nil {
+		return &exitError{code: ExitLeaseLost, err: fmt.Errorf("%s was stopped: %w", r.argv[0], lost)}
+	}
+	if err := r.release(g); errors.Is(err, holdfast.ErrLeaseLost) {
+		// The command finished, but the lease ran out first: its work may
+		// have overlapped with the next holder's.
+		return &exitError{code: ExitLeaseLost, err: fmt.Errorf("%s finished (status %d) but the lease was lost before it did: %w", r.argv[0], code, err)}
+	}
+	if code == 0 {
+		return nil
+	}
+	return &exitError{code: code}
+}
+
+// acquire takes the lock, ending the wait on SIGINT/SIGTERM/SIGHUP.
+func (r *lockRun) acquire(ctx context.Context, c *holdfast.Client, sigs <-chan os.Signal) (*holdfast.Guard, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		g   *holdfast.Guard
+		err error
+	}
+	res := make(chan result, 1)
+	// Fail fast when the server cannot be reached at all; once it has
+	// answered, Lock rides out a restart within the wait.
+	if _, err := c.ServerInfo(ctx); err != nil {
+		return nil, r.o.callError(err)
+	}
+	l := c.Lock(r.key).TTL(r.ttl).Wait(r.wait)
+	go func() {
+		var out result
+		if r.noWait {
+			out.g, out.err = l.TryLock(ctx)
+		} else {
+			if !r.quiet {
+				// Say so only when the wait is noticeable.
+				t := time.AfterFunc(time.Second, func() { r.say("waiting for %q ...", r.key) })
+				defer t.Stop()
+			}
+			out.g, out.err = l.Lock(ctx)
+		}
+		res <- out
+	}()
+	var interrupted os.Signal
+	var out result
+	select {
+	case out = <-res:
+	case interrupted = <-sigs:
+		cancel()
+		out = <-res
+	}
+	if interrupted != nil {
+		if out.g != nil {
+			r.release(out.g)
+		}
+		return nil, &exitError{code: 128 + int(interrupted.(syscall.Signal)), err: fmt.Errorf("interrupted while waiting for %q", r.key)}
+	}
+	if out.err != nil {
+		var na *holdfast.NotAcquiredError
+		if errors.As(out.err, &na) && !errors.Is(out.err, context.Canceled) {
+			msg := fmt.Sprintf("%q not acquired", r.key)
+			if r.wait > 0 {
+				msg += " within " + r.wait.String()
+			}
+			if na.Current != nil {
+				msg += fmt.Sprintf(": held by %q (fencing token %d)", na.Current.Holder, na.Current.FencingToken)
+			}
+			return nil, &exitError{code: ExitNotAcquired, err: errors.New(msg)}
+		}
+		return nil, r.o.callError(out.err)
+	}
+	return out.g, nil
+}
+
+// release gives the lock back; a failure is reported, not fatal: the lease
+// frees itself after its TTL.
+func (r *lockRun) release(g *holdfast.Guard) error {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	err := g.Unlock(ctx)
+	switch {
+	case err == nil:
+		r.say("released %q", r.key)
+	case errors.Is(err, holdfast.ErrLeaseLost):
+	default:
+		fmt.Fprintf(r.stderr, "holdfast: could not release %q (it frees itself within its TTL, %s): %v\n", r.key, r.ttl, err)
+	}
+	return err
+}
+
+// exitStatus is a shell's view of how the process ended.
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
