@@ -229,13 +229,11 @@ function addEvent(type: EventType, s: LockState): void {
     e.textContent = text;
     return e;
   };
-  li.append(
-    span("time", formatClock(new Date())),
-    span(`badge ${name}`, name),
-    span("key", s.key),
-    span("token", `#${s.fencingToken}`),
-    span("holder", s.holder),
-  );
+  const meta = span("meta", "");
+  meta.append(span("token", `#${s.fencingToken}`));
+  if (s.holder !== "") meta.append(" · ", span("holder", s.holder));
+  li.append(span("time", formatClock(new Date())), span(`badge ${name}`, name), span("key", s.key), meta);
+  li.title = `${name} ${s.key}, fencing token ${s.fencingToken}${s.holder ? `, holder ${s.holder}` : ""}`;
   ui.events.prepend(li);
   while (ui.events.children.length > MAX_EVENTS) ui.events.lastElementChild?.remove();
   ui.eventsEmpty.hidden = true;

@@ -1,0 +1,268 @@
+// @ts-check
+// End-to-end test of the live view: a real `holdfast serve` (embedded memory
+// backend), Debian's Chromium driven by playwright-core, locks taken and
+// given up through the API's Connect JSON endpoint, and the page checked with
+// Playwright's auto-waiting locators (no sleeps). A screenshot of the page
+// goes to web/artifacts/ (or $HOLDFAST_ARTIFACTS_DIR).
+//
+// Needs: node >= 20, `npm ci` in web/, /usr/bin/chromium
+// (scripts/setup.d/60-chromium.sh; or $HOLDFAST_CHROMIUM), and a holdfast
+// binary that embeds the built page: $HOLDFAST_BIN_DIR/holdfast (`make
+// build`), else one built here by `go build` after `node build.mjs`.
+import { spawn, execFileSync } from "node:child_process";
+import { once } from "node:events";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { createInterface } from "node:readline";
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+const webDir = join(dirname(fileURLToPath(import.meta.url)), "..");
+const repo = join(webDir, "..");
+const WAIT = 15_000; // per UI assertion; generous for a loaded 2-core machine
+const artifacts = process.env.HOLDFAST_ARTIFACTS_DIR || join(webDir, "artifacts");
+const chromiumPath = process.env.HOLDFAST_CHROMIUM || "/usr/bin/chromium";
+
+/** @type {string} */
+let holdfastBin;
+/** @type {string | undefined} */
+let buildDir;
+/** @type {import("playwright-core").Browser} */
+let browser;
+
+before(async () => {
+  if (!existsSync(chromiumPath)) {
+    throw new Error(`no Chromium at ${chromiumPath}: run scripts/setup.d/60-chromium.sh (or set HOLDFAST_CHROMIUM)`);
+  }
+  if (process.env.HOLDFAST_BIN_DIR) {
+    holdfastBin = join(process.env.HOLDFAST_BIN_DIR, "holdfast");
+    if (!existsSync(holdfastBin)) throw new Error(`${holdfastBin} not found: run 'make build'`);
+  } else {
+    // The page must be in the binary: build the bundle, then the server.
+    buildDir = mkdtempSync(join(tmpdir(), "holdfast-web-test-"));
+    execFileSync(process.execPath, [join(webDir, "build.mjs")], { stdio: "inherit" });
+    execFileSync("go", ["build", "-o", buildDir, "./server/cmd/holdfast"], { cwd: repo, stdio: "inherit" });
+    holdfastBin = join(buildDir, "holdfast");
+  }
+  browser = await chromium.launch({
+    executablePath: chromiumPath,
+    // Chromium as root needs --no-sandbox; the network flags keep it from
+    // calling home on a machine with no route out.
+    args: [
+      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    ],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  if (buildDir) rmSync(buildDir, { recursive: true, force: true });
+});
+
+/**
+ * Starts `holdfast serve --addr 127.0.0.1:0 ...args` and resolves once its
+ * readiness line is on stdout.
+ * @param {string[]} args
+ * @returns {Promise<{ url: string, stop: () => Promise<number | null> }>}
+ */
+async function startServer(args = []) {
+  const proc = spawn(holdfastBin, ["serve", "--addr", "127.0.0.1:0", ...args], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  /** @type {string[]} */
+  const logs = [];
+  proc.stderr.setEncoding("utf8");
+  proc.stderr.on("data", (/** @type {string} */ d) => logs.push(d));
+  const exited = once(proc, "exit");
+  const lines = createInterface({ input: proc.stdout });
+  const ready = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no readiness line within 60s; stderr:\n${logs.join("")}`)), 60_000);
+    lines.on("line", (line) => {
+      const m = /^holdfast serving addr=(\S+) /.exec(line);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    });
+    exited.then(([code]) => {
+      clearTimeout(timer);
+      reject(new Error(`holdfast exited (${code}) before it was ready; stderr:\n${logs.join("")}`));
+    });
+  });
+  const addr = await ready;
+  return {
+    url: `http://${addr}`,
+    stop: async () => {
+      if (proc.exitCode === null) proc.kill("SIGTERM");
+      const [code] = await exited;
+      return code;
+    },
+  };
+}
+
+/**
+ * Calls a LockService method through the Connect protocol's JSON encoding.
+ * @param {string} base
+ * @param {string} method
+ * @param {object} body
+ * @param {string} [token]
+ */
+async function call(base, method, body, token) {
+  /** @type {Record<string, string>} */
+  const headers = { "Content-Type": "application/json" };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const res = await fetch(`${base}/holdfast.lock.v1.LockService/${method}`, {
+    method: "POST",
+    headers,
+    body: JSON.stringify(body),
+  });
+  const json = await res.json();
+  if (!res.ok) throw new Error(`${method}: HTTP ${res.status}: ${JSON.stringify(json)}`);
+  return json;
+}
+
+/**
+ * Waits until the element has exactly this text.
+ * @param {import("playwright-core").Locator} loc
+ * @param {string | RegExp} text
+ */
+async function expectText(loc, text) {
+  const exact = typeof text === "string" ? new RegExp(`^${text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}$`) : text;
+  await loc.filter({ hasText: exact }).first().waitFor({ timeout: WAIT });
+}
+
+/**
+ * @param {import("playwright-core").Page} page
+ * @param {string} key
+ */
+const row = (page, key) => page.locator(`#locks-body tr[data-key="${key}"]`);
+
+describe("live view", () => {
+  test("shows backend facts, held locks with a ticking time left and waiters, and the event stream", async () => {
+    const server = await startServer();
+    const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+    /** @type {string[]} */
+    const pageErrors = [];
+    page.on("pageerror", (e) => pageErrors.push(String(e)));
+    try {
+      const res = await page.goto(`${server.url}/ui/?prefix=demo/`);
+      assert.equal(res?.status(), 200, "GET /ui/: the binary was built without the page? run 'make build'");
+
+      // Backend facts from GetServerInfo.
+      await expectText(page.locator('#facts dd[data-fact="backend"]'), "memory");
+      await expectText(page.locator('#facts dd[data-fact="shared"]'), "no");
+      await expectText(page.locator('#facts dd[data-fact="durable"]'), "no");
+      await expectText(page.locator('#facts dd[data-fact="granularity"]'), /^\d/);
+      await page.locator('#status[data-state="live"]').waitFor({ timeout: WAIT });
+      assert.equal(await page.locator("#prefix").inputValue(), "demo/");
+
+      // A lock outside the prefix never shows; one inside does.
+      await call(server.url, "Acquire", { key: "other/x", ttl: "30s", holder: "elsewhere" });
+      const a = await call(server.url, "Acquire", { key: "demo/alpha", ttl: "30s", holder: "e2e-writer pid 1" });
+      assert.equal(a.acquired, true);
+      const first = a.lease.fencingToken;
+      const r = row(page, "demo/alpha");
+      await expectText(r.locator("td.key"), "demo/alpha");
+      await expectText(r.locator("td.holder"), "e2e-writer pid 1");
+      await expectText(r.locator("td.token"), String(first));
+      await expectText(r.locator("td.left"), /^(2\d|30)\.\ds$/);
+      // Time left ticks down (the page counts it against the server's clock).
+      const before = await r.locator("td.left").textContent();
+      await r.locator("td.left").filter({ hasNotText: before ?? "" }).waitFor({ timeout: WAIT });
+      await expectText(page.locator('#events li[data-type="acquired"][data-key="demo/alpha"] .token'), `#${first}`);
+
+      // A waiter queued on the server shows in the waiters column.
+      const waiting = call(server.url, "Acquire", { key: "demo/alpha", ttl: "30s", wait: "20s", holder: "e2e-waiter" });
+      await expectText(r.locator("td.waiters"), "1");
+
+      // Release: the waiter takes over with a higher fencing token.
+      const rel = await call(server.url, "Release", { key: "demo/alpha", ownerToken: a.lease.ownerToken });
+      assert.equal(rel.released, true);
+      const w = await waiting;
+      assert.equal(w.acquired, true);
+      assert.ok(BigInt(w.lease.fencingToken) > BigInt(first));
+      await expectText(r.locator("td.holder"), "e2e-waiter");
+      await expectText(r.locator("td.token"), String(w.lease.fencingToken));
+      await expectText(r.locator("td.waiters"), "0");
+
+      // A second key, to show more than one row; then a screenshot.
+      const b = await call(server.url, "Acquire", { key: "demo/beta", ttl: "90s", holder: "batch-job@host-7" });
+      await expectText(row(page, "demo/beta").locator("td.holder"), "batch-job@host-7");
+      mkdirSync(artifacts, { recursive: true });
+      const shot = join(artifacts, "live-view.png");
+      await page.screenshot({ path: shot, fullPage: true });
+      console.log(`screenshot: ${shot}`);
+
+      // Releases empty the table; the stream shows both kinds of events.
+      await call(server.url, "Release", { key: "demo/alpha", ownerToken: w.lease.ownerToken });
+      await call(server.url, "Release", { key: "demo/beta", ownerToken: b.lease.ownerToken });
+      await page.locator("#locks-body tr").first().waitFor({ state: "detached", timeout: WAIT });
+      await page.locator("#locks-empty").waitFor({ state: "visible", timeout: WAIT });
+      await expectText(page.locator('#events li[data-type="released"][data-key="demo/alpha"] .token'), `#${first}`);
+      await expectText(page.locator('#events li[data-type="released"][data-key="demo/beta"] .token'), `#${b.lease.fencingToken}`);
+      await expectText(page.locator('#events li[data-type="acquired"][data-key="demo/alpha"] .holder').first(), "e2e-waiter");
+      assert.equal(await page.locator('#events li[data-key="other/x"]').count(), 0, "an event outside the prefix was shown");
+
+      // An expiry shows as expired.
+      const e = await call(server.url, "Acquire", { key: "demo/short", ttl: "1s", holder: "short-lived" });
+      await expectText(row(page, "demo/short").locator("td.holder"), "short-lived");
+      await expectText(page.locator('#events li[data-type="expired"][data-key="demo/short"] .token'), `#${e.lease.fencingToken}`);
+      await row(page, "demo/short").waitFor({ state: "detached", timeout: WAIT });
+
+      assert.deepEqual(pageErrors, []);
+    } finally {
+      await page.close();
+      assert.equal(await server.stop(), 0, "holdfast serve did not exit 0 on SIGTERM");
+    }
+  });
+
+  test("asks for a token when the API needs one, and sends it as a bearer token", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "holdfast-web-auth-"));
+    const tokens = join(dir, "tokens.yaml");
+    writeFileSync(tokens, [
+      "- name: writer",
+      "  token: writer-secret-0123456789",
+      '  prefixes: ["team/"]',
+      "- name: dashboard",
+      "  token: dashboard-secret-0123456789",
+      '  prefixes: [""]',
+      "  read_only: true",
+      "",
+    ].join("\n"));
+    const server = await startServer(["--auth-tokens", tokens]);
+    const page = await browser.newPage();
+    try {
+      await page.goto(`${server.url}/ui/`);
+      // Static files are public; the API is not.
+      await page.locator('#status[data-state="unauthenticated"]').waitFor({ timeout: WAIT });
+      await expectText(page.locator("#banner"), /unauthenticated/i);
+
+      const sent = page.waitForRequest(
+        (r) => r.url().endsWith("/GetServerInfo") && r.headers()["authorization"] === "Bearer dashboard-secret-0123456789",
+        { timeout: WAIT },
+      );
+      await page.locator("#token").fill("dashboard-secret-0123456789");
+      await page.locator("#token-form button[type=submit]").click();
+      await sent;
+      await page.locator('#status[data-state="live"]').waitFor({ timeout: WAIT });
+      await expectText(page.locator('#facts dd[data-fact="backend"]'), "memory");
+      assert.equal(await page.locator("#banner").isHidden(), true);
+
+      const a = await call(server.url, "Acquire", { key: "team/report", ttl: "30s", holder: "writer" }, "writer-secret-0123456789");
+      await expectText(row(page, "team/report").locator("td.token"), String(a.lease.fencingToken));
+
+      // The token lives in this tab's sessionStorage: a reload keeps it.
+      await page.reload();
+      await page.locator('#status[data-state="live"]').waitFor({ timeout: WAIT });
+      await expectText(row(page, "team/report").locator("td.holder"), "writer");
+    } finally {
+      await page.close();
+      assert.equal(await server.stop(), 0, "holdfast serve did not exit 0 on SIGTERM");
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
