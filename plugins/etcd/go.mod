@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/holdfast/holdfast/core v0.0.0
 	github.com/holdfast/holdfast/proto v0.0.0
+	github.com/holdfast/holdfast/sdk-go v0.0.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -19,7 +20,6 @@ require (
 	github.com/go-task/slim-sprig/v3 v3.0.0 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/pprof v0.0.0-20260402051712-545e8a4df936 // indirect
-	github.com/holdfast/holdfast/sdk-go v0.0.0 // indirect
 	github.com/onsi/ginkgo/v2 v2.34.0 // indirect
 	github.com/onsi/gomega v1.44.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect

@@ -61,8 +61,9 @@ func etcdEndpoints(t *testing.T) string {
 }
 
 // startServers starts n `holdfast serve` processes on the etcd plugin over
-// endpoints, in one fresh key namespace, and returns a client for each.
-func startServers(t *testing.T, n int, endpoints string) []lockv1connect.LockServiceClient {
+// endpoints, in one fresh key namespace, and returns a client and the base
+// URL of each.
+func startServers(t *testing.T, n int, endpoints string) ([]lockv1connect.LockServiceClient, []string) {
 	t.Helper()
 	buildDir := t.TempDir()
 	plugin, err := harness.Binary(t.Context(), buildDir, "holdfast-backend-etcd")
@@ -74,6 +75,7 @@ func startServers(t *testing.T, n int, endpoints string) []lockv1connect.LockSer
 	t.Cleanup(transport.CloseIdleConnections)
 	httpClient := &http.Client{Transport: transport}
 	var clients []lockv1connect.LockServiceClient
+	var urls []string
 	for range n {
 		s := harness.StartT(t, harness.Options{
 			BuildDir: buildDir,
@@ -88,8 +90,9 @@ func startServers(t *testing.T, n int, endpoints string) []lockv1connect.LockSer
 			t.Fatalf("server on etcd says shared=%v durable=%v, want both true", s.Shared, s.Durable)
 		}
 		clients = append(clients, lockv1connect.NewLockServiceClient(httpClient, s.URL))
+		urls = append(urls, s.URL)
 	}
-	return clients
+	return clients, urls
 }
 
 // stats counts what the workers saw.
@@ -241,7 +244,7 @@ func checkStore(t *testing.T, store *fencedStore) int {
 // watch.
 func TestServersShareLocksThroughEtcd(t *testing.T) {
 	endpoints := etcdEndpoints(t)
-	clients := startServers(t, 3, endpoints)
+	clients, _ := startServers(t, 3, endpoints)
 	store := newFencedStore()
 	st := &stats{granted: make([]atomic.Int64, len(clients))}
 	keys := []string{"shared/a", "shared/b", "shared/c"}
@@ -310,7 +313,7 @@ func etcdLeader(t *testing.T, c *etcdtest.Cluster) int {
 // resource never sees a token go back.
 func TestClusterMemberLossUnderLoad(t *testing.T) {
 	cluster := startEtcd(t, 3)
-	clients := startServers(t, 2, cluster.EndpointList())
+	clients, _ := startServers(t, 2, cluster.EndpointList())
 	store := newFencedStore()
 	st := &stats{granted: make([]atomic.Int64, len(clients))}
 	keys := []string{"cluster/a", "cluster/b", "cluster/c"}
