@@ -107,6 +107,8 @@ type Config struct {
 	Clock *hlc.Clock
 	// Logger receives the engine's logs (nil: discarded).
 	Logger *slog.Logger
+	// Observer is told of outcomes, for metrics (nil: nobody).
+	Observer Observer
 }
 
 // Engine serves the lock API on one backend. It is safe for concurrent use.
@@ -159,6 +161,9 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
 	}
 	info, err := b.Info(ctx)
 	if err != nil {
@@ -320,10 +325,17 @@ func (e *Engine) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lock
 	if err := e.merge(req.GetClientStamp()); err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	var resp *lockv1.AcquireResponse
 	if wait == 0 {
-		return e.tryOnce(ctx, key, ttl, req.GetHolder())
+		resp, err = e.tryOnce(ctx, key, ttl, req.GetHolder())
+	} else {
+		resp, err = e.acquireWaiting(ctx, key, ttl, wait, req.GetHolder())
 	}
-	return e.acquireWaiting(ctx, key, ttl, wait, req.GetHolder())
+	if err == nil {
+		e.cfg.Observer.AcquireDone(resp.GetAcquired(), wait > 0, time.Since(start))
+	}
+	return resp, err
 }
 
 // attempt is the outcome of one backend Acquire.
@@ -545,6 +557,7 @@ func (e *Engine) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lock
 	if ok {
 		e.q.Wake(key) // local handoff, before the watch event arrives
 	}
+	e.cfg.Observer.ReleaseDone(ok)
 	return &lockv1.ReleaseResponse{Released: ok, ServerStamp: e.stamp()}, nil
 }
 
@@ -582,6 +595,7 @@ func (e *Engine) Extend(ctx context.Context, req *lockv1.ExtendRequest) (*lockv1
 	if err != nil {
 		return nil, backendErr(ctx, "extend", err)
 	}
+	e.cfg.Observer.ExtendDone(res.Extended)
 	resp := &lockv1.ExtendResponse{Extended: res.Extended}
 	if res.Extended {
 		e.clock.Observe(res.Record.Stamp)

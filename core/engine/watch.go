@@ -50,6 +50,7 @@ func (e *Engine) watchLoop(ctx context.Context) {
 }
 
 func (e *Engine) onEvent(ctx context.Context, ev backend.Event) {
+	e.cfg.Observer.BackendEvent(ev.Type)
 	switch ev.Type {
 	case backend.EventSynced:
 		e.watchMu.Lock()

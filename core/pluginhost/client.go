@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -54,7 +55,11 @@ func (h *Host) callError(ctx context.Context, g *generation, op string, err erro
 
 // unary runs one call on the current plugin, bounded by CallTimeout and
 // cancelled at once when the plugin exits.
-func (h *Host) unary(ctx context.Context, op string, call func(context.Context, backendv1.BackendServiceClient) error) error {
+func (h *Host) unary(ctx context.Context, op string, call func(context.Context, backendv1.BackendServiceClient) error) (err error) {
+	if h.cfg.OnCall != nil {
+		start := time.Now()
+		defer func() { h.cfg.OnCall(op, time.Since(start), err) }()
+	}
 	g, err := h.current()
 	if err != nil {
 		return err

@@ -88,6 +88,16 @@ type Config struct {
 	// deadline, so a hung (for example SIGSTOPped) plugin cannot hang its
 	// callers. Watch is not bounded.
 	CallTimeout time.Duration
+	// OnCall, when set, is told of every unary call to the plugin (method
+	// "Acquire", "Release", ...), how long it took and its error (nil on
+	// success), for metrics. It must be quick.
+	OnCall func(method string, took time.Duration, err error)
+	// DialOptions are added to go-plugin's gRPC dial options (for example
+	// a stats handler that propagates trace context into the plugin).
+	DialOptions []grpc.DialOption
+	// Env is added to the plugin's environment (KEY=value), after the
+	// host's own.
+	Env []string
 }
 
 // ErrClosed is returned (it wraps backend.ErrUnavailable) by calls on a
@@ -176,6 +186,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 			env = append(env, kv)
 		}
 	}
+	env = append(env, cfg.Env...)
 	env = append(env, backend.OptionsEnv+"="+string(optJSON))
 
 	h := &Host{
@@ -394,6 +405,7 @@ func (h *Host) launch() (*generation, error) {
 		SyncStdout:       newLineLogger(h.log, "stdout"),
 		SyncStderr:       newLineLogger(h.log, "stderr"),
 		StartTimeout:     h.cfg.StartTimeout,
+		GRPCDialOptions:  h.cfg.DialOptions,
 	})
 	proto, err := client.Client()
 	if err != nil {

@@ -1,0 +1,43 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/holdfast/holdfast/core/backend"
+)
+
+// Observer is told what the engine decided, so that a server can count it
+// (metrics) without the engine knowing how. Its methods are called
+// synchronously, on the request's goroutine or on the backend watch's, so
+// they must be quick and must not call back into the engine.
+type Observer interface {
+	// AcquireDone reports an Acquire that answered: acquired, or not
+	// (contended: someone else held the key for the whole wait). queued is
+	// true for an Acquire with wait > 0; waited is the time from the
+	// request to the answer. Acquires that fail with an error are not
+	// reported.
+	AcquireDone(acquired, queued bool, waited time.Duration)
+	// ReleaseDone reports a Release that answered: released, or not (the
+	// owner token no longer held the key: a stale release).
+	ReleaseDone(released bool)
+	// ExtendDone reports an Extend that answered: extended, or not (the
+	// lease was lost).
+	ExtendDone(extended bool)
+	// BackendEvent reports each event of the engine's one backend watch
+	// (synced, acquired, released, expired), for every key the backend
+	// holds, including those taken through other servers of a shared
+	// backend. An expired event is a lease lost to its TTL.
+	BackendEvent(t backend.EventType)
+}
+
+// nopObserver observes nothing.
+type nopObserver struct{}
+
+func (nopObserver) AcquireDone(bool, bool, time.Duration) {}
+func (nopObserver) ReleaseDone(bool)                      {}
+func (nopObserver) ExtendDone(bool)                       {}
+func (nopObserver) BackendEvent(backend.EventType)        {}
+
+// QueueDepth is the number of callers queued on this server, over every
+// key.
+func (e *Engine) QueueDepth() int { return e.q.Total() }
