@@ -28,6 +28,7 @@ import (
 	"github.com/holdfast/holdfast/server/internal/httpserver"
 	"github.com/holdfast/holdfast/server/internal/limits"
 	"github.com/holdfast/holdfast/server/internal/tlsconfig"
+	"github.com/holdfast/holdfast/server/internal/ui"
 )
 
 // DefaultAddr is where `holdfast serve` listens without --addr: loopback
@@ -258,6 +259,12 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	log.Info("holdfast serving", "version", version, "addr", srv.Addr().String(),
 		"backend", info.Name, "backend_version", info.Version,
 		"shared", info.Shared, "durable", info.Durable, "fair", info.Fair, "plugin_pid", host.PID())
+	scheme := "http"
+	if o.tlsCert != "" {
+		scheme = "https"
+	}
+	log.Info("live view (read-only; its API calls need a token when --auth-tokens is set)",
+		"url", scheme+"://"+srv.Addr().String()+ui.Path)
 	if !info.Shared {
 		log.Warn("backend is not shared: this server's locks are its own; several servers on this backend are several independent locks, not one",
 			"backend", info.Name)
