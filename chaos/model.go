@@ -265,12 +265,24 @@ func Check(history []Op, timeout time.Duration) Result {
 // Save writes the history as JSON lines to path+".jsonl" and porcupine's
 // HTML visualisation of res to path+".html"; it returns the two paths.
 func Save(history []Op, res Result, path string) (jsonl, html string, err error) {
+	return SaveWithFaults(history, nil, res, path)
+}
+
+// SaveWithFaults is Save with the injected faults drawn as annotations on a
+// "faults" line of the visualisation (and listed first in the JSON lines).
+func SaveWithFaults(history []Op, faults []Fault, res Result, path string) (jsonl, html string, err error) {
 	jsonl, html = path+".jsonl", path+".html"
 	f, err := os.Create(jsonl)
 	if err != nil {
 		return "", "", err
 	}
 	enc := json.NewEncoder(f)
+	for _, fl := range faults {
+		if err := enc.Encode(fl); err != nil {
+			f.Close()
+			return "", "", err
+		}
+	}
 	sorted := slices.Clone(history)
 	slices.SortStableFunc(sorted, func(a, b Op) int { return cmp.Compare(a.Call, b.Call) })
 	for _, o := range sorted {
@@ -282,6 +294,12 @@ func Save(history []Op, res Result, path string) (jsonl, html string, err error)
 	if err := f.Close(); err != nil {
 		return "", "", err
 	}
+	var notes []porcupine.Annotation
+	for _, fl := range faults {
+		notes = append(notes, porcupine.Annotation{Tag: "faults", Start: fl.Start, End: fl.End,
+			Description: fl.Kind, Details: fl.Detail, BackgroundColor: "#fde2e2"})
+	}
+	res.Info.AddAnnotations(notes)
 	if err := porcupine.VisualizePath(LockModel, res.Info, html); err != nil {
 		return "", "", fmt.Errorf("visualise: %w", err)
 	}

@@ -46,6 +46,8 @@ type Event struct {
 	Outcome string `json:"outcome,omitempty"` // ok, busy, rejected, unknown
 	Fence   uint64 `json:"fence,omitempty"`
 	Err     string `json:"err,omitempty"`
+	// Holding: the client holds a guard and waits for the harness's "go".
+	Holding bool `json:"holding,omitempty"`
 	// Writes the resource accepted and refused in this cycle; LostBefore is
 	// how many of them the SDK already knew to be after the lease's loss.
 	Accepted   int `json:"accepted,omitempty"`
@@ -118,6 +120,7 @@ func cycle(c *holdfast.Client, hc *http.Client, resource string, id int, cmd Com
 	default:
 		ev.Outcome, ev.Err = "unknown", err.Error()
 	}
+	ev.Holding = g != nil
 	if err := out.Encode(ev); err != nil {
 		return err
 	}

@@ -1,0 +1,124 @@
+package chaos
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/holdfast/holdfast/conformance/harness"
+)
+
+// Flags (each also read from an environment variable, for make):
+//
+//	-chaos.duration  HOLDFAST_CHAOS_DURATION  how long clients run per backend (default 15s)
+//	-chaos.seed      HOLDFAST_CHAOS_SEED      the seed (default: from the clock, printed)
+//	-chaos.backends  HOLDFAST_CHAOS_BACKENDS  comma-separated (default memory,etcd,redis,postgres)
+//	-chaos.out       HOLDFAST_CHAOS_OUT       where failing histories are saved (default a new temp dir)
+var (
+	flagDuration = flag.Duration("chaos.duration", envDuration("HOLDFAST_CHAOS_DURATION", 15*time.Second), "how long clients run per backend")
+	flagSeed     = flag.Uint64("chaos.seed", envUint("HOLDFAST_CHAOS_SEED", uint64(time.Now().UnixNano())), "seed of every random choice")
+	flagBackends = flag.String("chaos.backends", envString("HOLDFAST_CHAOS_BACKENDS", "memory,etcd,redis,postgres"), "backends to run")
+	flagOut      = flag.String("chaos.out", os.Getenv("HOLDFAST_CHAOS_OUT"), "directory for failing histories")
+)
+
+func envString(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func envDuration(k string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(k)); err == nil && d > 0 {
+		return d
+	}
+	return def
+}
+
+func envUint(k string, def uint64) uint64 {
+	if n, err := strconv.ParseUint(os.Getenv(k), 10, 64); err == nil {
+		return n
+	}
+	return def
+}
+
+// TestChaos runs the seeded fault run on every backend and checks each
+// history with porcupine.
+func TestChaos(t *testing.T) {
+	t.Logf("chaos seed %d (rerun with -chaos.seed=%d or HOLDFAST_CHAOS_SEED=%d), duration %s per backend",
+		*flagSeed, *flagSeed, *flagSeed, *flagDuration)
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins := t.TempDir()
+	build := func(name string) string {
+		t.Helper()
+		p, err := harness.Binary(t.Context(), bins, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	serverBin := build("holdfast")
+	clientBin, err := harness.Build(t.Context(), bins, "chaos-client", "./chaos/cmd/chaos-client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := range strings.SplitSeq(*flagBackends, ",") {
+		t.Run(b, func(t *testing.T) {
+			svc, err := StartService(t.Context(), root, b, t.TempDir())
+			if err != nil {
+				if os.Getenv("HOLDFAST_REQUIRE_SERVICES") != "1" {
+					t.Skipf("%v (set HOLDFAST_REQUIRE_SERVICES=1 to fail instead)", err)
+				}
+				t.Fatal(err)
+			}
+			t.Cleanup(svc.Stop)
+			var plugin string
+			if b != "memory" {
+				plugin = build("holdfast-backend-" + b)
+			}
+			cfg := Config{
+				Backend: b, Duration: *flagDuration, Seed: *flagSeed,
+				Clients: 6, Keys: 3, TTL: 2 * time.Second, FaultEvery: 1500 * time.Millisecond,
+				Server: serverBin, Plugin: plugin, Client: clientBin, Service: svc,
+				Logf: t.Logf,
+			}
+			rep, err := Run(t.Context(), cfg)
+			if err != nil {
+				t.Fatalf("harness: %v", err)
+			}
+			res := Check(rep.History, 5*time.Minute)
+			t.Logf("%s: %s; porcupine: %s", b, rep.Summary(), res.Result)
+			for _, f := range rep.Findings {
+				t.Errorf("finding: %s", f)
+			}
+			if res.Result != porcupine.Ok {
+				dir := *flagOut
+				if dir == "" {
+					if dir, err = os.MkdirTemp("", "holdfast-chaos-"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				base := filepath.Join(dir, fmt.Sprintf("%s-seed%d", b, *flagSeed))
+				jsonl, html, err := SaveWithFaults(rep.History, rep.Faults, res, base)
+				if err != nil {
+					t.Fatalf("saving the history: %v", err)
+				}
+				t.Errorf("%s: history not linearizable against the lock model (%s): history %s, visualisation %s",
+					b, res.Result, jsonl, html)
+			}
+			if rep.LostWrites > 0 && rep.LostWritesRefused == 0 {
+				t.Logf("note: %d writes after a known lease loss were all accepted (no successor had written yet)", rep.LostWrites)
+			}
+		})
+	}
+}
