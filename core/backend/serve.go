@@ -99,6 +99,9 @@ func Serve(open OpenFunc) {
 	}
 
 	go exitWithParent(logger, b)
+	if addr := os.Getenv(PprofAddrEnv); addr != "" {
+		servePprof(logger, addr)
+	}
 
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: HandshakeConfig,

@@ -20,6 +20,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/core/pluginhost"
 	"github.com/holdfast/holdfast/proto/hlc"
@@ -58,6 +59,8 @@ type serveOptions struct {
 	maxRequestDuration           time.Duration
 	maxWatchStreams              int
 	maxWatchStreamsPerConn       int
+
+	pprofAddr string // debugging: net/http/pprof for the server and its plugin
 }
 
 func newServe(version string, stdout, stderr io.Writer) *cobra.Command {
@@ -115,6 +118,7 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.DurationVar(&o.maxRequestDuration, "max-request-duration", 0, "server deadline on each unary call; must exceed --max-wait (0: --max-wait plus 1m)")
 	f.IntVar(&o.maxWatchStreams, "max-watch-streams", 10000, "open Watch streams on this server before Watch answers resource_exhausted")
 	f.IntVar(&o.maxWatchStreamsPerConn, "max-watch-streams-per-connection", 100, "open Watch streams on one client connection before Watch answers resource_exhausted")
+	f.StringVar(&o.pprofAddr, "pprof-addr", "", "debugging: serve net/http/pprof (with block and mutex profiles) on this host:port, and the plugin's on a free port of the same host (both logged as \"pprof serving\"); off when empty")
 	return cmd
 }
 
@@ -214,6 +218,15 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	startCtx, cancel := context.WithTimeout(ctx, o.startTimeout)
 	defer cancel()
 	log.Info("starting backend plugin", "backend", plug.name, "path", plug.path)
+	var plugEnv []string
+	if o.pprofAddr != "" {
+		a, err := httpserver.StartPprof(o.pprofAddr, log)
+		if err != nil {
+			return fmt.Errorf("--pprof-addr %s: %w", o.pprofAddr, err)
+		}
+		host, _, _ := net.SplitHostPort(a.String())
+		plugEnv = append(plugEnv, backend.PprofAddrEnv+"="+net.JoinHostPort(host, "0"))
+	}
 	host, err := pluginhost.Start(startCtx, pluginhost.Config{
 		Name:    plug.name,
 		Path:    plug.path,
@@ -221,6 +234,7 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 		Options: opts,
 		SHA256:  pin,
 		Logger:  log,
+		Env:     plugEnv,
 	})
 	if err != nil {
 		if ctx.Err() != nil { // SIGTERM/SIGINT during start-up: a clean stop
