@@ -70,7 +70,16 @@ const orphanCheckInterval = 500 * time.Millisecond
 // When open fails, Serve logs one line at error level whose message is
 // "open backend: " followed by the error, and exits with status 1; the host
 // reports that message as the reason the plugin did not start.
-func Serve(open OpenFunc) {
+//
+// Options are for plugins that opt in to more: WithGRPCServerOptions (for
+// example a stats handler that continues the host's trace, whose context
+// arrives as W3C traceparent gRPC metadata when the host traces) and
+// WithOnExit (for example to flush spans).
+func Serve(open OpenFunc, with ...ServeOption) {
+	var sc serveConfig
+	for _, o := range with {
+		o(&sc)
+	}
 	// Keep the real stderr: once serving, go-plugin redirects os.Stderr into
 	// its gRPC stdio stream, which the host does not re-level.
 	stderr := os.Stderr
@@ -98,7 +107,7 @@ func Serve(open OpenFunc) {
 		os.Exit(1)
 	}
 
-	go exitWithParent(logger, b)
+	go exitWithParent(logger, b, sc.exit)
 	if addr := os.Getenv(PprofAddrEnv); addr != "" {
 		servePprof(logger, addr)
 	}
@@ -106,12 +115,42 @@ func Serve(open OpenFunc) {
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: HandshakeConfig,
 		Plugins:         plugin.PluginSet{PluginName: &grpcPlugin{backend: b}},
-		GRPCServer:      plugin.DefaultGRPCServer,
-		Logger:          logger,
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			return plugin.DefaultGRPCServer(append(opts, sc.grpc...))
+		},
+		Logger: logger,
 	})
 	// The host asked us to shut down (or serving failed, which is logged).
 	closeBackend(logger, b)
+	sc.exit()
 	os.Exit(0)
+}
+
+// ServeOption adds to what Serve does; plain plugins need none.
+type ServeOption func(*serveConfig)
+
+type serveConfig struct {
+	grpc   []grpc.ServerOption
+	onExit []func()
+}
+
+func (c *serveConfig) exit() {
+	for _, f := range c.onExit {
+		f()
+	}
+}
+
+// WithGRPCServerOptions adds options to the plugin's gRPC server, such as
+// grpc.StatsHandler with a tracing handler: the host sends its trace
+// context as W3C traceparent metadata on every call when it traces.
+func WithGRPCServerOptions(opts ...grpc.ServerOption) ServeOption {
+	return func(c *serveConfig) { c.grpc = append(c.grpc, opts...) }
+}
+
+// WithOnExit runs f after the backend is closed, before the plugin process
+// exits (when the host stops it or dies), for example to flush spans.
+func WithOnExit(f func()) ServeOption {
+	return func(c *serveConfig) { c.onExit = append(c.onExit, f) }
 }
 
 func parseOptions(raw string) (map[string]string, error) {
@@ -138,7 +177,7 @@ func closeBackend(logger hclog.Logger, b Backend) {
 // exitWithParent ends the plugin when the host process dies (the process is
 // re-parented, so its parent pid changes), so that a SIGKILLed host leaves no
 // orphans even where the kernel's parent-death signal is not set.
-func exitWithParent(logger hclog.Logger, b Backend) {
+func exitWithParent(logger hclog.Logger, b Backend, onExit func()) {
 	parent := os.Getppid()
 	t := time.NewTicker(orphanCheckInterval)
 	defer t.Stop()
@@ -146,6 +185,7 @@ func exitWithParent(logger hclog.Logger, b Backend) {
 		if os.Getppid() != parent {
 			logger.Warn("host process died; plugin exiting", "parent_pid", parent)
 			closeBackend(logger, b)
+			onExit()
 			os.Exit(0)
 		}
 	}
