@@ -314,9 +314,15 @@ async function follow(prefix: string, signal: AbortSignal): Promise<void> {
     } catch (err) {
       if (signal.aborted) return;
       if (isAuthError(err)) {
-        setStatus("unauthenticated", "needs a token");
-        showBanner(`${describe(err)}. Enter an API token above.`);
-        return; // a new token starts a new session
+        // Retrying cannot help; a new token or prefix starts a new session.
+        if (ConnectError.from(err).code === Code.Unauthenticated) {
+          setStatus("unauthenticated", "needs a token");
+          showBanner(`${describe(err)}. Enter an API token above.`);
+        } else {
+          setStatus("unauthenticated", "not allowed");
+          showBanner(`${describe(err)}. Choose a prefix this token may read, or another token.`);
+        }
+        return;
       }
       showBanner(`Lost the event stream (${describe(err)}); reconnecting.`);
     } finally {

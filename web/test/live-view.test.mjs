@@ -214,6 +214,11 @@ describe("live view", () => {
       await row(page, "demo/short").waitFor({ state: "detached", timeout: WAIT });
 
       assert.deepEqual(pageErrors, []);
+
+      // The server going away shows, and the page keeps trying.
+      assert.equal(await server.stop(), 0, "holdfast serve did not exit 0 on SIGTERM");
+      await page.locator('#status[data-state="reconnecting"]').waitFor({ timeout: WAIT });
+      await page.locator("#banner").waitFor({ state: "visible", timeout: WAIT });
     } finally {
       await page.close();
       assert.equal(await server.stop(), 0, "holdfast serve did not exit 0 on SIGTERM");
@@ -254,6 +259,19 @@ describe("live view", () => {
 
       const a = await call(server.url, "Acquire", { key: "team/report", ttl: "30s", holder: "writer" }, "writer-secret-0123456789");
       await expectText(row(page, "team/report").locator("td.token"), String(a.lease.fencingToken));
+
+      // A token limited to team/ may not watch other/: the page says so.
+      await page.locator("#token").fill("writer-secret-0123456789");
+      await page.locator("#token-form button[type=submit]").click();
+      await page.locator('#status[data-state="live"]').waitFor({ timeout: WAIT });
+      await page.locator("#prefix").fill("other/");
+      await page.locator("#prefix").press("Enter");
+      await expectText(page.locator("#status-text"), "not allowed");
+      await expectText(page.locator("#banner"), /PermissionDenied/);
+      await page.locator("#prefix").fill("team/");
+      await page.locator("#prefix").press("Enter");
+      await page.locator('#status[data-state="live"]').waitFor({ timeout: WAIT });
+      await expectText(row(page, "team/report").locator("td.holder"), "writer");
 
       // The token lives in this tab's sessionStorage: a reload keeps it.
       await page.reload();
