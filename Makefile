@@ -4,10 +4,10 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 BIN        := $(CURDIR)/bin
-GO_MODULES := proto core server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance
+GO_MODULES := proto core server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance plugins/example
 # Modules whose tests need no external service; the etcd, Redis and PostgreSQL
 # plugins run in test-etcd, test-redis and test-postgres with their servers.
-GO_UNIT_MODULES := proto core server plugins/memory sdk-go conformance
+GO_UNIT_MODULES := proto core server plugins/memory sdk-go conformance plugins/example
 GO_TEST    ?= go test -race -count=1 -timeout 15m
 # Binaries the tests drive as real subprocesses.
 export HOLDFAST_BIN_DIR := $(BIN)
@@ -92,6 +92,11 @@ test: setup check-generated lint build ## set up and run the whole test suite (w
 .PHONY: test-conformance
 test-conformance: build ## conformance suite on the memory backend (both levels), the command, and the broken backends it must catch
 	cd conformance && $(GO_TEST) ./...
+
+.PHONY: test-example
+test-example: ## the example backend (plugins/example) through the one command a backend author runs
+	go build -o $(BIN)/ ./conformance/cmd/holdfast-conformance ./plugins/example/cmd/holdfast-backend-example
+	$(BIN)/holdfast-conformance backend --plugin ./bin/holdfast-backend-example
 
 .PHONY: test-redis
 test-redis: build ## Redis backend, conformance (both levels) and two-server tests against a throw-away redis-server (scripts/redis.sh)

@@ -3,6 +3,8 @@ package example_test
 import (
 	"context"
 	"errors"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,15 +19,15 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, conformance.LeakOptions()...) }
 
-// pluginBinary is the example backend executable: from $HOLDFAST_BIN_DIR
-// (`make build-example` puts it in bin/), else built with `go build`. An
-// author outside this repository builds theirs with `go build` and passes
-// the path.
+// pluginBinary builds the example backend with `go build`, the way an author
+// outside this repository builds theirs, so the suite never runs a stale
+// binary.
 func pluginBinary(t *testing.T) string {
 	t.Helper()
-	p, err := harness.Binary(t.Context(), t.TempDir(), "holdfast-backend-example")
+	p := filepath.Join(t.TempDir(), "holdfast-backend-example")
+	out, err := exec.CommandContext(t.Context(), "go", "build", "-o", p, "./cmd/holdfast-backend-example").CombinedOutput()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return p
 }
