@@ -22,6 +22,18 @@ usage() {
 # free_ports N prints N distinct TCP ports that were free a moment ago (the
 # kernel picks them; a lost race makes etcd fail to bind, and start retries).
 free_ports() {
+	if ! command -v python3 >/dev/null; then
+		# Without python3: random ports that nothing listens on right now.
+		local -a out=()
+		while [ "${#out[@]}" -lt "$1" ]; do
+			local p=$((20000 + RANDOM % 40000))
+			if ! ss -Hltn "sport = :$p" | grep -q . && [[ " ${out[*]} " != *" $p "* ]]; then
+				out+=("$p")
+			fi
+		done
+		echo "${out[*]}"
+		return
+	fi
 	python3 - "$1" <<'PY'
 import socket, sys
 socks = []
