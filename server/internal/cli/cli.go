@@ -11,11 +11,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/plugins/memory"
+	"github.com/holdfast/holdfast/server/internal/tracing"
 )
 
 // Main runs the command line with args (without the program name) and
@@ -90,7 +92,20 @@ func newBackend() *cobra.Command {
 		Short: "the in-memory backend",
 		Args:  cobra.NoArgs,
 		Run: func(*cobra.Command, []string) {
-			backend.Serve(memory.Open) // does not return
+			// Spans of its own only when the host traces (it says so in
+			// the environment); stdout is the handshake, so a tracing
+			// set-up error leaves tracing off rather than printing.
+			tr, err := tracing.Plugin(context.Background(), "memory", "")
+			if err != nil {
+				tr = tracing.Off()
+			}
+			backend.Serve(memory.Open, // does not return
+				backend.WithGRPCServerOptions(tr.ServerOptions()...),
+				backend.WithOnExit(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					defer cancel()
+					_ = tr.Shutdown(ctx)
+				}))
 			os.Exit(0)
 		},
 	})

@@ -61,6 +61,9 @@ type serveOptions struct {
 	maxWatchStreamsPerConn       int
 
 	pprofAddr string // debugging: net/http/pprof for the server and its plugin
+
+	metricsAddr  string // Prometheus /metrics (observe.go); off when empty
+	otlpEndpoint string // OpenTelemetry spans by OTLP/HTTP; off when empty
 }
 
 func newServe(version string, stdout, stderr io.Writer) *cobra.Command {
@@ -119,6 +122,8 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.IntVar(&o.maxWatchStreams, "max-watch-streams", 10000, "open Watch streams on this server before Watch answers resource_exhausted")
 	f.IntVar(&o.maxWatchStreamsPerConn, "max-watch-streams-per-connection", 100, "open Watch streams on one client connection before Watch answers resource_exhausted")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "debugging: serve net/http/pprof (with block and mutex profiles) on this host:port, and the plugin's on a free port of the same host (both logged as \"pprof serving\"); off when empty")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics on this separate host:port, e.g. 127.0.0.1:9410 (off when empty)")
+	f.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "export OpenTelemetry spans by OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (off when empty, unless OTEL_EXPORTER_OTLP_ENDPOINT is set)")
 	return cmd
 }
 
@@ -212,6 +217,15 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	if err != nil {
 		return err
 	}
+	ob, err := setupObservability(ctx, o, version, log)
+	if err != nil {
+		return err
+	}
+	defer ob.close()
+	obOpts, err := ob.serverOptions()
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -227,7 +241,7 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 		host, _, _ := net.SplitHostPort(a.String())
 		plugEnv = append(plugEnv, backend.PprofAddrEnv+"="+net.JoinHostPort(host, "0"))
 	}
-	host, err := pluginhost.Start(startCtx, pluginhost.Config{
+	pcfg := pluginhost.Config{
 		Name:    plug.name,
 		Path:    plug.path,
 		Args:    plug.args,
@@ -235,7 +249,9 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 		SHA256:  pin,
 		Logger:  log,
 		Env:     plugEnv,
-	})
+	}
+	ob.plugin(&pcfg)
+	host, err := pluginhost.Start(startCtx, pcfg)
 	if err != nil {
 		if ctx.Err() != nil { // SIGTERM/SIGINT during start-up: a clean stop
 			log.Info("interrupted during start-up", "cause", context.Cause(ctx))
@@ -254,6 +270,7 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 		MaxWaiters:          o.maxWaiters,
 		MaxWaitersPerCaller: o.maxWaitersPerConn,
 		Logger:              log.With("component", "engine"),
+		Observer:            ob.observer(),
 	})
 	if err != nil {
 		if ctx.Err() != nil { // SIGTERM/SIGINT during start-up: a clean stop
@@ -264,9 +281,13 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	}
 	defer eng.Close()
 
-	srv, err := httpserver.Start(o.addr, eng, log, sec...)
+	srv, err := httpserver.Start(o.addr, eng, log, append(obOpts, sec...)...)
 	if err != nil {
 		return fmt.Errorf("--addr %s: %w", o.addr, err)
+	}
+	if err := ob.start(o.metricsAddr, version, eng, host); err != nil {
+		_ = srv.Shutdown(context.Background())
+		return err
 	}
 	srv.TrackBackend(host)
 	info := eng.Info()
