@@ -46,6 +46,16 @@ type Config struct {
 	// it.
 	Serve *harness.Options
 
+	// --- sdk level ---
+
+	// Runner is the command line of an SDK adapter process (the runner
+	// protocol, sdkrunner/PROTOCOL.md), e.g. {"node", "main.js"}. The SDK
+	// level drives it against servers it starts from Serve.
+	Runner []string
+	// RunnerDir is the adapter's working directory; empty means the
+	// current one.
+	RunnerDir string
+
 	// --- timing ---
 
 	// TTL is the short lease the timing specs use; 0 means 300ms, raised to
@@ -101,6 +111,11 @@ func (c Config) withDefaults() Config {
 		switch {
 		case c.Plugin != "":
 			c.Name = filepath.Base(c.Plugin)
+		case len(c.Runner) > 0:
+			c.Name = filepath.Base(c.Runner[0])
+			if c.Serve != nil && c.Serve.Backend != "" {
+				c.Name += " on " + filepath.Base(c.Serve.Backend)
+			}
 		case c.Serve != nil && c.Serve.Backend != "":
 			c.Name = "server on " + c.Serve.Backend
 		case c.Addr != "":

@@ -23,6 +23,9 @@ const (
 	LevelBackend Level = "backend"
 	// LevelService drives a running holdfast server through its API.
 	LevelService Level = "service"
+	// LevelSDK drives an SDK through its adapter process (the runner
+	// protocol of package sdkrunner) against servers the suite starts.
+	LevelSDK Level = "sdk"
 )
 
 // childEnv carries, to a re-executed test binary, the name of the test
@@ -47,6 +50,13 @@ func RunBackend(t *testing.T, cfg Config) {
 func RunService(t *testing.T, cfg Config) {
 	t.Helper()
 	runT(t, LevelService, cfg)
+}
+
+// RunSDK runs every SDK-level spec against the adapter cfg.Runner, with
+// servers the suite starts from cfg.Serve, and fails t when any spec fails.
+func RunSDK(t *testing.T, cfg Config) {
+	t.Helper()
+	runT(t, LevelSDK, cfg)
 }
 
 // SuiteProcess reports whether RunBackend or RunService called from t runs
@@ -130,6 +140,8 @@ func Run(t ginkgo.GinkgoTestingT, level Level, cfg Config) bool {
 		registerBackend(newBackendContext(cfg))
 	case LevelService:
 		registerService(newServiceContext(cfg))
+	case LevelSDK:
+		registerSDK(newSDKContext(cfg))
 	default:
 		panic(fmt.Sprintf("conformance: unknown level %q", level))
 	}

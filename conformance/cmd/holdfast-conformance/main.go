@@ -4,6 +4,11 @@
 //
 //	holdfast-conformance backend --plugin ./holdfast-backend-mine [--plugin-opt k=v ...] [--junit-report FILE]
 //	holdfast-conformance service --addr http://127.0.0.1:7410 [--second-addr http://...]
+//	holdfast-conformance sdk --runner "node runner.js" [--backend memory] [--backend-opt k=v ...]
+//
+// The sdk level drives an SDK through its adapter process (the runner
+// protocol, conformance/sdkrunner/PROTOCOL.md) against holdfast servers it
+// starts itself, so an SDK in any language can be checked.
 //
 // It prints ginkgo's report and a summary that lists every failed spec and
 // every spec that did not apply, with the reason. Select specs with
@@ -24,6 +29,8 @@ import (
 	"strings"
 
 	"github.com/holdfast/holdfast/conformance"
+	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/conformance/sdkrunner"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
@@ -31,6 +38,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 const usage = `usage:
   holdfast-conformance backend --plugin PATH [--plugin-opt key=value ...] [--plugin-arg ARG ...] [flags]
   holdfast-conformance service --addr URL [--second-addr URL] [flags]
+  holdfast-conformance sdk --runner "CMD ARGS" [--backend NAME|PATH] [--backend-opt key=value ...] [--server PATH] [flags]
 
 flags:
 `
@@ -42,7 +50,7 @@ func (m *multi) String() string     { return strings.Join(*m, ",") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
 func run(args []string, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "backend" && args[0] != "service") {
+	if len(args) == 0 || (args[0] != "backend" && args[0] != "service" && args[0] != "sdk") {
 		fmt.Fprint(stderr, usage)
 		fmt.Fprintln(stderr, "  (run with a level and -h for its flags)")
 		return 2
@@ -62,6 +70,7 @@ func run(args []string, stderr io.Writer) int {
 
 	var cfg conformance.Config
 	var pluginOpts, pluginArgs multi
+	var runner, backendName, serverBin string
 	var verbose bool
 	fs := flag.NewFlagSet("holdfast-conformance "+string(level), flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -74,6 +83,13 @@ func run(args []string, stderr io.Writer) int {
 		fs.Var(&pluginOpts, "plugin-opt", "plugin option key=value (repeatable)")
 		fs.Var(&pluginArgs, "plugin-arg", "extra argument for the plugin (repeatable)")
 		fs.DurationVar(&cfg.RestartTimeout, "restart-timeout", 0, "how long the plugin host may take to restart a killed plugin (default 20s)")
+	} else if level == conformance.LevelSDK {
+		fs.StringVar(&runner, "runner", "", "command line of the SDK adapter to drive, e.g. \"node runner.js\" (required; quotes group words)")
+		fs.StringVar(&cfg.RunnerDir, "runner-dir", "", "working directory of the adapter")
+		fs.StringVar(&backendName, "backend", "memory", "backend of the servers the suite starts (a name or a plugin path)")
+		fs.Var(&pluginOpts, "backend-opt", "backend option key=value for those servers (repeatable)")
+		fs.StringVar(&serverBin, "server", "", "holdfast server binary (default: $HOLDFAST_BIN_DIR/holdfast, else built from this source tree)")
+		fs.DurationVar(&cfg.WakeBound, "wake-bound", 0, "how soon after an unlock a waiter must hold the lock (default 50ms)")
 	} else {
 		fs.StringVar(&cfg.Addr, "addr", "", "base URL of the running server to test (required)")
 		fs.StringVar(&cfg.SecondAddr, "second-addr", "", "optional second server on the same backend configuration, for the sharing specs")
@@ -108,6 +124,14 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "--addr is required")
 		return 2
 	}
+	if level == conformance.LevelSDK {
+		words, err := sdkrunner.SplitCommandLine(runner)
+		if err != nil || len(words) == 0 {
+			fmt.Fprintf(stderr, "--runner is required: the adapter's command line (%v)\n", err)
+			return 2
+		}
+		cfg.Runner = words
+	}
 	cfg.PluginArgs = pluginArgs
 	if len(pluginOpts) > 0 {
 		cfg.PluginOptions = map[string]string{}
@@ -119,6 +143,10 @@ func run(args []string, stderr io.Writer) int {
 			}
 			cfg.PluginOptions[k] = v
 		}
+	}
+	if level == conformance.LevelSDK {
+		cfg.Serve = &harness.Options{Binary: serverBin, Backend: backendName, BackendOptions: cfg.PluginOptions}
+		cfg.PluginOptions = nil
 	}
 	if knownFile != "" {
 		b, err := os.ReadFile(knownFile)
