@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -50,7 +51,10 @@ func (sc *BackendContext) setup(ctx ginkgo.SpecContext) {
 	}
 	sc.path = path
 	p, err := sc.StartPlugin(ctx)
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "starting plugin %s", path)
+	if err != nil {
+		// The reason on the first line: the summary prints only that.
+		ginkgo.Fail(fmt.Sprintf("starting plugin %s: %s", path, strings.Join(strings.Fields(err.Error()), " ")))
+	}
 	sc.plugin = p
 	sc.Backend = p
 	sc.Info, err = p.Info(ctx)

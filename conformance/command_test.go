@@ -189,3 +189,19 @@ func TestCommandKnownFailing(t *testing.T) {
 		t.Errorf("a stale entry: exit %d, want 1 naming it; output:\n%s", code, out)
 	}
 }
+
+// A plugin that does not start fails the run, and the summary says why (the
+// plugin's own error), not only that setup failed.
+func TestCommandReportsWhyThePluginDidNotStart(t *testing.T) {
+	cli := binary(t, "holdfast-conformance")
+	plugin := binary(t, "holdfast-backend-memory")
+	out, err := exec.CommandContext(t.Context(), cli, "backend", "--plugin", plugin, "--plugin-opt", "bogus=1").CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("holdfast-conformance with a bad option: %v, want exit status 1; output:\n%s", err, out)
+	}
+	_, summary, _ := strings.Cut(string(out), "=== holdfast conformance")
+	if !strings.Contains(summary, "FAIL  [BeforeSuite]") || !strings.Contains(summary, "unknown option(s) bogus") {
+		t.Errorf("the summary does not give the plugin's reason; output:\n%s", out)
+	}
+}

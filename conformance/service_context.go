@@ -56,7 +56,9 @@ func (sc *ServiceContext) setup(ctx ginkgo.SpecContext) {
 		}
 	case sc.Config.Serve != nil:
 		s, err := sc.StartServer(ctx)
-		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "starting the server")
+		if err != nil {
+			ginkgo.Fail("starting the server: " + strings.Join(strings.Fields(err.Error()), " "))
+		}
 		sc.URL = s.URL
 	default:
 		ginkgo.Fail("Config.Addr (--addr) or Config.Serve must say which server to test")
