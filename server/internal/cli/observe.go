@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
+	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/core/pluginhost"
 	"github.com/holdfast/holdfast/server/internal/httpserver"
@@ -17,10 +19,11 @@ import (
 // metrics on --metrics-addr (off when empty) and OpenTelemetry spans to
 // --otlp-endpoint or the OTEL_* environment (off when neither is set).
 type observability struct {
-	tr   *tracing.Tracing
-	met  *metrics.Metrics // nil: metrics off
-	msrv *metrics.Server
-	log  *slog.Logger
+	tr       *tracing.Tracing
+	met      *metrics.Metrics // nil: metrics off
+	msrv     *metrics.Server
+	log      *slog.Logger
+	logLevel string
 }
 
 func setupObservability(ctx context.Context, o serveOptions, version string, log *slog.Logger) (*observability, error) {
@@ -28,7 +31,7 @@ func setupObservability(ctx context.Context, o serveOptions, version string, log
 	if err != nil {
 		return nil, err
 	}
-	ob := &observability{tr: tr, log: log}
+	ob := &observability{tr: tr, log: log, logLevel: o.logLevel}
 	if o.metricsAddr != "" {
 		ob.met = metrics.New()
 	}
@@ -38,8 +41,13 @@ func setupObservability(ctx context.Context, o serveOptions, version string, log
 	return ob, nil
 }
 
-// plugin adds the plugin host's hooks: call latency, trace propagation.
+// plugin adds the plugin host's hooks: call latency, trace propagation,
+// and the log level (the plugin logs at --log-level too, unless
+// HOLDFAST_BACKEND_LOG_LEVEL says otherwise; the host filters again).
 func (ob *observability) plugin(cfg *pluginhost.Config) {
+	if _, set := os.LookupEnv(backend.LogLevelEnv); !set {
+		cfg.Env = append(cfg.Env, backend.LogLevelEnv+"="+ob.logLevel)
+	}
 	if ob.met != nil {
 		cfg.OnCall = ob.met.PluginCall
 	}
