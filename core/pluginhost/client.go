@@ -86,22 +86,21 @@ func (h *Host) Info(context.Context) (backend.Info, error) {
 
 // Acquire implements backend.Backend.
 func (h *Host) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
-	var res backend.AcquireResult
-	err := h.unary(ctx, "Acquire", func(ctx context.Context, c backendv1.BackendServiceClient) error {
-		resp, err := c.Acquire(ctx, &backendv1.AcquireRequest{
+	var resp *backendv1.AcquireResponse
+	err := h.unary(ctx, "Acquire", func(ctx context.Context, c backendv1.BackendServiceClient) (err error) {
+		resp, err = c.Acquire(ctx, &backendv1.AcquireRequest{
 			Key:        req.Key,
 			OwnerToken: req.OwnerToken,
 			Ttl:        durationpb.New(req.TTL),
 			Holder:     req.Holder,
 			Stamp:      stampToProto(req.Stamp),
 		})
-		if err != nil {
-			return err
-		}
-		res = backend.AcquireResult{Acquired: resp.GetAcquired(), Record: recordFromProto(resp.GetRecord())}
-		return nil
+		return err
 	})
-	return res, err
+	if err != nil {
+		return backend.AcquireResult{}, err
+	}
+	return decodeAcquire(resp, req.Key)
 }
 
 // Release implements backend.Backend.
@@ -121,43 +120,33 @@ func (h *Host) Release(ctx context.Context, req backend.ReleaseRequest) (bool, e
 
 // Extend implements backend.Backend.
 func (h *Host) Extend(ctx context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
-	var res backend.ExtendResult
-	err := h.unary(ctx, "Extend", func(ctx context.Context, c backendv1.BackendServiceClient) error {
-		resp, err := c.Extend(ctx, &backendv1.ExtendRequest{
+	var resp *backendv1.ExtendResponse
+	err := h.unary(ctx, "Extend", func(ctx context.Context, c backendv1.BackendServiceClient) (err error) {
+		resp, err = c.Extend(ctx, &backendv1.ExtendRequest{
 			Key:        req.Key,
 			OwnerToken: req.OwnerToken,
 			Ttl:        durationpb.New(req.TTL),
 			Stamp:      stampToProto(req.Stamp),
 		})
-		if err != nil {
-			return err
-		}
-		res.Extended = resp.GetExtended()
-		if res.Extended {
-			res.Record = recordFromProto(resp.GetRecord())
-		}
-		return nil
+		return err
 	})
-	return res, err
+	if err != nil {
+		return backend.ExtendResult{}, err
+	}
+	return decodeExtend(resp, req.Key)
 }
 
 // Get implements backend.Backend.
 func (h *Host) Get(ctx context.Context, key string) (backend.Record, bool, error) {
-	var (
-		rec   backend.Record
-		found bool
-	)
-	err := h.unary(ctx, "Get", func(ctx context.Context, c backendv1.BackendServiceClient) error {
-		resp, err := c.Get(ctx, &backendv1.GetRequest{Key: key})
-		if err != nil {
-			return err
-		}
-		if found = resp.GetFound(); found {
-			rec = recordFromProto(resp.GetRecord())
-		}
-		return nil
+	var resp *backendv1.GetResponse
+	err := h.unary(ctx, "Get", func(ctx context.Context, c backendv1.BackendServiceClient) (err error) {
+		resp, err = c.Get(ctx, &backendv1.GetRequest{Key: key})
+		return err
 	})
-	return rec, found, err
+	if err != nil {
+		return backend.Record{}, false, err
+	}
+	return decodeGet(resp, key)
 }
 
 // List implements backend.Backend.
@@ -166,24 +155,19 @@ func (h *Host) List(ctx context.Context, req backend.ListRequest) (backend.ListP
 		return backend.ListPage{}, fmt.Errorf("%w: page_size must be between 1 and %d, got %d",
 			backend.ErrInvalidArgument, ^uint32(0), req.PageSize)
 	}
-	var page backend.ListPage
-	err := h.unary(ctx, "List", func(ctx context.Context, c backendv1.BackendServiceClient) error {
-		resp, err := c.List(ctx, &backendv1.ListRequest{
+	var resp *backendv1.ListResponse
+	err := h.unary(ctx, "List", func(ctx context.Context, c backendv1.BackendServiceClient) (err error) {
+		resp, err = c.List(ctx, &backendv1.ListRequest{
 			Prefix:    req.Prefix,
 			PageSize:  uint32(req.PageSize),
 			PageToken: req.PageToken,
 		})
-		if err != nil {
-			return err
-		}
-		page.NextPageToken = resp.GetNextPageToken()
-		page.Records = make([]backend.Record, len(resp.GetRecords()))
-		for i, r := range resp.GetRecords() {
-			page.Records[i] = recordFromProto(r)
-		}
-		return nil
+		return err
 	})
-	return page, err
+	if err != nil {
+		return backend.ListPage{}, err
+	}
+	return decodeList(resp, req)
 }
 
 // Watch implements backend.Backend. It returns the caller's context error
@@ -214,12 +198,9 @@ func (h *Host) Watch(ctx context.Context, prefix string, send func(backend.Event
 		if err != nil {
 			return h.callError(ctx, g, "Watch", err)
 		}
-		ev := backend.Event{Type: eventTypeFromProto(resp.GetType())}
-		if ev.Type == 0 {
-			return fmt.Errorf("%w: plugin %s sent an event of unknown type %v", backend.ErrUnavailable, h.cfg.Name, resp.GetType())
-		}
-		if ev.Type != backend.EventSynced {
-			ev.Record = recordFromProto(resp.GetRecord())
+		ev, err := decodeEvent(resp, prefix)
+		if err != nil {
+			return fmt.Errorf("plugin %s: %w", h.cfg.Name, err)
 		}
 		if err := send(ev); err != nil {
 			return err
@@ -239,36 +220,6 @@ func eventTypeFromProto(t backendv1.EventType) backend.EventType {
 		return backend.EventExpired
 	}
 	return 0
-}
-
-func infoFromProto(p *backendv1.InfoResponse) backend.Info {
-	return backend.Info{
-		Name:           p.GetName(),
-		Version:        p.GetVersion(),
-		Shared:         p.GetShared(),
-		Durable:        p.GetDurable(),
-		TTLGranularity: p.GetTtlGranularity().AsDuration(),
-		MinTTL:         p.GetMinTtl().AsDuration(),
-		MaxTTL:         p.GetMaxTtl().AsDuration(),
-		Fair:           p.GetFair(),
-	}
-}
-
-func recordFromProto(p *backendv1.Record) backend.Record {
-	if p == nil {
-		return backend.Record{}
-	}
-	r := backend.Record{
-		Key:          p.GetKey(),
-		FencingToken: p.GetFencingToken(),
-		Holder:       p.GetHolder(),
-		Remaining:    p.GetRemaining().AsDuration(),
-		Stamp:        stampFromProto(p.GetStamp()),
-	}
-	if p.GetExpiresAt() != nil {
-		r.ExpiresAt = p.GetExpiresAt().AsTime()
-	}
-	return r
 }
 
 func stampToProto(t hlc.Timestamp) *backendv1.Stamp {

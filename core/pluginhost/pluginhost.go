@@ -432,7 +432,10 @@ func (h *Host) launch() (*generation, error) {
 		}
 		return nil, fmt.Errorf("pluginhost: %s did not start: Info: %w", h.cfg.Name, err)
 	}
-	g.info = infoFromProto(resp)
+	if g.info, err = decodeInfo(resp); err != nil {
+		h.kill(g)
+		return nil, fmt.Errorf("pluginhost: %s did not start: %w", h.cfg.Name, err)
+	}
 	h.log.Info("backend plugin ready", "pid", g.pid, "backend", g.info.Name, "version", g.info.Version,
 		"shared", g.info.Shared, "durable", g.info.Durable)
 	return g, nil

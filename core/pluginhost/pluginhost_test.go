@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -29,6 +30,12 @@ var memoryPlugin string
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperEnv); mode != "" {
 		runHelper(mode) // never returns
+	}
+	flag.Parse()
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		// A fuzz worker runs only the fuzz function (pure decoding): no
+		// plugin to build in every worker.
+		os.Exit(m.Run())
 	}
 	code, err := setup()
 	if err != nil {
