@@ -54,7 +54,8 @@ test-sdk-python: build sdk-codegen-tools ## Python SDK tests (pytest) against a 
 
 .PHONY: build
 build: web-build ## build holdfast and the plugin binaries into bin/ (the live view first: it is embedded)
-	go build -o $(BIN)/ ./server/cmd/holdfast ./plugins/memory/cmd/holdfast-backend-memory ./conformance/cmd/holdfast-conformance
+	go build -o $(BIN)/ ./server/cmd/holdfast ./plugins/memory/cmd/holdfast-backend-memory ./conformance/cmd/holdfast-conformance \
+		./plugins/etcd/cmd/holdfast-backend-etcd ./plugins/redis/cmd/holdfast-backend-redis ./plugins/postgres/cmd/holdfast-backend-postgres
 
 .PHONY: web-build
 web-build: ## build the live view (web/) into server/internal/ui/dist, which the holdfast binary embeds
@@ -129,17 +130,13 @@ setup: ## install what the tests need (services, Node and Python packages) if mi
 
 .PHONY: bench
 BENCH_FLAGS ?=
-bench: build backend-plugins ## benchmarks against the direct clients, ratios measured in the same run (results also in bin/bench.json)
+bench: build ## benchmarks against the direct clients, ratios measured in the same run (results also in bin/bench.json)
 	scripts/with-services.sh bash -c 'cd bench && GOWORK=off go run . -bin $(BIN) -json $(BIN)/bench.json \
 		-etcd "$$HOLDFAST_ETCD_ENDPOINTS" -redis "$$HOLDFAST_REDIS_ADDR" -postgres "$$HOLDFAST_POSTGRES_DSN" $(BENCH_FLAGS)'
 
 .PHONY: bench-smoke
 bench-smoke: ## a short run of make bench, so it cannot rot
 	$(MAKE) bench BENCH_FLAGS="-duration 200ms -hot-duration 500ms"
-
-.PHONY: backend-plugins
-backend-plugins: ## build the etcd, Redis and PostgreSQL plugins into bin/
-	go build -o $(BIN)/ ./plugins/etcd/cmd/holdfast-backend-etcd ./plugins/redis/cmd/holdfast-backend-redis ./plugins/postgres/cmd/holdfast-backend-postgres
 
 .PHONY: clean
 clean: ## remove build outputs
