@@ -40,6 +40,9 @@ type Config struct {
 	TTL      time.Duration // lease TTL
 	// FaultEvery is the mean gap between faults.
 	FaultEvery time.Duration
+	// Faults are the kinds to inject; nil means every kind that applies,
+	// empty (non-nil) none.
+	Faults []string
 	// Binaries: the holdfast server, the plugin (empty for memory), the
 	// chaos client.
 	Server, Plugin, Client string
@@ -102,7 +105,9 @@ type run struct {
 	clients []*client
 	stopAt  time.Time
 
-	pauses atomic.Int32 // pause requests not yet served
+	// One client pause at a time: pausePending is a request not yet served
+	// (the next client to acquire takes it), pausing one being served.
+	pausePending, pausing atomic.Bool
 	faultC int          // visualisation lane of faults
 
 	mu     sync.Mutex
@@ -136,11 +141,6 @@ func (r *run) finding(format string, args ...any) {
 // Check for those.
 func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	r := &run{cfg: cfg, faultC: cfg.Clients}
-	shared := cfg.Backend != "memory"
-	nServers := 1
-	if shared {
-		nServers = 2
-	}
 	backendArg := cfg.Plugin
 	if backendArg == "" {
 		backendArg = "memory"
@@ -151,7 +151,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			c()
 		}
 	}()
-	for range nServers {
+	// A second server only when the backend says it is shared: servers on a
+	// non-shared backend are separate locks.
+	for i := 0; i < 1 || (i < 2 && r.servers[0].get().Shared); i++ {
 		s := &server{opts: harness.Options{Binary: cfg.Server, Backend: backendArg, BackendOptions: cfg.Service.Options}}
 		hs, err := harness.Start(ctx, s.opts)
 		if err != nil {
@@ -165,6 +167,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			}
 		})
 	}
+	nServers := len(r.servers)
 	// Two proxies: with one server both lead to it, so a partition cuts off
 	// half of the clients; with two, one each.
 	for i := range 2 {
@@ -399,15 +402,11 @@ func (r *run) drive(ctx context.Context, c *client) error {
 // granularity and some) has passed, then SIGCONT. The SDK's watchdog is
 // frozen too: nothing renews the lease, as in a long GC pause.
 func (r *run) maybePause(ctx context.Context, c *client, rng *rand.Rand) error {
-	for {
-		n := r.pauses.Load()
-		if n <= 0 {
-			return nil
-		}
-		if r.pauses.CompareAndSwap(n, n-1) {
-			break
-		}
+	if !r.pausePending.CompareAndSwap(true, false) {
+		return nil
 	}
+	r.pausing.Store(true)
+	defer r.pausing.Store(false)
 	pid := c.cmd.Process.Pid
 	d := r.cfg.TTL + time.Second + time.Duration(rng.Int64N(int64(800*time.Millisecond)))
 	start := time.Now()
@@ -431,6 +430,9 @@ func (r *run) maybePause(ctx context.Context, c *client, rng *rand.Rand) error {
 // ---- faults ----
 
 func (r *run) kinds() []string {
+	if r.cfg.Faults != nil {
+		return slices.Clone(r.cfg.Faults)
+	}
 	k := []string{FaultPluginKill, FaultServerKill, FaultClientPause, FaultPartition, FaultDrop}
 	if r.cfg.Backend != "memory" {
 		k = append(k, FaultBackendRestart)
@@ -458,7 +460,9 @@ func (r *run) faults(ctx context.Context) error {
 		case <-t.C:
 		}
 		if len(order) == 0 {
-			order = r.kinds()
+			if order = r.kinds(); len(order) == 0 {
+				return nil
+			}
 			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		}
 		kind := order[0]
@@ -519,7 +523,9 @@ func (r *run) inject(ctx context.Context, kind string, rng *rand.Rand) error {
 		r.reset(f.Start, "server (and its memory plugin) killed")
 		f.Detail = fmt.Sprintf("server %d killed and restarted at %s", si, r.servers[si].get().Addr)
 	case FaultClientPause:
-		r.pauses.Add(1)
+		if !r.pausing.Load() {
+			r.pausePending.Store(true)
+		}
 		return nil // recorded when served
 	case FaultBackendRestart:
 		if err := r.cfg.Service.Restart(ctx); err != nil {
