@@ -78,6 +78,7 @@ type Status = "connecting" | "live" | "reconnecting" | "unauthenticated";
 function setStatus(s: Status, text: string): void {
   ui.status.dataset.state = s;
   ui.statusText.textContent = text;
+  ui.empty.textContent = s === "live" ? "No lock is held under this prefix." : "Not connected.";
 }
 
 function showBanner(text: string): void {
@@ -137,7 +138,8 @@ async function loadFacts(signal: AbortSignal): Promise<void> {
     renderFacts(info);
   } catch (err) {
     if (signal.aborted) return;
-    ui.facts.replaceChildren(fact("backend", `unavailable (${describe(err)})`));
+    // The banner explains; the full error is in the tooltip.
+    ui.facts.replaceChildren(fact("backend", isAuthError(err) ? "needs a token" : "unavailable", describe(err)));
   }
 }
 

@@ -245,6 +245,10 @@ describe("live view", () => {
       // Static files are public; the API is not.
       await page.locator('#status[data-state="unauthenticated"]').waitFor({ timeout: WAIT });
       await expectText(page.locator("#banner"), /unauthenticated/i);
+      mkdirSync(artifacts, { recursive: true });
+      const shot = join(artifacts, "live-view-needs-token.png");
+      await page.screenshot({ path: shot });
+      console.log(`screenshot: ${shot}`);
 
       const sent = page.waitForRequest(
         (r) => r.url().endsWith("/GetServerInfo") && r.headers()["authorization"] === "Bearer dashboard-secret-0123456789",
