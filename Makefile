@@ -134,6 +134,16 @@ bench: build ## benchmarks against the direct clients, ratios measured in the sa
 	scripts/with-services.sh bash -c 'cd bench && GOWORK=off go run . -bin $(BIN) -json $(BIN)/bench.json \
 		-etcd "$$HOLDFAST_ETCD_ENDPOINTS" -redis "$$HOLDFAST_REDIS_ADDR" -postgres "$$HOLDFAST_POSTGRES_DSN" $(BENCH_FLAGS)'
 
+# module:package:FuzzTarget, each run for FUZZTIME (go test runs one fuzz
+# target at a time); the seed corpora are in each package's testdata/fuzz.
+FUZZ_TARGETS := core:./engine:FuzzAcquireValidation core:./engine:FuzzRequestValidation \
+	core:./pluginhost:FuzzDecodeResponses server:./internal/auth:FuzzAuthorize server:./internal/auth:FuzzTokensFile
+FUZZTIME ?= 10s
+
+.PHONY: fuzz-smoke
+fuzz-smoke: ## run each fuzz target for FUZZTIME (default 10s): request validation, plugin answers, token namespaces
+	@for t in $(FUZZ_TARGETS); do IFS=: read -r mod pkg fn <<<"$$t"; echo "fuzz $$mod $$pkg $$fn ($(FUZZTIME))"; 	(cd $$mod && go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg) || exit 1; done
+
 .PHONY: bench-smoke
 bench-smoke: ## a short run of make bench, so it cannot rot
 	$(MAKE) bench BENCH_FLAGS="-duration 200ms -hot-duration 500ms"

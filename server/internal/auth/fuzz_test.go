@@ -1,0 +1,97 @@
+package auth
+
+import (
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+)
+
+// FuzzAuthorize: whatever request bytes a caller with namespaces "a/" and
+// "c/x" sends, authorize either refuses with permission_denied or lets
+// through only what lies in the namespaces: a named key under one of them,
+// and a List or Watch prefix inside one of them or filtered to them.
+func FuzzAuthorize(f *testing.F) {
+	for kind, m := range []proto.Message{
+		&lockv1.AcquireRequest{Key: "a/1"},
+		&lockv1.ReleaseRequest{Key: "b/1"},
+		&lockv1.ExtendRequest{Key: "c/x1"},
+		&lockv1.InspectRequest{Key: "c/"},
+		&lockv1.ListRequest{Prefix: ""},
+		&lockv1.WatchRequest{Target: &lockv1.WatchRequest_Prefix{Prefix: "c"}},
+		&lockv1.WatchRequest{},
+	} {
+		b, _ := proto.Marshal(m)
+		f.Add(uint8(kind), b, false)
+	}
+	f.Fuzz(func(t *testing.T, kind uint8, data []byte, readOnly bool) {
+		p := &Principal{Name: "fuzz", Prefixes: []string{"a/", "c/x"}, ReadOnly: readOnly}
+		msgs := []proto.Message{&lockv1.AcquireRequest{}, &lockv1.ReleaseRequest{}, &lockv1.ExtendRequest{},
+			&lockv1.InspectRequest{}, &lockv1.ListRequest{}, &lockv1.WatchRequest{}}
+		m := msgs[int(kind)%len(msgs)]
+		if proto.Unmarshal(data, m) != nil {
+			return
+		}
+		allow, err := authorize(p, m)
+		if err != nil {
+			if connect.CodeOf(err) != connect.CodePermissionDenied {
+				t.Fatalf("refusal %v is not permission_denied", err)
+			}
+			if strings.Contains(err.Error(), "fuzz") {
+				t.Fatalf("refusal %v names the token", err)
+			}
+			return
+		}
+		inside := func(s string) bool { return strings.HasPrefix(s, "a/") || strings.HasPrefix(s, "c/x") }
+		switch r := m.(type) {
+		case *lockv1.AcquireRequest, *lockv1.ReleaseRequest, *lockv1.ExtendRequest:
+			if readOnly {
+				t.Fatal("a read-only token may write")
+			}
+			if !inside(r.(interface{ GetKey() string }).GetKey()) {
+				t.Fatalf("allowed %v", r)
+			}
+		case *lockv1.InspectRequest:
+			if !inside(r.GetKey()) {
+				t.Fatalf("allowed %v", r)
+			}
+		case *lockv1.ListRequest:
+			if allow == nil && !inside(r.GetPrefix()) {
+				t.Fatalf("list of %q unfiltered", r.GetPrefix())
+			}
+		case *lockv1.WatchRequest:
+			if k, ok := r.GetTarget().(*lockv1.WatchRequest_Key); ok {
+				if !inside(k.Key) {
+					t.Fatalf("allowed %v", r)
+				}
+			} else if allow == nil && !inside(r.GetPrefix()) {
+				t.Fatalf("watch of %q unfiltered", r.GetPrefix())
+			}
+		}
+		if allow != nil && (allow("b/1") || allow("c/") || !allow("a/1") || !allow("c/x1")) {
+			t.Fatal("the filter lets the wrong keys through")
+		}
+	})
+}
+
+// FuzzTokensFile: parsing any file never panics, and what it accepts has a
+// name, a 32-byte hash and at least one prefix per token.
+func FuzzTokensFile(f *testing.F) {
+	f.Add([]byte("- {name: a, token: 0123456789abcdefgh, prefixes: [a/]}\n"))
+	f.Add([]byte(`[{"name": "j", "sha256": "` + strings.Repeat("ab", 32) + `", "prefixes": [""], "read_only": true}]`))
+	f.Add([]byte("- name: x\n  prefixes: [a/]\n"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		toks, err := parse(raw)
+		if err != nil {
+			return
+		}
+		for _, tk := range toks {
+			if tk.p.Name == "" || len(tk.p.Prefixes) == 0 {
+				t.Fatalf("accepted %+v", tk.p)
+			}
+		}
+	})
+}
