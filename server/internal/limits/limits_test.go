@@ -25,10 +25,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // start serves a real engine on the memory backend behind lim; each
 // client() is its own HTTP/2 connection.
-func start(t *testing.T, lim *limits.Interceptor) (client func() lockv1connect.LockServiceClient) {
+func start(t *testing.T, lim *limits.Interceptor, cfgs ...engine.Config) (client func() lockv1connect.LockServiceClient) {
 	t.Helper()
 	b := memory.New()
-	e, err := engine.New(context.Background(), b, engine.Config{MaxWait: time.Minute})
+	cfg := engine.Config{MaxWait: time.Minute}
+	if len(cfgs) > 0 {
+		cfg = cfgs[0]
+	}
+	e, err := engine.New(context.Background(), b, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,5 +175,61 @@ func TestCheck(t *testing.T) {
 	}
 	if err := limits.Check(limits.Config{MaxStreams: -1}, time.Minute); err == nil {
 		t.Fatal("negative stream limit accepted")
+	}
+}
+
+// The limits that live elsewhere, through the same real handlers, with
+// their exact codes.
+func TestOtherLimits(t *testing.T) {
+	client := start(t, limits.New(limits.Config{}), engine.Config{MaxWait: time.Minute, MaxTTL: time.Hour, MaxWaiters: 1})
+	c := client()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// A message over 1 MiB is refused before it is decoded.
+	_, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: "k", Ttl: durationpb.New(time.Second), Holder: strings.Repeat("h", httpserver.MaxMessageBytes)})
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("a message over %d bytes: %v, want resource_exhausted", httpserver.MaxMessageBytes, err)
+	}
+	for _, tc := range []struct {
+		req  *lockv1.AcquireRequest
+		want string
+	}{
+		{&lockv1.AcquireRequest{Key: strings.Repeat("k", engine.MaxKeyBytes+1), Ttl: durationpb.New(time.Second)}, "key: 513 bytes exceeds the maximum 512 bytes"},
+		{&lockv1.AcquireRequest{Key: "k", Ttl: durationpb.New(2 * time.Hour)}, "ttl: 2h exceeds the maximum 1h"},
+		{&lockv1.AcquireRequest{Key: "k", Ttl: durationpb.New(time.Second), Wait: durationpb.New(2 * time.Minute)}, "wait: 2m exceeds the maximum 1m"},
+		{&lockv1.AcquireRequest{Key: "k", Ttl: durationpb.New(time.Second), Holder: strings.Repeat("h", engine.MaxHolderBytes+1)}, "holder: 257 bytes exceeds the maximum 256 bytes"},
+	} {
+		_, err := c.Acquire(ctx, tc.req)
+		var ce *connect.Error
+		if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument || ce.Message() != tc.want {
+			t.Fatalf("%v, want invalid_argument %q", err, tc.want)
+		}
+	}
+
+	// Waiters on the whole server (MaxWaiters 1): the second is refused.
+	if r, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: "a", Ttl: durationpb.New(time.Minute)}); err != nil || !r.GetAcquired() {
+		t.Fatal(r, err)
+	}
+	if r, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: "b", Ttl: durationpb.New(time.Minute)}); err != nil || !r.GetAcquired() {
+		t.Fatal(r, err)
+	}
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(waitCtx, &lockv1.AcquireRequest{Key: "a", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(time.Minute)})
+		waited <- err
+	}()
+	eventually(t, func() bool {
+		ins, err := c.Inspect(ctx, &lockv1.InspectRequest{Key: "a"})
+		return err == nil && ins.GetState().GetWaiters() == 1
+	})
+	_, err = client().Acquire(ctx, &lockv1.AcquireRequest{Key: "b", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(time.Minute)})
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("a waiter over the server's bound: %v, want resource_exhausted", err)
+	}
+	stopWaiting()
+	if err := <-waited; connect.CodeOf(err) != connect.CodeCanceled {
+		t.Fatalf("the canceled waiter: %v", err)
 	}
 }
