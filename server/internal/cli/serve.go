@@ -72,7 +72,9 @@ func newServe(version string, stdout, stderr io.Writer) *cobra.Command {
 		Use:   "serve",
 		Short: "serve the lock API (Connect, gRPC, gRPC-Web on one port)",
 		Long: `Serve the holdfast lock API: Connect, gRPC and gRPC-Web on one port (HTTP/1.1
-and cleartext HTTP/2), with gRPC health checking and reflection.
+and cleartext HTTP/2; with --tls-cert, HTTP/2 and HTTP/1.1 over TLS only), with
+gRPC health checking and reflection. --auth-tokens requires bearer tokens
+limited to key prefixes (README, Security).
 
 Every flag can also be set by an environment variable HOLDFAST_<FLAG> (upper
 case, "-" as "_", e.g. HOLDFAST_ADDR, HOLDFAST_MAX_TTL; several --backend-opt
