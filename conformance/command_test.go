@@ -205,3 +205,44 @@ func TestCommandReportsWhyThePluginDidNotStart(t *testing.T) {
 		t.Errorf("the summary does not give the plugin's reason; output:\n%s", out)
 	}
 }
+
+// --restart-store runs a shell command as Config.RestartStore: the store
+// restart spec passes a correct backend and catches fencing that goes back.
+// The "store" of these backends is the plugin process, so the command kills
+// the command's own plugin child.
+func TestCommandRestartStore(t *testing.T) {
+	cli := binary(t, "holdfast-conformance")
+	const killPlugin = `for p in $(cat /proc/$PPID/task/*/children); do [ "$(readlink /proc/$p/exe)" = "$PLUGIN" ] && kill -9 $p; done; true`
+	for _, c := range []struct {
+		plugin   string
+		wantExit int
+	}{
+		{binary(t, "holdfast-backend-memory"), 0},
+		{brokenBackend(t, "fencingfromone"), 1},
+	} {
+		cmd := exec.CommandContext(t.Context(), cli, "backend", "--plugin", c.plugin,
+			"--label-filter", "store-restart", "--restart-store", killPlugin)
+		cmd.Env = append(os.Environ(), "PLUGIN="+c.plugin)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		want := "1 passed"
+		if c.wantExit != 0 {
+			want = "FAIL  store restart keeps fencing increasing"
+		}
+		if code != c.wantExit || !strings.Contains(string(out), want) {
+			t.Errorf("%s: exit %d, want %d and %q in the output:\n%s", filepath.Base(c.plugin), code, c.wantExit, want, out)
+		}
+	}
+	// Without the hook the spec does not apply, and the report says so.
+	out, err := exec.CommandContext(t.Context(), cli, "backend", "--plugin", binary(t, "holdfast-backend-memory"),
+		"--label-filter", "store-restart").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "N/A   store restart") || !strings.Contains(string(out), "--restart-store") {
+		t.Errorf("without --restart-store: %v, want the spec reported not applicable; output:\n%s", err, out)
+	}
+}

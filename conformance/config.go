@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -73,6 +74,14 @@ type Config struct {
 	// RestartTimeout bounds how long the plugin host may take to restart a
 	// killed plugin; 0 means 20s.
 	RestartTimeout time.Duration
+	// RestartStore, when set, restarts the store behind the plugin (the
+	// Redis or PostgreSQL server, the etcd cluster; for a store that lives in
+	// the plugin process, that process) and returns once the restart has
+	// been done, or with an error. The "store restart" spec calls it while a
+	// lock is held: fencing tokens must keep increasing, and a durable
+	// backend must keep the lock. Calls may answer ErrUnavailable until the
+	// backend is back (within RestartTimeout). Nil skips that spec.
+	RestartStore func(ctx context.Context) error
 
 	// --- report ---
 

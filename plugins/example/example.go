@@ -79,7 +79,7 @@ func Open(_ context.Context, opts map[string]string) (backend.Backend, error) {
 		}
 	}
 	// backend.Serve points slog at stderr; stdout belongs to the handshake.
-	slog.Info("example backend open", "max_ttl", maxTTL)
+	slog.Info("example backend open", "max_ttl", maxTTL.String())
 	return New(maxTTL), nil
 }
 

@@ -14,7 +14,9 @@
 // every spec that did not apply, with the reason. Select specs with
 // --label-filter (labels are the promises: atomic-acquire, owner-token, ttl,
 // fencing, stamps, watch, list, get, sharing, durable, watchdog, waiting,
-// server-info, bad-input, disruptive), --focus and --skip. A backend with
+// server-info, bad-input, store-restart, disruptive), --focus and --skip.
+// --restart-store CMD gives the backend level a shell command that restarts
+// the store behind the plugin, for the store-restart spec. A backend with
 // known gaps lists them in a file given to --known-failing: those specs may
 // fail, but the run fails when one of them passes (so the list cannot rot).
 // Any ginkgo flag can be passed as --ginkgo.NAME. Exit status: 0 when every selected spec
@@ -22,10 +24,12 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strings"
 
 	"github.com/holdfast/holdfast/conformance"
@@ -72,6 +76,7 @@ func run(args []string, stderr io.Writer) int {
 	var pluginOpts, pluginArgs multi
 	var runner, backendName, serverBin string
 	var verbose bool
+	var restartStore string
 	fs := flag.NewFlagSet("holdfast-conformance "+string(level), flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -83,6 +88,7 @@ func run(args []string, stderr io.Writer) int {
 		fs.Var(&pluginOpts, "plugin-opt", "plugin option key=value (repeatable)")
 		fs.Var(&pluginArgs, "plugin-arg", "extra argument for the plugin (repeatable)")
 		fs.DurationVar(&cfg.RestartTimeout, "restart-timeout", 0, "how long the plugin host may take to restart a killed plugin (default 20s)")
+		fs.StringVar(&restartStore, "restart-store", "", "shell command that restarts the backend's store (e.g. 'scripts/redis.sh restart DIR'); enables the store-restart spec")
 	} else if level == conformance.LevelSDK {
 		fs.StringVar(&runner, "runner", "", "command line of the SDK adapter to drive, e.g. \"node runner.js\" (required; quotes group words)")
 		fs.StringVar(&cfg.RunnerDir, "runner-dir", "", "working directory of the adapter")
@@ -119,6 +125,9 @@ func run(args []string, stderr io.Writer) int {
 	if level == conformance.LevelBackend && cfg.Plugin == "" {
 		fmt.Fprintln(stderr, "--plugin is required")
 		return 2
+	}
+	if restartStore != "" {
+		cfg.RestartStore = shellHook(restartStore, stderr)
 	}
 	if level == conformance.LevelService && cfg.Addr == "" {
 		fmt.Fprintln(stderr, "--addr is required")
@@ -179,3 +188,16 @@ func run(args []string, stderr io.Writer) int {
 type reporter struct{ failed bool }
 
 func (r *reporter) Fail() { r.failed = true }
+
+// shellHook runs command with sh -c, its output on stderr, and fails with its
+// exit status.
+func shellHook(command string, stderr io.Writer) func(context.Context) error {
+	return func(ctx context.Context) error {
+		cmd := exec.CommandContext(ctx, "sh", "-c", command)
+		cmd.Stdout, cmd.Stderr = stderr, stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%q: %w", command, err)
+		}
+		return nil
+	}
+}
