@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 BIN        := $(CURDIR)/bin
-GO_MODULES := proto core server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance plugins/example
+GO_MODULES := proto core server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance plugins/example chaos
 # Modules whose tests need no external service; the etcd, Redis and PostgreSQL
 # plugins run in test-etcd, test-redis and test-postgres with their servers.
 GO_UNIT_MODULES := proto core server plugins/memory sdk-go conformance plugins/example
@@ -85,7 +85,7 @@ test-go: build ## go test -race across the Go modules that need no external serv
 .PHONY: test
 # Every suite, service-free first. Each backend target starts its own
 # throwaway server and stops it by PID.
-TEST_SUITES := test-go test-etcd test-redis test-postgres test-sdk-ts test-sdk-python test-web bench-smoke
+TEST_SUITES := test-go test-etcd test-redis test-postgres test-chaos test-sdk-ts test-sdk-python test-web bench-smoke
 test: setup check-generated lint build ## set up and run the whole test suite (what CI runs)
 	@for t in $(TEST_SUITES); do echo "===== make $$t"; $(MAKE) --no-print-directory $$t; done
 	@echo "make test: all suites passed ($(TEST_SUITES))"
@@ -123,6 +123,20 @@ test-postgres: build ## PostgreSQL backend tests against a throw-away PostgreSQL
 	env_line=$$($(CURDIR)/scripts/postgres.sh start "$$dir"); export "$$env_line"; \
 	echo "postgres: test server up on $${env_line##*@} (HOLDFAST_POSTGRES_DSN exported)"; \
 	(cd plugins/postgres && $(GO_TEST) ./...)
+
+.PHONY: test-chaos
+# Short seeded fault-injection runs (chaos/): each backend with its own
+# etcd/Redis/PostgreSQL started by scripts/, histories checked with porcupine.
+test-chaos: build ## fault-injection runs on every backend, checked with porcupine (DURATION=15s per backend, SEED=n)
+	bash scripts/setup.d/10-etcd.sh
+	cd chaos && HOLDFAST_CHAOS_DURATION=$(or $(DURATION),15s) HOLDFAST_CHAOS_SEED=$(SEED) $(GO_TEST) ./...
+
+.PHONY: chaos
+chaos: build ## longer fault-injection run: make chaos DURATION=5m [SEED=n] [BACKENDS=etcd,redis]
+	bash scripts/setup.d/10-etcd.sh
+	cd chaos && HOLDFAST_CHAOS_DURATION=$(or $(DURATION),5m) HOLDFAST_CHAOS_SEED=$(SEED) \
+		HOLDFAST_CHAOS_BACKENDS=$(BACKENDS) \
+		go test -race -count=1 -timeout 0 -v -run 'TestChaos$$' .
 
 .PHONY: setup
 setup: ## install what the tests need (services, Node and Python packages) if missing

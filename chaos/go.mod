@@ -15,7 +15,10 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
-require github.com/holdfast/holdfast/sdk-go v0.0.0
+require (
+	github.com/holdfast/holdfast/conformance v0.0.0
+	github.com/holdfast/holdfast/sdk-go v0.0.0
+)
 
 require (
 	connectrpc.com/connect v1.21.1 // indirect

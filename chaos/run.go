@@ -108,7 +108,7 @@ type run struct {
 	// One client pause at a time: pausePending is a request not yet served
 	// (the next client to acquire takes it), pausing one being served.
 	pausePending, pausing atomic.Bool
-	faultC int          // visualisation lane of faults
+	faultC                int // visualisation lane of faults
 
 	mu     sync.Mutex
 	report Report
@@ -633,4 +633,3 @@ func kv(m map[string]int) string {
 	}
 	return b.String()
 }
-
