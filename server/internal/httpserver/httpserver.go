@@ -28,6 +28,9 @@ import (
 // resource_exhausted before they are decoded.
 const MaxMessageBytes = 1 << 20
 
+// CompressMinBytes: responses smaller than this are sent uncompressed.
+const CompressMinBytes = 4 << 10
+
 // Server is the HTTP server of one engine.
 type Server struct {
 	srv    *http.Server
@@ -68,6 +71,10 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option)
 	mux := http.NewServeMux()
 	mux.Handle(lockv1connect.NewLockServiceHandler(api.New(e),
 		connect.WithReadMaxBytes(MaxMessageBytes),
+		// Lock messages are a few hundred bytes: gzip would cost more CPU
+		// (a compressor reset per response) than it saves on the wire.
+		// Large List pages are still compressed for clients that accept it.
+		connect.WithCompressMinBytes(CompressMinBytes),
 		connect.WithCodec(protoCodec{}),
 		connect.WithCodec(jsonCodec{}),
 		connect.WithInterceptors(o.interceptors...),
