@@ -1,0 +1,294 @@
+package conformance_test
+
+import (
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/conformance"
+	"github.com/holdfast/holdfast/conformance/harness"
+)
+
+// The SDK matrix: the SDK-level specs, written once, run against each SDK's
+// adapter process (Go, TypeScript, Python) on holdfast servers the suite
+// starts on each backend.
+//
+// HOLDFAST_CONFORMANCE_SDKS=go,typescript,python picks the SDKs for every
+// selected backend; unset, every SDK runs on memory and the Go SDK on the
+// other backends. HOLDFAST_CONFORMANCE_BACKENDS picks backends as for the
+// other levels. HOLDFAST_SDK_MATRIX_FILE, when set, receives the matrix
+// table (make test-sdk-conformance prints it).
+
+// sdkBackends lists the backends the SDK specs run on, with the environment
+// variables their options come from (skipped, or failed under
+// HOLDFAST_REQUIRE_SERVICES=1, when unset).
+var sdkBackends = []struct {
+	name string
+	env  map[string]string // option -> environment variable
+	// extra options, computed once per run (a namespace of the run's own).
+	extra func() map[string]string
+}{
+	{name: "memory"},
+	{name: "etcd", env: map[string]string{"endpoints": "HOLDFAST_ETCD_ENDPOINTS"}, extra: func() map[string]string {
+		return map[string]string{"prefix": fmt.Sprintf("/holdfast-sdk-conformance/%d/", time.Now().UnixNano())}
+	}},
+	{name: "redis", env: map[string]string{"addrs": "HOLDFAST_REDIS_ADDR"}},
+	{name: "postgres", env: map[string]string{"dsn": "HOLDFAST_POSTGRES_DSN"}, extra: func() map[string]string {
+		return map[string]string{"schema": fmt.Sprintf("sdkconf_%d", time.Now().UnixNano())}
+	}},
+}
+
+var sdkNames = []string{"go", "typescript", "python"}
+
+// sdkRows is the (sdk, backend) pairs to run.
+func sdkRows() (rows [][2]string) {
+	only := os.Getenv("HOLDFAST_CONFORMANCE_BACKENDS")
+	sdks := os.Getenv("HOLDFAST_CONFORMANCE_SDKS")
+	for _, b := range sdkBackends {
+		if only != "" && !slices.Contains(strings.Split(only, ","), b.name) {
+			continue
+		}
+		for _, s := range sdkNames {
+			switch {
+			case sdks != "" && !slices.Contains(strings.Split(sdks, ","), s):
+			case sdks == "" && b.name != "memory" && s != "go":
+			default:
+				rows = append(rows, [2]string{s, b.name})
+			}
+		}
+	}
+	return rows
+}
+
+// matrixDirEnv carries, to the suite processes, where their JUnit reports go.
+const matrixDirEnv = "HOLDFAST_SDK_MATRIX_DIR"
+
+// TestSDKConformance runs the SDK-level suite for each (SDK, backend) row
+// and reports the matrix.
+func TestSDKConformance(t *testing.T) {
+	rows := sdkRows()
+	if len(rows) == 0 {
+		t.Skip("no SDK × backend row selected (HOLDFAST_CONFORMANCE_SDKS, HOLDFAST_CONFORMANCE_BACKENDS)")
+	}
+	if os.Getenv(matrixDirEnv) == "" {
+		t.Setenv(matrixDirEnv, t.TempDir())
+	}
+	results := map[[2]string]string{}
+	for _, row := range rows {
+		sdk, backendName := row[0], row[1]
+		name := sdk + "/" + backendName
+		report := filepath.Join(os.Getenv(matrixDirEnv), sdk+"-"+backendName+".xml")
+		ok := t.Run(name, func(t *testing.T) {
+			var cfg conformance.Config
+			if conformance.SuiteProcess(t) {
+				cfg = conformance.Config{
+					Name:        sdk + " SDK on " + backendName,
+					Runner:      adapterCommand(t, sdk),
+					Serve:       serveOptions(t, backendName),
+					JUnitReport: report,
+				}
+			}
+			conformance.RunSDK(t, cfg)
+		})
+		results[row] = matrixCell(report, ok)
+	}
+	if os.Getenv("HOLDFAST_CONFORMANCE_CHILD") != "" {
+		return // a suite process for one row (see conformance.RunSDK); the parent reports
+	}
+	table := matrixTable(rows, results)
+	fmt.Print(table)
+	t.Log("\n" + table)
+	if f := os.Getenv("HOLDFAST_SDK_MATRIX_FILE"); f != "" {
+		if err := os.WriteFile(f, []byte(table), 0o644); err != nil {
+			t.Errorf("writing the matrix: %v", err)
+		}
+	}
+}
+
+// serveOptions says how the suite starts its servers on backend name; it
+// skips (or fails under HOLDFAST_REQUIRE_SERVICES=1) when the backend's
+// service is not configured.
+func serveOptions(t *testing.T, name string) *harness.Options {
+	t.Helper()
+	for _, b := range sdkBackends {
+		if b.name != name {
+			continue
+		}
+		opts, err := conformance.OptionsFromEnv(b.env)
+		if err != nil {
+			conformance.SkipOrFail(t, name+": "+err.Error())
+		}
+		if b.extra != nil {
+			for k, v := range b.extra() {
+				opts[k] = v
+			}
+		}
+		if name == "memory" {
+			return &harness.Options{Backend: name}
+		}
+		// By path: the plugin need not sit next to the holdfast binary.
+		return &harness.Options{Backend: binary(t, "holdfast-backend-"+name), BackendOptions: opts}
+	}
+	t.Fatalf("unknown backend %q", name)
+	return nil
+}
+
+var (
+	tsOnce  sync.Once
+	tsMain  string
+	tsError error
+)
+
+// adapterCommand returns the command line of the SDK's adapter, building
+// what it needs.
+func adapterCommand(t *testing.T, sdk string) []string {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch sdk {
+	case "go":
+		p, err := harness.Build(t.Context(), buildDir, "holdfast-conformance-go-runner", "./conformance/cmd/holdfast-conformance-go-runner")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []string{p}
+	case "typescript":
+		dir := filepath.Join(root, "sdk-ts")
+		tsc := filepath.Join(dir, "node_modules", "typescript", "bin", "tsc")
+		if _, err := os.Stat(tsc); err != nil {
+			conformance.SkipOrFail(t, "sdk-ts/node_modules is missing (run scripts/setup.d/40-node.sh or make sdk-codegen-tools)")
+		}
+		if _, err := exec.LookPath("node"); err != nil {
+			conformance.SkipOrFail(t, "node is not installed")
+		}
+		// Built with sdk-ts's own tsc and compiler settings, into a
+		// directory of this process's own under sdk-ts (so Node finds
+		// sdk-ts/node_modules and its "type": "module").
+		tsOnce.Do(func() {
+			out, err := os.MkdirTemp(filepath.Join(dir, "build-conformance-runner"), "test-")
+			if err != nil {
+				if err = os.MkdirAll(filepath.Join(dir, "build-conformance-runner"), 0o755); err == nil {
+					out, err = os.MkdirTemp(filepath.Join(dir, "build-conformance-runner"), "test-")
+				}
+			}
+			if err != nil {
+				tsError = err
+				return
+			}
+			cmd := exec.Command("node", tsc, "-p", "conformance-runner/tsconfig.json", "--outDir", out)
+			cmd.Dir = dir
+			if b, err := cmd.CombinedOutput(); err != nil {
+				tsError = fmt.Errorf("tsc -p sdk-ts/conformance-runner/tsconfig.json: %w\n%s", err, b)
+				_ = os.RemoveAll(out)
+				return
+			}
+			tsMain = filepath.Join(out, "conformance-runner", "main.js")
+		})
+		if tsError != nil {
+			t.Fatal(tsError)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(filepath.Dir(tsMain))) })
+		return []string{"node", tsMain}
+	case "python":
+		py := filepath.Join(root, "sdk-python", ".venv", "bin", "python")
+		if _, err := os.Stat(py); err != nil {
+			conformance.SkipOrFail(t, "sdk-python/.venv is missing (run scripts/setup.d/50-python.sh or make sdk-codegen-tools)")
+		}
+		return []string{py, filepath.Join(root, "sdk-python", "conformance_runner", "holdfast_conformance_runner.py")}
+	}
+	t.Fatalf("unknown SDK %q", sdk)
+	return nil
+}
+
+// matrixCell summarises one row's JUnit report: passed/failed/not applicable.
+func matrixCell(report string, ok bool) string {
+	verdict := "PASS"
+	if !ok {
+		verdict = "FAIL"
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			if ok {
+				return "skipped"
+			}
+			return "FAIL (no report)"
+		}
+		return "FAIL (" + err.Error() + ")"
+	}
+	var passed, failed, na int
+	for _, c := range parseJUnit(b) {
+		if !strings.HasPrefix(c.Name, "[It]") {
+			if c.Status == "failed" || c.Status == "panicked" || c.Status == "timedout" {
+				failed++
+			}
+			continue
+		}
+		switch c.Status {
+		case "passed":
+			passed++
+		case "skipped", "pending":
+			na++
+		default:
+			failed++
+		}
+	}
+	return fmt.Sprintf("%s %d/%d/%d", verdict, passed, failed, na)
+}
+
+func matrixTable(rows [][2]string, results map[[2]string]string) string {
+	var sdks, backends []string
+	for _, r := range rows {
+		if !slices.Contains(sdks, r[0]) {
+			sdks = append(sdks, r[0])
+		}
+		if !slices.Contains(backends, r[1]) {
+			backends = append(backends, r[1])
+		}
+	}
+	var b strings.Builder
+	b.WriteString("\nSDK conformance matrix (verdict passed/failed/not-applicable specs):\n")
+	fmt.Fprintf(&b, "  %-12s", "sdk \\ backend")
+	for _, be := range backends {
+		fmt.Fprintf(&b, " %-16s", be)
+	}
+	b.WriteString("\n")
+	for _, s := range sdks {
+		fmt.Fprintf(&b, "  %-12s", s)
+		for _, be := range backends {
+			cell, ok := results[[2]string{s, be}]
+			if !ok {
+				cell = "-"
+			}
+			fmt.Fprintf(&b, " %-16s", cell)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func parseJUnit(b []byte) []junitCase {
+	var doc struct {
+		Suites []struct {
+			Cases []junitCase `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(b, &doc); err != nil {
+		return []junitCase{{Name: "[ReportAfterSuite] malformed JUnit report: " + err.Error(), Status: "failed"}}
+	}
+	var out []junitCase
+	for _, s := range doc.Suites {
+		out = append(out, s.Cases...)
+	}
+	return out
+}
