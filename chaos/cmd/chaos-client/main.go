@@ -19,8 +19,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	holdfast "github.com/holdfast/holdfast/sdk-go"
@@ -67,7 +70,11 @@ func main() {
 }
 
 func run(server, resource string, id int) error {
+	// Our own transport, to see Release attempts that failed in transit.
+	tr := &watchTransport{base: http.DefaultTransport.(*http.Transport).Clone()}
+	defer tr.base.CloseIdleConnections()
 	c, err := holdfast.Dial(server, holdfast.WithHolder(fmt.Sprintf("chaos-client-%d", id)),
+		holdfast.WithHTTPClient(&http.Client{Transport: tr}),
 		holdfast.WithBackoff(holdfast.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond, Multiplier: 2}))
 	if err != nil {
 		return err
@@ -81,7 +88,7 @@ func run(server, resource string, id int) error {
 		if err := json.Unmarshal(in.Bytes(), &cmd); err != nil {
 			return fmt.Errorf("command %q: %w", in.Text(), err)
 		}
-		if err := cycle(c, hc, resource, id, cmd, in, out); err != nil {
+		if err := cycle(c, tr, hc, resource, id, cmd, in, out); err != nil {
 			return err
 		}
 	}
@@ -90,7 +97,7 @@ func run(server, resource string, id int) error {
 
 func now() int64 { return time.Now().UnixNano() }
 
-func cycle(c *holdfast.Client, hc *http.Client, resource string, id int, cmd Command, in *bufio.Scanner, out *json.Encoder) error {
+func cycle(c *holdfast.Client, tr *watchTransport, hc *http.Client, resource string, id int, cmd Command, in *bufio.Scanner, out *json.Encoder) error {
 	ttl := time.Duration(cmd.TTLms) * time.Millisecond
 	wait := time.Duration(cmd.WaitMs) * time.Millisecond
 	l := c.Lock(cmd.Key).TTL(ttl).Wait(wait)
@@ -154,16 +161,23 @@ func cycle(c *holdfast.Client, hc *http.Client, resource string, id int, cmd Com
 		}
 	}
 	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+	troubleBefore := tr.releaseTrouble.Load()
 	res.Call = now()
 	err = g.Unlock(uctx)
 	res.Return = now()
+	retried := tr.releaseTrouble.Load() != troubleBefore
 	ucancel()
 	var lost *holdfast.LeaseLostError
 	switch {
 	case err == nil:
 		res.Outcome = "ok"
-	case errors.As(err, &lost) && lost.Reason == holdfast.LossRejected:
+	case errors.As(err, &lost) && lost.Reason == holdfast.LossRejected && !retried:
 		res.Outcome, res.Err = "rejected", err.Error()
+	case retried:
+		// Unlock retried a Release that failed in transit: the first attempt
+		// may have released the lease, so a later released=false proves
+		// nothing.
+		res.Outcome, res.Err = "unknown", fmt.Sprintf("release retried after a failed attempt: %v", err)
 	default:
 		res.Outcome, res.Err = "unknown", err.Error()
 	}
@@ -171,6 +185,39 @@ func cycle(c *holdfast.Client, hc *http.Client, resource string, id int, cmd Com
 		return err
 	}
 	return out.Encode(Event{Seq: cmd.Seq, Op: "done"})
+}
+
+// watchTransport counts Release calls whose answer was lost: a transport
+// error, a non-200 status, or a body cut off.
+type watchTransport struct {
+	base           *http.Transport
+	releaseTrouble atomic.Int64
+}
+
+func (w *watchTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := w.base.RoundTrip(r)
+	if !strings.HasSuffix(r.URL.Path, "/Release") {
+		return resp, err
+	}
+	if err != nil || resp.StatusCode != http.StatusOK {
+		w.releaseTrouble.Add(1)
+		return resp, err
+	}
+	resp.Body = &watchBody{ReadCloser: resp.Body, w: w}
+	return resp, nil
+}
+
+type watchBody struct {
+	io.ReadCloser
+	w *watchTransport
+}
+
+func (b *watchBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.w.releaseTrouble.Add(1)
+	}
+	return n, err
 }
 
 // WriteRequest mirrors chaos.WriteRequest (the command stays free of the
