@@ -99,6 +99,14 @@ test-example: ## the example backend (plugins/example) through the one command a
 	go build -o $(BIN)/ ./conformance/cmd/holdfast-conformance ./plugins/example/cmd/holdfast-backend-example
 	$(BIN)/holdfast-conformance backend --plugin ./bin/holdfast-backend-example
 
+.PHONY: test-sdk-conformance
+test-sdk-conformance: build sdk-codegen-tools ## SDK-level conformance: Go, TypeScript, Python SDKs on memory, the Go SDK on etcd, Redis, PostgreSQL (throw-away servers); prints the matrix
+	bash scripts/setup.d/10-etcd.sh
+	bash scripts/setup.d/20-redis.sh
+	@matrix=$$(mktemp); status=0; \
+	scripts/with-services.sh env HOLDFAST_SDK_MATRIX_FILE="$$matrix" bash -c 'cd conformance && $(GO_TEST) -run "^TestSDKConformance$$" .' || status=$$?; \
+	cat "$$matrix"; rm -f "$$matrix"; exit $$status
+
 .PHONY: test-redis
 test-redis: build ## Redis backend, conformance (both levels) and two-server tests against a throw-away redis-server (scripts/redis.sh)
 	bash scripts/setup.d/20-redis.sh
