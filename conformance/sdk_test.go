@@ -292,3 +292,77 @@ func parseJUnit(b []byte) []junitCase {
 	}
 	return out
 }
+
+// The SDK-level specs must catch an SDK with each of the bugs lock clients
+// in the field have had: internal/brokenadapter gives the (correct) Go
+// adapter one bug at a time, and the spec named for it must fail. Run
+// through the holdfast-conformance command, as an SDK author would.
+func TestSuiteCatchesBrokenSDKs(t *testing.T) {
+	cli := binary(t, "holdfast-conformance")
+	goRunner, err := harness.Build(t.Context(), buildDir, "holdfast-conformance-go-runner", "./conformance/cmd/holdfast-conformance-go-runner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken, err := harness.Build(t.Context(), buildDir, "brokenadapter", "./conformance/internal/brokenadapter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		bug   string // brokenadapter's bug
+		label string // the promise's label: only its specs run
+		spec  string // the spec that must fail
+	}{
+		{"silent-unlock", "owner-token", "owner token answers a stale holder's unlock and extend with lease_lost"},
+		{"hides-loss", "watchdog", "watchdog poisons a guard within its TTL when its server stops answering"},
+		{"forgets-clock", "stamps", "stamps carries what the SDK clock observed into the next acquisition"},
+		{"rounds-tokens", "fencing", "fencing validates writes"},
+	}
+	for _, c := range cases {
+		t.Run(c.bug, func(t *testing.T) {
+			t.Parallel()
+			report := filepath.Join(t.TempDir(), "junit.xml")
+			cmd := exec.CommandContext(t.Context(), cli, "sdk", "--runner", broken+" "+c.bug+" "+goRunner,
+				"--label-filter", c.label, "--junit-report", report)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("holdfast-conformance sdk with bug %s: %v, want exit status 1; output:\n%s", c.bug, err, out)
+			}
+			found := false
+			for _, tc := range readJUnit(t, report) {
+				if strings.Contains(tc.Name, c.spec) {
+					found = true
+					if tc.Status != "failed" {
+						t.Errorf("%s: spec %q is %s, want failed", c.bug, c.spec, tc.Status)
+					}
+				}
+			}
+			if !found {
+				t.Fatalf("%s: no spec %q in the report; output:\n%s", c.bug, c.spec, out)
+			}
+			if !strings.Contains(string(out), "FAIL  "+c.spec) {
+				t.Errorf("%s: the summary does not name the failed spec %q; output:\n%s", c.bug, c.spec, out)
+			}
+		})
+	}
+}
+
+// The sdk level of the command refuses a missing or malformed --runner
+// with exit status 2.
+func TestCommandSDKUsage(t *testing.T) {
+	cli := binary(t, "holdfast-conformance")
+	for _, args := range [][]string{
+		{"sdk"},
+		{"sdk", "--runner", ""},
+		{"sdk", "--runner", `node "unterminated`},
+	} {
+		out, err := exec.CommandContext(t.Context(), cli, args...).CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Errorf("holdfast-conformance %q: %v, want exit status 2; output:\n%s", args, err, out)
+		}
+		if !strings.Contains(string(out), "--runner") {
+			t.Errorf("holdfast-conformance %q: the message does not name --runner:\n%s", args, out)
+		}
+	}
+}
