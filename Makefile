@@ -168,7 +168,7 @@ fuzz-smoke: ## run each fuzz target for FUZZTIME (default 10s): request validati
 
 .PHONY: bench-smoke
 bench-smoke: ## a short run of make bench, so it cannot rot
-	$(MAKE) bench BENCH_FLAGS="-duration 200ms -hot-duration 500ms"
+	$(MAKE) bench BENCH_FLAGS="-duration 200ms -hot-duration 500ms -footprint-locks 2000 -footprint-waiters 500 -footprint-loop 2000"
 
 .PHONY: clean
 clean: ## remove build outputs

@@ -41,13 +41,26 @@ var (
 	jsonOut     = flag.String("json", "", "also write the results as JSON to this file")
 	verbose     = flag.Bool("v", false, "show the servers' logs")
 	echoMode    = flag.Bool("echo-server", false, "internal: run the connect-go echo server")
+	fpLocks     = flag.Int("footprint-locks", 100_000, "footprint: locks held at once on a memory server (0 leaves the footprint out)")
+	fpWaiters   = flag.Int("footprint-waiters", 10_000, "footprint: waiters queued at once")
+	fpLoop      = flag.Int("footprint-loop", 100_000, "footprint: acquire/release operations on unique keys in the growth check")
+	profileDir  = flag.String("profile", "", "take pprof profiles (CPU, block, mutex, allocs) of each holdfast server and its plugin during every holdfast row, into this directory")
 )
 
 func logf(format string, args ...any) { log.Printf(format, args...) }
 
+// layerRows are the engine measured without the server (see inproc.go).
+var layerRows []throughput
+
 type report struct {
 	Throughput []throughput `json:"throughput"`
+	// PluginHopMicros is what the plugin hop adds to one backend call at
+	// concurrency 1: half the p50 difference between the engine calling
+	// the memory plugin process and the engine on the memory backend in
+	// process (an Acquire+Release makes two backend calls).
+	PluginHopMicros float64 `json:"plugin_hop_us_per_call,omitempty"`
 	HotKey     []hotKey     `json:"hot_key"`
+	Footprint  *footprint   `json:"footprint,omitempty"`
 	Skipped    []string     `json:"skipped,omitempty"`
 }
 
@@ -85,6 +98,16 @@ func run(ctx context.Context) error {
 	}
 	var rep report
 
+	// The engine without the server first, before this program starts any
+	// other process: the plugin host's supervisor thread ends when the host
+	// closes, and the kernel kills every child that thread had started with
+	// a parent-death signal (as startProcess asks).
+	if strings.Contains(","+strings.ReplaceAll(*backends, " ", "")+",", ",memory,") {
+		if layerRows, err = measureLayers(ctx, conc); err != nil {
+			return fmt.Errorf("engine without the server: %w", err)
+		}
+	}
+
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -110,6 +133,14 @@ func run(ctx context.Context) error {
 		if skipped != "" {
 			rep.Skipped = append(rep.Skipped, skipped)
 		}
+	}
+
+	if *fpLocks > 0 {
+		fp, err := measureFootprint(ctx, *fpLocks, *fpWaiters, *fpLoop)
+		if err != nil {
+			return fmt.Errorf("footprint: %w", err)
+		}
+		rep.Footprint = fp
 	}
 
 	printReport(rep)
@@ -149,6 +180,12 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 	default:
 		return "", fmt.Errorf("unknown backend %q", name)
 	}
+	if *profileDir != "" {
+		if err := os.MkdirAll(*profileDir, 0o755); err != nil {
+			return "", err
+		}
+		args = append(args, "--pprof-addr", "127.0.0.1:0")
+	}
 	srv, err := startProcess(ctx, filepath.Join(*binDir, "holdfast"), args...)
 	if err != nil {
 		return "", err
@@ -164,6 +201,11 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 	switch name {
 	case "memory":
 		peers = echoRows
+		layers := layerRows
+		extra = append(extra, layers...)
+		if len(layers) == 2*len(conc) && conc[0] == 1 {
+			rep.PluginHopMicros = (layers[len(conc)].P50 - layers[0].P50) / 2
+		}
 	case "etcd":
 		cli, err := dialEtcd(*etcdAddr)
 		if err != nil {
@@ -221,8 +263,10 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 	}
 
 	for _, c := range conc {
+		wait := profile(ctx, srv, fmt.Sprintf("%s-c%d", name, c), *duration)
 		r := measure(ctx, "holdfast/"+name+" Acquire+Release", c, *duration,
 			acquireRelease(client, fmt.Sprintf("bench/%d/%s", runID, name)))
+		wait()
 		if p, ok := peers[c]; ok && p.OpsPerSec > 0 && p.P50 > 0 {
 			r.Baseline = p.Name
 			r.Ratio = r.OpsPerSec / p.OpsPerSec
@@ -243,7 +287,9 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 	for range *hotWorkers {
 		lockers = append(lockers, &holdfastLocker{client: newClient(srv.addr), key: fmt.Sprintf("bench/%d/%s/hot", runID, name)})
 	}
+	wait := profile(ctx, srv, name+"-hot", *hotDuration)
 	h := measureHotKey(ctx, "holdfast/"+name, lockers, *hotDuration)
+	wait()
 	if hotPeer != nil {
 		if hotPeer.HandoffsPerS > 0 {
 			h.Baseline = hotPeer.Name
@@ -253,6 +299,14 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 	}
 	rep.HotKey = append(rep.HotKey, h)
 	return "", nil
+}
+
+// profile takes profiles of srv during the next d when -profile is set.
+func profile(ctx context.Context, srv *process, label string, d time.Duration) (wait func()) {
+	if *profileDir == "" {
+		return func() {}
+	}
+	return captureProfiles(ctx, srv, *profileDir, label, profileSeconds(d))
 }
 
 func printReport(rep report) {
@@ -280,6 +334,22 @@ func printReport(rep report) {
 			h.Name, h.HandoffsPerS, h.Acquisitions, h.WaitP50, h.WaitP99, h.WaitMax, h.SpreadPercent, h.Errors, ratio)
 	}
 	_ = w.Flush()
+	if fp := rep.Footprint; fp != nil {
+		fmt.Println("\nResident memory (VmRSS) of a memory-backend server + its plugin process")
+		fmt.Fprintln(w, "state\tserver MiB\tplugin MiB\t")
+		row := func(name string, r rss) {
+			fmt.Fprintf(w, "%s\t%.1f\t%.1f\t\n", name, float64(r.ServerKiB)/1024, float64(r.PluginKiB)/1024)
+		}
+		row("idle", fp.Idle)
+		row(fmt.Sprintf("%d locks held", fp.Locks), fp.HeldLocks)
+		row(fmt.Sprintf("%d waiters queued", fp.Waiters), fp.WithWaiters)
+		row(fmt.Sprintf("before %d acquire/release on unique keys", fp.LoopOps), fp.LoopBefore)
+		row(fmt.Sprintf("after %d acquire/release on unique keys", fp.LoopOps), fp.LoopAfter)
+		_ = w.Flush()
+	}
+	if rep.PluginHopMicros != 0 {
+		fmt.Printf("\nThe plugin hop adds %.0f µs to each backend call at concurrency 1 (p50, engine with the memory plugin process against the engine with the memory backend in process).\n", rep.PluginHopMicros)
+	}
 	for _, s := range rep.Skipped {
 		fmt.Println("left out:", s)
 	}

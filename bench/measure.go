@@ -133,8 +133,13 @@ func measureHotKey(ctx context.Context, name string, lockers []locker, dur time.
 		firstErr error
 		wg       sync.WaitGroup
 	)
-	runCtx, cancel := context.WithTimeout(ctx, dur)
+	// The run ends by cancellation, not by a deadline: a deadline would be
+	// sent to the server, which may answer deadline_exceeded a moment
+	// before this process sees its own context end.
+	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	stop := time.AfterFunc(dur, cancel)
+	defer stop.Stop()
 	for w, l := range lockers {
 		wg.Add(1)
 		go func() {

@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,6 +29,54 @@ type process struct {
 	cmd  *exec.Cmd
 	addr string
 	done chan error
+
+	// From the server's log (stderr): its plugin's process id and, with
+	// -profile, where the server and the plugin serve pprof.
+	mu          sync.Mutex
+	pluginPID   int
+	serverPprof string
+	pluginPprof string
+}
+
+// logged reads what the server's log said (see process).
+func (p *process) logged() (pluginPID int, serverPprof, pluginPprof string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pluginPID, p.serverPprof, p.pluginPprof
+}
+
+// scanLog picks facts out of the server's text log and passes every line on
+// to w.
+func (p *process) scanLog(r io.Reader, w io.Writer) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		fmt.Fprintln(w, line)
+		p.mu.Lock()
+		if v := logField(line, "plugin_pid"); v != "" {
+			p.pluginPID, _ = strconv.Atoi(v)
+		}
+		if strings.Contains(line, "pprof serving") {
+			if logField(line, "plugin") != "" {
+				p.pluginPprof = logField(line, "addr")
+			} else {
+				p.serverPprof = logField(line, "addr")
+			}
+		}
+		p.mu.Unlock()
+	}
+	_, _ = io.Copy(io.Discard, r)
+}
+
+// logField is the value of key=value in a slog text line.
+func logField(line, key string) string {
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
 }
 
 // startProcess runs args and waits for the readiness line that holdfast
@@ -34,12 +84,12 @@ type process struct {
 // "holdfast serving addr=HOST:PORT ...".
 func startProcess(ctx context.Context, name string, args ...string) (*process, error) {
 	cmd := exec.Command(name, args...)
-	cmd.Stderr = os.Stderr
-	if !*verbose {
-		cmd.Stderr = io.Discard
-	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	errOut, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
 	}
@@ -47,6 +97,15 @@ func startProcess(ctx context.Context, name string, args ...string) (*process, e
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &process{cmd: cmd, done: make(chan error, 1)}
+	var logTo io.Writer = io.Discard
+	if *verbose {
+		logTo = os.Stderr
+	}
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		p.scanLog(errOut, logTo)
+	}()
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -60,6 +119,8 @@ func startProcess(ctx context.Context, name string, args ...string) (*process, e
 				}
 			}
 		}
+		_, _ = io.Copy(io.Discard, out)
+		<-logDone // Wait closes the pipes: read them to the end first
 		p.done <- cmd.Wait()
 	}()
 	select {

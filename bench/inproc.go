@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/engine"
+	"github.com/holdfast/holdfast/core/pluginhost"
+	"github.com/holdfast/holdfast/plugins/memory"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+)
+
+// The engine measured without the HTTP server, so that the table shows what
+// each layer costs: the engine on the memory backend in this process (no
+// RPC at all), and the engine calling the memory plugin process through the
+// plugin host (the plugin hop alone: go-plugin gRPC over a unix socket).
+
+// engineOp is Acquire then Release on the engine, each worker its own key.
+func engineOp(e *engine.Engine, prefix string) op {
+	return func(ctx context.Context, worker, _ int) error {
+		key := fmt.Sprintf("%s/%d", prefix, worker)
+		resp, err := e.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(10 * time.Second)})
+		if err != nil {
+			return err
+		}
+		if !resp.GetAcquired() {
+			return fmt.Errorf("key %s not acquired", key)
+		}
+		rel, err := e.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: resp.GetLease().GetOwnerToken()})
+		if err != nil {
+			return err
+		}
+		if !rel.GetReleased() {
+			return fmt.Errorf("key %s not released", key)
+		}
+		return nil
+	}
+}
+
+// measureEngine measures the engine on b at every concurrency level.
+func measureEngine(ctx context.Context, name string, b backend.Backend, conc []int) ([]throughput, error) {
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	e, err := engine.New(startCtx, b, engine.Config{})
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	var rows []throughput
+	for _, c := range conc {
+		rows = append(rows, measure(ctx, name, c, *duration, engineOp(e, fmt.Sprintf("engine/%d", time.Now().UnixNano()))))
+	}
+	return rows, nil
+}
+
+// measureLayers returns the in-process and plugin-hop rows.
+func measureLayers(ctx context.Context, conc []int) ([]throughput, error) {
+	mem := memory.New()
+	inproc, err := measureEngine(ctx, "engine+memory in-process (no RPC)", mem, conc)
+	mem.Close()
+	if err != nil {
+		return nil, err
+	}
+	h, err := pluginhost.Start(ctx, pluginhost.Config{
+		Path:   filepath.Join(*binDir, "holdfast"),
+		Args:   []string{"backend", "memory"},
+		Name:   "memory",
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	hop, err := measureEngine(ctx, "engine+memory plugin (plugin hop, no HTTP)", h, conc)
+	if err != nil {
+		return nil, err
+	}
+	return append(inproc, hop...), nil
+}

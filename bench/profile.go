@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// profiles are the pprof profiles -profile takes of the server and of its
+// plugin while a holdfast row runs: CPU, and the blocking, mutex and
+// allocation deltas over the same seconds.
+var profiles = []string{"profile", "block", "mutex", "allocs"}
+
+// captureProfiles starts taking profiles of p's server and plugin for secs
+// seconds into dir, named LABEL-{server,plugin}-KIND.pb.gz. The returned
+// function waits for them.
+func captureProfiles(ctx context.Context, p *process, dir, label string, secs int) func() {
+	_, server, plugin := p.logged()
+	var wg sync.WaitGroup
+	for who, addr := range map[string]string{"server": server, "plugin": plugin} {
+		if addr == "" {
+			logf("-profile: the %s did not log a pprof address", who)
+			continue
+		}
+		for _, kind := range profiles {
+			wg.Go(func() {
+				url := fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, secs)
+				file := filepath.Join(dir, fmt.Sprintf("%s-%s-%s.pb.gz", label, who, kind))
+				if err := fetch(ctx, url, file); err != nil {
+					logf("-profile: %s: %v", url, err)
+				}
+			})
+		}
+	}
+	return wg.Wait
+}
+
+func fetch(ctx context.Context, url, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// profileSeconds is how long to profile a row of length d: most of it.
+func profileSeconds(d time.Duration) int {
+	return max(int(d.Seconds()*0.8), 1)
+}
+
+// rssKiB is a process's resident set size (VmRSS in /proc/PID/status), in KiB.
+func rssKiB(pid int) (int, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+	return 0, fmt.Errorf("pid %d: no VmRSS in /proc status", pid)
+}
