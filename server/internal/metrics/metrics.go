@@ -324,6 +324,9 @@ type Server struct {
 	srv    *http.Server
 	ln     net.Listener
 	served chan error
+
+	once    sync.Once
+	stopErr error
 }
 
 // Serve listens on addr and serves m's registry at /metrics in the
@@ -358,14 +361,18 @@ func Serve(addr string, m *Metrics, log *slog.Logger) (*Server, error) {
 // Addr is the address the metrics server listens on.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
-// Shutdown stops the metrics server.
+// Shutdown stops the metrics server; later calls return the first's
+// result.
 func (s *Server) Shutdown(ctx context.Context) error {
-	err := s.srv.Shutdown(ctx)
-	if err != nil {
-		_ = s.srv.Close()
-	}
-	if serr := <-s.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-		return serr
-	}
-	return err
+	s.once.Do(func() {
+		err := s.srv.Shutdown(ctx)
+		if err != nil {
+			_ = s.srv.Close()
+		}
+		if serr := <-s.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+			err = serr
+		}
+		s.stopErr = err
+	})
+	return s.stopErr
 }

@@ -1,0 +1,120 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/engine"
+	"github.com/holdfast/holdfast/plugins/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// listing counts List calls on the real memory backend and can fail them.
+type listing struct {
+	*memory.Backend
+	lists atomic.Int64
+	fail  atomic.Bool
+}
+
+func (l *listing) List(ctx context.Context, req backend.ListRequest) (backend.ListPage, error) {
+	l.lists.Add(1)
+	if l.fail.Load() {
+		return backend.ListPage{}, backend.ErrUnavailable
+	}
+	return l.Backend.List(ctx, req)
+}
+
+type plugin struct{}
+
+func (plugin) Up() bool         { return true }
+func (plugin) Restarts() uint64 { return 2 }
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func TestServeAndScrapeTimeSeries(t *testing.T) {
+	b := &listing{Backend: memory.New()}
+	defer b.Backend.Close()
+	ctx := context.Background()
+	e, err := engine.New(ctx, b, engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, k := range []string{"a", "b"} {
+		if _, err := b.Acquire(ctx, backend.AcquireRequest{Key: k, OwnerToken: "t", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := New()
+	m.Track(Sources{Version: "v1", BackendName: "memory", Engine: e, Backend: b, Plugin: plugin{}})
+	m.AcquireDone(true, true, 20*time.Millisecond)
+	m.ReleaseDone(false)
+	m.PluginCall("Get", time.Millisecond, errors.New("boom"))
+	srv, err := Serve("127.0.0.1:0", m, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+
+	body := get(t, "http://"+srv.Addr().String()+"/metrics")
+	for _, want := range []string{
+		"holdfast_locks_held 2\n",
+		`holdfast_acquisitions_total{outcome="acquired"} 1` + "\n",
+		`holdfast_acquisitions_total{outcome="contended"} 0` + "\n",
+		`holdfast_acquire_wait_seconds_bucket{outcome="acquired",le="0.025"} 1` + "\n",
+		`holdfast_releases_total{outcome="stale"} 1` + "\n",
+		`holdfast_backend_call_duration_seconds_count{method="Get",outcome="error"} 1` + "\n",
+		"holdfast_backend_restarts_total 2\n",
+		"holdfast_backend_up 1\n",
+		`holdfast_info{backend="memory",version="v1"} 1` + "\n",
+		"holdfast_waiters 0\n",
+		"go_goroutines ",
+	} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	// A second scrape within HeldRefresh reuses the count.
+	n := b.lists.Load()
+	get(t, "http://"+srv.Addr().String()+"/metrics")
+	if b.lists.Load() != n {
+		t.Fatalf("the held count was listed again within %s", HeldRefresh)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A backend that cannot be listed leaves holdfast_locks_held out rather
+// than reporting a wrong count.
+func TestHeldCountOmittedWhenListFails(t *testing.T) {
+	b := &listing{Backend: memory.New()}
+	defer b.Backend.Close()
+	b.fail.Store(true)
+	c := &heldCollector{b: b}
+	if _, ok := c.countLocks(); ok {
+		t.Fatal("count reported although List failed")
+	}
+}
