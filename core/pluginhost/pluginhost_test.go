@@ -351,6 +351,7 @@ func TestCrashRestart(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	waitStopped(t, pid)
 	down := h.Changed()
 	inflight := make(chan error, 1)
 	go func() {
@@ -537,6 +538,41 @@ func runHelper(mode string) {
 	select {} // until killed
 }
 
+// waitStopped waits until every thread of pid is stopped. kill(SIGSTOP)
+// returns once the signal is queued: the kernel wakes one thread of the
+// process, and the others stop only once that thread has run. On a loaded
+// machine that can be many milliseconds later, and meanwhile the plugin
+// still answers calls (TestCrashRestart saw a Get answered "early" that way).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !stopped(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("plugin %d not stopped 10s after SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stopped reports whether every thread of pid is in the stopped state.
+func stopped(pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, path := range tasks {
+		stat, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
+
 // alive reports whether pid runs (a zombie, or no such process, is dead).
 func alive(pid int) bool {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -593,6 +629,7 @@ func TestCloseOfFrozenPlugin(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	waitStopped(t, pid) // else Close may find it still answering
 	closed := make(chan struct{})
 	t0 := time.Now()
 	go func() {
