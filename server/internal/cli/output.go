@@ -13,8 +13,9 @@ import (
 )
 
 // The JSON shapes of --output json. Field names follow the API's JSON
-// (lowerCamelCase); fencing tokens are numbers, durations strings like
-// "29.5s", times RFC 3339.
+// (lowerCamelCase); fencing tokens are decimal strings, as in the API's
+// JSON (64-bit integers do not survive JavaScript or jq's doubles);
+// durations are strings like "29.5s", times RFC 3339.
 
 type stampJSON struct {
 	WallTimeNs int64  `json:"wallTimeNs"`
@@ -25,7 +26,7 @@ func stampOf(t hlc.Timestamp) stampJSON { return stampJSON{WallTimeNs: t.WallTim
 
 type stateJSON struct {
 	Key          string     `json:"key"`
-	FencingToken uint64     `json:"fencingToken"`
+	FencingToken uint64     `json:"fencingToken,string"`
 	Holder       string     `json:"holder"`
 	ExpiresAt    *time.Time `json:"expiresAt,omitempty"`
 	ExpiresIn    string     `json:"expiresIn,omitempty"`
@@ -61,7 +62,7 @@ func stateOfProto(p *lockv1.LockState) *stateJSON {
 type leaseJSON struct {
 	Key          string     `json:"key"`
 	OwnerToken   string     `json:"ownerToken"`
-	FencingToken uint64     `json:"fencingToken"`
+	FencingToken uint64     `json:"fencingToken,string"`
 	TTL          string     `json:"ttl"`
 	ExpiresAt    *time.Time `json:"expiresAt,omitempty"`
 	Stamp        stampJSON  `json:"stamp"`

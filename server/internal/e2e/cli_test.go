@@ -219,7 +219,7 @@ func TestCLILeaseCommandsAndJSON(t *testing.T) {
 		Lease    struct {
 			Key          string
 			OwnerToken   string
-			FencingToken uint64
+			FencingToken uint64 `json:"fencingToken,string"`
 			TTL          string
 		}
 	}
@@ -244,7 +244,7 @@ func TestCLILeaseCommandsAndJSON(t *testing.T) {
 	var list []struct {
 		Key          string
 		Holder       string
-		FencingToken uint64
+		FencingToken uint64 `json:"fencingToken,string"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || r.code != 0 || len(list) != 1 ||
 		list[0].Key != "jobs/a" || list[0].Holder != "e2e-holder" || list[0].FencingToken != acq.Lease.FencingToken {

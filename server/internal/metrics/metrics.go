@@ -124,6 +124,7 @@ func New() *Metrics {
 	for _, o := range []string{"extended", "lost"} {
 		m.extends.WithLabelValues(o)
 	}
+	m.streams.WithLabelValues("Watch")
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
