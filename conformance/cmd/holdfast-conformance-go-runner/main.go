@@ -239,7 +239,9 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 			l = l.Holder(args.Holder)
 		}
 		var g *holdfast.Guard
-		if args.Try {
+		if args.Try || args.WaitMs <= 0 {
+			// The protocol's wait 0 is one attempt; the Go SDK's Lock
+			// without a wait would queue until the context ends.
 			g, err = l.TryLock(ctx)
 		} else {
 			g, err = l.Wait(time.Duration(args.WaitMs) * time.Millisecond).Lock(ctx)
