@@ -181,7 +181,7 @@ func (o *clientOptions) callError(err error) error {
 	case errors.Is(err, holdfast.ErrUnauthenticated), connect.CodeOf(err) == connect.CodeUnauthenticated:
 		return &exitError{code: ExitError, err: fmt.Errorf("unauthenticated: %s (give a token with --token or HOLDFAST_TOKEN)", message(err))}
 	case errors.Is(err, holdfast.ErrNotAcquired):
-		return &exitError{code: ExitNotAcquired, err: err}
+		return &exitError{code: ExitNotAcquired, err: errors.New(message(err))}
 	}
 	return &exitError{code: ExitError, err: errors.New(message(err))}
 }

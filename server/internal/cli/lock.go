@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -162,7 +163,8 @@ wait:
 		case <-leaseDone:
 			leaseDone = nil
 			lost = context.Cause(g.Context())
-			r.say("%v; stopping %s (SIGTERM, SIGKILL after %s)", lost, r.argv[0], r.grace)
+			// Said even with --quiet: it explains the exit status.
+			fmt.Fprintf(r.stderr, "holdfast: %s; stopping %s (SIGTERM, SIGKILL after %s)\n", unprefixed(lost), r.argv[0], r.grace)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			killTimer = time.AfterFunc(r.grace, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
 		case s := <-sigs:
@@ -174,12 +176,12 @@ wait:
 	}
 	code := exitStatus(child.ProcessState)
 	if lost != nil {
-		return &exitError{code: ExitLeaseLost, err: fmt.Errorf("%s was stopped: %w", r.argv[0], lost)}
+		return &exitError{code: ExitLeaseLost, err: fmt.Errorf("%s stopped (status %d): the lease on %q was lost", r.argv[0], code, r.key)}
 	}
 	if err := r.release(g); errors.Is(err, holdfast.ErrLeaseLost) {
 		// The command finished, but the lease ran out first: its work may
 		// have overlapped with the next holder's.
-		return &exitError{code: ExitLeaseLost, err: fmt.Errorf("%s finished (status %d) but the lease was lost before it did: %w", r.argv[0], code, err)}
+		return &exitError{code: ExitLeaseLost, err: fmt.Errorf("%s finished (status %d) but the lease was lost before it did: %s", r.argv[0], code, unprefixed(err))}
 	}
 	if code == 0 {
 		return nil
@@ -258,10 +260,14 @@ func (r *lockRun) release(g *holdfast.Guard) error {
 		r.say("released %q", r.key)
 	case errors.Is(err, holdfast.ErrLeaseLost):
 	default:
-		fmt.Fprintf(r.stderr, "holdfast: could not release %q (it frees itself within its TTL, %s): %v\n", r.key, r.ttl, err)
+		fmt.Fprintf(r.stderr, "holdfast: could not release %q (it frees itself within its TTL, %s): %s\n", r.key, r.ttl, unprefixed(err))
 	}
 	return err
 }
+
+// unprefixed is err's message without the SDK's "holdfast: " prefix (ours
+// comes first).
+func unprefixed(err error) string { return strings.TrimPrefix(err.Error(), "holdfast: ") }
 
 // exitStatus is a shell's view of how the process ended.
 func exitStatus(ps *os.ProcessState) int {
