@@ -61,6 +61,7 @@ type report struct {
 	PluginHopMicros float64    `json:"plugin_hop_us_per_call,omitempty"`
 	HotKey          []hotKey   `json:"hot_key"`
 	Footprint       *footprint `json:"footprint,omitempty"`
+	Targets         []target   `json:"targets"`
 	Skipped         []string   `json:"skipped,omitempty"`
 }
 
@@ -143,7 +144,9 @@ func run(ctx context.Context) error {
 		rep.Footprint = fp
 	}
 
+	rep.Targets = judge(rep)
 	printReport(rep)
+	printTargets(rep.Targets)
 	if *jsonOut != "" {
 		data, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
