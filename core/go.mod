@@ -15,7 +15,6 @@ require (
 	github.com/fatih/color v1.13.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/hashicorp/yamux v0.1.2 // indirect
-	github.com/holdfast/holdfast/plugins/memory v0.0.0
 	github.com/mattn/go-colorable v0.1.12 // indirect
 	github.com/mattn/go-isatty v0.0.17 // indirect
 	github.com/oklog/run v1.1.0 // indirect
@@ -26,5 +25,3 @@ require (
 )
 
 replace github.com/holdfast/holdfast/proto => ../proto
-
-replace github.com/holdfast/holdfast/plugins/memory => ../plugins/memory

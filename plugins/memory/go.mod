@@ -25,7 +25,7 @@ require (
 
 require (
 	go.uber.org/goleak v1.3.0
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/protobuf v1.36.12
 )
 
 replace (
