@@ -27,7 +27,7 @@ type observability struct {
 }
 
 func setupObservability(ctx context.Context, o serveOptions, version string, log *slog.Logger) (*observability, error) {
-	tr, err := tracing.Setup(ctx, tracing.Config{Endpoint: o.otlpEndpoint, ServiceName: "holdfast", Version: version})
+	tr, err := tracing.Setup(ctx, tracing.Config{Endpoint: o.otlpEndpoint, ServiceName: "holdfast", Version: version, Logger: log.With("component", "tracing")})
 	if err != nil {
 		return nil, err
 	}

@@ -23,12 +23,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/otelconnect"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
@@ -57,6 +59,10 @@ type Config struct {
 	ServiceName string
 	// Version is the resource's service.version.
 	Version string
+	// Logger receives export errors (nil: slog.Default()). OpenTelemetry
+	// reports them through a process-wide handler, which Setup sets when
+	// tracing is on.
+	Logger *slog.Logger
 }
 
 // Tracing is the tracer provider and the instrumentation built on it.
@@ -103,6 +109,16 @@ func Setup(ctx context.Context, cfg Config) (*Tracing, error) {
 			endpoint = os.Getenv(EnvEndpoint)
 		}
 	}
+	// Otherwise they go to the standard log package, unstructured. Without
+	// a Logger, slog's default is read when an error comes (a plugin's is
+	// set by backend.Serve, after this).
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log := cfg.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("tracing: " + err.Error())
+	}))
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithBatcher(exp),
 		sdktrace.WithResource(Resource(cfg.ServiceName, cfg.Version)),
