@@ -174,7 +174,9 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 		if *redisAddr == "" {
 			return "redis: no -redis address given", nil
 		}
-		args = append(args, "--backend-opt", "addrs="+*redisAddr)
+		// The same connection pool size as the redislock peer's client
+		// (newRedis), so both sides can have as many commands in flight.
+		args = append(args, "--backend-opt", "addrs="+*redisAddr, "--backend-opt", fmt.Sprintf("pool_size=%d", redisPoolSize))
 	case "postgres":
 		if *pgDSN == "" {
 			return "postgres: no -postgres DSN given", nil

@@ -77,8 +77,12 @@ type etcdHotLocker struct {
 func (l *etcdHotLocker) lock(ctx context.Context) error   { return l.m.Lock(ctx) }
 func (l *etcdHotLocker) unlock(ctx context.Context) error { return l.m.Unlock(ctx) }
 
+// redisPoolSize is the Redis connection pool of both the redislock peer and
+// holdfast's Redis plugin.
+const redisPoolSize = 64
+
 func newRedis(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: redisPoolSize})
 }
 
 // redislockObtainRelease is bsm/redislock's Obtain then Release.
