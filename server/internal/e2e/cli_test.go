@@ -308,7 +308,7 @@ func TestCLILeaseCommandsAndJSON(t *testing.T) {
 			Shared bool
 		}
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil || r.code != 0 || info.Backend.Name != "memory" || info.Version != "e2e-test" {
+	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil || r.code != 0 || info.Backend.Name != "memory" || info.Version != binVersion {
 		t.Fatalf("info -o json: %d %q %v", r.code, r.stdout, err)
 	}
 	r = runCLI(t, s.addr, "info")

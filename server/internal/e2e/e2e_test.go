@@ -34,6 +34,12 @@ import (
 
 var binDir string
 
+// binVersion is what the holdfast under test says its version is:
+// "e2e-test" when TestMain built it, whatever `make build` stamped when it
+// comes from $HOLDFAST_BIN_DIR (as in `make test`). Tests that check the
+// version is reported (info, metrics) compare with it.
+var binVersion string
+
 func TestMain(m *testing.M) {
 	dir, cleanup, err := binaries()
 	if err != nil {
@@ -41,6 +47,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
+	out, err := exec.Command(filepath.Join(dir, "holdfast"), "version").Output()
+	binVersion = strings.TrimSpace(string(out))
+	if err != nil || binVersion == "" {
+		cleanup()
+		fmt.Fprintf(os.Stderr, "e2e: holdfast version: %q, %v\n", out, err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	cleanup()
 	if code == 0 {

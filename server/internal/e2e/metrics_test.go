@@ -155,7 +155,7 @@ func TestMetrics(t *testing.T) {
 	})
 	f.want(t, 3, "holdfast_locks_held")
 	f.want(t, 1, "holdfast_rpc_streams", "method", "Watch")
-	f.want(t, 1, "holdfast_info", "version", "e2e-test", "backend", "memory")
+	f.want(t, 1, "holdfast_info", "version", binVersion, "backend", "memory")
 	f.want(t, 1, "holdfast_backend_up")
 	f.want(t, 0, "holdfast_backend_restarts_total")
 
