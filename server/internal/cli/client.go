@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,9 +73,14 @@ func exitCode(err error) int {
 
 // clientOptions are the flags every client command shares.
 type clientOptions struct {
-	server string
-	token  string
-	output string
+	server     string
+	token      string
+	output     string
+	caCert     string
+	clientCert string
+	clientKey  string
+
+	transport *http.Transport // built by resolve
 }
 
 func addClientFlags(cmd *cobra.Command, o *clientOptions) {
@@ -81,6 +88,9 @@ func addClientFlags(cmd *cobra.Command, o *clientOptions) {
 	f.StringVar(&o.server, "server", DefaultServer, "server base URL (env HOLDFAST_SERVER)")
 	f.StringVar(&o.token, "token", "", "bearer token sent as Authorization: Bearer TOKEN (env HOLDFAST_TOKEN)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json (env HOLDFAST_OUTPUT)")
+	f.StringVar(&o.caCert, "ca-cert", "", "PEM CA certificate(s) to verify an https:// server with, instead of the system's (env HOLDFAST_CA_CERT)")
+	f.StringVar(&o.clientCert, "client-cert", "", "PEM client certificate for servers that require one (mTLS; env HOLDFAST_CLIENT_CERT)")
+	f.StringVar(&o.clientKey, "client-key", "", "PEM private key of --client-cert (env HOLDFAST_CLIENT_KEY)")
 	_ = cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return []string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp
 	})
@@ -96,6 +106,9 @@ func (o *clientOptions) resolve(cmd *cobra.Command) error {
 		{"server", "HOLDFAST_SERVER", &o.server},
 		{"token", "HOLDFAST_TOKEN", &o.token},
 		{"output", "HOLDFAST_OUTPUT", &o.output},
+		{"ca-cert", "HOLDFAST_CA_CERT", &o.caCert},
+		{"client-cert", "HOLDFAST_CLIENT_CERT", &o.clientCert},
+		{"client-key", "HOLDFAST_CLIENT_KEY", &o.clientKey},
 	} {
 		if !cmd.Flags().Changed(e.flag) {
 			if v, ok := os.LookupEnv(e.env); ok && v != "" {
@@ -111,12 +124,66 @@ func (o *clientOptions) resolve(cmd *cobra.Command) error {
 		return fmt.Errorf("--server: %q is not a base URL like http://127.0.0.1:7410", o.server)
 	}
 	o.server = strings.TrimRight(o.server, "/")
+	tr, err := o.newTransport(u.Scheme == "https")
+	if err != nil {
+		return err
+	}
+	o.transport = tr
 	return nil
+}
+
+// newTransport is the one HTTP transport of a command: HTTP/1.1 over
+// http:// (Connect's protocol needs nothing more), HTTP/2 or HTTP/1.1 over
+// https://, with --ca-cert and --client-cert when given.
+func (o *clientOptions) newTransport(https bool) (*http.Transport, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	protos := new(http.Protocols)
+	protos.SetHTTP1(true)
+	if !https {
+		if o.caCert != "" || o.clientCert != "" {
+			return nil, fmt.Errorf("--ca-cert and --client-cert need an https:// --server, not %s", o.server)
+		}
+		tr.Protocols = protos
+		return tr, nil
+	}
+	protos.SetHTTP2(true)
+	tr.Protocols = protos
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.caCert != "" {
+		pem, err := os.ReadFile(o.caCert)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-cert: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca-cert %s: no PEM certificate in it", o.caCert)
+		}
+		cfg.RootCAs = pool
+	}
+	if (o.clientCert == "") != (o.clientKey == "") {
+		return nil, errors.New("--client-cert and --client-key go together")
+	}
+	if o.clientCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.clientCert, o.clientKey)
+		if err != nil {
+			return nil, fmt.Errorf("--client-cert: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	tr.TLSClientConfig = cfg
+	return tr, nil
+}
+
+// close drops the command's idle connections.
+func (o *clientOptions) close() {
+	if o.transport != nil {
+		o.transport.CloseIdleConnections()
+	}
 }
 
 // dial returns an SDK client for the server.
 func (o *clientOptions) dial(holder string) (*holdfast.Client, error) {
-	var opts []holdfast.Option
+	opts := []holdfast.Option{holdfast.WithHTTPClient(&http.Client{Transport: o.transport})}
 	if o.token != "" {
 		opts = append(opts, holdfast.WithBearerToken(o.token))
 	}
@@ -130,13 +197,12 @@ func (o *clientOptions) dial(holder string) (*holdfast.Client, error) {
 // (acquire, release, extend): a lease that outlives this process has no
 // guard, and the SDK keeps owner tokens inside its guards by design.
 func (o *clientOptions) rawClient() (lockv1connect.LockServiceClient, func()) {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	hc := &http.Client{Transport: tr}
+	hc := &http.Client{Transport: o.transport}
 	var opts []connect.ClientOption
 	if o.token != "" {
 		opts = append(opts, connect.WithInterceptors(bearer(o.token)))
 	}
-	return lockv1connect.NewLockServiceClient(hc, o.server, opts...), tr.CloseIdleConnections
+	return lockv1connect.NewLockServiceClient(hc, o.server, opts...), o.close
 }
 
 // bearer adds the Authorization header to unary calls.

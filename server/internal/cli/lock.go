@@ -123,6 +123,7 @@ func (r *lockRun) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer r.o.close() // after c.Close, which may still release
 	defer c.Close()
 
 	g, err := r.acquire(ctx, c, sigs)

@@ -35,6 +35,7 @@ Exit status: 0 (held or not), 69 server unreachable, 1 any other error.`,
 			if err != nil {
 				return err
 			}
+			defer o.close() // after c.Close, which may still release
 			defer c.Close()
 			st, held, err := c.Inspect(cmd.Context(), args[0])
 			if err != nil {
@@ -92,6 +93,7 @@ Exit status: 0, 69 server unreachable, 1 any other error.`,
 			if err != nil {
 				return err
 			}
+			defer o.close() // after c.Close, which may still release
 			defer c.Close()
 			locks := []stateJSON{}
 			for st, err := range c.List(cmd.Context(), prefix) {
@@ -152,6 +154,7 @@ or ends the stream (watch again), 1 any other error.`,
 			if err != nil {
 				return err
 			}
+			defer o.close() // after c.Close, which may still release
 			defer c.Close()
 			events := c.WatchPrefix(ctx, key)
 			if key != "" && !prefix {
@@ -214,6 +217,7 @@ Exit status: 0, 69 server unreachable, 1 any other error.`,
 			if err != nil {
 				return err
 			}
+			defer o.close() // after c.Close, which may still release
 			defer c.Close()
 			info, err := c.ServerInfo(cmd.Context())
 			if err != nil {

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/holdfast/holdfast/server/internal/tlsconfig/tlstest"
 )
 
 // cliResult is one finished client command.
@@ -400,5 +404,63 @@ func TestCLIUnreachableServer(t *testing.T) {
 	r := runCLI(t, "127.0.0.1:1", "info", "--server", "http://"+addr)
 	if r.code != 69 || !strings.Contains(r.stderr, addr) {
 		t.Fatalf("--server: %d %q", r.code, r.stderr)
+	}
+}
+
+// The client over TLS with a private CA and a bearer token, from flags and
+// from the environment.
+func TestCLIWithTLSAndToken(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "server CA")
+	cert, key := tlstest.WriteLeaf(t, dir, "server", ca.Issue(t, "server", true))
+	caFile := tlstest.Write(t, dir, "ca.pem", ca.PEM)
+	const tok = "cli-team-a-token-0123456789"
+	sum := sha256.Sum256([]byte(tok))
+	tokens := tlstest.Write(t, dir, "tokens.yaml", []byte("- name: team-a\n  sha256: "+hex.EncodeToString(sum[:])+"\n  prefixes: [\"a/\"]\n"))
+	s := startServer(t, nil, "--addr", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key, "--auth-tokens", tokens)
+	server := "https://" + s.addr
+
+	r := runCLI(t, s.addr, "lock", "a/job", "-q", "--server", server, "--ca-cert", caFile, "--token", tok, "--", "sh", "-c", `echo "$HOLDFAST_FENCING_TOKEN"`)
+	if r.code != 0 || strings.TrimSpace(r.stdout) == "" {
+		t.Fatalf("lock over TLS with a token: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	cmd := holdfastCmd(s.addr, "list", "a/", "--server", server)
+	cmd.Env = append(cmd.Env, "HOLDFAST_CA_CERT="+caFile, "HOLDFAST_TOKEN="+tok)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "KEY") {
+		t.Fatalf("list with HOLDFAST_CA_CERT and HOLDFAST_TOKEN: %v %q", err, out)
+	}
+	r = runCLI(t, s.addr, "list", "--server", server, "--ca-cert", caFile)
+	if r.code != 1 || !strings.Contains(r.stderr, "unauthenticated") || !strings.Contains(r.stderr, "--token") {
+		t.Fatalf("no token: %d %q", r.code, r.stderr)
+	}
+	r = runCLI(t, s.addr, "acquire", "b/job", "--server", server, "--ca-cert", caFile, "--token", tok)
+	if r.code != 1 || !strings.Contains(r.stderr, "permission_denied") {
+		t.Fatalf("outside the token's namespace: %d %q", r.code, r.stderr)
+	}
+	r = runCLI(t, s.addr, "info", "--server", server, "--token", tok)
+	if r.code == 0 || !strings.Contains(r.stderr, "certificate") {
+		t.Fatalf("a server certificate from an unknown CA was accepted: %d %q", r.code, r.stderr)
+	}
+}
+
+// Every client command teaches: a long description and examples; and
+// completion scripts come out of the binary.
+func TestCLIHelpAndCompletion(t *testing.T) {
+	for _, c := range []string{"lock", "acquire", "release", "extend", "inspect", "list", "watch", "info"} {
+		r := runCLI(t, "127.0.0.1:1", c, "--help")
+		if r.code != 0 || !strings.Contains(r.stdout, "Examples:") || !strings.Contains(r.stdout, "Exit status") ||
+			!strings.Contains(r.stdout, "--server") || !strings.Contains(r.stdout, "--output") {
+			t.Errorf("holdfast %s --help: %d\n%s", c, r.code, r.stdout)
+		}
+	}
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		r := runCLI(t, "127.0.0.1:1", "completion", sh)
+		if r.code != 0 || !strings.Contains(r.stdout, "holdfast") {
+			t.Errorf("completion %s: %d %q", sh, r.code, r.stderr)
+		}
+	}
+	r := runCLI(t, "127.0.0.1:1", "__complete", "list", "--output", "")
+	if r.code != 0 || !strings.Contains(r.stdout, "table\njson\n") {
+		t.Errorf("--output completion: %q", r.stdout)
 	}
 }
