@@ -464,3 +464,54 @@ func TestCLIHelpAndCompletion(t *testing.T) {
 		t.Errorf("--output completion: %q", r.stdout)
 	}
 }
+
+// Waiting for a held lock: --wait bounds it (exit 3), Ctrl-C ends it (exit
+// 130), and neither runs the command.
+func TestCLILockWaitEnds(t *testing.T) {
+	s := startServer(t, nil, "--addr", "127.0.0.1:0")
+	if r := runCLI(t, s.addr, "acquire", "busy", "--ttl", "1m", "--holder", "someone"); r.code != 0 {
+		t.Fatalf("acquire: %d %s", r.code, r.stderr)
+	}
+	start := time.Now()
+	r := runCLI(t, s.addr, "lock", "busy", "--wait", "300ms", "--", "sh", "-c", "echo ran")
+	if r.code != 3 || r.stdout != "" || !strings.Contains(r.stderr, `"busy" not acquired within 300ms: held by "someone"`) {
+		t.Fatalf("--wait: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("gave up after %s, before --wait", d)
+	}
+
+	cmd := holdfastCmd(s.addr, "lock", "busy", "--", "sh", "-c", "echo ran")
+	var out, errb syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	// It is queued once the server counts a waiter on the key.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r := runCLI(t, s.addr, "inspect", "busy", "-o", "json")
+		if strings.Contains(r.stdout, `"waiters": 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lock never queued: %q", r.stdout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatal("lock did not stop waiting on SIGINT")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 130 || out.String() != "" || !strings.Contains(errb.String(), `interrupted while waiting for "busy"`) {
+		t.Fatalf("SIGINT while waiting: %d %q %q", code, out.String(), errb.String())
+	}
+}
