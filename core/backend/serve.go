@@ -116,6 +116,7 @@ func Serve(open OpenFunc, with ...ServeOption) {
 		HandshakeConfig: HandshakeConfig,
 		Plugins:         plugin.PluginSet{PluginName: &grpcPlugin{backend: b}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			opts = append(opts, grpc.NumStreamWorkers(streamWorkers))
 			return plugin.DefaultGRPCServer(append(opts, sc.grpc...))
 		},
 		Logger: logger,
@@ -125,6 +126,13 @@ func Serve(open OpenFunc, with ...ServeOption) {
 	sc.exit()
 	os.Exit(0)
 }
+
+// streamWorkers is how many goroutines the plugin's gRPC server keeps to
+// run calls. A call on a kept worker reuses its grown stack instead of
+// starting a goroutine whose stack grows again on every call (12% of the
+// memory plugin's CPU under load, in the bench profile); calls beyond the
+// workers still get goroutines of their own.
+const streamWorkers = 64
 
 // ServeOption adds to what Serve does; plain plugins need none.
 type ServeOption func(*serveConfig)
