@@ -379,6 +379,16 @@ func TestWakeSoonAfterRelease(t *testing.T) {
 	}
 }
 
+// lateSlack is how late, past a lease's expiry or a wait's end, a waiter may
+// get its answer. Only scheduling delay should fill it: on a loaded 2-core CI
+// machine under -race a goroutine can wait over 100ms for a CPU (a run here
+// took ttl+117ms), so the old 100ms was not a property of the engine. The
+// promise is still tested: a waiter woken neither by the expiry event nor by
+// a timer set for the expiry would sit out its 5s wait (or a backoff of
+// seconds), and polling shows in the acquire count. 250ms is the slack the conformance suite states for TTLs
+// (conformance.Config.Slack).
+const lateSlack = 250 * time.Millisecond
+
 func TestWakeAtExpiryWithoutPolling(t *testing.T) {
 	e, b := newEngine(t, engine.Config{})
 	const ttl = 300 * time.Millisecond
@@ -391,8 +401,8 @@ func TestWakeAtExpiryWithoutPolling(t *testing.T) {
 		t.Fatalf("waiter: %v %v", resp, err)
 	}
 	t.Logf("acquired %s after the holder's acquire (ttl %s)", took, ttl)
-	if took < ttl || took > ttl+100*time.Millisecond {
-		t.Fatalf("waiter acquired after %s, want within [ttl, ttl+100ms]", took)
+	if took < ttl || took > ttl+lateSlack {
+		t.Fatalf("waiter acquired after %s, want within [ttl, ttl+%s]", took, lateSlack)
 	}
 	// One try on arrival, one at expiry; a duplicate wake (event and timer)
 	// may add one or two. Polling every few ms would make dozens.
@@ -411,8 +421,8 @@ func TestWaitRunsOut(t *testing.T) {
 	if err != nil || resp.GetAcquired() || resp.GetCurrent().GetFencingToken() != holder.GetFencingToken() {
 		t.Fatalf("resp=%v err=%v, want not acquired with the holder", resp, err)
 	}
-	if took < wait || took > wait+100*time.Millisecond {
-		t.Fatalf("wait of %s took %s", wait, took)
+	if took < wait || took > wait+lateSlack {
+		t.Fatalf("wait of %s took %s (allowed: %s more)", wait, took, lateSlack)
 	}
 	if e.Waiters("k") != 0 {
 		t.Fatal("the waiter did not leave the queue")
