@@ -307,9 +307,55 @@ func (s *Server) Done() <-chan struct{} { return s.done }
 func (s *Server) Logs() string { return s.logs.String() }
 
 // Signal sends sig to the server process (for example SIGSTOP/SIGCONT to
-// pause it longer than a TTL).
+// pause it longer than a TTL). For SIGSTOP it returns once the server has
+// really stopped (on Linux, every thread; elsewhere at once): kill returns
+// when the signal is queued, and the process stops only after one of its
+// threads next runs, which on a loaded machine can be tens of milliseconds
+// during which it still answers calls. A spec that takes "now" after
+// Signal(SIGSTOP) as the moment the server stopped answering relies on this.
 func (s *Server) Signal(sig syscall.Signal) error {
-	return syscall.Kill(s.PID(), sig)
+	if err := syscall.Kill(s.PID(), sig); err != nil {
+		return err
+	}
+	if sig != syscall.SIGSTOP {
+		return nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		stopped, ok := allThreadsStopped(s.PID())
+		switch {
+		case !ok || stopped:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("harness: server (pid %d) not stopped 10s after SIGSTOP", s.PID())
+		}
+		select {
+		case <-s.done:
+			return fmt.Errorf("harness: server (pid %d) exited instead of stopping", s.PID())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// allThreadsStopped reports whether every thread of pid is in the stopped
+// state; ok is false where /proc cannot tell (not Linux).
+func allThreadsStopped(pid int) (stopped, ok bool) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false, false
+	}
+	for _, path := range tasks {
+		stat, err := os.ReadFile(path)
+		if err != nil {
+			return false, true // a thread just ended: look again
+		}
+		// The state follows the parenthesised command name.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+			return false, true
+		}
+	}
+	return true, true
 }
 
 // Stop sends SIGTERM and waits up to timeout (0 means 10s) for a graceful
