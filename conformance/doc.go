@@ -2,7 +2,7 @@
 // DESIGN.md written once as ginkgo specs and checked against every backend
 // and every server.
 //
-// It has two levels:
+// It has three levels:
 //
 //   - Backend level: drives a backend plugin executable through the same
 //     plugin host the server uses (go-plugin, gRPC, a real subprocess) and
@@ -11,6 +11,10 @@
 //   - Service level: drives a running holdfast server through its public API
 //     (the Go SDK, and the generated Connect client where the SDK has no
 //     word for it) and checks promises 1 to 8 end to end.
+//   - SDK level: drives an SDK in any language through its adapter process
+//     (JSON lines over stdin/stdout, package sdkrunner and its PROTOCOL.md)
+//     against servers the suite starts, and checks the SDK's TTL, owner
+//     token, watchdog and poisoning, fencing, HLC and waiting behaviour.
 //
 // One Config describes a run. A Go test fills it and calls RunBackend or
 // RunService; the holdfast-conformance command fills it from flags:

@@ -25,6 +25,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -136,6 +137,9 @@ func run(args []string, stderr io.Writer) int {
 	if level == conformance.LevelSDK {
 		words, err := sdkrunner.SplitCommandLine(runner)
 		if err != nil || len(words) == 0 {
+			if err == nil {
+				err = errors.New("empty")
+			}
 			fmt.Fprintf(stderr, "--runner is required: the adapter's command line (%v)\n", err)
 			return 2
 		}
@@ -147,7 +151,11 @@ func run(args []string, stderr io.Writer) int {
 		for _, kv := range pluginOpts {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok || k == "" {
-				fmt.Fprintf(stderr, "--plugin-opt %q: want key=value\n", kv)
+				name := "--plugin-opt"
+				if level == conformance.LevelSDK {
+					name = "--backend-opt"
+				}
+				fmt.Fprintf(stderr, "%s %q: want key=value\n", name, kv)
 				return 2
 			}
 			cfg.PluginOptions[k] = v
