@@ -186,4 +186,3 @@ func TestStartErrors(t *testing.T) {
 		})
 	}
 }
-
