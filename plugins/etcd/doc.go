@@ -51,8 +51,13 @@
 //     lock, or left over from a lost race, is kept and reused for the next
 //     lock of the same TTL, renewed at reuse so its TTL runs from then;
 //     leases are also granted ahead of need in the background. An
-//     uncontended acquire is then one lease renewal (no disk write) and one
-//     transaction, and a lock costs two raft writes, not four.
+//     uncontended acquire is then one transaction with one lease renewal
+//     (no disk write) sent beside it, not before it (a pooled lease has at
+//     least half its TTL left, so it outlives the transaction; when the
+//     renewal fails, a lock the transaction stored is taken back and the
+//     call answers unavailable), and a lock costs two raft writes, not
+//     four. The pool's target grows when callers find it empty and shrinks
+//     by the leases that age out unused.
 //   - Fencing tokens are the lock key's CreateRevision: etcd's revision is
 //     cluster-wide, persistent and strictly increasing, and every acquisition
 //     creates the key afresh, so tokens strictly increase per key across

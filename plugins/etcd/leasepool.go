@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -152,14 +153,21 @@ func (p *leasePool) refill() {
 			continue
 		}
 		kept := tp.free[:0]
+		aged := 0
 		for _, l := range tp.free {
 			if fresh(l, secs, now) {
 				kept = append(kept, l)
 			} else {
 				drop = append(drop, l.id)
+				aged++
 			}
 		}
 		tp.free = kept
+		// Leases that aged out unused were more than the demand: shrink
+		// the target by as many, so a burst of concurrency does not leave
+		// the pool granting and revoking poolMax leases every TTL/2 (raft
+		// writes that queue up with the callers' own).
+		tp.target = max(poolMin, tp.target-aged)
 		if n := tp.target - len(tp.free); n > 0 {
 			need[secs] = n
 		}
@@ -216,6 +224,40 @@ func (p *leasePool) drain() {
 	if len(ids) > 0 {
 		p.b.revokeAll(ids)
 	}
+}
+
+// renewal is a pooled lease's renewal running beside the transaction that
+// attaches the lock to it.
+type renewal struct {
+	done chan struct{}
+	ttl  int64 // granted TTL in seconds, when err is nil
+	err  error
+}
+
+// renewAsync takes a pooled lease of secs seconds, if one is ready, and
+// starts renewing it. The lease was granted or renewed less than secs/2
+// ago, so it outlives the transaction that runs meanwhile; once the renewal
+// succeeds, its TTL runs from no earlier than sent.
+func (b *Backend) renewAsync(ctx context.Context, secs int64) (id clientv3.LeaseID, r *renewal, sent time.Time, ok bool) {
+	pid, ok := b.pool.take(secs)
+	if !ok {
+		return 0, nil, time.Time{}, false
+	}
+	r = &renewal{done: make(chan struct{})}
+	sent = time.Now()
+	go func() {
+		defer close(r.done)
+		ka, err := b.cli.KeepAliveOnce(ctx, pid)
+		switch {
+		case err != nil:
+			r.err = err
+		case ka.TTL <= 0:
+			r.err = fmt.Errorf("lease %x is gone", int64(pid))
+		default:
+			r.ttl = ka.TTL
+		}
+	}()
+	return pid, r, sent, true
 }
 
 // lease returns a lease of secs seconds whose TTL starts now: a pooled one,

@@ -23,30 +23,75 @@ func (b *Backend) checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-// Acquire grants a lease of the TTL and stores the lock in one transaction
-// if the key is free; see the package doc.
+// Acquire takes a lease of the TTL and stores the lock in one transaction
+// if the key is free; see the package doc. With a pooled lease, its renewal
+// runs beside the transaction instead of before it: one etcd round trip
+// less on the way to a lock.
 func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
 	if err := b.checkTTL(req.TTL); err != nil {
 		return backend.AcquireResult{}, err
 	}
 	cctx, cancel := b.call(ctx)
 	defer cancel()
+	secs := ttlSeconds(req.TTL)
 
-	leaseID, granted, start, err := b.lease(cctx, ttlSeconds(req.TTL))
+	if id, r, sent, ok := b.renewAsync(cctx, secs); ok {
+		granted := time.Duration(secs) * time.Second
+		res, attached, err := b.attach(cctx, ctx, req, id, sent.Add(granted), granted)
+		<-r.done
+		if r.err == nil {
+			switch {
+			case err != nil:
+				// Unknown outcome: a lock created on the lease would be
+				// held by an owner token nobody received; revoke it.
+				b.revokeLater(id)
+				return backend.AcquireResult{}, err
+			case attached:
+				res.Record.ExpiresAt = sent.Add(time.Duration(r.ttl) * time.Second)
+				res.Record.Remaining = max(0, time.Until(res.Record.ExpiresAt))
+				return res, nil
+			default: // held by someone else; the renewed lease was not attached
+				b.pool.put(id, secs, sent)
+				return res, nil
+			}
+		}
+		// The renewal failed: the lease is gone, or etcd did not answer.
+		b.revokeLater(id)
+		if attached {
+			// Never hand out a lock whose lease's TTL is not vouched for:
+			// take it back (nobody has its owner token yet).
+			b.undo(req)
+			return backend.AcquireResult{}, wrap(ctx, "acquire: lease renewal", r.err)
+		}
+		if err == nil {
+			return res, nil // held by someone else: the answer stands
+		}
+		if cctx.Err() != nil {
+			return backend.AcquireResult{}, err
+		}
+		// Most likely the pooled lease had expired (the put failed for
+		// it): take a fresh grant.
+	}
+
+	leaseID, granted, start, err := b.lease(cctx, secs)
 	if err != nil {
 		return backend.AcquireResult{}, wrap(ctx, "acquire: lease", err)
 	}
-	// Unless the lock is ours, revoke the lease: after a lost race, and also
-	// after an error of unknown outcome, where a lock created on it would be
-	// held by an owner token nobody received.
-	kept := false
-	defer func() {
-		if !kept {
-			b.revokeLater(leaseID)
-		}
-	}()
-	expires := start.Add(granted)
+	res, attached, err := b.attach(cctx, ctx, req, leaseID, start.Add(granted), granted)
+	switch {
+	case err != nil:
+		b.revokeLater(leaseID) // as above: unknown outcome
+	case attached:
+	default: // held by someone else: our lease was never attached; pool it
+		b.pool.put(leaseID, int64(granted/time.Second), start)
+	}
+	return res, err
+}
 
+// attach runs the acquire transaction with leaseID: if the key is free,
+// store the lock on that lease (attached=true); else report the holder.
+// parent is the caller's context (for wrap), cctx the bounded one.
+func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireRequest, leaseID clientv3.LeaseID, expires time.Time, granted time.Duration) (res backend.AcquireResult, attached bool, err error) {
 	lockKey, ownerKey, stampKey := b.lockKey(req.Key), b.ownerKey(req.Key), b.stampKey(req.Key)
 	// First attempt: assume the key has a stamp below the engine's proposal
 	// (the common case: the engine's clock has moved on since the last
@@ -66,10 +111,9 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 			clientv3.OpGet(stampKey),
 		).Commit()
 		if err != nil {
-			return backend.AcquireResult{}, wrap(ctx, "acquire", err)
+			return backend.AcquireResult{}, false, wrap(parent, "acquire", err)
 		}
 		if resp.Succeeded {
-			kept = true
 			return backend.AcquireResult{Acquired: true, Record: backend.Record{
 				Key:          req.Key,
 				FencingToken: uint64(resp.Header.Revision), // the lock key's CreateRevision
@@ -77,14 +121,12 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 				ExpiresAt:    expires,
 				Remaining:    max(0, time.Until(expires)),
 				Stamp:        stored,
-			}}, nil
+			}}, true, nil
 		}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			// Held by someone else. Our lease was never attached: pool it.
-			kept = true
-			b.pool.put(leaseID, int64(granted/time.Second), start)
+			// Held by someone else.
 			rec, err := decodeRecord(req.Key, kvs[0])
-			return backend.AcquireResult{Record: rec}, err
+			return backend.AcquireResult{Record: rec}, false, err
 		}
 		// The key is free; our stamp condition failed. Propose the successor
 		// of what is stored (or, for a key never locked, the proposal as is).
@@ -94,15 +136,31 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 		} else {
 			last, err := decodeStamp(kvs[0].Value)
 			if err != nil {
-				return backend.AcquireResult{}, err
+				return backend.AcquireResult{}, false, err
 			}
 			stored = backend.NextStamp(last, req.Stamp)
 			stampCmp = clientv3.Compare(clientv3.Value(stampKey), "<", encodeStamp(stored))
 		}
 		if attempt == maxTxnAttempts {
-			return backend.AcquireResult{}, fmt.Errorf("etcd acquire %q: stamp kept changing over %d attempts: %w", req.Key, attempt, backend.ErrUnavailable)
+			return backend.AcquireResult{}, false, fmt.Errorf("etcd acquire %q: stamp kept changing over %d attempts: %w", req.Key, attempt, backend.ErrUnavailable)
 		}
 	}
+}
+
+// undo deletes a lock this Acquire just stored, if its owner token still
+// holds it, writing the stamp key as Release does (so watchers see a
+// release and wake their waiters). Best effort: if etcd cannot be reached,
+// the lock expires with its lease, and nobody has its owner token.
+func (b *Backend) undo(req backend.AcquireRequest) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.callTimeout)
+	defer cancel()
+	_, _ = b.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.Value(b.ownerKey(req.Key)), "=", req.OwnerToken),
+	).Then(
+		clientv3.OpDelete(b.lockKey(req.Key)),
+		clientv3.OpDelete(b.ownerKey(req.Key)),
+		clientv3.OpPut(b.stampKey(req.Key), "", clientv3.WithIgnoreValue()),
+	).Commit()
 }
 
 // Release deletes the lock in one transaction if the owner token holds it,
