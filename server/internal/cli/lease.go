@@ -59,6 +59,9 @@ Exit status: 0 acquired, 3 held by someone else, 69 server unreachable,
 			}
 			rpc, closeIdle := o.rawClient()
 			defer closeIdle()
+			if holder == "" {
+				holder = defaultHolder()
+			}
 			req := &lockv1.AcquireRequest{Key: args[0], Ttl: durationpb.New(ttl), Holder: holder}
 			if wait > 0 {
 				req.Wait = durationpb.New(wait)
@@ -106,7 +109,7 @@ Exit status: 0 acquired, 3 held by someone else, 69 server unreachable,
 	addClientFlags(cmd, &o)
 	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease length")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "queue on the server for at most this long (0: try once)")
-	cmd.Flags().StringVar(&holder, "holder", defaultHolder(), "label others see for this lease")
+	cmd.Flags().StringVar(&holder, "holder", "", "label others see for this lease (default HOSTNAME:PID)")
 	return cmd
 }
 

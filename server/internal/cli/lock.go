@@ -77,6 +77,9 @@ not be started, 1 any other error.`,
 			if wait < 0 {
 				return fmt.Errorf("--wait %s: must not be negative", wait)
 			}
+			if holder == "" {
+				holder = defaultHolder()
+			}
 			r := lockRun{o: &o, key: args[0], argv: args[1:], ttl: ttl, wait: wait, noWait: noWait,
 				grace: grace, holder: holder, quiet: quiet, stdout: stdout, stderr: stderr}
 			return r.run(cmd.Context())
@@ -88,7 +91,8 @@ not be started, 1 any other error.`,
 	f.DurationVar(&wait, "wait", 0, "give up (exit 3) after queueing this long (0: wait until acquired or interrupted)")
 	f.BoolVarP(&noWait, "no-wait", "n", false, "try once; exit 3 at once when someone else holds the lock")
 	f.DurationVar(&grace, "grace", 10*time.Second, "after a lost lease, time between SIGTERM and SIGKILL")
-	f.StringVar(&holder, "holder", defaultHolder(), "label others see for this lease (inspect, list, watch)")
+	f.StringVar(&holder, "holder", "", "label others see for this lease in inspect, list, watch (default HOSTNAME:PID)")
+	_ = f.MarkHidden("output") // lock prints nothing of its own
 	f.BoolVarP(&quiet, "quiet", "q", false, "say nothing on stderr about acquiring and releasing")
 	return cmd
 }
