@@ -98,6 +98,19 @@ func TestSecureServe(t *testing.T) {
 	}
 	w.Close()
 	closeC()
+
+	// A renewed certificate is served from the next handshake on.
+	tlstest.WriteLeaf(t, dir, "server", ca.Issue(t, "server-renewed", true))
+	conn, err := tls.Dial("tcp", s.addr, withCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cn := conn.ConnectionState().PeerCertificates[0].Subject.CommonName
+	conn.Close()
+	if cn != "server-renewed" {
+		t.Fatalf("after renewal the server presents %q", cn)
+	}
+	s.waitStderr(t, "tls certificate reloaded")
 	if err := s.stop(t); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
