@@ -95,13 +95,13 @@ func start(t *testing.T) *fixture {
 	p.SetUnencryptedHTTP2(true)
 	f := &fixture{addr: srv.Addr().String(), tr: &http.Transport{Protocols: p}}
 	t.Cleanup(func() {
+		f.tr.CloseIdleConnections() // first, so Shutdown need not wait for them
 		e.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
-		f.tr.CloseIdleConnections()
 		b.Close()
 	})
 	return f
