@@ -164,7 +164,8 @@ FUZZTIME ?= 10s
 
 .PHONY: fuzz-smoke
 fuzz-smoke: ## run each fuzz target for FUZZTIME (default 10s): request validation, plugin answers, token namespaces
-	@for t in $(FUZZ_TARGETS); do IFS=: read -r mod pkg fn <<<"$$t"; echo "fuzz $$mod $$pkg $$fn ($(FUZZTIME))"; 	(cd $$mod && go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg) || exit 1; done
+	@for t in $(FUZZ_TARGETS); do IFS=: read -r mod pkg fn <<<"$$t"; echo "fuzz $$mod $$pkg $$fn ($(FUZZTIME))"; \
+	(cd $$mod && go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg) || exit 1; done
 
 .PHONY: bench-smoke
 bench-smoke: ## a short run of make bench, so it cannot rot
