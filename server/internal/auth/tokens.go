@@ -81,8 +81,9 @@ type entry struct {
 }
 
 type token struct {
-	sum [sha256.Size]byte
-	p   *Principal
+	sum   [sha256.Size]byte
+	p     *Principal
+	plain bool // given as the token itself, not its hash
 }
 
 // parse reads a tokens file's content.
@@ -119,7 +120,7 @@ func parse(raw []byte) ([]token, error) {
 			if len(e.Token) < 16 {
 				return nil, fmt.Errorf("%s: token: %d characters is too short to be a secret (at least 16)", where, len(e.Token))
 			}
-			t.sum = sha256.Sum256([]byte(e.Token))
+			t.sum, t.plain = sha256.Sum256([]byte(e.Token)), true
 		case e.SHA256 != "":
 			b, err := hex.DecodeString(e.SHA256)
 			if err != nil || len(b) != sha256.Size {
@@ -169,6 +170,7 @@ func Load(path string, log *slog.Logger) (*Store, error) {
 		return nil, err
 	}
 	s.tokens, s.stat, s.checked = toks, st, s.now()
+	s.warnPlain(toks)
 	return s, nil
 }
 
@@ -217,6 +219,7 @@ func (s *Store) current() []token {
 	}
 	s.tokens = toks
 	s.log.Info("auth tokens reloaded", "path", s.path, "tokens", len(toks))
+	s.warnPlain(toks)
 	return s.tokens
 }
 
@@ -237,4 +240,17 @@ func (s *Store) Authenticate(bearer string) *Principal {
 		}
 	}
 	return found
+}
+
+// warnPlain says which entries hold a token rather than its hash.
+func (s *Store) warnPlain(toks []token) {
+	var names []string
+	for _, t := range toks {
+		if t.plain {
+			names = append(names, t.p.Name)
+		}
+	}
+	if len(names) > 0 {
+		s.log.Warn("auth tokens file holds tokens in the clear; store their sha256 instead", "path", s.path, "entries", strings.Join(names, ","))
+	}
 }
