@@ -478,6 +478,15 @@ func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.
 		if !w.IsHead() {
 			continue
 		}
+		// The waiter before us won the lock and its release has not been
+		// seen: trying now would fail. Wait for the release, or for that
+		// lock's expiry (in case its expiry event is lost).
+		if until, held := w.HeldUntil(); held {
+			if d := time.Until(until) + e.Info().TTLGranularity; d > 0 {
+				timer.Reset(d)
+				continue
+			}
+		}
 		a, err := e.try(ctx, key, ttl, holder)
 		switch {
 		case err != nil && !errors.Is(err, ErrUnavailable):
@@ -490,6 +499,9 @@ func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.
 			timer.Reset(retry)
 			retry = min(2*retry, maxRetry)
 		case a.acquired:
+			// The lease lasts at most ttl from now: the backend started it
+			// after this call began.
+			w.Won(a.lease.GetFencingToken(), time.Now().Add(ttl))
 			return e.acquired(a), nil
 		case a.current == nil:
 			// Acquired too late to be used and given back: try again soon.

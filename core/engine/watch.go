@@ -75,7 +75,7 @@ func (e *Engine) onEvent(ctx context.Context, ev backend.Event) {
 		e.q.WakeAll()
 		return
 	case backend.EventReleased, backend.EventExpired:
-		e.q.Wake(ev.Record.Key)
+		e.q.WakeReleased(ev.Record.Key, ev.Record.FencingToken)
 	case backend.EventAcquired:
 		e.clock.Observe(ev.Record.Stamp)
 	}

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // ErrFull is returned (wrapped) by Join when a bound is reached.
@@ -37,6 +38,17 @@ type Queues struct {
 	mu    sync.Mutex
 	keys  map[string]*list.List // of *Waiter; a key is absent when empty
 	total int
+	// won: per key with waiters, the lock a waiter of the queue won last
+	// and whose release has not been seen yet (see Won); dropped with the
+	// key's queue.
+	won map[string]wonLock
+}
+
+// wonLock is a lock a waiter won: its fencing token, and the instant (on
+// this process's monotonic clock) by which it has expired unless extended.
+type wonLock struct {
+	fence uint64
+	until time.Time
 }
 
 // New returns empty queues bounded to maxPerKey waiters per key and maxTotal
@@ -48,7 +60,7 @@ func New(maxPerKey, maxTotal int) *Queues {
 	if maxTotal <= 0 {
 		maxTotal = DefaultMaxTotal
 	}
-	return &Queues{maxPerKey: maxPerKey, maxTotal: maxTotal, keys: make(map[string]*list.List)}
+	return &Queues{maxPerKey: maxPerKey, maxTotal: maxTotal, keys: make(map[string]*list.List), won: make(map[string]wonLock)}
 }
 
 // MaxPerKey is the bound on waiters per key.
@@ -109,6 +121,33 @@ func (w *Waiter) IsHead() bool {
 	return w.elem != nil && w.elem.Prev() == nil
 }
 
+// Won records that w won the lock (fencing token fence, expired by until
+// unless extended) and removes w from its queue, as Leave does. Until that
+// lock's release or expiry is seen (Wake, WakeReleased with a fencing token
+// not below fence, WakeAll), HeldUntil tells the next head that the lock is
+// held and till when, so that it waits for the release instead of trying
+// the backend in vain; and release events of earlier locks on the key no
+// longer wake it.
+func (w *Waiter) Won(fence uint64, until time.Time) {
+	q := w.q
+	q.mu.Lock()
+	if w.elem != nil && w.elem.Next() != nil && fence >= q.won[w.key].fence {
+		q.won[w.key] = wonLock{fence: fence, until: until}
+	}
+	q.mu.Unlock()
+	w.Leave()
+}
+
+// HeldUntil reports, while a waiter of w's queue holds the lock it won and
+// its release has not been seen, the instant by which that lock has expired
+// unless extended.
+func (w *Waiter) HeldUntil() (time.Time, bool) {
+	w.q.mu.Lock()
+	defer w.q.mu.Unlock()
+	l, ok := w.q.won[w.key]
+	return l.until, ok
+}
+
 // Leave removes w from its queue (whether it got the lock or gave up). If w
 // was the head, the next waiter becomes head and is woken. Calling Leave
 // again does nothing.
@@ -127,6 +166,7 @@ func (w *Waiter) Leave() {
 	q.total--
 	if l.Len() == 0 {
 		delete(q.keys, w.key)
+		delete(q.won, w.key)
 		return
 	}
 	if wasHead && next != nil {
@@ -142,13 +182,35 @@ func (w *Waiter) signal() {
 }
 
 // Wake wakes the head of key's queue, if any, and reports whether there was
-// one.
+// one. Call it when the key's current lock was released.
 func (q *Queues) Wake(key string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	l := q.keys[key]
 	if l == nil {
 		return false
+	}
+	delete(q.won, key)
+	l.Front().Value.(*Waiter).signal()
+	return true
+}
+
+// WakeReleased wakes the head of key's queue for the release or expiry of
+// the lock with fencing token fence (0: unknown), unless that lock is older
+// than one a waiter of the queue has won since (see Won): its release is
+// old news. It reports whether it woke a waiter.
+func (q *Queues) WakeReleased(key string, fence uint64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l := q.keys[key]
+	if l == nil {
+		return false
+	}
+	if won, ok := q.won[key]; ok {
+		if fence != 0 && fence < won.fence {
+			return false
+		}
+		delete(q.won, key)
 	}
 	l.Front().Value.(*Waiter).signal()
 	return true
@@ -159,6 +221,7 @@ func (q *Queues) Wake(key string) bool {
 func (q *Queues) WakeAll() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	clear(q.won)
 	for _, l := range q.keys {
 		l.Front().Value.(*Waiter).signal()
 	}

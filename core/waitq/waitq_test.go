@@ -3,6 +3,7 @@ package waitq
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
 func woken(w *Waiter) bool {
@@ -131,5 +132,73 @@ func TestBounds(t *testing.T) {
 	}
 	for _, w := range []*Waiter{b, c, d} {
 		w.Leave()
+	}
+}
+
+func TestWonHoldsTheNextHeadUntilItsRelease(t *testing.T) {
+	q := New(0, 0)
+	a, _ := q.Join("k")
+	b, _ := q.Join("k")
+	defer b.Leave()
+	woken(a)
+	until := time.Now().Add(time.Minute)
+	a.Won(10, until)
+	if !b.IsHead() || !woken(b) {
+		t.Fatal("the next waiter should become head and be woken")
+	}
+	if got, held := b.HeldUntil(); !held || !got.Equal(until) {
+		t.Fatalf("HeldUntil = %v %v, want %v true", got, held, until)
+	}
+	// The release of an older lock is old news.
+	if q.WakeReleased("k", 9) || woken(b) {
+		t.Fatal("the release of an earlier lock must not wake the head")
+	}
+	if _, held := b.HeldUntil(); !held {
+		t.Fatal("an earlier lock's release must not end the won lock")
+	}
+	// The won lock's own release (or one whose token is unknown) wakes it.
+	if !q.WakeReleased("k", 10) || !woken(b) {
+		t.Fatal("the won lock's release should wake the head")
+	}
+	if _, held := b.HeldUntil(); held {
+		t.Fatal("after its release the lock is no longer held")
+	}
+}
+
+func TestWakeAndUnknownFenceEndWon(t *testing.T) {
+	for name, release := range map[string]func(q *Queues){
+		"local release":  func(q *Queues) { q.Wake("k") },
+		"unknown fence":  func(q *Queues) { q.WakeReleased("k", 0) },
+		"backend resync": func(q *Queues) { q.WakeAll() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			q := New(0, 0)
+			a, _ := q.Join("k")
+			b, _ := q.Join("k")
+			defer b.Leave()
+			a.Won(10, time.Now().Add(time.Minute))
+			woken(b)
+			release(q)
+			if !woken(b) {
+				t.Fatal("the head should be woken")
+			}
+			if _, held := b.HeldUntil(); held {
+				t.Fatal("the lock should no longer be held")
+			}
+		})
+	}
+}
+
+func TestWonWithoutOthersLeavesNothing(t *testing.T) {
+	q := New(0, 0)
+	a, _ := q.Join("k")
+	a.Won(10, time.Now().Add(time.Minute))
+	b, _ := q.Join("k")
+	defer b.Leave()
+	if !woken(b) {
+		t.Fatal("a waiter joining an empty queue is head and woken")
+	}
+	if _, held := b.HeldUntil(); held {
+		t.Fatal("nothing should be remembered for a queue that emptied")
 	}
 }
