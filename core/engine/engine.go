@@ -21,6 +21,11 @@
 //   - a resync of the backend watch (after a plugin restart every head is
 //     woken, since events may have been missed).
 //
+// A head that became head because the waiter before it won the lock does
+// not try the backend until that lock's release (or its expiry) is seen:
+// a handoff costs one backend acquire, and release events of earlier locks
+// on the key, which trail the handoff, wake nobody (waitq.Waiter.Won).
+//
 // There is no fixed-interval polling. No barging: while a key has waiters on
 // this server, a new Acquire with wait > 0 queues behind them, and a try-once
 // Acquire (wait = 0) answers acquired=false with the current holder (unset
