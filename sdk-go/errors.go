@@ -100,6 +100,12 @@ const (
 	LossExpired
 	// LossClientClosed: the Client was closed while the guard was held.
 	LossClientClosed
+	// LossReleaseUnconfirmed: Unlock retried a Release whose first attempt
+	// failed in transit, and the retry answered released=false. The token
+	// no longer holds the key either way, but the first attempt may well
+	// have been the one that released it, so this is not a proven loss
+	// during the critical section.
+	LossReleaseUnconfirmed
 )
 
 func (r LossReason) String() string {
@@ -110,6 +116,8 @@ func (r LossReason) String() string {
 		return "expired before a renewal succeeded"
 	case LossClientClosed:
 		return "client closed"
+	case LossReleaseUnconfirmed:
+		return "released=false after a release attempt that may have succeeded"
 	}
 	return fmt.Sprintf("LossReason(%d)", int(r))
 }

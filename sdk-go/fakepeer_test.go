@@ -58,6 +58,9 @@ const (
 	modeUnavailable
 	modeFailN
 	modeError // answer with errCode
+	// modeFailNThenReject: like modeFailN, then answer as modeReject (a
+	// release whose first attempts were lost in transit).
+	modeFailNThenReject
 )
 
 func newFakePeer(t *testing.T) (*fakePeer, string) {
@@ -118,7 +121,7 @@ func (p *fakePeer) behave(ctx context.Context, mode peerMode) (bool, error) {
 		}
 	case modeUnavailable:
 		return true, connect.NewError(connect.CodeUnavailable, errString("backend restarting"))
-	case modeFailN:
+	case modeFailN, modeFailNThenReject:
 		p.mu.Lock()
 		fail := p.failN > 0
 		if fail {
@@ -219,7 +222,8 @@ func (p *fakePeer) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lo
 	if handled, err := p.behave(ctx, mode); handled {
 		return nil, err
 	}
-	return &lockv1.ReleaseResponse{Released: mode != modeReject, ServerStamp: p.clock.Now().ToProto()}, nil
+	released := mode != modeReject && mode != modeFailNThenReject
+	return &lockv1.ReleaseResponse{Released: released, ServerStamp: p.clock.Now().ToProto()}, nil
 }
 
 func (p *fakePeer) GetServerInfo(ctx context.Context, _ *lockv1.GetServerInfoRequest) (*lockv1.GetServerInfoResponse, error) {

@@ -491,6 +491,9 @@ func (g *Guard) release(ctx context.Context) error {
 		return err
 	}
 	defer g.releaseSem()
+	// inDoubt: an earlier attempt failed in transit and may have reached
+	// the server; a later released=false then does not prove a loss.
+	inDoubt := false
 	for attempt := 0; ; attempt++ {
 		g.mu.Lock()
 		err := g.checkLocked()
@@ -517,6 +520,8 @@ func (g *Guard) release(ctx context.Context) error {
 					g.lossTimer.Stop()
 					g.cancel(ErrReleased)
 				}
+			} else if inDoubt {
+				g.poisonLocked(LossReleaseUnconfirmed)
 			} else {
 				g.poisonLocked(LossRejected)
 			}
@@ -536,6 +541,7 @@ func (g *Guard) release(ctx context.Context) error {
 		if !errors.Is(rerr, ErrUnavailable) && !errors.Is(rerr, context.DeadlineExceeded) {
 			return rerr
 		}
+		inDoubt = true
 		g.mu.Lock()
 		g.lastErr = rerr
 		g.mu.Unlock()

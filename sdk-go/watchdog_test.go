@@ -251,6 +251,31 @@ func TestUnlockAnsweredReleasedFalseIsLeaseLost(t *testing.T) {
 	}
 }
 
+// A release whose first attempt failed in transit may have released the
+// lease; a retry answered released=false then says the token no longer
+// holds, not that the lease was lost while held (found by the chaos run: a
+// server killed right after it applied a Release).
+func TestUnlockRetryAnsweredReleasedFalseIsUnconfirmed(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.releaseMode, p.failN = modeFailNThenReject, 1 })
+	c := dialPeer(t, url)
+	g, err := c.Lock("k").TTL(5 * time.Second).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = g.Unlock(t.Context())
+	var lost *LeaseLostError
+	if !errors.As(err, &lost) || lost.Reason != LossReleaseUnconfirmed {
+		t.Fatalf("Unlock: %v, want a LeaseLostError with LossReleaseUnconfirmed", err)
+	}
+	if !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("%v: the token no longer holds, so ErrLeaseLost must match", err)
+	}
+	if r := peer.snapshot().releases; r != 2 {
+		t.Fatalf("%d release attempts, want 2", r)
+	}
+}
+
 func TestUnlockRetriesUnavailable(t *testing.T) {
 	peer, url := newFakePeer(t)
 	peer.set(func(p *fakePeer) { p.releaseMode, p.failN = modeFailN, 2 })
