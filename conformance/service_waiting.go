@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -54,22 +55,40 @@ var _ = describeService("waiting", Label("waiting"), func(sc *ServiceContext) {
 		return out
 	}
 
+	// handoffs is how many release-to-waiter handoffs a wake spec times; it
+	// judges their median. A server that polls every P ms lags about P/2 on
+	// a typical handoff, so the median exposes it as well as one sample
+	// would; but one or two handoffs delayed because a loaded machine left a
+	// process without a CPU for a while (tens of ms, seen on 2-core CI
+	// under -race) cannot fail the spec on their own.
+	const handoffs = 5
+	median := func(ds []time.Duration) time.Duration {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+
 	It("hands the lock to a queued waiter within a few milliseconds of the release", func(ctx SpecContext) {
 		key := sc.Key("wake-release")
 		held := sc.MustAcquire(ctx, key, sc.LongTTL())
-		w := wait(ctx, key, sc.LongTTL(), 10*time.Second)
-		awaitWaiters(ctx, key, 1)
 		bound := wakeBound(ctx)
-		released := time.Now()
-		Expect(sc.Release(ctx, key, held.GetOwnerToken())).To(BeTrue())
-		var r result
-		Eventually(w).WithTimeout(5 * time.Second).Should(Receive(&r))
-		Expect(r.err).NotTo(HaveOccurred())
-		Expect(r.res.GetAcquired()).To(BeTrue())
-		AddReportEntry("release to waiter holding", r.at.Sub(released).String(), ReportEntryVisibilityFailureOrVerbose)
-		Expect(r.at.Sub(released)).To(BeNumerically("<=", bound),
-			"the waiter got the lock %s after the release was sent (bound %s)", r.at.Sub(released), bound)
-		Expect(r.res.GetLease().GetFencingToken()).To(BeNumerically(">", held.GetFencingToken()))
+		var lags []time.Duration
+		for range handoffs {
+			w := wait(ctx, key, sc.LongTTL(), 10*time.Second)
+			awaitWaiters(ctx, key, 1)
+			released := time.Now()
+			Expect(sc.Release(ctx, key, held.GetOwnerToken())).To(BeTrue())
+			var r result
+			Eventually(w).WithTimeout(5 * time.Second).Should(Receive(&r))
+			Expect(r.err).NotTo(HaveOccurred())
+			Expect(r.res.GetAcquired()).To(BeTrue())
+			Expect(r.res.GetLease().GetFencingToken()).To(BeNumerically(">", held.GetFencingToken()))
+			lags = append(lags, r.at.Sub(released))
+			held = r.res.GetLease()
+		}
+		AddReportEntry("release to waiter holding", fmt.Sprint(lags), ReportEntryVisibilityFailureOrVerbose)
+		Expect(median(lags)).To(BeNumerically("<=", bound),
+			"the waiters got the lock %v after the release was sent: median %s (bound %s)", lags, median(lags), bound)
 	}, SpecTimeout(30*time.Second))
 
 	It("hands the lock to an SDK Lock().Wait() caller within a few milliseconds of the holder's Unlock", func(ctx SpecContext) {
@@ -81,23 +100,28 @@ var _ = describeService("waiting", Label("waiting"), func(sc *ServiceContext) {
 			err error
 			at  time.Time
 		}
-		w := make(chan got, 1)
-		waiter := sc.Client()
-		go func() {
-			g, err := waiter.Lock(key).TTL(sc.LongTTL()).Wait(10 * time.Second).Lock(ctx)
-			w <- got{g, err, time.Now()}
-		}()
-		awaitWaiters(ctx, key, 1)
 		bound := wakeBound(ctx)
-		unlocked := time.Now()
+		var lags []time.Duration
+		for range handoffs {
+			w := make(chan got, 1)
+			waiter := sc.Client()
+			go func() {
+				g, err := waiter.Lock(key).TTL(sc.LongTTL()).Wait(10 * time.Second).Lock(ctx)
+				w <- got{g, err, time.Now()}
+			}()
+			awaitWaiters(ctx, key, 1)
+			unlocked := time.Now()
+			Expect(holder.Unlock(ctx)).To(Succeed())
+			var r got
+			Eventually(w).WithTimeout(5 * time.Second).Should(Receive(&r))
+			Expect(r.err).NotTo(HaveOccurred())
+			lags = append(lags, r.at.Sub(unlocked))
+			holder = r.g
+		}
+		AddReportEntry("SDK unlock to waiter holding", fmt.Sprint(lags), ReportEntryVisibilityFailureOrVerbose)
+		Expect(median(lags)).To(BeNumerically("<=", bound),
+			"the SDK waiters got the lock %v after Unlock was called: median %s (bound %s)", lags, median(lags), bound)
 		Expect(holder.Unlock(ctx)).To(Succeed())
-		var r got
-		Eventually(w).WithTimeout(5 * time.Second).Should(Receive(&r))
-		Expect(r.err).NotTo(HaveOccurred())
-		AddReportEntry("SDK unlock to waiter holding", r.at.Sub(unlocked).String(), ReportEntryVisibilityFailureOrVerbose)
-		Expect(r.at.Sub(unlocked)).To(BeNumerically("<=", bound),
-			"the SDK waiter got the lock %s after Unlock was called (bound %s)", r.at.Sub(unlocked), bound)
-		Expect(r.g.Unlock(ctx)).To(Succeed())
 	}, SpecTimeout(30*time.Second))
 
 	It("hands the lock to a queued waiter when the holder's lease expires", func(ctx SpecContext) {
