@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -29,22 +30,38 @@ var _ = describeSDK("waiting", Label("waiting"), func(sc *SDKContext) {
 	It("hands the lock to a waiting SDK caller promptly after the holder's SDK unlock", func(ctx SpecContext) {
 		key := sc.Key("sdk-wake")
 		holder, waiter := sc.SDK(ctx), sc.SDK(ctx)
+		// The waiter's answer crosses the adapter (a Node or Python event
+		// loop, a pipe), whose speed on this machine is its own: the bound
+		// is Config.WakeBound on top of two uncontended lock+unlock round
+		// trips through the adapter measured just before, as at the
+		// service level.
+		start := time.Now()
+		base := waiter.MustLock(ctx, sc.Key("sdk-wake-baseline"), sc.LongTTL())
+		Expect(waiter.Unlock(ctx, base.Guard)).To(Succeed())
+		roundTrip := time.Since(start)
+		bound := sc.Config.WakeBound + 2*roundTrip
 		l := holder.MustLock(ctx, key, sc.LongTTL())
-		w := waitFor(ctx, waiter, key, 10*time.Second)
-		sc.AwaitWaiters(ctx, key, 1)
-		sent := time.Now()
+		var lags []time.Duration
+		for range wakeHandoffs {
+			w := waitFor(ctx, waiter, key, 10*time.Second)
+			sc.AwaitWaiters(ctx, key, 1)
+			Expect(holder.Unlock(ctx, l.Guard)).To(Succeed())
+			// The unlock's own round trip through the adapter is not the
+			// waiter's business: the lag counts from its answer.
+			unlocked := time.Now()
+			var r got
+			Eventually(w).WithTimeout(5 * time.Second).Should(Receive(&r))
+			Expect(r.err).NotTo(HaveOccurred())
+			Expect(r.res.FencingToken).To(BeNumerically(">", l.FencingToken))
+			lags = append(lags, r.at.Sub(unlocked))
+			l = r.res
+			holder, waiter = waiter, holder
+		}
+		AddReportEntry("SDK unlock answered to SDK waiter holding", fmt.Sprint(lags), ReportEntryVisibilityFailureOrVerbose)
+		Expect(medianOf(lags)).To(BeNumerically("<=", bound),
+			"the SDK waiters held the lock %v after the unlock was answered: median %s (bound %s: %s + 2 x round trip %s)",
+			lags, medianOf(lags), bound, sc.Config.WakeBound, roundTrip)
 		Expect(holder.Unlock(ctx, l.Guard)).To(Succeed())
-		unlocked := time.Now()
-		var r got
-		Eventually(w).WithTimeout(5 * time.Second).Should(Receive(&r))
-		Expect(r.err).NotTo(HaveOccurred())
-		// The unlock's own round trip through the adapter is not the
-		// waiter's business: the bound counts from its answer.
-		AddReportEntry("SDK unlock answered to SDK waiter holding", r.at.Sub(unlocked).String(), ReportEntryVisibilityFailureOrVerbose)
-		Expect(r.at.Sub(unlocked)).To(BeNumerically("<=", sc.Config.WakeBound),
-			"the SDK waiter held the lock %s after the unlock was answered (sent %s before; bound %s)", r.at.Sub(unlocked), unlocked.Sub(sent), sc.Config.WakeBound)
-		Expect(r.res.FencingToken).To(BeNumerically(">", l.FencingToken))
-		Expect(waiter.Unlock(ctx, r.res.Guard)).To(Succeed())
 	}, SpecTimeout(30*time.Second))
 
 	It("serves SDK waiters in arrival order", func(ctx SpecContext) {

@@ -13,6 +13,21 @@ import (
 	. "github.com/onsi/gomega"
 )
 
+// wakeHandoffs is how many release-to-waiter handoffs a wake spec times
+// (service and SDK level); it judges their median. A server that polls every
+// P ms lags about P/2 on a typical handoff, so the median exposes it as well
+// as one sample would; but one or two handoffs delayed because a loaded
+// machine left a process without a CPU for a while (tens of ms, seen on
+// 2-core CI under -race) cannot fail the spec on their own.
+const wakeHandoffs = 5
+
+// medianOf returns the median of ds (the upper one of an even count).
+func medianOf(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
 // Promise 7: waiting on the server, in arrival order, woken by events.
 var _ = describeService("waiting", Label("waiting"), func(sc *ServiceContext) {
 	// awaitWaiters waits until the server reports n callers queued on key.
@@ -55,25 +70,12 @@ var _ = describeService("waiting", Label("waiting"), func(sc *ServiceContext) {
 		return out
 	}
 
-	// handoffs is how many release-to-waiter handoffs a wake spec times; it
-	// judges their median. A server that polls every P ms lags about P/2 on
-	// a typical handoff, so the median exposes it as well as one sample
-	// would; but one or two handoffs delayed because a loaded machine left a
-	// process without a CPU for a while (tens of ms, seen on 2-core CI
-	// under -race) cannot fail the spec on their own.
-	const handoffs = 5
-	median := func(ds []time.Duration) time.Duration {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		return s[len(s)/2]
-	}
-
 	It("hands the lock to a queued waiter within a few milliseconds of the release", func(ctx SpecContext) {
 		key := sc.Key("wake-release")
 		held := sc.MustAcquire(ctx, key, sc.LongTTL())
 		bound := wakeBound(ctx)
 		var lags []time.Duration
-		for range handoffs {
+		for range wakeHandoffs {
 			w := wait(ctx, key, sc.LongTTL(), 10*time.Second)
 			awaitWaiters(ctx, key, 1)
 			released := time.Now()
@@ -87,8 +89,8 @@ var _ = describeService("waiting", Label("waiting"), func(sc *ServiceContext) {
 			held = r.res.GetLease()
 		}
 		AddReportEntry("release to waiter holding", fmt.Sprint(lags), ReportEntryVisibilityFailureOrVerbose)
-		Expect(median(lags)).To(BeNumerically("<=", bound),
-			"the waiters got the lock %v after the release was sent: median %s (bound %s)", lags, median(lags), bound)
+		Expect(medianOf(lags)).To(BeNumerically("<=", bound),
+			"the waiters got the lock %v after the release was sent: median %s (bound %s)", lags, medianOf(lags), bound)
 	}, SpecTimeout(30*time.Second))
 
 	It("hands the lock to an SDK Lock().Wait() caller within a few milliseconds of the holder's Unlock", func(ctx SpecContext) {
@@ -102,7 +104,7 @@ var _ = describeService("waiting", Label("waiting"), func(sc *ServiceContext) {
 		}
 		bound := wakeBound(ctx)
 		var lags []time.Duration
-		for range handoffs {
+		for range wakeHandoffs {
 			w := make(chan got, 1)
 			waiter := sc.Client()
 			go func() {
@@ -119,8 +121,8 @@ var _ = describeService("waiting", Label("waiting"), func(sc *ServiceContext) {
 			holder = r.g
 		}
 		AddReportEntry("SDK unlock to waiter holding", fmt.Sprint(lags), ReportEntryVisibilityFailureOrVerbose)
-		Expect(median(lags)).To(BeNumerically("<=", bound),
-			"the SDK waiters got the lock %v after Unlock was called: median %s (bound %s)", lags, median(lags), bound)
+		Expect(medianOf(lags)).To(BeNumerically("<=", bound),
+			"the SDK waiters got the lock %v after Unlock was called: median %s (bound %s)", lags, medianOf(lags), bound)
 		Expect(holder.Unlock(ctx)).To(Succeed())
 	}, SpecTimeout(30*time.Second))
 
