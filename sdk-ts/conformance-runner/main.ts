@@ -50,8 +50,6 @@ class CommandError extends Error {
 
 const clients = new Map<string, Client>();
 const guards = new Map<string, Guard>();
-/** Guards this adapter unlocked successfully: a second unlock is a no-op, as in the Go SDK. */
-const unlocked = new Set<string>();
 let seq = 0;
 
 function write(msg: unknown): void {
@@ -70,15 +68,9 @@ function kindOf(err: unknown): string {
   return "internal";
 }
 
+/** The SDK's reasons are the protocol's (and the Go SDK's) names. */
 function reason(r: LeaseLostReason): string {
-  switch (r) {
-    case "refused":
-      return "rejected";
-    case "renewal-failed":
-      return "renewal_failed";
-    default:
-      return r;
-  }
+  return r;
 }
 
 function stamp(t: Timestamp): { wall_time_ns: string; logical: number } {
@@ -164,13 +156,10 @@ async function handle(cmd: string, args: Record<string, unknown>): Promise<unkno
       return { guard: id, fencing_token: g.fencingToken().toString(), stamp: stamp(g.stamp) };
     }
     case "unlock": {
-      const [id, g] = guard(args);
-      if (unlocked.has(id)) return {};
-      const lost = g.lostError;
-      const released = await g.unlock();
-      if (lost) throw lost;
-      if (!released) throw g.lostError ?? new LeaseLostError(g.key, "refused");
-      unlocked.add(id);
+      // The SDK's own semantics: a lost lease rejects with LeaseLostError,
+      // a second unlock after a successful one is a no-op.
+      const [, g] = guard(args);
+      await g.unlock();
       return {};
     }
     case "extend": {

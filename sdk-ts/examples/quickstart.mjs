@@ -29,7 +29,10 @@ try {
   else throw e;
 }
 
-console.log(`released: ${await guard.unlock()}`);
+// Resolves once the server confirmed the release; rejects with the
+// LeaseLostError if the lease was lost meanwhile (never a quiet success).
+await guard.unlock();
+console.log("released");
 
 // Or let withLock release it for you, also when the work throws.
 const token = await client.withLock("examples/report", { ttlMs: 10_000 }, async (g) => g.fencingToken());

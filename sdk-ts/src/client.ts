@@ -264,14 +264,22 @@ export class Client {
    * Runs fn while holding the lock on key and releases it afterwards, also
    * when fn throws. fn receives the guard: pass guard.signal to work that
    * must stop when the lease is lost, and fence writes with guard.fencingToken().
+   * When fn returns but the lease was lost meanwhile, withLock rejects with
+   * the LeaseLostError from unlock(); when fn throws, with fn's error.
    */
   async withLock<T>(key: string, options: AcquireOptions, fn: (guard: Guard) => Promise<T> | T): Promise<T> {
     const guard = await this.acquire(key, options);
+    let result: T;
     try {
-      return await fn(guard);
-    } finally {
+      result = await fn(guard);
+    } catch (e) {
+      // fn's error is the story; the release is still attempted.
       await guard.unlock().catch(() => undefined);
+      throw e;
     }
+    // A lease lost under fn rejects here (LeaseLostError): never a quiet success.
+    await guard.unlock();
+    return result;
   }
 
   /** Who holds key (undefined when free), without its owner token. */
@@ -336,13 +344,16 @@ export class Client {
 
   /**
    * Closes the client: stops every guard's watchdog and releases the guards
-   * still held. Further calls throw ClientClosedError.
+   * still held (retrying `unavailable` within the retry budget). A guard
+   * whose release was not confirmed ends lost with reason "client_closed";
+   * its unlock() then rejects with that LeaseLostError. Further calls throw
+   * ClientClosedError.
    */
   async close(): Promise<void> {
     if (this.#closed) return;
-    const guards = [...this.#guards];
-    await Promise.all(guards.map((g) => g.unlock().catch(() => undefined)));
     this.#closed = true;
+    const guards = [...this.#guards];
+    await Promise.all(guards.map((g) => g.closeForClient(this.#retryBudgetMs)));
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -475,8 +486,8 @@ type GuardState = "held" | "lost" | "released";
  * when a renewal answers extended=false, or when no renewal has succeeded by
  * the lease's expiry measured on this process's monotonic clock from the
  * moment the last successful renewal (or the acquire) was sent. Poisoned, its
- * signal aborts with a LeaseLostError and fencingToken() throws one. Nothing
- * is thrown at the caller asynchronously.
+ * signal aborts with a LeaseLostError and fencingToken(), extend() and
+ * unlock() throw it. Nothing is thrown at the caller asynchronously.
  *
  * Supports `await using guard = await client.lock("k").acquire()` where the
  * runtime has Symbol.asyncDispose.
@@ -487,8 +498,9 @@ export class Guard {
   readonly #ownerToken: string;
   readonly #fencingToken: bigint;
   readonly #stamp: Timestamp;
+  /** Aborted when the guard stops holding (lost or released). */
   readonly #controller = new AbortController();
-  /** Stops the watchdog's sleeps and in-flight renewals. */
+  /** Stops the watchdog's sleeps and in-flight renewals (unlock, close, the end of the guard). */
   readonly #stop = new AbortController();
   #state: GuardState = "held";
   #lostError: LeaseLostError | undefined;
@@ -499,6 +511,10 @@ export class Guard {
   #renewals = 0;
   /** The last renewal error, reported as the cause of an "expired" loss. */
   #lastErr: unknown;
+  /** Serialises unlock() and close: each waits for the one before. */
+  #unlockChain: Promise<unknown> = Promise.resolve();
+  /** Whether the best-effort release after an unconfirmed loss was sent. */
+  #tidied = false;
 
   /** @internal use Client.acquire */
   constructor(client: Client, lease: Lease, sentAt: number, watchdog: boolean) {
@@ -536,7 +552,7 @@ export class Guard {
 
   /** True while the guard believes it holds the lease. */
   get held(): boolean {
-    if (this.#state === "held" && monotonicNow() >= this.#validFrom + this.#ttlMs) this.#poison("expired", this.#lastErr);
+    this.#checkExpiry();
     return this.#state === "held";
   }
 
@@ -562,9 +578,11 @@ export class Guard {
   }
 
   /**
-   * Renews the lease for ttlMs (default: its current TTL) from now. Throws
-   * LeaseLostError, poisoning the guard, when the server answers
-   * extended=false.
+   * Renews the lease for ttlMs (default: its current TTL) from now, retrying
+   * `unavailable` within the lease's remaining time. Throws LeaseLostError
+   * once the lease is lost, poisoning the guard (reason "rejected") when the
+   * server answers extended=false, and LockReleasedError after unlock(). A
+   * transport error leaves the guard holding until its local expiry.
    */
   async extend(ttlMs?: number): Promise<void> {
     this.#throwIfNotHeld();
@@ -574,41 +592,145 @@ export class Guard {
     const budget = Math.max(0, this.#validFrom + this.#ttlMs - sentAt);
     let extended: boolean;
     try {
-      extended = await this.#client.retrying(`extend ${JSON.stringify(this.key)}`, (opts) => this.#extendOnce(ttl, sentAt, opts), budget);
+      extended = await this.#client.retrying(
+        `extend ${JSON.stringify(this.key)}`,
+        (opts) => this.#extendOnce(ttl, sentAt, opts, this.#controller.signal),
+        budget,
+      );
     } catch (e) {
       this.#throwIfNotHeld();
       throw e;
     }
-    if (!extended) throw this.#lostError ?? new LeaseLostError(this.key, "refused");
+    if (!extended) {
+      this.#throwIfNotHeld();
+      // Not reached: #extendOnce answers false only after the guard ended.
+      throw new LeaseLostError(this.key, "rejected", undefined, this.#fencingToken);
+    }
   }
 
   /**
-   * Releases the lease and stops the watchdog. Resolves to true when the
-   * server released it, false when this guard no longer held it (it expired
-   * or was taken over; nothing was changed then). Idempotent.
+   * Stops the watchdog and releases the lease. Resolves only when the server
+   * confirmed the release. When the lease was already lost, or the server
+   * answers released=false, it rejects with the LeaseLostError (reason
+   * "rejected", "expired", "client_closed" or "release_unconfirmed") — never
+   * a quiet success (etcd#22082). `unavailable` is retried with backoff until
+   * the lease's local expiry (after which the server frees the key by itself
+   * and unlock() reports the loss, reason "expired"). unlock() after a
+   * successful unlock() resolves (a no-op); after one that failed for another
+   * reason (a non-retryable error) it may be called again.
    */
-  async unlock(): Promise<boolean> {
-    if (this.#state === "released") return false;
-    const wasHeld = this.#state === "held";
-    this.#finish("released", new LockReleasedError(this.key));
-    if (!wasHeld) return false;
-    const res = await this.#client.retrying(`release ${JSON.stringify(this.key)}`, (opts) =>
-      this.#client.rpc.release(
-        { key: this.key, ownerToken: this.#ownerToken, clientStamp: this.#client.clock.now().toProto() },
-        opts,
-      ),
-    );
-    this.#client.merge(res.serverStamp);
-    return res.released;
+  unlock(): Promise<void> {
+    const p = this.#unlockChain.then(() => this.#unlockOnce());
+    this.#unlockChain = p.catch(() => undefined);
+    return p;
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.unlock();
   }
 
+  /** @internal Client.close: release if still held, else leave the loss as it is; the guard ends "client_closed" unless released. */
+  closeForClient(budgetMs: number): Promise<void> {
+    const p = this.#unlockChain.then(async () => {
+      this.#stop.abort(new ClientClosedError());
+      this.#checkExpiry();
+      if (this.#state !== "held") return;
+      try {
+        await this.#release(Math.min(this.#expiresAt(), monotonicNow() + budgetMs));
+      } catch {
+        // The loss below says it; the lease expires on the server by itself.
+      }
+      this.#poison("client_closed");
+    });
+    this.#unlockChain = p.catch(() => undefined);
+    return p;
+  }
+
+  async #unlockOnce(): Promise<void> {
+    this.#stop.abort(new LockReleasedError(this.key));
+    this.#checkExpiry();
+    if (this.#state === "released") return;
+    if (this.#state === "lost") {
+      await this.#releaseAfterLoss();
+      throw this.#lostError!;
+    }
+    await this.#release(this.#expiresAt());
+  }
+
+  /**
+   * Sends Release until the server answers, the deadline passes, or the
+   * lease's local expiry passes (a release after it is moot: the key frees
+   * itself). Resolves once released; throws the LeaseLostError, or a
+   * non-retryable error (the guard then still holds until its expiry).
+   */
+  async #release(deadline: number): Promise<void> {
+    // inDoubt: an earlier attempt failed in transit and may have reached
+    // the server; a later released=false then does not prove a loss.
+    let inDoubt = false;
+    for (let attempt = 0; ; attempt++) {
+      this.#throwIfNotHeld();
+      const left = Math.min(deadline, this.#expiresAt()) - monotonicNow();
+      let res: Awaited<ReturnType<Client["rpc"]["release"]>> | undefined;
+      let err: HoldfastError | undefined;
+      try {
+        res = await this.#client.rpc.release(
+          { key: this.key, ownerToken: this.#ownerToken, clientStamp: this.#client.clock.now().toProto() },
+          { timeoutMs: Math.max(1, Math.ceil(Math.min(left, this.#client.requestTimeoutMs))) },
+        );
+      } catch (e) {
+        err = fromConnectError(e, `release ${JSON.stringify(this.key)}`);
+      }
+      if (res) {
+        this.#client.merge(res.serverStamp);
+        if (res.released) {
+          this.#finish("released", new LockReleasedError(this.key));
+          // Released, but too late: the guard was already lost on the safe
+          // clock (the work may have stopped), and that loss stands.
+          if (this.#lostError) throw this.#lostError;
+          return;
+        }
+        this.#poison(inDoubt ? "release_unconfirmed" : "rejected");
+        this.#throwIfNotHeld();
+        return;
+      }
+      if (!(isRetryable(err) || err instanceof DeadlineExceededError)) throw err;
+      inDoubt = true;
+      this.#lastErr = err;
+      const wait = Math.min(backoff(attempt), Math.min(deadline, this.#expiresAt()) - monotonicNow());
+      if (wait <= 0) {
+        this.#throwIfNotHeld(); // past the local expiry: "expired"
+        throw err; // the caller's deadline (close's budget) ran out first
+      }
+      await sleep(wait);
+    }
+  }
+
+  /**
+   * After a loss the server did not confirm ("expired"), the lease may still
+   * be held on the server: one best-effort release frees the key for others
+   * before its TTL. Compare-on-release makes it harmless if a successor holds.
+   */
+  async #releaseAfterLoss(): Promise<void> {
+    if (this.#tidied || this.#lostError?.reason !== "expired") return;
+    this.#tidied = true;
+    try {
+      const res = await this.#client.rpc.release(
+        { key: this.key, ownerToken: this.#ownerToken, clientStamp: this.#client.clock.now().toProto() },
+        { timeoutMs: Math.max(1, Math.ceil(Math.min(this.#ttlMs, this.#client.requestTimeoutMs))) },
+      );
+      this.#client.merge(res.serverStamp);
+    } catch {
+      // Best effort: the lease expires on the server by itself.
+    }
+  }
+
   // ---- watchdog ----
 
-  async #extendOnce(ttlMs: number, sentAt: number, opts: CallOptions): Promise<boolean> {
+  #expiresAt(): number {
+    return this.#validFrom + this.#ttlMs;
+  }
+
+  async #extendOnce(ttlMs: number, sentAt: number, opts: CallOptions, signal: AbortSignal): Promise<boolean> {
     const res = await this.#client.rpc.extend(
       {
         key: this.key,
@@ -616,15 +738,15 @@ export class Guard {
         ttl: durationFromMs(ttlMs),
         clientStamp: this.#client.clock.now().toProto(),
       },
-      { ...opts, signal: this.#stop.signal },
+      { ...opts, signal },
     );
     this.#client.merge(res.serverStamp);
     if (this.#state !== "held") return false;
     if (!res.extended) {
-      this.#poison("refused");
+      this.#poison("rejected");
       return false;
     }
-    if (monotonicNow() >= this.#validFrom + this.#ttlMs) {
+    if (monotonicNow() >= this.#expiresAt()) {
       // The answer came after the local expiry: the guard was already lost
       // on the safe clock and the work may have stopped; the loss stands.
       this.#poison("expired", this.#lastErr);
@@ -635,6 +757,7 @@ export class Guard {
     // the server may have started the new TTL any time after sentAt.
     if (sentAt > this.#validFrom) this.#validFrom = sentAt;
     this.#ttlMs = res.lease ? msFromDuration(res.lease.ttl) || ttlMs : ttlMs;
+    this.#lastErr = undefined;
     this.#renewals++;
     this.#armExpiry();
     return true;
@@ -642,33 +765,30 @@ export class Guard {
 
   async #watchdog(): Promise<void> {
     const stop = this.#stop.signal;
-    while (this.#state === "held") {
+    while (this.#state === "held" && !stop.aborted) {
       // Renew a third of the TTL after the last successful renewal was sent.
       if (!(await sleep(this.#validFrom + this.#ttlMs / 3 - monotonicNow(), stop, true))) return;
-      for (let attempt = 0; this.#state === "held"; attempt++) {
+      for (let attempt = 0; this.#state === "held" && !stop.aborted; attempt++) {
         const sentAt = monotonicNow();
-        const remaining = this.#validFrom + this.#ttlMs - sentAt;
+        const remaining = this.#expiresAt() - sentAt;
         if (remaining <= 0) {
           this.#poison("expired", this.#lastErr);
           return;
         }
         try {
           // A renewal that answers after the lease's expiry is useless: cap
-          // each attempt at the time left.
-          await this.#extendOnce(this.#ttlMs, sentAt, { timeoutMs: Math.max(1, Math.ceil(remaining)) });
+          // each attempt at the time left, and at a third of the TTL so a
+          // hung connection leaves time for another attempt.
+          await this.#extendOnce(this.#ttlMs, sentAt, { timeoutMs: Math.max(1, Math.ceil(Math.min(remaining, this.#ttlMs / 3))) }, stop);
           break;
         } catch (e) {
-          if (this.#state !== "held") return;
-          const err = fromConnectError(e, `renew ${JSON.stringify(this.key)}`);
-          this.#lastErr = err;
-          // Transient trouble must not drop a lease that is still valid:
-          // retry until it runs out (the expiry timer poisons the guard then).
-          const transient = isRetryable(err) || err instanceof DeadlineExceededError || err.code === "unknown" || err.code === "internal";
-          if (!transient) {
-            this.#poison("renewal-failed", err);
-            return;
-          }
-          const pause = Math.min(backoff(attempt, 50, Math.max(50, this.#ttlMs / 10)), Math.max(0, this.#validFrom + this.#ttlMs - monotonicNow()));
+          if (this.#state !== "held" || stop.aborted) return;
+          // Any error short of the server's extended=false must not drop a
+          // lease that is still valid (consul#912): retry until it runs out
+          // (the expiry timer poisons the guard then, "expired", with this
+          // error as the cause), as the Go SDK does.
+          this.#lastErr = fromConnectError(e, `renew ${JSON.stringify(this.key)}`);
+          const pause = Math.min(backoff(attempt, 50, Math.max(50, this.#ttlMs / 10)), Math.max(0, this.#expiresAt() - monotonicNow()));
           if (!(await sleep(pause, stop, true))) return;
         }
       }
@@ -677,10 +797,10 @@ export class Guard {
 
   #armExpiry(): void {
     if (this.#expiryTimer !== undefined) clearTimeout(this.#expiryTimer);
-    const left = this.#validFrom + this.#ttlMs - monotonicNow();
+    const left = this.#expiresAt() - monotonicNow();
     this.#expiryTimer = setTimeout(() => {
       // A renewal may have landed while the timer was queued.
-      if (this.#state === "held" && monotonicNow() >= this.#validFrom + this.#ttlMs) this.#poison("expired", this.#lastErr);
+      if (this.#state === "held" && monotonicNow() >= this.#expiresAt()) this.#poison("expired", this.#lastErr);
       else if (this.#state === "held") this.#armExpiry();
     }, Math.max(0, left));
     unref(this.#expiryTimer);
@@ -688,16 +808,13 @@ export class Guard {
 
   #poison(reason: LeaseLostReason, cause?: unknown): void {
     if (this.#state !== "held") return;
-    const err = new LeaseLostError(this.key, reason, cause);
+    const err = new LeaseLostError(this.key, reason, cause, this.#fencingToken);
     this.#lostError = err;
     this.#finish("lost", err);
   }
 
-  #finish(state: GuardState, reason: HoldfastError): void {
-    if (this.#state !== "held") {
-      if (state === "released") this.#state = state;
-      return;
-    }
+  #finish(state: Exclude<GuardState, "held">, reason: HoldfastError): void {
+    if (this.#state !== "held") return;
     this.#state = state;
     if (this.#expiryTimer !== undefined) clearTimeout(this.#expiryTimer);
     this.#stop.abort(reason);
@@ -705,10 +822,13 @@ export class Guard {
     this.#controller.abort(reason);
   }
 
+  /** Poisons the guard if the local expiry has passed (the expiry timer may not have run yet: a busy event loop). */
+  #checkExpiry(): void {
+    if (this.#state === "held" && monotonicNow() >= this.#expiresAt()) this.#poison("expired", this.#lastErr);
+  }
+
   #throwIfNotHeld(): void {
-    // The expiry timer may not have run yet (a busy event loop): the safe
-    // clock decides, not the timer.
-    if (this.#state === "held" && monotonicNow() >= this.#validFrom + this.#ttlMs) this.#poison("expired", this.#lastErr);
+    this.#checkExpiry();
     if (this.#state === "held") return;
     if (this.#lostError) throw this.#lostError;
     throw new LockReleasedError(this.key);

@@ -47,18 +47,30 @@ export class NotAcquiredError extends HoldfastError {
   }
 }
 
-/** Why a guard no longer holds its lease. */
+/**
+ * Why a guard no longer holds its lease (the same reasons as the Go SDK's
+ * LossReason).
+ */
 export type LeaseLostReason =
-  /** Extend or Release answered false: someone else holds, or the lease expired on the server. */
-  | "refused"
-  /** No renewal succeeded before the lease's expiry on the client's monotonic clock. */
+  /** The server answered extended=false or released=false: the owner token no longer holds the key. */
+  | "rejected"
+  /** No renewal succeeded before the lease's expiry on the client's monotonic clock (the last renewal error is the `cause`). */
   | "expired"
-  /** A renewal failed with a non-retryable error. */
-  | "renewal-failed";
+  /** The client was closed while the guard was held. */
+  | "client_closed"
+  /**
+   * unlock() retried a release whose first attempt failed in transit, and the
+   * retry answered released=false. The token no longer holds the key either
+   * way, but the first attempt may well have been the one that released it,
+   * so this is not a proven loss during the critical section.
+   */
+  | "release_unconfirmed";
 
 /**
- * The guard no longer holds its lease. Work done under the guard may overlap
- * with the next holder's: fence your writes.
+ * The guard no longer holds its lease: what its signal aborts with, and what
+ * fencingToken(), extend() and unlock() throw afterwards. unlock() of a lost
+ * lease throws it too: never a quiet success (etcd#22082). Work done under
+ * the guard may overlap with the next holder's: fence your writes.
  */
 export class LeaseLostError extends HoldfastError {
   override readonly name = "LeaseLostError";
@@ -66,10 +78,23 @@ export class LeaseLostError extends HoldfastError {
     readonly key: string,
     readonly reason: LeaseLostReason,
     cause?: unknown,
+    /** The lost lease's fencing token, when known. */
+    readonly fencingToken?: bigint,
   ) {
-    super(`holdfast: lease on ${JSON.stringify(key)} lost (${reason})`, { cause });
+    super(
+      `holdfast: lease on ${JSON.stringify(key)}${fencingToken === undefined ? "" : ` (fencing token ${fencingToken})`} lost: ${reasonText[reason]}` +
+        (reason === "expired" && cause instanceof Error ? `; last renewal error: ${cause.message}` : ""),
+      { cause },
+    );
   }
 }
+
+const reasonText: Record<LeaseLostReason, string> = {
+  rejected: "rejected by the server",
+  expired: "expired before a renewal succeeded",
+  client_closed: "client closed",
+  release_unconfirmed: "released=false after a release attempt that may have succeeded",
+};
 
 /** The guard was unlocked by its owner; it no longer holds. */
 export class LockReleasedError extends HoldfastError {

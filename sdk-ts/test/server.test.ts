@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
-import { createClient as createConnectClient, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createClient as createConnectClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
 import { createClient as createWebClient } from "../src/index.js";
@@ -73,6 +73,22 @@ function spyingClient(tokens: Map<string, string>): Client {
   return createClient(addr!, { transport: createConnectTransport({ baseUrl: addr!, httpVersion: "1.1", interceptors: [spy] }) });
 }
 
+/**
+ * A client whose transport loses the answer to its first Release: "after"
+ * forwards it (the server releases) and then reports unavailable, as a
+ * connection cut after the request left; "before" fails it without sending.
+ */
+function lossyReleaseClient(when: "before" | "after"): Client {
+  let dropped = false;
+  const lossy: Interceptor = (next) => async (req) => {
+    if (req.method.name !== "Release" || dropped) return next(req);
+    dropped = true;
+    if (when === "after") await next(req);
+    throw new ConnectError("connection reset (test)", Code.Unavailable);
+  };
+  return createClient(addr!, { transport: createConnectTransport({ baseUrl: addr!, httpVersion: "1.1", interceptors: [lossy] }) });
+}
+
 describe("against a real server", { skip }, () => {
   let client: Client;
   let other: Client;
@@ -96,12 +112,12 @@ describe("against a real server", { skip }, () => {
     await assert.rejects(other.acquire(k, { ttlMs: 5_000 }), NotAcquiredError);
     const st = await other.inspect(k);
     assert.equal(st?.fencingToken, g.fencingToken());
-    assert.equal(await g.unlock(), true);
+    await g.unlock();
     assert.equal(g.held, false);
     assert.throws(() => g.fencingToken(), LockReleasedError);
     assert.ok(g.signal.aborted);
     assert.equal(await other.inspect(k), undefined);
-    assert.equal(await g.unlock(), false, "a second unlock is a no-op");
+    await g.unlock(); // a second unlock after a successful one is a no-op success
   });
 
   it("promise 2: a stale holder's release is a no-op and never deletes the successor's lock", async () => {
@@ -114,10 +130,99 @@ describe("against a real server", { skip }, () => {
       if (r instanceof Guard) successor = r;
       return successor !== undefined;
     });
-    assert.equal(await stale.unlock(), false, "stale release must answer released=false");
+    // unlock() of a lost lease rejects with the loss, never a quiet success
+    // (etcd#22082), and its tidy-up release cannot touch the successor.
+    const lost = await stale.unlock().then(
+      () => assert.fail("unlock of a lost lease resolved"),
+      (e: unknown) => e,
+    );
+    assert.ok(lost instanceof LeaseLostError, String(lost));
+    assert.equal(lost.reason, "expired");
+    assert.equal(lost.fencingToken, stale.lostError?.fencingToken);
+    await assert.rejects(stale.unlock(), LeaseLostError, "and again on a second unlock");
+    await assert.rejects(stale.extend(), LeaseLostError);
     const st = await client.inspect(k);
     assert.equal(st?.fencingToken, successor!.fencingToken(), "the successor still holds");
-    assert.equal(await successor!.unlock(), true);
+    await successor!.unlock();
+  });
+
+  it("unlock() of a lease released behind the guard's back rejects with reason rejected", async () => {
+    const tokens = new Map<string, string>();
+    const spying = spyingClient(tokens);
+    const k = key("unlock-rejected");
+    const g = await spying.lock(k).ttl(10_000).noWatchdog().acquire();
+    const raw = createConnectClient(LockService, createConnectTransport({ baseUrl: addr!, httpVersion: "1.1" }));
+    assert.equal((await raw.release({ key: k, ownerToken: tokens.get(k)! })).released, true);
+    assert.ok(g.held, "the guard has not been told yet");
+    const err = await g.unlock().then(
+      () => assert.fail("unlock resolved although the server answered released=false"),
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof LeaseLostError, String(err));
+    assert.equal(err.reason, "rejected");
+    assert.equal(g.lostError, err);
+    assert.ok(g.signal.aborted && g.signal.reason === err);
+    assert.throws(() => g.fencingToken(), LeaseLostError);
+    await assert.rejects(g.unlock(), (e: unknown) => e === err, "a later unlock reports the same loss");
+    await spying.close();
+  });
+
+  it("extend() of a lease released behind the guard's back rejects with reason rejected and poisons it", async () => {
+    const tokens = new Map<string, string>();
+    const spying = spyingClient(tokens);
+    const k = key("extend-rejected");
+    const g = await spying.lock(k).ttl(10_000).noWatchdog().acquire();
+    const raw = createConnectClient(LockService, createConnectTransport({ baseUrl: addr!, httpVersion: "1.1" }));
+    assert.equal((await raw.release({ key: k, ownerToken: tokens.get(k)! })).released, true);
+    const err = await g.extend().then(
+      () => assert.fail("extend resolved although the server answered extended=false"),
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof LeaseLostError, String(err));
+    assert.equal(err.reason, "rejected");
+    assert.equal(g.held, false);
+    await assert.rejects(g.unlock(), (e: unknown) => e === err);
+    await spying.close();
+  });
+
+  it("a retried release answered released=false after an attempt lost in transit reports release_unconfirmed", async () => {
+    const c = lossyReleaseClient("after");
+    const k = key("release-unconfirmed");
+    const g = await c.lock(k).ttl(10_000).acquire();
+    const err = await g.unlock().then(
+      () => assert.fail("unlock resolved on released=false"),
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof LeaseLostError, String(err));
+    assert.equal(err.reason, "release_unconfirmed");
+    assert.equal(await other.inspect(k), undefined, "the first attempt did release it");
+    await c.close();
+  });
+
+  it("a release whose first attempt failed before reaching the server is retried and resolves", async () => {
+    const c = lossyReleaseClient("before");
+    const k = key("release-retried");
+    const g = await c.lock(k).ttl(10_000).acquire();
+    await g.unlock();
+    assert.throws(() => g.fencingToken(), LockReleasedError);
+    assert.equal(await other.inspect(k), undefined);
+    await g.unlock(); // no-op
+    await c.close();
+  });
+
+  it("withLock rejects with the LeaseLostError when the lease was lost under fn", async () => {
+    const tokens = new Map<string, string>();
+    const spying = spyingClient(tokens);
+    const k = key("with-lost");
+    const raw = createConnectClient(LockService, createConnectTransport({ baseUrl: addr!, httpVersion: "1.1" }));
+    await assert.rejects(
+      spying.withLock(k, { ttlMs: 10_000, watchdog: false }, async () => {
+        assert.equal((await raw.release({ key: k, ownerToken: tokens.get(k)! })).released, true);
+        return "done";
+      }),
+      (e: unknown) => e instanceof LeaseLostError && e.reason === "rejected",
+    );
+    await spying.close();
   });
 
   it("promise 3: a lease is held for its TTL and free again within TTL + granularity", async () => {
@@ -199,7 +304,7 @@ describe("against a real server", { skip }, () => {
     const st = await other.inspect(k);
     assert.equal(st?.fencingToken, g.fencingToken(), "still the same lease on the server");
     assert.ok(!((await other.tryAcquire(k, { ttlMs: 1_000 })) instanceof Guard));
-    assert.equal(await g.unlock(), true);
+    await g.unlock();
   });
 
   it("promise 5: a renewal answering extended=false poisons the guard", async () => {
@@ -215,11 +320,11 @@ describe("against a real server", { skip }, () => {
     assert.equal((await raw.release({ key: k, ownerToken: token })).released, true);
     const reason = await aborted(g.signal, 2_000);
     assert.ok(reason instanceof LeaseLostError);
-    assert.equal(reason.reason, "refused");
+    assert.equal(reason.reason, "rejected");
     assert.throws(() => g.fencingToken(), LeaseLostError);
     assert.equal(g.held, false);
-    await assert.rejects(g.extend(), LeaseLostError);
-    assert.equal(await g.unlock(), false);
+    await assert.rejects(g.extend(), (e: unknown) => e === reason);
+    await assert.rejects(g.unlock(), (e: unknown) => e === reason);
     await spying.close();
   });
 
@@ -267,7 +372,7 @@ describe("against a real server", { skip }, () => {
     await eventually("renewals to resume", () => g.renewals > r0 + 1, 3_000);
     assert.ok(g.held, String(g.lostError));
     assert.equal((await other.inspect(k))?.fencingToken, g.fencingToken());
-    assert.equal(await g.unlock(), true);
+    await g.unlock();
   });
 
   it("promise 5: explicit extend renews; poisons on refusal", async () => {
@@ -276,7 +381,7 @@ describe("against a real server", { skip }, () => {
     await g.extend(2_000);
     assert.equal(g.ttlMs, 2_000);
     assert.ok(g.remainingMs() > 1_000);
-    assert.equal(await g.unlock(), true);
+    await g.unlock();
     await assert.rejects(g.extend(), LockReleasedError);
   });
 
@@ -345,7 +450,7 @@ describe("against a real server", { skip }, () => {
     await eventually("2 TTLs to pass", () => performance.now() - start > 2 * ttl);
     assert.ok(b.held, String(b.lostError));
     assert.equal((await client.inspect(k))?.fencingToken, b.fencingToken());
-    assert.equal(await b.unlock(), true);
+    await b.unlock();
   });
 
   it("withLock releases on success and on throw; await using releases at scope end", async () => {
@@ -377,6 +482,7 @@ describe("against a real server", { skip }, () => {
     await c.close();
     assert.equal(g.held, false);
     assert.equal(await other.inspect(k), undefined, "released on close");
+    await g.unlock(); // released by close: a no-op success
     await assert.rejects(c.acquire(k, { ttlMs: 1_000 }), ClientClosedError);
   });
 
@@ -411,7 +517,7 @@ describe("against a real server", { skip }, () => {
       const c = createClient(addr!, { protocol });
       const g = await c.lock(key(protocol)).ttl(5_000).acquire();
       assert.ok(g.fencingToken() > 0n);
-      assert.equal(await g.unlock(), true);
+      await g.unlock();
       await c.close();
     }
   });
@@ -422,7 +528,7 @@ describe("against a real server", { skip }, () => {
       const k = key(`web-${protocol}`);
       const g = await c.lock(k).ttl(5_000).acquire();
       assert.equal((await other.inspect(k))?.holder, `web-${protocol}`);
-      assert.equal(await g.unlock(), true);
+      await g.unlock();
       await c.close();
     }
   });
