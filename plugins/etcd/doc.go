@@ -57,7 +57,9 @@
 //     renewal fails, a lock the transaction stored is taken back and the
 //     call answers unavailable), and a lock costs two raft writes, not
 //     four. The pool's target grows when callers find it empty and shrinks
-//     by the leases that age out unused.
+//     by the leases that age out unused; it is topped up on a tick, or at
+//     once when a caller found it empty, not whenever a lease is out (that
+//     lease comes back on release).
 //   - Fencing tokens are the lock key's CreateRevision: etcd's revision is
 //     cluster-wide, persistent and strictly increasing, and every acquisition
 //     creates the key afresh, so tokens strictly increase per key across

@@ -98,9 +98,16 @@ func (p *leasePool) take(secs int64) (clientv3.LeaseID, bool) {
 	for _, id := range stale {
 		p.b.revokeLater(id)
 	}
-	select {
-	case p.kick <- struct{}{}:
-	default:
+	if !ok {
+		// Ran dry: grant ahead now rather than at the next tick. Not on
+		// every take: leases in use come back on release, and topping the
+		// pool up whenever one is out would grant leases that the next
+		// releases then overflow the pool with (a grant and a revoke, two
+		// raft writes, per lock under steady concurrency).
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
 	}
 	return got.id, ok
 }
