@@ -66,7 +66,8 @@ def kind_of(err: BaseException) -> str:
 
 
 def reason(r: str) -> str:
-    return {"refused": "rejected", "renewal-failed": "renewal_failed"}.get(r, r)
+    """The SDK's reasons are the protocol's (and the Go SDK's) names."""
+    return r
 
 
 def stamp(t: Timestamp) -> dict[str, Any]:
@@ -103,7 +104,6 @@ class Adapter:
     def __init__(self) -> None:
         self.clients: dict[str, AsyncClient] = {}
         self.guards: dict[str, AsyncGuard] = {}
-        self.unlocked: set[str] = set()  # a second unlock is a no-op, as in the Go SDK
         self.seq = 0
 
     def next_id(self, prefix: str) -> str:
@@ -147,16 +147,10 @@ class Adapter:
             g.add_lost_callback(lambda err: write({"event": "lease_lost", "guard": gid, "reason": reason(err.reason)}))
             return {"guard": gid, "fencing_token": str(g.fencing_token), "stamp": stamp(g.stamp)}
         if cmd == "unlock":
-            gid, g = self.guard(args)
-            if gid in self.unlocked:
-                return {}
-            lost = g.lost_error
-            released = await g.unlock()
-            if lost is not None:
-                raise lost
-            if not released:
-                raise g.lost_error or LeaseLostError(g.key, "refused")
-            self.unlocked.add(gid)
+            # The SDK's own semantics: a lost lease raises LeaseLostError, a
+            # second unlock after a successful one is a no-op.
+            _, g = self.guard(args)
+            await g.unlock()
             return {}
         if cmd == "extend":
             _, g = self.guard(args)

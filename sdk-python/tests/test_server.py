@@ -24,6 +24,8 @@ from holdfast import (
     UnavailableError,
     validate_write,
 )
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
 from holdfast.lock.v1 import lock_pb2
 from holdfast.lock.v1.lock_connect import LockServiceClient
 
@@ -43,12 +45,12 @@ async def test_acquire_contention_release(client: AsyncClient, other: AsyncClien
     assert ei.value.current is not None
     st = await other.inspect(k)
     assert st is not None and st.fencing_token == g.fencing_token
-    assert await g.unlock() is True
+    await g.unlock()
     assert not g.held and g.done.is_set() and not g.lost.is_set()
     with pytest.raises(LockReleasedError):
         _ = g.fencing_token
     assert await other.inspect(k) is None
-    assert await g.unlock() is False
+    await g.unlock()  # a second unlock after a successful one is a no-op
 
 
 async def test_promise2_stale_release_is_a_noop(client: AsyncClient, other: AsyncClient) -> None:
@@ -64,10 +66,19 @@ async def test_promise2_stale_release_is_a_noop(client: AsyncClient, other: Asyn
         return bool(successor)
 
     await eventually("the key to be free after the TTL", take)
-    assert await stale.unlock() is False
+    # unlock() of a lost lease raises the loss, never a quiet success
+    # (etcd#22082), and its tidy-up release cannot touch the successor.
+    with pytest.raises(LeaseLostError) as ei:
+        await stale.unlock()
+    assert ei.value.reason == "expired" and ei.value is stale.lost_error
+    assert ei.value.fencing_token == stale._fencing_token
+    with pytest.raises(LeaseLostError):
+        await stale.unlock()
+    with pytest.raises(LeaseLostError):
+        await stale.extend()
     st = await client.inspect(k)
     assert st is not None and st.fencing_token == successor[0].fencing_token
-    assert await successor[0].unlock() is True
+    await successor[0].unlock()
 
 
 async def test_promise3_ttl(client: AsyncClient, other: AsyncClient) -> None:
@@ -143,7 +154,7 @@ async def test_promise5_watchdog_keeps_the_lease_for_3_ttls(client: AsyncClient,
     st = await other.inspect(k)
     assert st is not None and st.fencing_token == g.fencing_token
     assert not isinstance(await other.try_acquire(k, ttl=1), AsyncGuard)
-    assert await g.unlock() is True
+    await g.unlock()
 
 
 async def test_promise5_extended_false_poisons(client: AsyncClient, addr: str) -> None:
@@ -158,13 +169,105 @@ async def test_promise5_extended_false_poisons(client: AsyncClient, addr: str) -
         res = await raw.release(lock_pb2.ReleaseRequest(key=k, owner_token=g._owner_token))
         assert res.released
     await asyncio.wait_for(g.lost.wait(), 2)
-    assert g.lost_error is not None and g.lost_error.reason == "refused"
-    assert seen and seen[0].reason == "refused"
+    assert g.lost_error is not None and g.lost_error.reason == "rejected"
+    assert seen and seen[0] is g.lost_error
     with pytest.raises(LeaseLostError):
         _ = g.fencing_token
     with pytest.raises(LeaseLostError):
         await g.extend()
-    assert await g.unlock() is False
+    with pytest.raises(LeaseLostError) as ei:
+        await g.unlock()
+    assert ei.value is g.lost_error
+
+
+async def _release_behind_its_back(addr: str, g: AsyncGuard) -> None:
+    """A rogue party releases the lease with the real owner token (read from
+    the guard's internals: the SDK never exposes it)."""
+    async with LockServiceClient(addr) as raw:
+        res = await raw.release(lock_pb2.ReleaseRequest(key=g.key, owner_token=g._owner_token))
+        assert res.released
+
+
+async def test_unlock_of_lease_released_behind_its_back_raises_rejected(client: AsyncClient, addr: str) -> None:
+    g = await client.acquire(key("unlock-rejected"), ttl=10, watchdog=False)
+    await _release_behind_its_back(addr, g)
+    assert g.held, "the guard has not been told yet"
+    with pytest.raises(LeaseLostError) as ei:
+        await g.unlock()
+    assert ei.value.reason == "rejected" and ei.value is g.lost_error
+    assert g.lost.is_set() and g.done.is_set()
+    with pytest.raises(LeaseLostError):
+        _ = g.fencing_token
+    with pytest.raises(LeaseLostError) as again:
+        await g.unlock()
+    assert again.value is ei.value, "a later unlock reports the same loss"
+
+
+async def test_extend_of_lease_released_behind_its_back_raises_rejected(client: AsyncClient, addr: str) -> None:
+    g = await client.acquire(key("extend-rejected"), ttl=10, watchdog=False)
+    await _release_behind_its_back(addr, g)
+    with pytest.raises(LeaseLostError) as ei:
+        await g.extend()
+    assert ei.value.reason == "rejected"
+    assert not g.held
+    with pytest.raises(LeaseLostError) as again:
+        await g.unlock()
+    assert again.value is ei.value
+
+
+def _lose_first_release(c: AsyncClient, when: str) -> None:
+    """Loses the answer to c's first Release: "after" sends it (the server
+    releases) and then reports unavailable, as a connection cut after the
+    request left; "before" fails it without sending."""
+    real = c._rpc.release
+    dropped = False
+
+    async def release(req: lock_pb2.ReleaseRequest, **kw: object) -> lock_pb2.ReleaseResponse:
+        nonlocal dropped
+        if dropped:
+            return await real(req, **kw)  # type: ignore[arg-type]
+        dropped = True
+        if when == "after":
+            await real(req, **kw)  # type: ignore[arg-type]
+        raise ConnectError(Code.UNAVAILABLE, "connection reset (test)")
+
+    c._rpc.release = release  # type: ignore[method-assign]
+
+
+async def test_retried_release_answered_false_is_release_unconfirmed(addr: str, other: AsyncClient) -> None:
+    k = key("release-unconfirmed")
+    async with AsyncClient(addr) as c:
+        _lose_first_release(c, "after")
+        g = await c.acquire(k, ttl=10)
+        with pytest.raises(LeaseLostError) as ei:
+            await g.unlock()
+        assert ei.value.reason == "release_unconfirmed"
+        assert await other.inspect(k) is None, "the first attempt did release it"
+
+
+async def test_release_failed_before_sending_is_retried(addr: str, other: AsyncClient) -> None:
+    k = key("release-retried")
+    async with AsyncClient(addr) as c:
+        _lose_first_release(c, "before")
+        g = await c.acquire(k, ttl=10)
+        await g.unlock()
+        with pytest.raises(LockReleasedError):
+            _ = g.fencing_token
+        assert await other.inspect(k) is None
+        await g.unlock()  # no-op
+
+
+async def test_async_with_raises_when_the_lease_was_lost_in_the_block(client: AsyncClient, addr: str) -> None:
+    k = key("with-lost")
+    with pytest.raises(LeaseLostError) as ei:
+        async with client.lock(k, ttl=10, watchdog=False) as g:
+            await _release_behind_its_back(addr, g)
+    assert ei.value.reason == "rejected"
+    # The block's own exception wins over the loss.
+    with pytest.raises(RuntimeError, match="boom"):
+        async with client.lock(k, ttl=10, watchdog=False) as g:
+            await _release_behind_its_back(addr, g)
+            raise RuntimeError("boom")
 
 
 @pytest.mark.skipif(SERVER_PID is None, reason="HOLDFAST_SERVER_PID unset (run through scripts/with-server.sh)")
@@ -214,7 +317,7 @@ async def test_promise5_short_pause_does_not_drop_the_lease(client: AsyncClient,
     assert g.held, g.lost_error
     st = await other.inspect(k)
     assert st is not None and st.fencing_token == g.fencing_token
-    assert await g.unlock() is True
+    await g.unlock()
 
 
 async def test_promise5_explicit_extend(client: AsyncClient) -> None:
@@ -222,7 +325,7 @@ async def test_promise5_explicit_extend(client: AsyncClient) -> None:
     await g.extend(2)
     assert g.ttl == 2
     assert g.remaining() > 1
-    assert await g.unlock() is True
+    await g.unlock()
     with pytest.raises(LockReleasedError):
         await g.extend()
 
@@ -301,7 +404,7 @@ async def test_late_grant_is_confirmed_not_dead_on_arrival(client: AsyncClient, 
     assert b.held, b.lost_error
     st = await client.inspect(k)
     assert st is not None and st.fencing_token == b.fencing_token
-    assert await b.unlock() is True
+    await b.unlock()
 
 
 async def test_async_with_releases(client: AsyncClient, other: AsyncClient) -> None:
@@ -315,7 +418,7 @@ async def test_async_with_releases(client: AsyncClient, other: AsyncClient) -> N
             raise RuntimeError("boom")
     assert await other.inspect(k) is None
     g = await client.lock(k, ttl=5)  # awaitable form
-    assert await g.unlock() is True
+    await g.unlock()
 
 
 async def test_close_releases_guards(addr: str, other: AsyncClient) -> None:
@@ -325,6 +428,7 @@ async def test_close_releases_guards(addr: str, other: AsyncClient) -> None:
     await c.close()
     assert not g.held
     assert await other.inspect(k) is None, "released on close"
+    await g.unlock()  # released by close: a no-op
     with pytest.raises(holdfast.ClientClosedError):
         await c.acquire(k, ttl=1)
 
@@ -361,7 +465,7 @@ async def test_other_protocols(addr: str, protocol: str) -> None:
     async with AsyncClient(addr, protocol=protocol) as c:  # type: ignore[arg-type]
         g = await c.acquire(key(protocol), ttl=5)
         assert g.fencing_token > 0
-        assert await g.unlock() is True
+        await g.unlock()
 
 
 def test_sync_client(addr: str) -> None:
@@ -385,7 +489,9 @@ def test_sync_client(addr: str) -> None:
         assert g.lost.wait(5) and lost.wait(1)
         with pytest.raises(LeaseLostError):
             _ = g.fencing_token
-        assert g.unlock() is False
+        with pytest.raises(LeaseLostError) as ei:
+            g.unlock()
+        assert ei.value.reason == "rejected"
 
 
 def LockServiceClient_sync(addr: str):  # noqa: N802 - names the generated class

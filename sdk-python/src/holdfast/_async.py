@@ -141,13 +141,16 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        """Releases the guards still held, stops their watchdogs and closes
-        the connection. Further calls raise ClientClosedError."""
+        """Releases the guards still held (retrying ``unavailable`` within the
+        retry budget), stops their watchdogs and closes the connection. A
+        guard whose release was not confirmed ends lost with reason
+        ``client_closed``; its ``unlock()`` then raises that LeaseLostError.
+        Further calls raise ClientClosedError."""
         if self._closed:
             return
-        guards = list(self._guards)
-        await asyncio.gather(*(g._unlock_quietly() for g in guards))
         self._closed = True
+        guards = list(self._guards)
+        await asyncio.gather(*(g._close_for_client(self._retry_budget) for g in guards))
         await self._rpc.close()
 
     def lock(
@@ -384,9 +387,9 @@ class LockContext:
         self._guard = await self._client.acquire(self._key, **self._opts)
         return self._guard
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: Optional[type[BaseException]], *exc: object) -> None:
         if self._guard is not None:
-            await self._guard._unlock_quietly()
+            await self._guard._exit(exc_type is not None)
 
 
 LostCallback = Callable[[LeaseLostError], None]
@@ -416,6 +419,8 @@ class AsyncGuard:
         self._callbacks: list[LostCallback] = []
         self._renewals = 0
         self._last_err: Optional[HoldfastError] = None
+        self._unlock_lock = asyncio.Lock()  # serialises unlock() and close
+        self._tidied = False  # the best-effort release after an "expired" loss was sent
         self.lost = asyncio.Event()
         """Set when the lease is lost (not when it is released by unlock)."""
         self.done = asyncio.Event()
@@ -476,13 +481,16 @@ class AsyncGuard:
 
     async def extend(self, ttl: Optional[float] = None) -> None:
         """Renews the lease for ttl seconds (default: its current TTL) from
-        now. Raises LeaseLostError, poisoning the guard, when the server
-        answers extended=false."""
+        now, retrying ``unavailable`` within the lease's remaining time.
+        Raises LeaseLostError once the lease is lost, poisoning the guard
+        (reason ``rejected``) when the server answers extended=false, and
+        LockReleasedError after unlock(). A transport error leaves the guard
+        holding until its local expiry."""
         self._raise_if_not_held()
         ttl = self._ttl if ttl is None else ttl
         _check_seconds("ttl", ttl, 1e-3)
         sent_at = time.monotonic()
-        budget = max(0.0, self._valid_from + self._ttl - sent_at)
+        budget = max(0.0, self._expires_at() - sent_at)
         try:
             ok = await self._client._retrying(
                 f"extend {self.key!r}", lambda t: self._extend_once(ttl, sent_at, t), budget
@@ -491,42 +499,138 @@ class AsyncGuard:
             self._raise_if_not_held()
             raise
         if not ok:
-            raise self._lost_error or LeaseLostError(self.key, "refused")
+            self._raise_if_not_held()
+            # Not reached: _extend_once answers False only after the guard ended.
+            raise LeaseLostError(self.key, "rejected", self._fencing_token)
 
-    async def unlock(self) -> bool:
-        """Releases the lease and stops the watchdog. Returns True when the
-        server released it, False when this guard no longer held it (it
-        expired or was taken over; nothing was changed then). Idempotent."""
-        if self._state == "released":
-            return False
-        was_held = self._state == "held"
-        self._finish("released", None)
-        if not was_held:
-            return False
-        key, token = self.key, self._owner_token
-        res = await self._client._retrying(
-            f"release {key!r}",
-            lambda t: self._client._rpc.release(
-                lock_pb2.ReleaseRequest(key=key, owner_token=token, client_stamp=self._client.clock.now().to_proto()),
-                timeout_ms=t,
-            ),
-        )
-        self._client._merge(res.server_stamp)
-        return res.released
+    async def unlock(self) -> None:
+        """Stops the watchdog and releases the lease.
+
+        Returns only when the server confirmed the release. When the lease
+        was already lost, or the server answers released=false, it raises
+        the LeaseLostError (reason ``rejected``, ``expired``,
+        ``client_closed`` or ``release_unconfirmed``): never a quiet success
+        (etcd#22082). ``unavailable`` and timeouts are retried with backoff
+        until the lease's local expiry (after which the server frees the key
+        by itself and unlock raises the loss, reason ``expired``). unlock()
+        after a successful unlock() is a no-op; after one that failed for
+        another reason (a non-retryable error) it may be called again."""
+        async with self._unlock_lock:
+            await self._stop_watchdog()
+            self._check_expiry()
+            if self._state == "released":
+                return
+            if self._lost_error is not None:
+                await self._release_after_loss()
+                raise self._lost_error
+            await self._release(self._expires_at())
 
     async def __aenter__(self) -> AsyncGuard:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self._unlock_quietly()
+    async def __aexit__(self, exc_type: Optional[type[BaseException]], *exc: object) -> None:
+        await self._exit(exc_type is not None)
 
     # ---- internals ----
 
-    async def _unlock_quietly(self) -> None:
+    async def _exit(self, failed: bool) -> None:
+        """The end of an ``async with`` block: unlock. A loss raises its
+        LeaseLostError, unless the block itself raised (its exception is the
+        story; the release is still attempted)."""
+        if not failed:
+            await self.unlock()
+            return
         try:
             await self.unlock()
         except HoldfastError:
-            pass  # the lease expires on its own
+            pass
+
+    async def _close_for_client(self, budget: float) -> None:
+        """AsyncClient.close: release if still held; a guard not released
+        ends lost with reason ``client_closed``."""
+        async with self._unlock_lock:
+            await self._stop_watchdog()
+            self._check_expiry()
+            if self._state != "held":
+                return
+            try:
+                await self._release(min(self._expires_at(), time.monotonic() + budget))
+            except HoldfastError:
+                pass  # the loss below says it; the lease expires on the server
+            self._poison("client_closed")
+
+    async def _stop_watchdog(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and task is not _current_task():
+            task.cancel()
+            # wait (not await task): our own cancellation still propagates.
+            await asyncio.wait([task])
+
+    def _expires_at(self) -> float:
+        return self._valid_from + self._ttl
+
+    async def _release(self, deadline: float) -> None:
+        """Sends Release until the server answers, the deadline passes, or
+        the lease's local expiry passes (a release after it is moot: the key
+        frees itself). Returns once released; raises the LeaseLostError, or
+        a non-retryable error (the guard then still holds until expiry)."""
+        # in_doubt: an earlier attempt failed in transit and may have reached
+        # the server; a later released=false then does not prove a loss.
+        in_doubt = False
+        attempt = 0
+        while True:
+            self._raise_if_not_held()
+            left = min(deadline, self._expires_at()) - time.monotonic()
+            req = lock_pb2.ReleaseRequest(
+                key=self.key, owner_token=self._owner_token, client_stamp=self._client.clock.now().to_proto()
+            )
+            try:
+                res = await self._client._rpc.release(
+                    req, timeout_ms=_timeout_ms(max(0.0, min(left, self._client._request_timeout)))
+                )
+            except Exception as e:  # noqa: BLE001 - mapped below
+                err = from_connect_error(e, f"release {self.key!r}")
+                if not (is_retryable(err) or isinstance(err, DeadlineExceededError)):
+                    raise err from e
+                in_doubt = True
+                self._last_err = err
+                pause = min(_backoff(attempt), min(deadline, self._expires_at()) - time.monotonic())
+                attempt += 1
+                if pause <= 0:
+                    self._raise_if_not_held()  # past the local expiry: "expired"
+                    raise err from e  # the caller's deadline (close's budget) ran out first
+                await asyncio.sleep(pause)
+                continue
+            self._client._merge(res.server_stamp)
+            if res.released:
+                self._finish("released", None)
+                # Released, but too late: the guard was already lost on the
+                # safe clock (the work may have stopped); that loss stands.
+                if self._lost_error is not None:
+                    raise self._lost_error
+                return
+            self._poison("release_unconfirmed" if in_doubt else "rejected")
+            self._raise_if_not_held()
+            return
+
+    async def _release_after_loss(self) -> None:
+        """After a loss the server did not confirm (``expired``), the lease
+        may still be held on the server: one best-effort release frees the
+        key before its TTL. Compare-on-release makes it harmless if a
+        successor holds it."""
+        if self._tidied or self._lost_error is None or self._lost_error.reason != "expired":
+            return
+        self._tidied = True
+        try:
+            res = await self._client._rpc.release(
+                lock_pb2.ReleaseRequest(
+                    key=self.key, owner_token=self._owner_token, client_stamp=self._client.clock.now().to_proto()
+                ),
+                timeout_ms=_timeout_ms(min(self._ttl, self._client._request_timeout)),
+            )
+            self._client._merge(res.server_stamp)
+        except Exception:  # noqa: BLE001 - best effort: the lease expires by itself
+            pass
 
     async def _extend_once(self, ttl: float, sent_at: float, timeout_ms: int) -> bool:
         res = await self._client._rpc.extend(
@@ -542,9 +646,9 @@ class AsyncGuard:
         if self._state != "held":
             return False
         if not res.extended:
-            self._poison("refused")
+            self._poison("rejected")
             return False
-        if time.monotonic() >= self._valid_from + self._ttl:
+        if time.monotonic() >= self._expires_at():
             # The answer came after the local expiry: the guard was already
             # lost on the safe clock and the work may have stopped.
             self._poison("expired")
@@ -554,6 +658,7 @@ class AsyncGuard:
         # answered: the server may have started the new TTL any time after.
         self._valid_from = max(self._valid_from, sent_at)
         self._ttl = _seconds(res.lease.ttl) if res.HasField("lease") and res.lease.HasField("ttl") else ttl
+        self._last_err = None
         self._renewals += 1
         self._arm_expiry(asyncio.get_running_loop())
         return True
@@ -572,21 +677,19 @@ class AsyncGuard:
                         return
                     try:
                         # An answer after the lease's expiry is useless: cap
-                        # each attempt at the time left.
-                        await self._extend_once(self._ttl, sent_at, _timeout_ms(remaining))
+                        # each attempt at the time left, and at a third of the
+                        # TTL so a hung connection leaves time for another.
+                        await self._extend_once(self._ttl, sent_at, _timeout_ms(min(remaining, self._ttl / 3)))
                         break
                     except Exception as e:  # noqa: BLE001
                         if self._state != "held":
                             return
-                        err = from_connect_error(e, f"renew {self.key!r}")
-                        self._last_err = err
-                        # Transient trouble must not drop a lease that is
-                        # still valid: retry until it runs out (the expiry
-                        # timer poisons the guard then).
-                        transient = is_retryable(err) or isinstance(err, DeadlineExceededError) or err.code in ("unknown", "internal")
-                        if not transient:
-                            self._poison("renewal-failed")
-                            return
+                        # Any error short of the server's extended=false must
+                        # not drop a lease that is still valid (consul#912):
+                        # retry until it runs out (the expiry timer poisons
+                        # the guard then, "expired", with this error as the
+                        # cause), as the Go SDK does.
+                        self._last_err = from_connect_error(e, f"renew {self.key!r}")
                         pause = min(
                             _backoff(attempt, 0.05, max(0.05, self._ttl / 10)),
                             max(0.0, self._valid_from + self._ttl - time.monotonic()),
@@ -614,7 +717,7 @@ class AsyncGuard:
     def _poison(self, reason: LeaseLostReason) -> None:
         if self._state != "held":
             return
-        err = LeaseLostError(self.key, reason)
+        err = LeaseLostError(self.key, reason, self._fencing_token)
         if reason == "expired" and self._last_err is not None:
             err.__cause__ = self._last_err  # the renewal trouble that let it run out
         self._lost_error = err
@@ -622,9 +725,7 @@ class AsyncGuard:
 
     def _finish(self, state: Literal["lost", "released"], err: Optional[LeaseLostError]) -> None:
         if self._state != "held":
-            if state == "released":
-                self._state = state
-            return
+            return  # the first end wins
         self._state = state
         if self._expiry is not None:
             self._expiry.cancel()

@@ -217,11 +217,15 @@ class Guard:
     def extend(self, ttl: Optional[float] = None) -> None:
         self._loop.run(self._inner.extend(ttl))
 
-    def unlock(self) -> bool:
-        return self._loop.run(self._inner.unlock())
+    def unlock(self) -> None:
+        """Releases the lease; returns only when the server confirmed it.
+        Raises LeaseLostError when the lease was lost (never a quiet
+        success); a second unlock after a successful one is a no-op."""
+        self._loop.run(self._inner.unlock())
 
     def __enter__(self) -> Guard:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._loop.run(self._inner._unlock_quietly())
+    def __exit__(self, exc_type: Optional[type[BaseException]], *exc: object) -> None:
+        # A loss raises its LeaseLostError, unless the block itself raised.
+        self._loop.run(self._inner._exit(exc_type is not None))

@@ -14,11 +14,27 @@ from connectrpc.errors import ConnectError
 if TYPE_CHECKING:
     from .types import LockState
 
-LeaseLostReason = Literal["refused", "expired", "renewal-failed"]
-"""Why a guard lost its lease: ``refused`` (Extend or Release answered false),
-``expired`` (no renewal succeeded before the lease's expiry on the client's
-monotonic clock), ``renewal-failed`` (a renewal failed with a non-retryable
-error)."""
+LeaseLostReason = Literal["rejected", "expired", "client_closed", "release_unconfirmed"]
+"""Why a guard lost its lease (the Go SDK's LossReason):
+
+- ``rejected``: the server answered extended=false or released=false; the
+  owner token no longer holds the key.
+- ``expired``: no renewal succeeded before the lease's expiry on the client's
+  monotonic clock (``__cause__``: the last renewal error, if any).
+- ``client_closed``: the client was closed while the guard was held.
+- ``release_unconfirmed``: unlock retried a release whose first attempt
+  failed in transit, and the retry answered released=false. The token no
+  longer holds the key either way, but the first attempt may well have been
+  the one that released it, so this is not a proven loss during the
+  critical section.
+"""
+
+_REASON_TEXT: dict[str, str] = {
+    "rejected": "rejected by the server",
+    "expired": "expired before a renewal succeeded",
+    "client_closed": "client closed",
+    "release_unconfirmed": "released=false after a release attempt that may have succeeded",
+}
 
 
 class HoldfastError(Exception):
@@ -48,14 +64,18 @@ class NotAcquiredError(HoldfastError):
 class LeaseLostError(HoldfastError):
     """The guard no longer holds its lease.
 
-    Work done under the guard may overlap with the next holder's: fence
-    your writes.
+    What ``fencing_token``, ``extend()`` and ``unlock()`` raise once the lease
+    is lost, and what lost callbacks receive. ``unlock()`` of a lost lease
+    raises it: never a quiet success (etcd#22082). Work done under the guard
+    may overlap with the next holder's: fence your writes.
     """
 
-    def __init__(self, key: str, reason: LeaseLostReason) -> None:
-        super().__init__(f"holdfast: lease on {key!r} lost ({reason})")
+    def __init__(self, key: str, reason: LeaseLostReason, fencing_token: Optional[int] = None) -> None:
+        token = "" if fencing_token is None else f" (fencing token {fencing_token})"
+        super().__init__(f"holdfast: lease on {key!r}{token} lost: {_REASON_TEXT.get(reason, reason)}")
         self.key = key
         self.reason: LeaseLostReason = reason
+        self.fencing_token = fencing_token
 
 
 class LockReleasedError(HoldfastError):
