@@ -56,6 +56,7 @@ type serveOptions struct {
 
 	tlsCert, tlsKey, tlsClientCA string
 	authTokens                   string
+	corsOrigins                  []string // browser origins allowed to call the API (CORS); none: off
 	maxRequestDuration           time.Duration
 	maxWatchStreams              int
 	maxWatchStreamsPerConn       int
@@ -120,6 +121,7 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert; re-read when it changes")
 	f.StringVar(&o.tlsClientCA, "tls-client-ca", "", "require client certificates signed by a CA in this PEM file (mTLS)")
 	f.StringVar(&o.authTokens, "auth-tokens", "", "require bearer tokens from this YAML/JSON file, each limited to key prefixes (see README, Security)")
+	f.StringArrayVar(&o.corsOrigins, "cors-origin", nil, `let web pages from this origin call the API from a browser (Connect, gRPC-Web), e.g. https://app.example.com; repeatable; "*" allows any (off by default)`)
 	f.DurationVar(&o.maxRequestDuration, "max-request-duration", 0, "server deadline on each unary call; must exceed --max-wait (0: --max-wait plus 1m)")
 	f.IntVar(&o.maxWatchStreams, "max-watch-streams", 10000, "open Watch streams on this server before Watch answers resource_exhausted")
 	f.IntVar(&o.maxWatchStreamsPerConn, "max-watch-streams-per-connection", 100, "open Watch streams on one client connection before Watch answers resource_exhausted")
@@ -353,6 +355,15 @@ func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
 		}
 		opts = append(opts, httpserver.WithTLS(cfg))
 		log.Info("serving TLS", "cert", o.tlsCert, "client_certificates_required", o.tlsClientCA != "")
+	}
+	if len(o.corsOrigins) > 0 {
+		for _, origin := range o.corsOrigins {
+			if origin == "" {
+				return nil, fmt.Errorf("--cors-origin: empty origin; want e.g. https://app.example.com or *")
+			}
+		}
+		opts = append(opts, httpserver.WithCORS(o.corsOrigins...))
+		log.Info("CORS enabled: browsers on these origins may call the API", "origins", o.corsOrigins)
 	}
 	var icpt []connect.Interceptor
 	if o.authTokens != "" {

@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	connectcors "connectrpc.com/cors"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	"github.com/rs/cors"
 
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
@@ -50,6 +52,7 @@ type Option func(*options)
 type options struct {
 	tls          *tls.Config
 	interceptors []connect.Interceptor
+	corsOrigins  []string
 }
 
 // WithTLS serves TLS with cfg (HTTP/2 by ALPN and HTTP/1.1; no h2c).
@@ -59,6 +62,29 @@ func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
 // interceptors, outermost first (authentication, then limits).
 func WithInterceptors(i ...connect.Interceptor) Option {
 	return func(o *options) { o.interceptors = append(o.interceptors, i...) }
+}
+
+// WithCORS lets web pages from these origins ("https://app.example.com";
+// "*" for any; rs/cors wildcards such as "https://*.example.com") call the
+// API from a browser over Connect or gRPC-Web. Without it (the default) no
+// CORS headers are sent and browsers refuse cross-origin calls.
+func WithCORS(origins ...string) Option {
+	return func(o *options) { o.corsOrigins = append(o.corsOrigins, origins...) }
+}
+
+// withCORS wraps h in the CORS handler connect's documentation recommends
+// (rs/cors with connectrpc.com/cors's lists): preflights from an allowed
+// origin are answered, and responses expose the headers Connect and
+// gRPC-Web clients read (grpc-status, ...). Authorization is allowed too, for
+// bearer tokens (--auth-tokens).
+func withCORS(h http.Handler, origins []string) http.Handler {
+	return cors.New(cors.Options{
+		AllowedOrigins: origins,
+		AllowedMethods: connectcors.AllowedMethods(),
+		AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization"),
+		ExposedHeaders: connectcors.ExposedHeaders(),
+		MaxAge:         7200, // seconds a browser may cache a preflight's answer
+	}).Handler(h)
 }
 
 // Handler builds the mux: LockService, grpc.health.v1, reflection and the
@@ -86,6 +112,9 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option)
 	// The live view's static files are public; its API calls carry the
 	// user's token through the interceptors above.
 	mux.Handle(ui.Path, ui.Handler())
+	if len(o.corsOrigins) > 0 {
+		return withCORS(mux, o.corsOrigins)
+	}
 	return mux
 }
 
