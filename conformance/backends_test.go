@@ -10,16 +10,19 @@ import (
 	"github.com/holdfast/holdfast/conformance/harness"
 )
 
-// inTree lists the backends `make test` proves, each with the plugin options
-// it needs and the environment variables they come from. A backend whose
-// variables are unset is skipped, or fails under HOLDFAST_REQUIRE_SERVICES=1.
-// Add a backend by adding a row.
+// inTree lists the backends this package proves, each with the plugin
+// options it needs and the environment variables they come from. A backend
+// whose variables are unset is skipped, or fails under
+// HOLDFAST_REQUIRE_SERVICES=1. Add a backend by adding a row. The etcd,
+// Redis and PostgreSQL backends run the suite from their own modules
+// (plugins/etcd/etcdconformance, plugins/redis/redisconformance,
+// plugins/postgres), on servers of their own that the store-restart spec
+// restarts.
 var inTree = []struct {
 	name string
 	env  map[string]string // plugin option -> environment variable
 }{
 	{name: "memory"},
-	{name: "redis", env: map[string]string{"addrs": "HOLDFAST_REDIS_ADDR"}},
 }
 
 // selected returns the rows to run: all, or those named in
