@@ -84,6 +84,34 @@ func measureFootprint(ctx context.Context, locks, waiters, loopOps int) (*footpr
 	}
 	run := fmt.Sprintf("fp/%d", time.Now().UnixNano())
 
+	// No growth across a long loop on unique keys: RSS after a warm-up
+	// loop against RSS after a loop ten times as long. First, while the
+	// heap holds nothing else, so what the later phases leave behind (Go
+	// returns freed memory to the system only gradually) cannot hide growth.
+	loop := func(n int, tag string) error {
+		return parallel(ctx, n, func(i int) error {
+			c := clients[i%len(clients)]
+			key := fmt.Sprintf("%s/loop/%s/%d", run, tag, i)
+			resp, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(time.Minute)})
+			if err != nil {
+				return err
+			}
+			_, err = c.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: resp.GetLease().GetOwnerToken()})
+			return err
+		})
+	}
+	if err := loop(loopOps/10, "warm"); err != nil {
+		return nil, err
+	}
+	if fp.LoopBefore, err = readRSS(srv); err != nil {
+		return nil, err
+	}
+	if err := loop(loopOps, "long"); err != nil {
+		return nil, err
+	}
+	if fp.LoopAfter, err = readRSS(srv); err != nil {
+		return nil, err
+	}
 	// Held locks.
 	tokens := make([]string, locks)
 	err = parallel(ctx, locks, func(i int) error {
@@ -118,32 +146,6 @@ func measureFootprint(ctx context.Context, locks, waiters, loopOps int) (*footpr
 		return nil, err
 	}
 
-	// No growth across a long loop on unique keys: RSS after a warm-up
-	// loop against RSS after a loop ten times as long.
-	loop := func(n int, tag string) error {
-		return parallel(ctx, n, func(i int) error {
-			c := clients[i%len(clients)]
-			key := fmt.Sprintf("%s/loop/%s/%d", run, tag, i)
-			resp, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(time.Minute)})
-			if err != nil {
-				return err
-			}
-			_, err = c.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: resp.GetLease().GetOwnerToken()})
-			return err
-		})
-	}
-	if err := loop(loopOps/10, "warm"); err != nil {
-		return nil, err
-	}
-	if fp.LoopBefore, err = readRSS(srv); err != nil {
-		return nil, err
-	}
-	if err := loop(loopOps, "long"); err != nil {
-		return nil, err
-	}
-	if fp.LoopAfter, err = readRSS(srv); err != nil {
-		return nil, err
-	}
 	return fp, nil
 }
 

@@ -346,10 +346,10 @@ func printReport(rep report) {
 			fmt.Fprintf(w, "%s\t%.1f\t%.1f\t\n", name, float64(r.ServerKiB)/1024, float64(r.PluginKiB)/1024)
 		}
 		row("idle", fp.Idle)
+		row(fmt.Sprintf("after %d acquire/release on unique keys (warm-up)", fp.LoopOps/10), fp.LoopBefore)
+		row(fmt.Sprintf("after %d more (growth check)", fp.LoopOps), fp.LoopAfter)
 		row(fmt.Sprintf("%d locks held", fp.Locks), fp.HeldLocks)
-		row(fmt.Sprintf("%d waiters queued", fp.Waiters), fp.WithWaiters)
-		row(fmt.Sprintf("before %d acquire/release on unique keys", fp.LoopOps), fp.LoopBefore)
-		row(fmt.Sprintf("after %d acquire/release on unique keys", fp.LoopOps), fp.LoopAfter)
+		row(fmt.Sprintf("%d waiters queued (locks released)", fp.Waiters), fp.WithWaiters)
 		_ = w.Flush()
 	}
 	if rep.PluginHopMicros != 0 {

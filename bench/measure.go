@@ -118,6 +118,14 @@ type locker interface {
 	unlock(ctx context.Context) error
 }
 
+// warmer is a locker with connections to open before the run starts, so
+// that every worker starts queueing at the same moment (a worker still
+// dialing when the others queue would start behind them, and the spread
+// would show its start, not the order of service).
+type warmer interface {
+	warm(ctx context.Context) error
+}
+
 // measureHotKey runs workers that each loop lock, unlock on one key for dur.
 // A handoff is an acquisition by a different worker than the previous one;
 // a wait is the time one lock call took.
@@ -136,14 +144,21 @@ func measureHotKey(ctx context.Context, name string, lockers []locker, dur time.
 	// The run ends by cancellation, not by a deadline: a deadline would be
 	// sent to the server, which may answer deadline_exceeded a moment
 	// before this process sees its own context end.
+	for _, l := range lockers {
+		if wl, ok := l.(warmer); ok {
+			if err := wl.warm(ctx); err != nil {
+				logf("%s: warming up: %v", name, err)
+			}
+		}
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := time.AfterFunc(dur, cancel)
-	defer stop.Stop()
+	start := make(chan struct{})
 	for w, l := range lockers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			for runCtx.Err() == nil {
 				t0 := time.Now()
 				if err := l.lock(runCtx); err != nil {
@@ -182,6 +197,9 @@ func measureHotKey(ctx context.Context, name string, lockers []locker, dur time.
 			}
 		}()
 	}
+	stop := time.AfterFunc(dur, cancel)
+	defer stop.Stop()
+	close(start)
 	wg.Wait()
 	if firstErr != nil {
 		logf("%s: %d errors, first: %v", name, errs, firstErr)

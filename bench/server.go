@@ -189,6 +189,12 @@ func (l *holdfastLocker) lock(ctx context.Context) error {
 	}
 }
 
+// warm opens the worker's connection.
+func (l *holdfastLocker) warm(ctx context.Context) error {
+	_, err := l.client.GetServerInfo(ctx, &lockv1.GetServerInfoRequest{})
+	return err
+}
+
 func (l *holdfastLocker) unlock(ctx context.Context) error {
 	resp, err := l.client.Release(ctx, &lockv1.ReleaseRequest{Key: l.key, OwnerToken: l.token})
 	if err != nil {
