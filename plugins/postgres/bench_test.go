@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/plugins/postgres"
 	"github.com/holdfast/holdfast/plugins/postgres/pgtest"
 )
 
@@ -19,10 +20,11 @@ import (
 // keys at concurrency 1 and 32, both on pgxpool's default pool. (`make bench`
 // measures the same through a holdfast server; see bench/.)
 //
-// A small pool is deliberate: every acquire and release commits a NOTIFY,
-// and PostgreSQL serialises those commits database-wide, so more connections
-// only queue on that lock (32 connections measured 2-3x slower than 4 at
-// concurrency 32).
+// The backend runs in both notify modes. Under notify=all every acquire and
+// release commits a NOTIFY, and PostgreSQL serialises those commits
+// database-wide (more connections only queue on that lock: 32 connections
+// measured 2-3x slower than 4 at concurrency 32); notify=contended commits
+// none on these uncontended keys.
 //
 //	go test -run '^$' -bench . -benchtime 3s ./plugins/postgres
 
@@ -61,25 +63,27 @@ func runConcurrent(b *testing.B, conc int, op func(ctx context.Context, worker, 
 
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, conc := range []int{1, 32} {
-		b.Run(fmt.Sprintf("holdfast-postgres/conc=%d", conc), func(b *testing.B) {
-			be := open(b, nil) // default pool: max(4, CPUs) connections
-			runConcurrent(b, conc, func(ctx context.Context, w, i int) error {
-				key := fmt.Sprintf("bench/%d", w)
-				tok := token()
-				res, err := be.Acquire(ctx, backend.AcquireRequest{Key: key, OwnerToken: tok, TTL: 10 * time.Second, Stamp: clock.Now()})
-				if err != nil {
+		for _, notify := range []string{postgres.NotifyAll, postgres.NotifyContended} {
+			b.Run(fmt.Sprintf("holdfast-postgres/notify=%s/conc=%d", notify, conc), func(b *testing.B) {
+				be := open(b, map[string]string{"notify": notify}) // default pool: max(4, CPUs) connections
+				runConcurrent(b, conc, func(ctx context.Context, w, i int) error {
+					key := fmt.Sprintf("bench/%d", w)
+					tok := token()
+					res, err := be.Acquire(ctx, backend.AcquireRequest{Key: key, OwnerToken: tok, TTL: 10 * time.Second, Stamp: clock.Now()})
+					if err != nil {
+						return err
+					}
+					if !res.Acquired {
+						return fmt.Errorf("worker %d: %s not acquired", w, key)
+					}
+					ok, err := be.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: tok, Stamp: clock.Now()})
+					if err == nil && !ok {
+						err = fmt.Errorf("worker %d: %s not released", w, key)
+					}
 					return err
-				}
-				if !res.Acquired {
-					return fmt.Errorf("worker %d: %s not acquired", w, key)
-				}
-				ok, err := be.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: tok, Stamp: clock.Now()})
-				if err == nil && !ok {
-					err = fmt.Errorf("worker %d: %s not released", w, key)
-				}
-				return err
+				})
 			})
-		})
+		}
 		b.Run(fmt.Sprintf("pg_try_advisory_lock/conc=%d", conc), func(b *testing.B) {
 			pool, err := pgxpool.New(context.Background(), pgtest.DSN(b)) // same default pool
 			if err != nil {

@@ -88,8 +88,10 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"regexp"
@@ -147,6 +149,17 @@ var ErrClosed = fmt.Errorf("%w: postgres backend closed", backend.ErrUnavailable
 // written into the trigger function).
 var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,49}$`)
 
+// Values of the notify option.
+const (
+	// NotifyAll announces every change (acquired, released, expired) in
+	// the changing transaction: Watch reports everything.
+	NotifyAll = "all"
+	// NotifyContended announces only the changes of keys a failed Acquire
+	// marked as contended: the wake-ups waiters need, without the
+	// database-wide NOTIFY commit lock on the uncontended path.
+	NotifyContended = "contended"
+)
+
 // Options configure a Backend; Open fills them from the plugin's options.
 type Options struct {
 	DSN              string
@@ -157,6 +170,9 @@ type Options struct {
 	StatementTimeout time.Duration
 	IdleRetention    time.Duration
 	CleanerMaxSleep  time.Duration
+	// Notify says which changes NOTIFY their watchers: NotifyAll (the
+	// default) or NotifyContended (see the package doc).
+	Notify string
 
 	noCleaner bool // tests only (export_test.go)
 }
@@ -170,6 +186,7 @@ func ParseOptions(opts map[string]string) (Options, error) {
 		StatementTimeout: DefaultStatementTimeout,
 		IdleRetention:    DefaultIdleRetention,
 		CleanerMaxSleep:  DefaultCleanerMaxSleep,
+		Notify:           NotifyAll,
 	}
 	durations := map[string]*time.Duration{
 		"connect_timeout":   &o.ConnectTimeout,
@@ -185,6 +202,12 @@ func ParseOptions(opts map[string]string) (Options, error) {
 			o.DSN = v
 		case "schema":
 			o.Schema = v
+		case "notify":
+			if v != NotifyAll && v != NotifyContended {
+				return Options{}, fmt.Errorf("%w: postgres: option notify=%q must be %q or %q",
+					backend.ErrInvalidArgument, v, NotifyAll, NotifyContended)
+			}
+			o.Notify = v
 		case "max_conns":
 			n, err := strconv.ParseInt(v, 10, 32)
 			if err != nil || n < 1 || n > 10000 {
@@ -208,7 +231,7 @@ func ParseOptions(opts map[string]string) (Options, error) {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return Options{}, fmt.Errorf("%w: postgres: unknown option(s) %s (known: dsn, schema, max_conns, %s)",
+		return Options{}, fmt.Errorf("%w: postgres: unknown option(s) %s (known: dsn, schema, max_conns, notify, %s)",
 			backend.ErrInvalidArgument, strings.Join(unknown, ", "),
 			"connect_timeout, call_timeout, statement_timeout, idle_retention, cleaner_max_sleep")
 	}
@@ -231,10 +254,12 @@ func ParseOptions(opts map[string]string) (Options, error) {
 // Backend is a backend.Backend on PostgreSQL. Create it with Open or New;
 // Close stops its cleaner, ends its watches and closes its pool.
 type Backend struct {
-	opts Options
-	pool *pgxpool.Pool
-	n    names
-	sql  statements
+	opts     Options
+	pool     *pgxpool.Pool
+	n        names
+	sql      statements
+	mark     bool  // a failed Acquire marks the row contended (notify=contended)
+	instance int64 // this plugin process, stored in acquired_by
 
 	ctx    context.Context // cancelled by Close: ends the cleaner and watches
 	cancel context.CancelFunc
@@ -283,6 +308,17 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		cfg.ConnConfig.ConnectTimeout = o.ConnectTimeout
 	}
 	cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(o.StatementTimeout.Milliseconds(), 10)
+	if o.Notify == "" {
+		o.Notify = NotifyAll
+	}
+	// The trigger reads the mode and the plugin instance from the changing
+	// session.
+	instance, err := newInstance()
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.RuntimeParams[notifyGUC] = o.Notify
+	cfg.ConnConfig.RuntimeParams[instanceGUC] = strconv.FormatInt(instance, 10)
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "holdfast-backend-postgres"
 	}
@@ -306,13 +342,15 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 	}
 	bctx, bcancel := context.WithCancel(context.Background())
 	b := &Backend{
-		opts:   o,
-		pool:   pool,
-		n:      n,
-		sql:    newStatements(n),
-		ctx:    bctx,
-		cancel: bcancel,
-		poke:   make(chan struct{}, 1),
+		opts:     o,
+		pool:     pool,
+		n:        n,
+		sql:      newStatements(n),
+		mark:     o.Notify == NotifyContended,
+		instance: instance,
+		ctx:      bctx,
+		cancel:   bcancel,
+		poke:     make(chan struct{}, 1),
 	}
 	if !o.noCleaner {
 		b.wg.Add(1)
@@ -360,29 +398,47 @@ const recordCols = `key, fencing, holder, expires_at, stamp_wall, stamp_logical,
 
 func newStatements(n names) statements {
 	return statements{
-		// $1 key, $2 owner digest, $3 holder, $4 ttl µs, $5/$6 stamp.
-		// nextval() and the expiry are evaluated again in DO UPDATE, after
-		// the row lock: a value drawn before waiting could be older than the
-		// token of a holder that came and went meanwhile.
+		// $1 key, $2 owner digest, $3 holder, $4 ttl µs, $5/$6 stamp,
+		// $7 whether a failed attempt marks the row contended (false under
+		// notify=all: a failed attempt writes nothing), $8 this plugin's
+		// instance (acquired_by).
+		//
+		// DO UPDATE decides once, in the sub-select t, whether the row is
+		// free or expired (take). If so it takes the row over (and clears
+		// contended); if not, and $7 is set and the row is not yet marked,
+		// it only marks it contended: the attempt that lost has marked the
+		// lease, under the row lock and in its own commit, before the
+		// engine's waiter sleeps. The WHERE skips the write when there is
+		// nothing to change.
+		//
+		// nextval() and the expiry are evaluated in DO UPDATE, after the
+		// row lock: a value drawn before waiting could be older than the
+		// token of a holder that came and went meanwhile. (CASE evaluates
+		// nextval() only when the row is taken.)
 		acquire: `WITH acq AS (
-	INSERT INTO ` + n.locks + ` AS l (key, owner, holder, fencing, expires_at, stamp_wall, stamp_logical, changed_at)
+	INSERT INTO ` + n.locks + ` AS l (key, owner, holder, fencing, expires_at, stamp_wall, stamp_logical, changed_at, acquired_by)
 	VALUES ($1, $2, $3, nextval('` + n.fencing + `'), clock_timestamp() + $4::bigint * interval '1 microsecond',
-		$5, $6, clock_timestamp())
+		$5, $6, clock_timestamp(), $8)
 	ON CONFLICT (key) DO UPDATE SET
-		owner = excluded.owner,
-		holder = excluded.holder,
-		fencing = nextval('` + n.fencing + `'),
-		expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond',
-		(stamp_wall, stamp_logical) = (
-			SELECT CASE WHEN (excluded.stamp_wall, excluded.stamp_logical) >= (nx.w, nx.lg) THEN excluded.stamp_wall ELSE nx.w END,
-			       CASE WHEN (excluded.stamp_wall, excluded.stamp_logical) >= (nx.w, nx.lg) THEN excluded.stamp_logical ELSE nx.lg END
-			FROM (SELECT CASE WHEN l.stamp_logical >= 4294967295 THEN l.stamp_wall + 1 ELSE l.stamp_wall END AS w,
-			             CASE WHEN l.stamp_logical >= 4294967295 THEN 0 ELSE l.stamp_logical + 1 END AS lg) AS nx),
-		changed_at = clock_timestamp()
-	WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp()
-	RETURNING ` + recordCols + `
+		(owner, holder, fencing, expires_at, stamp_wall, stamp_logical, changed_at, contended, acquired_by) = (
+			SELECT CASE WHEN t.take THEN excluded.owner ELSE l.owner END,
+			       CASE WHEN t.take THEN excluded.holder ELSE l.holder END,
+			       CASE WHEN t.take THEN nextval('` + n.fencing + `') ELSE l.fencing END,
+			       CASE WHEN t.take THEN t.now + $4::bigint * interval '1 microsecond' ELSE l.expires_at END,
+			       CASE WHEN NOT t.take THEN l.stamp_wall
+			            WHEN (excluded.stamp_wall, excluded.stamp_logical) >= (t.w, t.lg) THEN excluded.stamp_wall ELSE t.w END,
+			       CASE WHEN NOT t.take THEN l.stamp_logical
+			            WHEN (excluded.stamp_wall, excluded.stamp_logical) >= (t.w, t.lg) THEN excluded.stamp_logical ELSE t.lg END,
+			       CASE WHEN t.take THEN t.now ELSE l.changed_at END,
+			       CASE WHEN t.take THEN false ELSE l.contended OR $7::boolean END,
+			       CASE WHEN t.take THEN excluded.acquired_by ELSE l.acquired_by END
+			FROM (SELECT l.owner IS NULL OR l.expires_at <= clock_timestamp() AS take, clock_timestamp() AS now,
+			             CASE WHEN l.stamp_logical >= 4294967295 THEN l.stamp_wall + 1 ELSE l.stamp_wall END AS w,
+			             CASE WHEN l.stamp_logical >= 4294967295 THEN 0 ELSE l.stamp_logical + 1 END AS lg) AS t)
+	WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() OR ($7::boolean AND NOT l.contended)
+	RETURNING owner = $2, ` + recordCols + `
 )
-SELECT true, * FROM acq
+SELECT * FROM acq
 UNION ALL
 SELECT false, ` + recordCols + ` FROM ` + n.locks + `
 WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM acq)`,
@@ -432,6 +488,16 @@ AND owner IS NULL`,
 		nextExpiry: `SELECT (extract(epoch FROM min(expires_at) - clock_timestamp()) * 1000000)::bigint
 FROM ` + n.locks + ` WHERE owner IS NOT NULL`,
 	}
+}
+
+// newInstance draws the number that names this plugin process in the rows
+// it acquires (acquired_by): random, so a restarted plugin is another one.
+func newInstance() (int64, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return 0, fmt.Errorf("postgres: instance id: %w", err)
+	}
+	return int64(binary.BigEndian.Uint64(b[:])>>1) + 1, nil
 }
 
 // digest is what the table stores for an owner token.
@@ -537,7 +603,7 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 	for range acquireAttempts {
 		var acquired bool
 		rec, err := scanRecord(b.pool.QueryRow(ctx, b.sql.acquire,
-			req.Key, owner, req.Holder, micros(req.TTL), st.WallTime, int64(st.Logical)), &acquired)
+			req.Key, owner, req.Holder, micros(req.TTL), st.WallTime, int64(st.Logical), b.mark, b.instance), &acquired)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}

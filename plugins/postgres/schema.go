@@ -13,9 +13,18 @@ import (
 )
 
 // SchemaVersion is the version of the table layout this plugin writes. It is
-// kept in the table's comment ("holdfast locks v1"), so the plugin owns one
+// kept in the table's comment ("holdfast locks v2"), so the plugin owns one
 // table and nothing else that could drift from it.
-const SchemaVersion = 1
+const SchemaVersion = 2
+
+// notifyGUC is the session setting the trigger reads to decide what to
+// announce: "contended" (set on every connection of a plugin with
+// notify=contended) or anything else, unset included, for every change.
+const notifyGUC = "holdfast.notify"
+
+// instanceGUC is the session setting that names the plugin instance (a
+// random int64 per plugin process, see acquired_by).
+const instanceGUC = "holdfast.instance"
 
 // migrationLockClass is the first half of the advisory lock key that
 // serialises migrations of one schema ("HldF"); the second half is a hash of
@@ -100,8 +109,61 @@ CREATE TRIGGER locks_notify_insert AFTER INSERT ON ` + n.locks + `
 DROP TRIGGER IF EXISTS locks_notify_update ON ` + n.locks + `;
 CREATE TRIGGER locks_notify_update AFTER UPDATE ON ` + n.locks + `
 	FOR EACH ROW WHEN (OLD.owner IS DISTINCT FROM NEW.owner) EXECUTE FUNCTION ` + n.notifyFn + `();`,
+
+		// v2: what notify=contended needs to announce only the changes a
+		// waiter may be waiting for (see the package doc):
+		//   - contended: an Acquire failed against the current lease. The
+		//     failing statement sets it, under the row lock, in its own
+		//     commit; a takeover clears it.
+		//   - acquired_by: the plugin instance (a random number per plugin
+		//     process) that took the current lease.
+		// The trigger announces every change when the changing session is
+		// not in contended mode, and otherwise only the end of a contended
+		// lease, and a release through another plugin instance than the
+		// one that acquired the lease.
+		`ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS contended boolean NOT NULL DEFAULT false;
+ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS acquired_by bigint NOT NULL DEFAULT 0;
+CREATE OR REPLACE FUNCTION ` + n.notifyFn + `() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+	ev text;
+	every boolean := ` + everyChange + `;
+BEGIN
+	IF TG_OP = 'UPDATE' AND OLD.owner IS NOT NULL THEN
+		-- The holder lost the row: by Release (still valid) or by expiry
+		-- (the cleaner, or a takeover by the next acquirer).
+		ev := CASE WHEN OLD.expires_at <= clock_timestamp() THEN 'expired' ELSE 'released' END;
+		IF every OR OLD.contended OR (ev = 'released' AND ` + otherInstance + `) THEN
+			PERFORM pg_notify(` + sqlLiteral(n.channel) + `, ` + eventJSON("OLD") + `);
+		END IF;
+	END IF;
+	IF NEW.owner IS NOT NULL AND every THEN
+		ev := 'acquired';
+		PERFORM pg_notify(` + sqlLiteral(n.channel) + `, ` + eventJSON("NEW") + `);
+	END IF;
+	RETURN NULL;
+END
+$fn$;
+DROP TRIGGER IF EXISTS locks_notify_insert ON ` + n.locks + `;
+CREATE TRIGGER locks_notify_insert AFTER INSERT ON ` + n.locks + `
+	FOR EACH ROW WHEN (` + everyChange + `)
+	EXECUTE FUNCTION ` + n.notifyFn + `();
+DROP TRIGGER IF EXISTS locks_notify_update ON ` + n.locks + `;
+CREATE TRIGGER locks_notify_update AFTER UPDATE ON ` + n.locks + `
+	FOR EACH ROW WHEN (OLD.owner IS DISTINCT FROM NEW.owner AND
+		(` + everyChange + ` OR OLD.contended OR (NEW.owner IS NULL AND ` + otherInstance + `)))
+	EXECUTE FUNCTION ` + n.notifyFn + `();`,
 	}
 }
+
+// otherInstance is true when the lease in OLD was acquired through another
+// plugin instance than the changing session's.
+const otherInstance = `OLD.acquired_by::text IS DISTINCT FROM current_setting('` + instanceGUC + `', true)`
+
+// everyChange is true in a session that announces every change; the
+// triggers' WHEN clauses test it (with the row's contended) so that under
+// notify=contended an uncontended change does not even call the trigger
+// function.
+const everyChange = `coalesce(current_setting('` + notifyGUC + `', true), '') <> 'contended'`
 
 // eventJSON builds the NOTIFY payload for row r (OLD or NEW) with event type
 // ev. A payload must stay under 8000 bytes: keys are at most 512 bytes, and a

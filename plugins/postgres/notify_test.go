@@ -1,0 +1,311 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/plugins/postgres"
+	"github.com/holdfast/holdfast/plugins/postgres/pgtest"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
+)
+
+// watchEvents runs b.Watch on prefix until the test ends and returns its
+// events (the first, synced, already consumed).
+func watchEvents(t *testing.T, b backend.Backend, prefix string) <-chan backend.Event {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	events := make(chan backend.Event, 4096)
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Watch(ctx, prefix, func(ev backend.Event) error {
+			select {
+			case events <- ev:
+				return nil
+			default:
+				return errors.New("test watch buffer full")
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Watch returned %v, want context.Canceled", err)
+		}
+	})
+	select {
+	case ev := <-events:
+		if ev.Type != backend.EventSynced {
+			t.Fatalf("first event %v, want synced", ev.Type)
+		}
+	case err := <-done:
+		t.Fatalf("Watch: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no synced event within 10s")
+	}
+	return events
+}
+
+func nextEvent(t *testing.T, events <-chan backend.Event) backend.Event {
+	t.Helper()
+	select {
+	case ev := <-events:
+		return ev
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event within 5s")
+	}
+	return backend.Event{}
+}
+
+func TestNotifyOption(t *testing.T) {
+	for _, v := range []string{"", "All", "some", "none"} {
+		_, err := postgres.ParseOptions(map[string]string{"dsn": "postgres://x@127.0.0.1/db", "notify": v})
+		if !errors.Is(err, backend.ErrInvalidArgument) {
+			t.Errorf("notify=%q: %v, want invalid argument", v, err)
+		}
+	}
+	o, err := postgres.ParseOptions(map[string]string{"dsn": "postgres://x@127.0.0.1/db"})
+	if err != nil || o.Notify != postgres.NotifyAll {
+		t.Fatalf("default notify %q (%v), want %q", o.Notify, err, postgres.NotifyAll)
+	}
+}
+
+// TestNotifyContended: under notify=contended an uncontended acquire,
+// release or expiry announces nothing; a failed Acquire marks the lease, so
+// its release or expiry is announced; and a release through another plugin
+// instance than the one that acquired the lease is announced (a waiter of
+// the acquiring server may be queued behind its winner). Events arrive in
+// commit order, so the event seen after a quiet part proves that part sent
+// none.
+func TestNotifyContended(t *testing.T) {
+	b := open(t, map[string]string{"notify": postgres.NotifyContended, "cleaner_max_sleep": "200ms"})
+	other := open(t, map[string]string{"notify": postgres.NotifyContended, "schema": b.Schema()})
+	events := watchEvents(t, b, "")
+	expect := func(typ backend.EventType, key string, fencing uint64) {
+		t.Helper()
+		if ev := nextEvent(t, events); ev.Type != typ || ev.Record.Key != key || ev.Record.FencingToken != fencing {
+			t.Fatalf("event %v %s/%d, want %v %s/%d (and nothing before it)", ev.Type, ev.Record.Key,
+				ev.Record.FencingToken, typ, key, fencing)
+		}
+	}
+
+	// Quiet: no one ever waits for these.
+	for i := range 5 {
+		tok, res := acquire(t, b, fmt.Sprintf("quiet/%d", i), time.Minute)
+		if !res.Acquired || !release(t, b, fmt.Sprintf("quiet/%d", i), tok) {
+			t.Fatal("uncontended acquire+release failed")
+		}
+	}
+	_, quiet := acquire(t, b, "quiet/expiring", 10*time.Millisecond)
+	if !quiet.Acquired {
+		t.Fatal("quiet/expiring not acquired")
+	}
+
+	// A failed acquire marks the lease: its release is announced.
+	tok, held := acquire(t, b, "hot", time.Minute)
+	if _, lost := acquire(t, other, "hot", time.Minute); lost.Acquired || lost.Record.FencingToken != held.Record.FencingToken {
+		t.Fatalf("second acquire %+v, want the holder %d", lost, held.Record.FencingToken)
+	}
+	if _, lost := acquire(t, b, "hot", time.Minute); lost.Acquired { // marked already: no write
+		t.Fatalf("third acquire %+v, want the holder", lost)
+	}
+	release(t, b, "hot", tok)
+	expect(backend.EventReleased, "hot", held.Record.FencingToken)
+
+	// The takeover clears the mark: the next lease's release is quiet, and
+	// no acquired events are sent in this mode.
+	tok, next := acquire(t, b, "hot", time.Minute)
+	release(t, b, "hot", tok)
+	// A marked lease's expiry (by the cleaner) is announced.
+	_, next = acquire(t, b, "hot", 300*time.Millisecond)
+	if _, lost := acquire(t, b, "hot", time.Minute); lost.Acquired {
+		t.Fatal("acquire of a held key succeeded")
+	}
+	expect(backend.EventExpired, "hot", next.Record.FencingToken)
+
+	// A release through another plugin instance is announced, contended
+	// or not; through the acquiring one it is not.
+	tok, res := acquire(t, b, "moved", time.Minute)
+	release(t, other, "moved", tok)
+	expect(backend.EventReleased, "moved", res.Record.FencingToken)
+	tok, res = acquire(t, other, "moved", time.Minute)
+	release(t, other, "moved", tok)
+	tok, res = acquire(t, other, "moved", time.Minute)
+	release(t, b, "moved", tok)
+	expect(backend.EventReleased, "moved", res.Record.FencingToken)
+	select {
+	case ev := <-events:
+		t.Fatalf("unexpected event %+v", ev)
+	default:
+	}
+}
+
+// TestNotifyContendedRace: a failed Acquire racing the holder's Release
+// never goes unannounced. Whenever an Acquire answers "held by fencing f",
+// a released event for f must follow, whichever plugin (server) released it
+// and whichever statement's commit came first. Many rounds, on two plugins
+// sharing the schema, with the release racing the failed acquire.
+func TestNotifyContendedRace(t *testing.T) {
+	b1 := open(t, map[string]string{"notify": postgres.NotifyContended})
+	b2 := open(t, map[string]string{"notify": postgres.NotifyContended, "schema": b1.Schema()})
+	events := watchEvents(t, b1, "race/")
+
+	const rounds = 200
+	var mu sync.Mutex
+	waitFor := map[uint64]string{} // fencing token -> key, of failed acquires
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*rounds)
+	sem := make(chan struct{}, 8)
+	for i := range rounds {
+		key := fmt.Sprintf("race/%d", i)
+		holder, waiter := b2, b1
+		if i%2 == 1 {
+			holder, waiter = b1, b2
+		}
+		tok, res := acquire(t, holder, key, time.Minute)
+		if !res.Acquired {
+			t.Fatalf("%s not acquired", key)
+		}
+		start := make(chan struct{})
+		sem <- struct{}{}
+		wg.Go(func() {
+			<-start
+			if _, err := holder.Release(context.Background(), backend.ReleaseRequest{Key: key, OwnerToken: tok, Stamp: clock.Now()}); err != nil {
+				errs <- err
+			}
+		})
+		wg.Go(func() {
+			defer func() { <-sem }()
+			<-start
+			got, err := waiter.Acquire(context.Background(), backend.AcquireRequest{
+				Key: key, OwnerToken: token(), TTL: time.Minute, Holder: "waiter", Stamp: clock.Now()})
+			if err != nil {
+				errs <- err
+				return
+			}
+			if !got.Acquired {
+				mu.Lock()
+				waitFor[got.Record.FencingToken] = key
+				mu.Unlock()
+			}
+		})
+		close(start)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("%d of %d acquires lost the race to the release and must be woken", len(waitFor), rounds)
+	deadline := time.After(10 * time.Second)
+	for len(waitFor) > 0 {
+		select {
+		case ev := <-events:
+			if ev.Type == backend.EventReleased {
+				delete(waitFor, ev.Record.FencingToken)
+			}
+		case <-deadline:
+			t.Fatalf("%d failed acquires were never followed by their holder's released event: %v", len(waitFor), waitFor)
+		}
+	}
+}
+
+// TestTwoServersContendedWake: two holdfast servers over one schema, both
+// with notify=contended. A waiter queued on one server gets the lock within
+// a second of a release sent to the other (the TTL is a minute: the
+// engine's expiry timer cannot be what wakes it), also when it is queued
+// behind another waiter of its server that won the lock and never failed an
+// acquire itself.
+func TestTwoServersContendedWake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two servers")
+	}
+	dsn := pgtest.DSN(t)
+	holdfast := binary(t, "holdfast", "./server/cmd/holdfast")
+	plugin := binary(t, "holdfast-backend-postgres", "./plugins/postgres/cmd/holdfast-backend-postgres")
+	schema := schemaName(t)
+	t.Cleanup(func() { dropSchema(t, dsn, schema) })
+	args := []string{"--backend", plugin, "--backend-opt", "dsn=" + dsn, "--backend-opt", "schema=" + schema,
+		"--backend-opt", "notify=contended"}
+	a := lockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+startServer(t, holdfast, args...).addr)
+	b := lockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+startServer(t, holdfast, args...).addr)
+	ctx := context.Background()
+	const ttl = time.Minute
+
+	acq := func(c lockv1connect.LockServiceClient, key string, wait time.Duration) (*lockv1.AcquireResponse, error) {
+		return c.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(ttl), Wait: durationpb.New(wait), Holder: "t"})
+	}
+	rel := func(c lockv1connect.LockServiceClient, key string, l *lockv1.Lease) {
+		t.Helper()
+		res, err := c.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: l.GetOwnerToken()})
+		if err != nil || !res.GetReleased() {
+			t.Fatalf("release %s: %v %v", key, res, err)
+		}
+	}
+	waiters := func(c lockv1connect.LockServiceClient, key string, n uint32) {
+		t.Helper()
+		eventually(t, 10*time.Second, fmt.Sprintf("%d waiters on %s", n, key), func() bool {
+			res, err := c.Inspect(ctx, &lockv1.InspectRequest{Key: key})
+			return err == nil && res.GetState().GetWaiters() == n
+		})
+	}
+	type result struct {
+		res *lockv1.AcquireResponse
+		err error
+	}
+	wait := func(key string) <-chan result {
+		out := make(chan result, 1)
+		go func() {
+			res, err := acq(b, key, 20*time.Second)
+			out <- result{res, err}
+		}()
+		return out
+	}
+	got := func(w <-chan result, released time.Time) *lockv1.Lease {
+		t.Helper()
+		select {
+		case r := <-w:
+			if r.err != nil || !r.res.GetAcquired() {
+				t.Fatalf("waiter: %v %v", r.res, r.err)
+			}
+			if lag := time.Since(released); lag > 2*time.Second {
+				t.Fatalf("waiter got the lock %s after the release: not woken by the release", lag)
+			}
+			t.Logf("waiter got the lock %s after the release on the other server", time.Since(released).Round(time.Millisecond))
+			return r.res.GetLease()
+		case <-time.After(30 * time.Second):
+			t.Fatal("waiter not served within 30s")
+		}
+		return nil
+	}
+
+	for i := range 3 {
+		key := fmt.Sprintf("wake/%d", i)
+		held, err := acq(a, key, 0)
+		if err != nil || !held.GetAcquired() {
+			t.Fatalf("acquire on a: %v %v", held, err)
+		}
+		w1 := wait(key)
+		waiters(b, key, 1)
+		w2 := wait(key)
+		waiters(b, key, 2)
+		// The release goes to server a; both waiters queue on server b.
+		released := time.Now()
+		rel(a, key, held.GetLease())
+		l1 := got(w1, released)
+		// w2 became head behind a winner: it never failed an acquire. The
+		// winner's lease is released through server a.
+		released = time.Now()
+		rel(a, key, l1)
+		l2 := got(w2, released)
+		rel(b, key, l2)
+	}
+}
