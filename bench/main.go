@@ -38,6 +38,7 @@ var (
 	etcdAddr    = flag.String("etcd", "", "etcd endpoints (comma-separated); empty leaves etcd out")
 	redisAddr   = flag.String("redis", "", "Redis address; empty leaves Redis out")
 	pgDSN       = flag.String("postgres", "", "PostgreSQL connection string; empty leaves PostgreSQL out")
+	pgOpts      = flag.String("postgres-opts", "", "extra plugin options for the postgres backend, key=value separated by ';' (e.g. notify=contended)")
 	jsonOut     = flag.String("json", "", "also write the results as JSON to this file")
 	verbose     = flag.Bool("v", false, "show the servers' logs")
 	echoMode    = flag.Bool("echo-server", false, "internal: run the connect-go echo server")
@@ -182,6 +183,11 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 			return "postgres: no -postgres DSN given", nil
 		}
 		args = append(args, "--backend-opt", "dsn="+*pgDSN)
+		for _, kv := range strings.Split(*pgOpts, ";") {
+			if kv != "" {
+				args = append(args, "--backend-opt", kv)
+			}
+		}
 	default:
 		return "", fmt.Errorf("unknown backend %q", name)
 	}

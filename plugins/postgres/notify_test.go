@@ -11,6 +11,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/holdfast/holdfast/conformance"
+	"github.com/holdfast/holdfast/conformance/harness"
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/plugins/postgres"
 	"github.com/holdfast/holdfast/plugins/postgres/pgtest"
@@ -308,4 +310,23 @@ func TestTwoServersContendedWake(t *testing.T) {
 		l2 := got(w2, released)
 		rel(b, key, l2)
 	}
+}
+
+// TestServiceConformanceContended runs the shared suite's service level
+// (two servers on one schema) with notify=contended, all but the watch
+// specs: under this mode Watch reports only the events waiters need (see the
+// README), which is what the waiting specs check, across both servers.
+func TestServiceConformanceContended(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	schema := schemaName(t)
+	t.Cleanup(func() { dropSchema(t, dsn, schema) })
+	plugin, err := harness.Binary(t.Context(), t.TempDir(), "holdfast-backend-postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conformance.RunService(t, conformance.Config{
+		Serve: &harness.Options{Backend: plugin, BackendOptions: map[string]string{
+			"dsn": dsn, "schema": schema, "notify": postgres.NotifyContended}},
+		LabelFilter: "!watch",
+	})
 }

@@ -8,10 +8,11 @@
 // One table, <schema>.locks (schema option, default "holdfast"), with a
 // primary key on the key (byte order, COLLATE "C"), two partial indexes (held
 // rows by expiry, free rows by last change), a sequence for fencing tokens
-// and a trigger that announces changes with pg_notify. The plugin creates and
+// and a trigger that announces changes with pg_notify (which changes: see
+// Notify modes). The plugin creates and
 // migrates it on start, in one transaction under a transaction-level
 // advisory lock, so plugins starting together do not race. The schema
-// version is kept in the table's comment ("holdfast locks v1").
+// version is kept in the table's comment ("holdfast locks v2").
 //
 // # Semantics
 //
@@ -41,10 +42,44 @@
 //     1ms (the resolution we promise; the plugin's clock never decides).
 //   - Watch: one dedicated connection per Watch runs LISTEN; EventSynced is
 //     sent once LISTEN has returned, so every later commit is seen. The
-//     trigger emits acquired, released and expired events in the same
-//     transaction as the change, so an event is sent exactly when the change
-//     commits, in commit order. A takeover after expiry emits expired (the
-//     old holder) and then acquired.
+//     trigger emits events in the same transaction as the change, so an
+//     event is sent exactly when the change commits, in commit order. A
+//     takeover after expiry emits expired (the old holder) and then
+//     acquired. Which changes it announces depends on the notify option
+//     (next item).
+//   - Notify modes. PostgreSQL serialises the commits of all transactions
+//     that NOTIFY, database-wide (a lock held from pre-commit to commit
+//     keeps the notification queue in commit order), so announcing every
+//     change caps write throughput at one commit at a time.
+//     notify=all (the default) announces every change: Watch reports
+//     every acquired, released and expired event, as the public Watch API
+//     promises. notify=contended announces only what a waiting acquirer
+//     can be waiting for, so an uncontended Acquire+Release commits no
+//     NOTIFY at all:
+//     (a) the end (release, expiry, takeover) of a lease that an Acquire
+//     failed against. The failing Acquire marks the row (contended) in its
+//     own statement, under the row lock that decided it lost, and commits
+//     the mark before it returns; the lease's end takes the same row lock
+//     and reads the mark in the statement that ends it. Of the two, one
+//     commits first: if the failed Acquire did, the end sees the mark and
+//     notifies; if the end did, the Acquire (whose ON CONFLICT re-reads the
+//     latest row version once it holds the lock) finds the row free and
+//     takes it, so it did not fail. The engine's waiter on the failing
+//     server sleeps only after its Acquire returned, so after the mark
+//     committed; its backend watch was listening before (or a resync wakes
+//     every waiter). No waiter that failed can miss the wake-up.
+//     (b) a Release through another plugin instance than the one that
+//     acquired the lease (acquired_by, a random number per plugin
+//     process). The engine lets a waiter queued behind a winner of its
+//     own server wait for that lease's end without trying (so without
+//     marking): a release through its own server wakes it locally, a
+//     release through any other server is announced by (b), and the
+//     expiry is covered by the engine's timer at the winner's TTL.
+//     A takeover clears the mark. Under notify=contended, Watch therefore
+//     reports no acquired events, and released/expired events only of the
+//     leases in (a) and (b): it wakes waiters, it is not a change feed.
+//     Servers sharing a schema should use one mode: the mode of the
+//     session making a change decides whether it is announced.
 //   - Cleaner: one goroutine per plugin marks expired rows free in batches of
 //     100 with FOR UPDATE SKIP LOCKED (it never waits for, or blocks, an
 //     acquirer: a row an acquirer holds is skipped and the acquirer's own
@@ -84,6 +119,7 @@
 //	statement_timeout   server-side bound on every statement (default 10s)
 //	idle_retention      how long free rows are kept (default 15m; > statement_timeout)
 //	cleaner_max_sleep   longest sleep of the cleaner (default 1s)
+//	notify              all (default) or contended (see Notify modes)
 package postgres
 
 import (
