@@ -392,7 +392,7 @@ func (e *Engine) releaseDetached(ctx context.Context, key, token string) {
 		return
 	}
 	if ok {
-		e.q.Wake(key)
+		e.q.Released(key, token)
 	}
 }
 
@@ -506,7 +506,7 @@ func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.
 		case a.acquired:
 			// The lease lasts at most ttl from now: the backend started it
 			// after this call began.
-			w.Won(a.lease.GetFencingToken(), time.Now().Add(ttl))
+			w.Won(a.lease.GetFencingToken(), a.lease.GetOwnerToken(), time.Now().Add(ttl))
 			return e.acquired(a), nil
 		case a.current == nil:
 			// Acquired too late to be used and given back: try again soon.
@@ -572,7 +572,7 @@ func (e *Engine) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lock
 		return nil, backendErr(ctx, "release", err)
 	}
 	if ok {
-		e.q.Wake(key) // local handoff, before the watch event arrives
+		e.q.Released(key, req.GetOwnerToken()) // local handoff, before the watch event arrives
 	}
 	e.cfg.Observer.ReleaseDone(ok)
 	return &lockv1.ReleaseResponse{Released: ok, ServerStamp: e.stamp()}, nil

@@ -48,6 +48,7 @@ type Queues struct {
 // this process's monotonic clock) by which it has expired unless extended.
 type wonLock struct {
 	fence uint64
+	token string
 	until time.Time
 }
 
@@ -121,18 +122,19 @@ func (w *Waiter) IsHead() bool {
 	return w.elem != nil && w.elem.Prev() == nil
 }
 
-// Won records that w won the lock (fencing token fence, expired by until
-// unless extended) and removes w from its queue, as Leave does. Until that
-// lock's release or expiry is seen (Wake, WakeReleased with a fencing token
-// not below fence, WakeAll), HeldUntil tells the next head that the lock is
+// Won records that w won the lock (fencing token fence, owner token token,
+// expired by until unless extended) and removes w from its queue, as Leave
+// does. Until that lock's release or expiry is seen (Wake, Released with
+// its owner token, WakeReleased with a fencing token not below fence,
+// WakeAll), HeldUntil tells the next head that the lock is
 // held and till when, so that it waits for the release instead of trying
 // the backend in vain; and release events of earlier locks on the key no
 // longer wake it.
-func (w *Waiter) Won(fence uint64, until time.Time) {
+func (w *Waiter) Won(fence uint64, token string, until time.Time) {
 	q := w.q
 	q.mu.Lock()
 	if w.elem != nil && w.elem.Next() != nil && fence >= q.won[w.key].fence {
-		q.won[w.key] = wonLock{fence: fence, until: until}
+		q.won[w.key] = wonLock{fence: fence, token: token, until: until}
 	}
 	q.mu.Unlock()
 	w.Leave()
@@ -191,6 +193,29 @@ func (q *Queues) Wake(key string) bool {
 		return false
 	}
 	delete(q.won, key)
+	l.Front().Value.(*Waiter).signal()
+	return true
+}
+
+// Released wakes the head of key's queue for this server's release of the
+// lock with owner token token, unless a waiter of the queue has won a lock
+// with another token since (see Won): the released lock is older than that
+// one (two locks on a key are never held at once), its release is old news
+// (a release event can wake and hand over the lock before the releasing
+// call returns). It reports whether it woke a waiter.
+func (q *Queues) Released(key, token string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l := q.keys[key]
+	if l == nil {
+		return false
+	}
+	if won, ok := q.won[key]; ok {
+		if won.token != token {
+			return false
+		}
+		delete(q.won, key)
+	}
 	l.Front().Value.(*Waiter).signal()
 	return true
 }

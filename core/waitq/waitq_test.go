@@ -142,7 +142,7 @@ func TestWonHoldsTheNextHeadUntilItsRelease(t *testing.T) {
 	defer b.Leave()
 	woken(a)
 	until := time.Now().Add(time.Minute)
-	a.Won(10, until)
+	a.Won(10, "tok10", until)
 	if !b.IsHead() || !woken(b) {
 		t.Fatal("the next waiter should become head and be woken")
 	}
@@ -167,7 +167,8 @@ func TestWonHoldsTheNextHeadUntilItsRelease(t *testing.T) {
 
 func TestWakeAndUnknownFenceEndWon(t *testing.T) {
 	for name, release := range map[string]func(q *Queues){
-		"local release":  func(q *Queues) { q.Wake("k") },
+		"local release":  func(q *Queues) { q.Released("k", "tok10") },
+		"wake":           func(q *Queues) { q.Wake("k") },
 		"unknown fence":  func(q *Queues) { q.WakeReleased("k", 0) },
 		"backend resync": func(q *Queues) { q.WakeAll() },
 	} {
@@ -176,7 +177,7 @@ func TestWakeAndUnknownFenceEndWon(t *testing.T) {
 			a, _ := q.Join("k")
 			b, _ := q.Join("k")
 			defer b.Leave()
-			a.Won(10, time.Now().Add(time.Minute))
+			a.Won(10, "tok10", time.Now().Add(time.Minute))
 			woken(b)
 			release(q)
 			if !woken(b) {
@@ -192,7 +193,7 @@ func TestWakeAndUnknownFenceEndWon(t *testing.T) {
 func TestWonWithoutOthersLeavesNothing(t *testing.T) {
 	q := New(0, 0)
 	a, _ := q.Join("k")
-	a.Won(10, time.Now().Add(time.Minute))
+	a.Won(10, "tok10", time.Now().Add(time.Minute))
 	b, _ := q.Join("k")
 	defer b.Leave()
 	if !woken(b) {
@@ -200,5 +201,22 @@ func TestWonWithoutOthersLeavesNothing(t *testing.T) {
 	}
 	if _, held := b.HeldUntil(); held {
 		t.Fatal("nothing should be remembered for a queue that emptied")
+	}
+}
+
+func TestReleasedOfAnOlderLockIsOldNews(t *testing.T) {
+	q := New(0, 0)
+	a, _ := q.Join("k")
+	b, _ := q.Join("k")
+	defer b.Leave()
+	a.Won(10, "tok10", time.Now().Add(time.Minute))
+	woken(b)
+	// The previous holder's release call returns after its release event
+	// already handed the lock to a.
+	if q.Released("k", "tok9") || woken(b) {
+		t.Fatal("the release of the lock before the won one must not wake the head")
+	}
+	if !q.Released("k", "tok10") || !woken(b) {
+		t.Fatal("the won lock's release should wake the head")
 	}
 }

@@ -680,3 +680,39 @@ func TestWaitersPerCallerBound(t *testing.T) {
 	<-done
 	<-done
 }
+
+// TestHandoffCostsOneBackendAcquire: along a queue of waiters, each handoff
+// makes one backend Acquire (the new holder's); the next head does not try
+// a lock it knows its predecessor has just won, and the release events that
+// trail a handoff wake nobody.
+func TestHandoffCostsOneBackendAcquire(t *testing.T) {
+	e, b := newEngine(t, engine.Config{})
+	holder := mustAcquire(t, e, "k", time.Minute)
+	const n = 8
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := e.Acquire(context.Background(), acq("k", time.Minute, 10*time.Second))
+			if err != nil || !resp.GetAcquired() {
+				t.Errorf("waiter %d: %v %v", i, resp, err)
+				return
+			}
+			// The workload: a holder holds its lock a moment, long enough
+			// for a next head that would try in vain to do so.
+			time.Sleep(5 * time.Millisecond)
+			release(t, e, resp.GetLease())
+		}()
+		eventually(t, "waiter queued", func() bool { return e.Waiters("k") == i+1 })
+	}
+	// The holder's acquire and the first waiter's try, which found the lock
+	// held; the others, behind it, have not tried.
+	eventually(t, "first waiter tried", func() bool { return b.acquires.Load() == 2 })
+	before := b.acquires.Load()
+	release(t, e, holder)
+	wg.Wait()
+	if got := b.acquires.Load() - before; got != n {
+		t.Fatalf("%d backend acquires for %d handoffs, want one each", got, n)
+	}
+}
