@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -50,11 +52,21 @@ func crashAndRestart(ctx context.Context, srv *pgtest.Server) error {
 	if err != nil {
 		return err
 	}
+	pidFile := filepath.Join(srv.Dir(), "pid") // the postmaster's, written by the script
+	before, err := os.ReadFile(pidFile)
+	if err != nil {
+		return err
+	}
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, "bash", script, "restart", srv.Dir(), "immediate")
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("scripts/postgres.sh restart %s immediate: %w: %s", srv.Dir(), err, strings.TrimSpace(stderr.String()))
+	}
+	after, err := os.ReadFile(pidFile)
+	if err != nil || bytes.Equal(before, after) {
+		return fmt.Errorf("postmaster PID %q after the restart (was %q): no new process (%v)",
+			bytes.TrimSpace(after), bytes.TrimSpace(before), err)
 	}
 	return nil
 }
@@ -70,6 +82,7 @@ func TestServiceConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	conformance.RunService(t, conformance.Config{
+		Name:  "server on postgres",
 		Serve: &harness.Options{Backend: plugin, BackendOptions: opts},
 	})
 }

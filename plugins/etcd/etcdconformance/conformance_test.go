@@ -80,6 +80,7 @@ func TestServiceConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	conformance.RunService(t, conformance.Config{
+		Name:  "server on etcd",
 		Serve: &harness.Options{Backend: plugin, BackendOptions: opts},
 	})
 }

@@ -138,9 +138,16 @@ func startRedis(t *testing.T, persist bool) *server {
 // its append-only file) and starts it again on the same port, returning
 // once it answers PING.
 func (s *server) restart(ctx context.Context) error {
+	before, err := s.pid()
+	if err != nil {
+		return err
+	}
 	out, err := s.run(ctx, "restart")
 	if err != nil {
 		return err
+	}
+	if after, err := s.pid(); err != nil || after == before {
+		return fmt.Errorf("redis-server PID %q after the restart (was %q): no new process (%v)", after, before, err)
 	}
 	addr, err := addrLine(out)
 	if err != nil {
@@ -161,6 +168,12 @@ func (s *server) run(ctx context.Context, cmd string, flags ...string) (string, 
 		return "", fmt.Errorf("scripts/redis.sh %s %s: %w: %s", cmd, strings.Join(flags, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.String(), nil
+}
+
+// pid is the PID scripts/redis.sh recorded for the running server.
+func (s *server) pid() (string, error) {
+	b, err := os.ReadFile(filepath.Join(s.dir, "redis.pid"))
+	return strings.TrimSpace(string(b)), err
 }
 
 // addrLine finds HOLDFAST_REDIS_ADDR=... in the script's output.
