@@ -132,7 +132,7 @@ start() {
 	echo "$data" >"$state/pgdata"
 	[ -z "$RUNUSER" ] || chown "$RUNUSER:" "$data"
 	local password
-	password=$(head -c 18 /dev/urandom | base64 | tr -d '/+=' | head -c 20)
+	password=$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')
 	echo "$password" >"$state/password"
 	local pwfile="$data/pwfile"
 	echo "$password" >"$pwfile"

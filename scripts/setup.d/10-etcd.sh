@@ -8,10 +8,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 want=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2 }' tools/etcd/go.mod)
 want=${want#v}
-if [ -x bin/etcd ] && bin/etcd --version 2>/dev/null | grep -qx "etcd Version: $want"; then
+# Capture the version first: a consumer that stops reading early (grep -q,
+# head) would SIGPIPE etcd and, under pipefail, fail the step at random.
+have=$( [ -x bin/etcd ] && bin/etcd --version 2>/dev/null || true)
+if grep -qx "etcd Version: $want" <<<"$have"; then
 	echo "etcd $want already in bin/"
 	exit 0
 fi
 mkdir -p bin
 (cd tools/etcd && GOWORK=off go build -o ../../bin/etcd go.etcd.io/etcd/server/v3)
-bin/etcd --version | head -1
+version=$(bin/etcd --version)
+echo "${version%%$'\n'*}"
