@@ -51,10 +51,10 @@ const (
 
 // Loss reasons in guard_state and lease_lost events.
 const (
-	ReasonExpired       = "expired"
-	ReasonRejected      = "rejected"
-	ReasonRenewalFailed = "renewal_failed"
-	ReasonClientClosed  = "client_closed"
+	ReasonExpired            = "expired"
+	ReasonRejected           = "rejected"
+	ReasonClientClosed       = "client_closed"
+	ReasonReleaseUnconfirmed = "release_unconfirmed"
 )
 
 // Guard states in guard_state.

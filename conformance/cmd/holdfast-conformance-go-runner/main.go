@@ -376,6 +376,8 @@ func reason(r holdfast.LossReason) string {
 		return sdkrunner.ReasonExpired
 	case holdfast.LossClientClosed:
 		return sdkrunner.ReasonClientClosed
+	case holdfast.LossReleaseUnconfirmed:
+		return sdkrunner.ReasonReleaseUnconfirmed
 	}
 	return r.String()
 }
