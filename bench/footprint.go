@@ -65,11 +65,15 @@ const footprintConns = 64
 // measureFootprint runs the footprint scenarios on a fresh memory server.
 func measureFootprint(ctx context.Context, locks, waiters, loopOps int) (*footprint, error) {
 	const waitKeys = 100
-	srv, err := startProcess(ctx, filepath.Join(*binDir, "holdfast"), "serve", "--addr", "127.0.0.1:0",
+	args := []string{"serve", "--addr", "127.0.0.1:0",
 		"--backend", "memory",
-		"--max-waiters", strconv.Itoa(max(waiters, 1)+1000),
-		"--max-waiters-per-key", strconv.Itoa(waiters/waitKeys+1),
-		"--max-waiters-per-connection", strconv.Itoa(waiters/footprintConns+100))
+		"--max-waiters", strconv.Itoa(max(waiters, 1) + 1000),
+		"--max-waiters-per-key", strconv.Itoa(waiters/waitKeys + 1),
+		"--max-waiters-per-connection", strconv.Itoa(waiters/footprintConns + 100)}
+	if *profileDir != "" {
+		args = append(args, "--pprof-addr", "127.0.0.1:0")
+	}
+	srv, err := startProcess(ctx, filepath.Join(*binDir, "holdfast"), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -199,6 +203,14 @@ func (fp *footprint) measureWaiters(ctx context.Context, srv *process, clients [
 	}
 	var err error
 	fp.WithWaiters, err = readRSS(srv)
+	if _, addr, _ := srv.logged(); *profileDir != "" && addr != "" {
+		for _, kind := range []string{"heap", "goroutine"} {
+			file := filepath.Join(*profileDir, "footprint-waiters-server-"+kind+".pb.gz")
+			if ferr := fetch(ctx, "http://"+addr+"/debug/pprof/"+kind, file); ferr != nil {
+				logf("-profile: %v", ferr)
+			}
+		}
+	}
 	cancel()
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
