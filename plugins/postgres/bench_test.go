@@ -27,6 +27,8 @@ import (
 // none on these uncontended keys.
 //
 //	go test -run '^$' -bench . -benchtime 3s ./plugins/postgres
+//
+// (README.md, Limits, has the figures.)
 
 // runConcurrent runs b.N operations split over conc workers and reports
 // ops/s.
