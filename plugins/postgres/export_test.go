@@ -4,6 +4,9 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // SetWatchPing changes how long a watch waits quietly before pinging, for a
@@ -29,4 +32,27 @@ func NewWithoutCleaner(t testing.TB, dsn, schema string) *Backend {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	return b
+}
+
+// CreateSchemaAt creates schema at layout version v (< SchemaVersion), as an
+// older plugin would have, so a test can check the migration from it.
+func CreateSchemaAt(ctx context.Context, dsn, schema string, v int) error {
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	n := newNames(schema)
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA `+n.qschema); err != nil {
+			return err
+		}
+		for i := 1; i <= v; i++ {
+			if _, err := tx.Exec(ctx, migrations(n)[i-1]); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `COMMENT ON TABLE `+n.locks+` IS `+sqlLiteral(tableComment(v)))
+		return err
+	})
 }

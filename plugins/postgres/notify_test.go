@@ -330,3 +330,36 @@ func TestServiceConformanceContended(t *testing.T) {
 		LabelFilter: "!watch",
 	})
 }
+
+// TestMigrateFromV1: a schema an older plugin created at layout v1, with a
+// lock held in it, is migrated to the current version on start; the lock
+// stays held and its release by a contended-mode plugin after a failed
+// acquire is announced.
+func TestMigrateFromV1(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	schema := schemaName(t)
+	t.Cleanup(func() { dropSchema(t, dsn, schema) })
+	ctx := context.Background()
+	if err := postgres.CreateSchemaAt(ctx, dsn, schema, 1); err != nil {
+		t.Fatal(err)
+	}
+	tok := token()
+	fencing := query[int64](t, dsn, `INSERT INTO `+schema+`.locks
+		(key, owner, holder, fencing, expires_at, stamp_wall, stamp_logical, changed_at)
+		VALUES ('old', sha256($1::bytea), 'v1', nextval('`+schema+`.fencing'), clock_timestamp() + interval '1 minute', 1, 0, clock_timestamp())
+		RETURNING fencing`, []byte(tok))
+	b := open(t, map[string]string{"schema": schema, "notify": postgres.NotifyContended})
+	if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v2" {
+		t.Fatalf("table comment %q after migration", got)
+	}
+	events := watchEvents(t, b, "")
+	if _, lost := acquire(t, b, "old", time.Minute); lost.Acquired || lost.Record.FencingToken != uint64(fencing) {
+		t.Fatalf("acquire of the v1 lock: %+v, want held by %d", lost, fencing)
+	}
+	if !release(t, b, "old", tok) {
+		t.Fatal("the v1 lock's owner could not release it")
+	}
+	if ev := nextEvent(t, events); ev.Type != backend.EventReleased || ev.Record.Key != "old" || ev.Record.FencingToken != uint64(fencing) {
+		t.Fatalf("event %+v, want released old/%d", ev, fencing)
+	}
+}
