@@ -42,9 +42,16 @@ func (r rss) String() string {
 }
 
 func readRSS(p *process) (rss, error) {
-	pid, _, _ := p.logged()
-	if pid == 0 {
-		return rss{}, errors.New("the server did not log its plugin_pid")
+	// The server logs its plugin's pid (stderr) just before its readiness
+	// line (stdout); the two pipes are read apart, so allow a moment.
+	var pid int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if pid, _, _ = p.logged(); pid != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return rss{}, errors.New("the server did not log its plugin_pid")
+		}
 	}
 	s, err := rssKiB(p.cmd.Process.Pid)
 	if err != nil {

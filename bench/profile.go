@@ -23,7 +23,12 @@ var profiles = []string{"profile", "block", "mutex", "allocs"}
 // seconds into dir, named LABEL-{server,plugin}-KIND.pb.gz. The returned
 // function waits for them.
 func captureProfiles(ctx context.Context, p *process, dir, label string, secs int) func() {
-	_, server, plugin := p.logged()
+	var server, plugin string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, server, plugin = p.logged(); server != "" && plugin != "" {
+			break
+		}
+	}
 	var wg sync.WaitGroup
 	for who, addr := range map[string]string{"server": server, "plugin": plugin} {
 		if addr == "" {
