@@ -19,6 +19,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -204,6 +205,16 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 	defer srv.stop()
 	client := newClient(srv.addr)
 	runID := time.Now().UnixNano()
+
+	// Warm up, unmeasured, at the highest concurrency: a fresh store
+	// (etcd's database file grows and is remapped on its first writes,
+	// stalling every writer) and a fresh server (connections, the etcd
+	// plugin's lease pool) would otherwise charge their start-up to
+	// whichever row runs first.
+	if w := min(*duration/3, time.Second); w > 0 {
+		top := slices.Max(conc)
+		measure(ctx, "warm-up", top, w, acquireRelease(client, fmt.Sprintf("bench/%d/%s/warm", runID, name)))
+	}
 
 	// Baselines first, so every holdfast row can show its ratio.
 	peers := map[int]throughput{}
