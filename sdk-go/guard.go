@@ -398,7 +398,14 @@ func (g *Guard) renew(ctx context.Context) {
 			return
 		}
 		g.mu.Lock()
-		g.lastErr = err
+		// An attempt that the lease's own expiry cut short says only that
+		// time ran out: keep what the attempts before it learned (say,
+		// unavailable), which is what a LossExpired loss should report.
+		// On a loaded machine the last attempt often starts with a few ms
+		// left and is cut before the server's answer arrives.
+		if !errors.Is(err, context.DeadlineExceeded) || time.Now().Before(expiry) || g.lastErr == nil {
+			g.lastErr = err
+		}
 		expiry = g.expiry
 		g.mu.Unlock()
 		if !sleep(ctx, g.c.opts.backoff.delay(attempt), expiry) {

@@ -214,7 +214,11 @@ func TestUnreachableUntilExpiryPoisonsWithLastError(t *testing.T) {
 	peer, url := newFakePeer(t)
 	peer.set(func(p *fakePeer) { p.extendMode = modeUnavailable })
 	c := dialPeer(t, url)
-	const ttl = 400 * time.Millisecond
+	// Long enough for several renewal attempts to be answered (unavailable)
+	// before the expiry even when a loaded machine starves this process;
+	// with 400ms, runs where none was answered in time poisoned the guard
+	// with no last error at all.
+	const ttl = time.Second
 	before := time.Now()
 	g, err := c.Lock("k").TTL(ttl).TryLock(t.Context())
 	if err != nil {
