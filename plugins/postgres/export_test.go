@@ -16,6 +16,17 @@ func SetWatchPing(d time.Duration) (restore func()) {
 	return func() { watchPing.Store(old) }
 }
 
+// CleanerSleepsUntil reports when b's cleaner wakes next; asleep is false
+// while it is in a round (whose schedule is not known yet).
+func CleanerSleepsUntil(b *Backend) (at time.Time, asleep bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.awake {
+		return time.Time{}, false
+	}
+	return b.wakeAt, true
+}
+
 // NewWithoutCleaner opens a backend on schema whose cleaner never runs, so a
 // test can reach an expired row before any cleaner does. It is closed when t
 // ends.

@@ -579,7 +579,19 @@ func TestWatch(t *testing.T) {
 
 	// Takeover of an expired lock before any cleaner has marked it: the
 	// acquiring statement itself announces expired (the old holder) and then
-	// acquired. b2 has no cleaner; b's sleeps until other/1 expires.
+	// acquired. b2 has no cleaner; b's sleeps until other/1 expires, but
+	// only once the round that announced w/2's expiry is over: that round
+	// reads the earliest expiry of the table after its NOTIFY reached us,
+	// and if b2 stored w/3 before that read (a loaded machine), it would
+	// sleep until w/3's expiry and mark it free. So wait for that sleep.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if at, asleep := postgres.CleanerSleepsUntil(b); asleep && time.Until(at) > 30*time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b's cleaner did not settle to sleep until other/1 expires")
+		}
+	}
 	b2 := postgres.NewWithoutCleaner(t, pgtest.DSN(t), b.Schema())
 	_, res = acquire(t, b2, "w/3", 10*time.Millisecond)
 	if ev := next(); ev.Type != backend.EventAcquired || ev.Record.Key != "w/3" {
