@@ -80,6 +80,12 @@ func Serve(open OpenFunc, with ...ServeOption) {
 	for _, o := range with {
 		o(&sc)
 	}
+	// The host's pid, read now: read in exitWithParent's goroutine, which
+	// may first run after the handshake line has gone out, it could already
+	// be the pid of whoever adopted us once the host died, and the plugin
+	// would never exit (seen on a loaded machine in pluginhost's
+	// TestPluginExitsWhenHostDies/spawn).
+	parent := os.Getppid()
 	// Keep the real stderr: once serving, go-plugin redirects os.Stderr into
 	// its gRPC stdio stream, which the host does not re-level.
 	stderr := os.Stderr
@@ -107,7 +113,7 @@ func Serve(open OpenFunc, with ...ServeOption) {
 		os.Exit(1)
 	}
 
-	go exitWithParent(logger, b, sc.exit)
+	go exitWithParent(logger, parent, b, sc.exit)
 	if addr := os.Getenv(PprofAddrEnv); addr != "" {
 		servePprof(logger, addr)
 	}
@@ -185,8 +191,7 @@ func closeBackend(logger hclog.Logger, b Backend) {
 // exitWithParent ends the plugin when the host process dies (the process is
 // re-parented, so its parent pid changes), so that a SIGKILLed host leaves no
 // orphans even where the kernel's parent-death signal is not set.
-func exitWithParent(logger hclog.Logger, b Backend, onExit func()) {
-	parent := os.Getppid()
+func exitWithParent(logger hclog.Logger, parent int, b Backend, onExit func()) {
 	t := time.NewTicker(orphanCheckInterval)
 	defer t.Stop()
 	for range t.C {
