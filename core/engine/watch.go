@@ -70,9 +70,12 @@ func (e *Engine) onEvent(ctx context.Context, ev backend.Event) {
 			cancel()
 			e.log.Info("backend watch re-synced; waking every waiter")
 		}
-		e.markSynced()
-		// Events may have been missed while the watch was down.
+		// Events may have been missed while the watch was down. Wake
+		// before marking the watch synced: New returns once it is, and a
+		// WakeAll still in flight after that would wake a head that joined
+		// since, for a release that never happened (a failed try).
 		e.q.WakeAll()
+		e.markSynced()
 		return
 	case backend.EventReleased, backend.EventExpired:
 		e.q.WakeReleased(ev.Record.Key, ev.Record.FencingToken)
