@@ -301,8 +301,33 @@ func (a *Adapter) PID() int { return a.cmd.Process.Pid }
 
 // Signal sends sig to the adapter's process group, e.g. SIGSTOP and SIGCONT
 // to pause a holder longer than its TTL.
+//
+// SIGSTOP returns once every process of the group has stopped (kill returns
+// before that happens), so that a spec measuring from the pause measures
+// from a real one.
 func (a *Adapter) Signal(sig syscall.Signal) error {
-	return syscall.Kill(-a.cmd.Process.Pid, sig)
+	pgid := a.cmd.Process.Pid
+	if err := syscall.Kill(-pgid, sig); err != nil {
+		return err
+	}
+	if sig != syscall.SIGSTOP {
+		return nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		stopped, ok := groupStopped(pgid)
+		switch {
+		case !ok || stopped:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("sdkrunner: adapter (process group %d) not stopped 10s after SIGSTOP", pgid)
+		}
+		select {
+		case <-a.done:
+			return fmt.Errorf("%w: exited instead of stopping", ErrAdapterGone)
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 // Done is closed once the adapter process has exited.
