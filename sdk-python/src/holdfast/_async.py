@@ -429,6 +429,11 @@ class AsyncGuard:
         self._expiry: Optional[asyncio.TimerHandle] = None
         self._arm_expiry(loop)
         client._guards.add(self)
+        # Set before the watchdog task is cancelled: a cancellation that lands
+        # inside an RPC can surface as a transport error rather than
+        # CancelledError, and the retry loop must not take it for a
+        # transient failure and carry on (unlock would wait for it forever).
+        self._stopping = False
         self._task: Optional[asyncio.Task[None]] = loop.create_task(self._watchdog()) if watchdog else None
 
     # ---- public surface ----
@@ -562,6 +567,7 @@ class AsyncGuard:
     async def _stop_watchdog(self) -> None:
         task, self._task = self._task, None
         if task is not None and task is not _current_task():
+            self._stopping = True
             task.cancel()
             # wait (not await task): our own cancellation still propagates.
             await asyncio.wait([task])
@@ -665,11 +671,11 @@ class AsyncGuard:
 
     async def _watchdog(self) -> None:
         try:
-            while self._state == "held":
+            while self._state == "held" and not self._stopping:
                 # Renew a third of the TTL after the last successful renewal was sent.
                 await asyncio.sleep(max(0.0, self._valid_from + self._ttl / 3 - time.monotonic()))
                 attempt = 0
-                while self._state == "held":
+                while self._state == "held" and not self._stopping:
                     sent_at = time.monotonic()
                     remaining = self._valid_from + self._ttl - sent_at
                     if remaining <= 0:
@@ -682,7 +688,7 @@ class AsyncGuard:
                         await self._extend_once(self._ttl, sent_at, _timeout_ms(min(remaining, self._ttl / 3)))
                         break
                     except Exception as e:  # noqa: BLE001
-                        if self._state != "held":
+                        if self._state != "held" or self._stopping:
                             return
                         # Any error short of the server's extended=false must
                         # not drop a lease that is still valid (consul#912):
@@ -731,6 +737,7 @@ class AsyncGuard:
             self._expiry.cancel()
         task, self._task = self._task, None
         if task is not None and task is not _current_task():
+            self._stopping = True
             task.cancel()
         self._client._guards.discard(self)
         self.done.set()
