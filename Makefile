@@ -46,11 +46,11 @@ sdk-codegen-tools: ## install the pinned TS/Python generators (npm ci in sdk-ts,
 
 .PHONY: test-sdk-ts
 test-sdk-ts: build sdk-codegen-tools ## TypeScript SDK tests (node --test) against a real holdfast serve
-	scripts/with-server.sh bash -c 'cd sdk-ts && npm test'
+	scripts/with-server.sh timeout 600 bash -c 'cd sdk-ts && npm test'
 
 .PHONY: test-sdk-python
 test-sdk-python: build sdk-codegen-tools ## Python SDK tests (pytest) against a real holdfast serve
-	scripts/with-server.sh bash -c 'cd sdk-python && .venv/bin/python -m pytest -q'
+	scripts/with-server.sh timeout 600 bash -c 'cd sdk-python && .venv/bin/python -m pytest -q -o faulthandler_timeout=120'
 
 .PHONY: build
 build: web-build ## build holdfast and the plugin binaries into bin/ (the live view first: it is embedded)
