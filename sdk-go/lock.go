@@ -126,10 +126,19 @@ func (l Lock) Lock(ctx context.Context) (*Guard, error) {
 				left -= min(left/10, 100*time.Millisecond)
 			}
 			if left <= 0 {
-				if lastErr != nil {
+				// A deadline_exceeded from the server is the caller's own
+				// deadline seen a moment early (it travels with the call,
+				// in whole milliseconds), not an outage to report.
+				if lastErr != nil && !errors.Is(lastErr, context.DeadlineExceeded) {
 					return nil, lastErr
 				}
-				return nil, &NotAcquiredError{Key: l.key, Current: current}
+				var cause error
+				if ctxBound {
+					// ctx's deadline has passed even if its timer has not
+					// fired yet.
+					cause = context.DeadlineExceeded
+				}
+				return nil, &NotAcquiredError{Key: l.key, Current: current, cause: cause}
 			}
 			wait = min(wait, left)
 		}
