@@ -33,7 +33,8 @@ func (s *grpcServer) Info(ctx context.Context, _ *backendv1.InfoRequest) (*backe
 		TtlGranularity: durationpb.New(info.TTLGranularity),
 		MinTtl:         durationpb.New(info.MinTTL),
 		MaxTtl:         durationpb.New(info.MaxTTL),
-		Fair:           info.Fair,
+		// Fair promises the queue calls: a backend without them is not.
+		Fair: info.Fair && s.isFair(),
 	}, nil
 }
 
@@ -124,6 +125,11 @@ func (s *grpcServer) Watch(req *backendv1.WatchRequest, stream backendv1.Backend
 		return nil
 	}
 	return toStatus(err)
+}
+
+func (s *grpcServer) isFair() bool {
+	_, ok := s.b.(FairBackend)
+	return ok
 }
 
 func (s *grpcServer) fair() (FairBackend, error) {

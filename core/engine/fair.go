@@ -70,7 +70,11 @@ func (e *Engine) acquireFair(ctx context.Context, f backend.FairBackend, key str
 	defer w.Leave()
 	enqErr := e.enqueue(ctx, f, key, id)
 	mu.Unlock()
-	queued := enqErr == nil
+	if enqErr != nil {
+		// Fail now rather than queue again later: a later entry would sit
+		// behind this server's later waiters, which wait for this one.
+		return nil, enqErr
+	}
 	won := false
 	defer func() {
 		if !won {
@@ -89,13 +93,11 @@ func (e *Engine) acquireFair(ctx context.Context, f backend.FairBackend, key str
 	defer timer.Stop()
 	var (
 		current *backend.Record
-		lastErr = enqErr
+		lastErr error
 		retry   = minRetry
 		atHead  bool
+		queued  = true
 	)
-	if enqErr != nil {
-		timer.Reset(retry)
-	}
 	for {
 		select {
 		case <-w.Wake():

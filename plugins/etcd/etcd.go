@@ -55,7 +55,7 @@ type Backend struct {
 	owners string // prefix + "owners/"
 	queue  string // prefix + "queue/": the fair queues (queue.go)
 
-	q queueState
+	q         queueState
 	revoke    chan clientv3.LeaseID
 	pool      *leasePool
 	closeOnce sync.Once
@@ -241,6 +241,7 @@ func (b *Backend) revokeLoop() {
 		case id := <-b.revoke:
 			pending = append(pending, id)
 		case <-tick.C:
+			b.deleteOrphans()
 			if len(pending) > 0 {
 				b.revokeAll(pending)
 				pending = pending[:0]

@@ -35,6 +35,9 @@ type queueState struct {
 	stop  context.CancelFunc
 	wg    sync.WaitGroup
 	revs  map[string]int64 // entry key -> its create revision, as enqueued here
+	// orphans: entries whose Dequeue failed; retried on the revoke tick,
+	// since the session outlives them and they would block the queue.
+	orphans map[string]struct{}
 }
 
 // queuePrefix holds key's entries; keys contain no NUL, so no key's prefix
@@ -150,9 +153,38 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 	qk := b.queueKey(key, waiterID)
 	b.setRev(qk, 0)
 	if _, err := b.cli.Delete(cctx, qk); err != nil {
+		b.q.mu.Lock()
+		if b.q.orphans == nil {
+			b.q.orphans = map[string]struct{}{}
+		}
+		b.q.orphans[qk] = struct{}{}
+		b.q.mu.Unlock()
 		return wrap(ctx, "dequeue", err)
 	}
 	return nil
+}
+
+// deleteOrphans retries the deletion of entries whose Dequeue failed.
+func (b *Backend) deleteOrphans() {
+	b.q.mu.Lock()
+	keys := make([]string, 0, len(b.q.orphans))
+	for k := range b.q.orphans {
+		keys = append(keys, k)
+	}
+	b.q.mu.Unlock()
+	if len(keys) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.callTimeout)
+	defer cancel()
+	for _, k := range keys {
+		if _, err := b.cli.Delete(ctx, k); err != nil {
+			return // etcd still unreachable: next tick
+		}
+		b.q.mu.Lock()
+		delete(b.q.orphans, k)
+		b.q.mu.Unlock()
+	}
 }
 
 // WaitTurn implements backend.FairBackend.
