@@ -138,7 +138,7 @@ func (e *Engine) acquireFair(ctx context.Context, f backend.FairBackend, key str
 			queued, atHead = true, false
 		}
 		if !atHead {
-			ok, err := f.WaitTurn(waitCtx, key, id)
+			ok, err := e.waitTurn(waitCtx, f, key, id)
 			switch {
 			case waitCtx.Err() != nil:
 				timer.Reset(0) // the select above reports the timeout
@@ -197,4 +197,15 @@ func (e *Engine) enqueue(ctx context.Context, f backend.FairBackend, key, id str
 		return backendErr(ctx, "acquire: enqueue", err)
 	}
 	return nil
+}
+
+// waitTurn asks for the turn until waitCtx ends. The call carries no
+// deadline (it is cancelled instead), so the end of the wait always reads as
+// the end of the wait here, never as a backend's timeout.
+func (e *Engine) waitTurn(waitCtx context.Context, f backend.FairBackend, key, id string) (bool, error) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(waitCtx))
+	defer cancel()
+	stop := context.AfterFunc(waitCtx, cancel)
+	defer stop()
+	return f.WaitTurn(ctx, key, id)
 }

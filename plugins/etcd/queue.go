@@ -138,10 +138,17 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string) error {
 				b.dropSession(lease) // it lapsed: take a new one
 				continue
 			}
+			// Unknown outcome: the entry may be in the queue, and the
+			// engine gives this waiter up; delete it, or it would block
+			// the queue for as long as the session lives.
+			b.orphan(qk)
 			return wrap(ctx, "enqueue", err)
 		}
 		// A new key's create revision is the revision of the put.
 		b.setRev(qk, resp.Header.Revision)
+		b.q.mu.Lock()
+		delete(b.q.orphans, qk)
+		b.q.mu.Unlock()
 		return nil
 	}
 }
@@ -153,15 +160,20 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 	qk := b.queueKey(key, waiterID)
 	b.setRev(qk, 0)
 	if _, err := b.cli.Delete(cctx, qk); err != nil {
-		b.q.mu.Lock()
-		if b.q.orphans == nil {
-			b.q.orphans = map[string]struct{}{}
-		}
-		b.q.orphans[qk] = struct{}{}
-		b.q.mu.Unlock()
+		b.orphan(qk)
 		return wrap(ctx, "dequeue", err)
 	}
 	return nil
+}
+
+// orphan queues the deletion of an entry nobody waits on any more.
+func (b *Backend) orphan(qk string) {
+	b.q.mu.Lock()
+	defer b.q.mu.Unlock()
+	if b.q.orphans == nil {
+		b.q.orphans = map[string]struct{}{}
+	}
+	b.q.orphans[qk] = struct{}{}
 }
 
 // deleteOrphans retries the deletion of entries whose Dequeue failed.
