@@ -83,7 +83,7 @@ func (e *Engine) acquireFair(ctx context.Context, f backend.FairBackend, key str
 			callCtx, cancel := e.detached(ctx)
 			defer cancel()
 			if err := f.Dequeue(callCtx, key, id); err != nil {
-				e.log.Warn("could not leave the fair queue; the entry goes with the plugin's session", "key", key, "err", err)
+				e.log.Warn("could not leave the fair queue; the backend deletes the entry when it can, or it goes with the backend's session", "key", key, "err", err)
 			}
 		}
 	}()
@@ -97,6 +97,7 @@ func (e *Engine) acquireFair(ctx context.Context, f backend.FairBackend, key str
 		retry   = minRetry
 		atHead  bool
 		queued  = true
+		guessed = true // the first try is made without asking for the turn
 	)
 	for {
 		select {
@@ -137,7 +138,15 @@ func (e *Engine) acquireFair(ctx context.Context, f backend.FairBackend, key str
 			}
 			queued, atHead = true, false
 		}
-		if !atHead {
+		// A new local head tries at once: the backend's Acquire checks the
+		// turn anyway, and on a handoff it usually is ours, so asking
+		// first would put a read on every handoff's path. Only when the
+		// try finds the lock free but not ours does it wait for its turn.
+		verified := false
+		if !atHead && guessed {
+			atHead, guessed = true, false
+		} else if !atHead {
+			verified = true
 			ok, err := e.waitTurn(waitCtx, f, key, id)
 			switch {
 			case waitCtx.Err() != nil:
@@ -168,9 +177,15 @@ func (e *Engine) acquireFair(ctx context.Context, f backend.FairBackend, key str
 			won = true
 			w.Won(a.lease.GetFencingToken(), a.lease.GetOwnerToken(), time.Now().Add(ttl))
 			return e.acquired(a), nil
+		case a.current == nil && !verified:
+			// Free, but not our turn yet: wait for it.
+			lastErr = nil
+			atHead = false
+			timer.Reset(0)
 		case a.current == nil:
-			// Free, but not ours: the entry went, or the lease came back
-			// too late (and took the entry with it). Ask again.
+			// Free, but not ours although it was our turn: the entry went,
+			// or the lease came back too late (and took the entry with
+			// it). Ask again.
 			lastErr = nil
 			atHead = false
 			timer.Reset(retry)

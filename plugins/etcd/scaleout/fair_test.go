@@ -65,7 +65,7 @@ func TestFIFOAcrossServers(t *testing.T) {
 	type grant struct {
 		who      int
 		at       time.Time // acquired (seen by the caller)
-		released time.Time // its release returned
+		released time.Time // its release was sent
 	}
 	var (
 		mu     sync.Mutex
@@ -93,6 +93,7 @@ func TestFIFOAcrossServers(t *testing.T) {
 				return
 			}
 			at := time.Now()
+			releasing := time.Now()
 			rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer rcancel()
 			rel, err := c.Release(rctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: resp.GetLease().GetOwnerToken()})
@@ -100,7 +101,7 @@ func TestFIFOAcrossServers(t *testing.T) {
 				errs <- fmt.Errorf("waiter %d release: %v %v", i, rel, err)
 			}
 			mu.Lock()
-			grants = append(grants, grant{who: i, at: at, released: time.Now()})
+			grants = append(grants, grant{who: i, at: at, released: releasing})
 			mu.Unlock()
 		}()
 		waitUntil(t, 10*time.Second, func() bool { return queued() == int64(i+1) })
@@ -151,7 +152,7 @@ func TestFIFOAcrossServers(t *testing.T) {
 	}
 	sorted := slices.Clone(handoffs)
 	slices.Sort(sorted)
-	t.Logf("handoffs across servers (release returned -> next waiter acquired): %v; median %v", handoffs, sorted[len(sorted)/2])
+	t.Logf("handoffs across servers (release sent -> next waiter acquired): %v; median %v", handoffs, sorted[len(sorted)/2])
 	// Event-driven: a median handoff well under etcd's 100ms resync loop.
 	if med := sorted[len(sorted)/2]; med >= 90*time.Millisecond {
 		t.Errorf("median handoff %v, want well under 100ms (event-driven)", med)
