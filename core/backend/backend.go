@@ -69,6 +69,23 @@ type Backend interface {
 	Watch(ctx context.Context, prefix string, send func(Event) error) error
 }
 
+// FairBackend is a Backend that serves waiters in order across servers
+// (Info.Fair): it keeps one queue per key in the store, and its Acquire
+// honours AcquireRequest.WaiterID. The engine uses it only when Info.Fair.
+type FairBackend interface {
+	Backend
+	// Enqueue puts waiterID at the tail of key's queue. The entry lives as
+	// long as the backend process (a crashed server's waiters leave the
+	// queue on their own) or until Dequeue or a winning Acquire removes it.
+	Enqueue(ctx context.Context, key, waiterID string) error
+	// WaitTurn blocks until waiterID is the head of key's queue (true), or
+	// answers false at once when its entry is gone. It is woken by the
+	// store (the deletion of the entry before it), not by polling.
+	WaitTurn(ctx context.Context, key, waiterID string) (bool, error)
+	// Dequeue removes waiterID's entry; it is a no-op when it is gone.
+	Dequeue(ctx context.Context, key, waiterID string) error
+}
+
 // Info is what a backend promises; the server reports it to clients.
 type Info struct {
 	Name    string
@@ -81,7 +98,8 @@ type Info struct {
 	TTLGranularity time.Duration
 	MinTTL         time.Duration
 	MaxTTL         time.Duration
-	// Fair: waiters are served in order across servers.
+	// Fair: waiters are served in order across servers. Only a backend
+	// that implements FairBackend may say so.
 	Fair bool
 }
 
@@ -106,6 +124,11 @@ type AcquireRequest struct {
 	Holder     string
 	// Stamp is the engine's proposed stamp; store NextStamp(last, Stamp).
 	Stamp hlc.Timestamp
+	// WaiterID is for a FairBackend only (the engine leaves it empty for
+	// the others). Empty: acquire only if key's queue is empty, so a try
+	// never jumps ahead of queued waiters. Set: acquire only if this waiter
+	// is the head of key's queue, and remove its entry in the same step.
+	WaiterID string
 }
 
 // AcquireResult is the new lock (Acquired) or the current holder.

@@ -33,7 +33,8 @@ func (s *grpcServer) Info(ctx context.Context, _ *backendv1.InfoRequest) (*backe
 		TtlGranularity: durationpb.New(info.TTLGranularity),
 		MinTtl:         durationpb.New(info.MinTTL),
 		MaxTtl:         durationpb.New(info.MaxTTL),
-		Fair:           info.Fair,
+		// Fair promises the queue calls: a backend without them is not.
+		Fair: info.Fair && s.isFair(),
 	}, nil
 }
 
@@ -44,6 +45,7 @@ func (s *grpcServer) Acquire(ctx context.Context, req *backendv1.AcquireRequest)
 		TTL:        req.GetTtl().AsDuration(),
 		Holder:     req.GetHolder(),
 		Stamp:      stampFromProto(req.GetStamp()),
+		WaiterID:   req.GetWaiterId(),
 	})
 	if err != nil {
 		return nil, toStatus(err)
@@ -123,6 +125,53 @@ func (s *grpcServer) Watch(req *backendv1.WatchRequest, stream backendv1.Backend
 		return nil
 	}
 	return toStatus(err)
+}
+
+func (s *grpcServer) isFair() bool {
+	_, ok := s.b.(FairBackend)
+	return ok
+}
+
+func (s *grpcServer) fair() (FairBackend, error) {
+	f, ok := s.b.(FairBackend)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this backend keeps no fair queue (Info.fair is false)")
+	}
+	return f, nil
+}
+
+func (s *grpcServer) Enqueue(ctx context.Context, req *backendv1.EnqueueRequest) (*backendv1.EnqueueResponse, error) {
+	f, err := s.fair()
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Enqueue(ctx, req.GetKey(), req.GetWaiterId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.EnqueueResponse{}, nil
+}
+
+func (s *grpcServer) WaitTurn(ctx context.Context, req *backendv1.WaitTurnRequest) (*backendv1.WaitTurnResponse, error) {
+	f, err := s.fair()
+	if err != nil {
+		return nil, err
+	}
+	queued, err := f.WaitTurn(ctx, req.GetKey(), req.GetWaiterId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.WaitTurnResponse{Queued: queued}, nil
+}
+
+func (s *grpcServer) Dequeue(ctx context.Context, req *backendv1.DequeueRequest) (*backendv1.DequeueResponse, error) {
+	f, err := s.fair()
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Dequeue(ctx, req.GetKey(), req.GetWaiterId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.DequeueResponse{}, nil
 }
 
 // toStatus maps an error from a Backend to the gRPC status the host maps

@@ -33,6 +33,9 @@
 // keeps arrival order within a server; across servers sharing a backend,
 // order is only as fair as the backend (BackendInfo.fair).
 //
+// A fair backend (Info.Fair, backend.FairBackend) also keeps a queue per key
+// in the store, shared by every server: see acquireFair.
+//
 // A waiter never waits longer than its wait nor past its caller's deadline,
 // and it is never told "acquired" for a lease nobody will use: the backend
 // call runs detached from the caller's cancellation (so its outcome is
@@ -127,7 +130,10 @@ type Engine struct {
 	infoMu sync.RWMutex
 	info   backend.Info
 
-	done      chan struct{} // closed by Close
+	done      chan struct{}   // closed by Close
+	closing   context.Context // cancelled by Close
+	cancelAll context.CancelFunc
+	enqMu     [64]sync.Mutex // by key hash: a fair waiter joins both queues in one order
 	closeOnce sync.Once
 	stopWatch context.CancelFunc
 	wg        sync.WaitGroup
@@ -186,6 +192,7 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 		subs:      make(map[*subscriber]struct{}),
 		callers:   make(map[string]int),
 	}
+	e.closing, e.cancelAll = context.WithCancel(context.Background())
 	watchCtx, stop := context.WithCancel(context.Background())
 	e.stopWatch = stop
 	e.wg.Add(1)
@@ -205,6 +212,7 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.done)
+		e.cancelAll()
 		e.stopWatch()
 		e.watchMu.Lock()
 		for s := range e.subs {
@@ -334,6 +342,8 @@ func (e *Engine) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lock
 	var resp *lockv1.AcquireResponse
 	if wait == 0 {
 		resp, err = e.tryOnce(ctx, key, ttl, req.GetHolder())
+	} else if f, ok := e.fair(); ok {
+		resp, err = e.acquireFair(ctx, f, key, ttl, wait, req.GetHolder())
 	} else {
 		resp, err = e.acquireWaiting(ctx, key, ttl, wait, req.GetHolder())
 	}
@@ -352,12 +362,19 @@ type attempt struct {
 
 // try makes one backend Acquire for a caller still interested in ctx.
 func (e *Engine) try(ctx context.Context, key string, ttl time.Duration, holder string) (attempt, error) {
+	return e.tryAs(ctx, key, ttl, holder, "")
+}
+
+// tryAs is try for a fair backend's queued waiter (waiterID set: acquire
+// only as the head of the store's queue) or for a newcomer (empty: only when
+// nobody is queued).
+func (e *Engine) tryAs(ctx context.Context, key string, ttl time.Duration, holder, waiterID string) (attempt, error) {
 	token := newOwnerToken()
 	callCtx, cancel := e.detached(ctx)
 	defer cancel()
 	start := time.Now()
 	res, err := e.b.Acquire(callCtx, backend.AcquireRequest{
-		Key: key, OwnerToken: token, TTL: ttl, Holder: holder, Stamp: e.clock.Now(),
+		Key: key, OwnerToken: token, TTL: ttl, Holder: holder, Stamp: e.clock.Now(), WaiterID: waiterID,
 	})
 	if err != nil {
 		return attempt{}, backendErr(ctx, "acquire", err)

@@ -94,6 +94,7 @@ func (h *Host) Acquire(ctx context.Context, req backend.AcquireRequest) (backend
 			Ttl:        durationpb.New(req.TTL),
 			Holder:     req.Holder,
 			Stamp:      stampToProto(req.Stamp),
+			WaiterId:   req.WaiterID,
 		})
 		return err
 	})
@@ -101,6 +102,42 @@ func (h *Host) Acquire(ctx context.Context, req backend.AcquireRequest) (backend
 		return backend.AcquireResult{}, err
 	}
 	return decodeAcquire(resp, req.Key)
+}
+
+// Enqueue implements backend.FairBackend (a plugin that is not fair
+// answers unavailable).
+func (h *Host) Enqueue(ctx context.Context, key, waiterID string) error {
+	return h.unary(ctx, "Enqueue", func(ctx context.Context, c backendv1.BackendServiceClient) error {
+		_, err := c.Enqueue(ctx, &backendv1.EnqueueRequest{Key: key, WaiterId: waiterID})
+		return err
+	})
+}
+
+// WaitTurn implements backend.FairBackend. It blocks until the plugin
+// answers, so it is bounded by ctx (and the plugin's exit), not by
+// CallTimeout.
+func (h *Host) WaitTurn(ctx context.Context, key, waiterID string) (bool, error) {
+	g, err := h.current()
+	if err != nil {
+		return false, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(g.exited, cancel)
+	defer stop()
+	resp, err := g.rpc.WaitTurn(cctx, &backendv1.WaitTurnRequest{Key: key, WaiterId: waiterID})
+	if err != nil {
+		return false, h.callError(ctx, g, "WaitTurn", err)
+	}
+	return resp.GetQueued(), nil
+}
+
+// Dequeue implements backend.FairBackend.
+func (h *Host) Dequeue(ctx context.Context, key, waiterID string) error {
+	return h.unary(ctx, "Dequeue", func(ctx context.Context, c backendv1.BackendServiceClient) error {
+		_, err := c.Dequeue(ctx, &backendv1.DequeueRequest{Key: key, WaiterId: waiterID})
+		return err
+	})
 }
 
 // Release implements backend.Backend.

@@ -75,7 +75,7 @@ func TestInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "etcd" || !info.Shared || !info.Durable || info.TTLGranularity != time.Second || info.MinTTL != 2*time.Second {
+	if info.Name != "etcd" || !info.Shared || !info.Durable || !info.Fair || info.TTLGranularity != time.Second || info.MinTTL != 2*time.Second {
 		t.Fatalf("info = %+v", info)
 	}
 }

@@ -86,6 +86,21 @@
 //     stored in the record; Remaining is derived from it. Both are
 //     informational: expiry itself is etcd's.
 //
+// # Fair queue (Info.Fair)
+//
+// The backend is a backend.FairBackend: waiters are served in arrival
+// order across every server. A waiter's entry is P "queue/" K NUL waiterID,
+// on one session lease per plugin process (5s, kept alive), ordered by its
+// CreateRevision. The acquire transaction also requires, for a caller with
+// no entry (a try, or a waiter's first attempt), that K's queue is empty,
+// and for a queued waiter that its entry is the oldest (all entries'
+// CreateRevision >= its own), deleting the entry in the same transaction.
+// WaitTurn watches the deletion of the entry just before the waiter's, with
+// a watch created at the current revision before the entry is read again,
+// so etcd delivers the deletion at once; concurrency.Mutex watches from its
+// read's older revision, which etcd serves on its 100ms unsynced loop. See
+// queue.go.
+//
 // Every call is bounded by call_timeout; when etcd cannot answer in time the
 // call fails with backend.ErrUnavailable.
 package etcd

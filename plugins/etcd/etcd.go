@@ -53,7 +53,9 @@ type Backend struct {
 
 	locks  string // prefix + "locks/"
 	owners string // prefix + "owners/"
+	queue  string // prefix + "queue/": the fair queues (queue.go)
 
+	q         queueState
 	revoke    chan clientv3.LeaseID
 	pool      *leasePool
 	closeOnce sync.Once
@@ -61,7 +63,7 @@ type Backend struct {
 	wg        sync.WaitGroup
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var _ backend.FairBackend = (*Backend)(nil)
 
 // Open connects to etcd as opts say (see the package doc) and checks that it
 // answers within the dial timeout; an unreachable etcd is an error naming
@@ -190,6 +192,7 @@ func parseOptions(opts map[string]string) (clientv3.Config, *Backend, error) {
 		minTTL:      minTTL,
 		locks:       prefix + "locks/",
 		owners:      prefix + "owners/",
+		queue:       prefix + "queue/",
 	}
 	return cfg, b, nil
 }
@@ -200,6 +203,7 @@ func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		close(b.done)
 		b.wg.Wait()
+		b.closeQueue()
 		err = b.cli.Close()
 	})
 	return err
@@ -215,7 +219,7 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		TTLGranularity: time.Second,
 		MinTTL:         b.minTTL,
 		MaxTTL:         MaxTTL,
-		Fair:           false,
+		Fair:           true,
 	}, nil
 }
 
@@ -237,6 +241,7 @@ func (b *Backend) revokeLoop() {
 		case id := <-b.revoke:
 			pending = append(pending, id)
 		case <-tick.C:
+			b.deleteOrphans()
 			if len(pending) > 0 {
 				b.revokeAll(pending)
 				pending = pending[:0]

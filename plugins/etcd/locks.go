@@ -34,6 +34,12 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 	cctx, cancel := b.call(ctx)
 	defer cancel()
 	secs := ttlSeconds(req.TTL)
+	if req.WaiterID != "" {
+		queued, err := b.knowRev(cctx, ctx, req)
+		if err != nil || !queued {
+			return backend.AcquireResult{}, err // gone from the queue: not acquired
+		}
+	}
 
 	if id, r, sent, ok := b.renewAsync(cctx, secs); ok {
 		granted := time.Duration(secs) * time.Second
@@ -98,22 +104,43 @@ func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireReques
 	// holder). The else branch tells us otherwise.
 	stored := req.Stamp
 	stampCmp := clientv3.Compare(clientv3.Value(stampKey), "<", encodeStamp(stored))
+	// The fair queue (queue.go): a caller with no entry needs an empty
+	// queue; a queued waiter needs its own entry to be the oldest, and
+	// leaves the queue in the same step.
+	pfx := b.queuePrefix(req.Key)
+	qk := b.queueKey(req.Key, req.WaiterID)
+	var queueCmps []clientv3.Cmp
+	var leave []clientv3.Op
+	myRev, _ := b.rev(qk)
+	if req.WaiterID == "" {
+		queueCmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()}
+	} else {
+		queueCmps = []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(qk), "=", myRev),
+			clientv3.Compare(clientv3.CreateRevision(pfx), ">", myRev-1).WithPrefix(),
+		}
+		leave = []clientv3.Op{clientv3.OpDelete(qk)}
+	}
 	for attempt := 1; ; attempt++ {
-		resp, err := b.cli.Txn(cctx).If(
+		resp, err := b.cli.Txn(cctx).If(append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(lockKey), "=", 0),
 			stampCmp,
-		).Then(
+		}, queueCmps...)...).Then(append([]clientv3.Op{
 			clientv3.OpPut(lockKey, encodeRecord(req.Holder, stored, expires, granted), clientv3.WithLease(leaseID)),
 			clientv3.OpPut(ownerKey, req.OwnerToken, clientv3.WithLease(leaseID)),
 			clientv3.OpPut(stampKey, encodeStamp(stored)),
-		).Else(
+		}, leave...)...).Else(
 			clientv3.OpGet(lockKey),
 			clientv3.OpGet(stampKey),
+			clientv3.OpGet(pfx, clientv3.WithFirstCreate()...),
 		).Commit()
 		if err != nil {
 			return backend.AcquireResult{}, false, wrap(parent, "acquire", err)
 		}
 		if resp.Succeeded {
+			if req.WaiterID != "" {
+				b.setRev(qk, 0)
+			}
 			return backend.AcquireResult{Acquired: true, Record: backend.Record{
 				Key:          req.Key,
 				FencingToken: uint64(resp.Header.Revision), // the lock key's CreateRevision
@@ -127,6 +154,13 @@ func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireReques
 			// Held by someone else.
 			rec, err := decodeRecord(req.Key, kvs[0])
 			return backend.AcquireResult{Record: rec}, false, err
+		}
+		// Free, but others are queued ahead (or this waiter's entry is
+		// gone): not acquired, and no holder to report.
+		first := resp.Responses[2].GetResponseRange().Kvs
+		if req.WaiterID == "" && len(first) > 0 ||
+			req.WaiterID != "" && (len(first) == 0 || string(first[0].Key) != qk || first[0].CreateRevision != myRev) {
+			return backend.AcquireResult{}, false, nil
 		}
 		// The key is free; our stamp condition failed. Propose the successor
 		// of what is stored (or, for a key never locked, the proposal as is).
@@ -145,6 +179,24 @@ func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireReques
 			return backend.AcquireResult{}, false, fmt.Errorf("etcd acquire %q: stamp kept changing over %d attempts: %w", req.Key, attempt, backend.ErrUnavailable)
 		}
 	}
+}
+
+// knowRev makes sure the waiter's entry's create revision is known (it is
+// when this process enqueued it); false when the entry is gone.
+func (b *Backend) knowRev(cctx, parent context.Context, req backend.AcquireRequest) (bool, error) {
+	qk := b.queueKey(req.Key, req.WaiterID)
+	if _, ok := b.rev(qk); ok {
+		return true, nil
+	}
+	resp, err := b.cli.Get(cctx, qk)
+	if err != nil {
+		return false, wrap(parent, "acquire: queue", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return false, nil
+	}
+	b.setRev(qk, resp.Kvs[0].CreateRevision)
+	return true, nil
 }
 
 // undo deletes a lock this Acquire just stored, if its owner token still

@@ -65,12 +65,17 @@ func etcdEndpoints(t *testing.T) string {
 // URL of each.
 func startServers(t *testing.T, n int, endpoints string) ([]lockv1connect.LockServiceClient, []string) {
 	t.Helper()
+	return startServersAt(t, n, endpoints, fmt.Sprintf("/holdfast-scaleout/%d/", time.Now().UnixNano()))
+}
+
+// startServersAt is startServers in the key namespace prefix.
+func startServersAt(t *testing.T, n int, endpoints, prefix string) ([]lockv1connect.LockServiceClient, []string) {
+	t.Helper()
 	buildDir := t.TempDir()
 	plugin, err := harness.Binary(t.Context(), buildDir, "holdfast-backend-etcd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := fmt.Sprintf("/holdfast-scaleout/%d/", time.Now().UnixNano())
 	transport := &http.Transport{MaxIdleConnsPerHost: 64}
 	t.Cleanup(transport.CloseIdleConnections)
 	httpClient := &http.Client{Transport: transport}

@@ -369,7 +369,11 @@ type AcquireRequest struct {
 	Holder     string                 `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
 	// The engine's proposed stamp. The backend stores max(stamp, successor of
 	// the key's last stamp) and returns what it stored.
-	Stamp         *Stamp `protobuf:"bytes,5,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	Stamp *Stamp `protobuf:"bytes,5,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	// Fair backends only. Empty: acquire only if key's queue is empty (no
+	// barging past queued waiters). Set: acquire only if this waiter is the
+	// head of key's queue, and remove its entry in the same step.
+	WaiterId      string `protobuf:"bytes,6,opt,name=waiter_id,json=waiterId,proto3" json:"waiter_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -437,6 +441,13 @@ func (x *AcquireRequest) GetStamp() *Stamp {
 		return x.Stamp
 	}
 	return nil
+}
+
+func (x *AcquireRequest) GetWaiterId() string {
+	if x != nil {
+		return x.WaiterId
+	}
+	return ""
 }
 
 type AcquireResponse struct {
@@ -1022,6 +1033,287 @@ func (x *WatchResponse) GetRecord() *Record {
 	return nil
 }
 
+type EnqueueRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	WaiterId      string                 `protobuf:"bytes,2,opt,name=waiter_id,json=waiterId,proto3" json:"waiter_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueRequest) Reset() {
+	*x = EnqueueRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueRequest) ProtoMessage() {}
+
+func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueRequest.ProtoReflect.Descriptor instead.
+func (*EnqueueRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *EnqueueRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *EnqueueRequest) GetWaiterId() string {
+	if x != nil {
+		return x.WaiterId
+	}
+	return ""
+}
+
+type EnqueueResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The waiter's place: increasing in queue order (etcd: create revision).
+	Position      int64 `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueResponse) Reset() {
+	*x = EnqueueResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueResponse) ProtoMessage() {}
+
+func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
+func (*EnqueueResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *EnqueueResponse) GetPosition() int64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+type WaitTurnRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	WaiterId      string                 `protobuf:"bytes,2,opt,name=waiter_id,json=waiterId,proto3" json:"waiter_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitTurnRequest) Reset() {
+	*x = WaitTurnRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitTurnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitTurnRequest) ProtoMessage() {}
+
+func (x *WaitTurnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitTurnRequest.ProtoReflect.Descriptor instead.
+func (*WaitTurnRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WaitTurnRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *WaitTurnRequest) GetWaiterId() string {
+	if x != nil {
+		return x.WaiterId
+	}
+	return ""
+}
+
+type WaitTurnResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queued        bool                   `protobuf:"varint,1,opt,name=queued,proto3" json:"queued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitTurnResponse) Reset() {
+	*x = WaitTurnResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitTurnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitTurnResponse) ProtoMessage() {}
+
+func (x *WaitTurnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitTurnResponse.ProtoReflect.Descriptor instead.
+func (*WaitTurnResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *WaitTurnResponse) GetQueued() bool {
+	if x != nil {
+		return x.Queued
+	}
+	return false
+}
+
+type DequeueRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	WaiterId      string                 `protobuf:"bytes,2,opt,name=waiter_id,json=waiterId,proto3" json:"waiter_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DequeueRequest) Reset() {
+	*x = DequeueRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DequeueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DequeueRequest) ProtoMessage() {}
+
+func (x *DequeueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DequeueRequest.ProtoReflect.Descriptor instead.
+func (*DequeueRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DequeueRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *DequeueRequest) GetWaiterId() string {
+	if x != nil {
+		return x.WaiterId
+	}
+	return ""
+}
+
+type DequeueResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DequeueResponse) Reset() {
+	*x = DequeueResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DequeueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DequeueResponse) ProtoMessage() {}
+
+func (x *DequeueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DequeueResponse.ProtoReflect.Descriptor instead.
+func (*DequeueResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+}
+
 var File_holdfast_backend_v1_backend_proto protoreflect.FileDescriptor
 
 const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
@@ -1048,14 +1340,15 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x0fttl_granularity\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0ettlGranularity\x122\n" +
 	"\amin_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06minTtl\x122\n" +
 	"\amax_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06maxTtl\x12\x12\n" +
-	"\x04fair\x18\b \x01(\bR\x04fair\"\xba\x01\n" +
+	"\x04fair\x18\b \x01(\bR\x04fair\"\xd7\x01\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
 	"ownerToken\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x16\n" +
 	"\x06holder\x18\x04 \x01(\tR\x06holder\x120\n" +
-	"\x05stamp\x18\x05 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\"b\n" +
+	"\x05stamp\x18\x05 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\x12\x1b\n" +
+	"\twaiter_id\x18\x06 \x01(\tR\bwaiterId\"b\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x123\n" +
 	"\x06record\x18\x02 \x01(\v2\x1b.holdfast.backend.v1.RecordR\x06record\"u\n" +
@@ -1093,13 +1386,27 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"x\n" +
 	"\rWatchResponse\x122\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1e.holdfast.backend.v1.EventTypeR\x04type\x123\n" +
-	"\x06record\x18\x02 \x01(\v2\x1b.holdfast.backend.v1.RecordR\x06record*\x88\x01\n" +
+	"\x06record\x18\x02 \x01(\v2\x1b.holdfast.backend.v1.RecordR\x06record\"?\n" +
+	"\x0eEnqueueRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
+	"\twaiter_id\x18\x02 \x01(\tR\bwaiterId\"-\n" +
+	"\x0fEnqueueResponse\x12\x1a\n" +
+	"\bposition\x18\x01 \x01(\x03R\bposition\"@\n" +
+	"\x0fWaitTurnRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
+	"\twaiter_id\x18\x02 \x01(\tR\bwaiterId\"*\n" +
+	"\x10WaitTurnResponse\x12\x16\n" +
+	"\x06queued\x18\x01 \x01(\bR\x06queued\"?\n" +
+	"\x0eDequeueRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
+	"\twaiter_id\x18\x02 \x01(\tR\bwaiterId\"\x11\n" +
+	"\x0fDequeueResponse*\x88\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x03\x12\x15\n" +
-	"\x11EVENT_TYPE_SYNCED\x10\x042\xd3\x04\n" +
+	"\x11EVENT_TYPE_SYNCED\x10\x042\xde\x06\n" +
 	"\x0eBackendService\x12M\n" +
 	"\x04Info\x12 .holdfast.backend.v1.InfoRequest\x1a!.holdfast.backend.v1.InfoResponse\"\x00\x12V\n" +
 	"\aAcquire\x12#.holdfast.backend.v1.AcquireRequest\x1a$.holdfast.backend.v1.AcquireResponse\"\x00\x12V\n" +
@@ -1107,7 +1414,10 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x06Extend\x12\".holdfast.backend.v1.ExtendRequest\x1a#.holdfast.backend.v1.ExtendResponse\"\x00\x12J\n" +
 	"\x03Get\x12\x1f.holdfast.backend.v1.GetRequest\x1a .holdfast.backend.v1.GetResponse\"\x00\x12M\n" +
 	"\x04List\x12 .holdfast.backend.v1.ListRequest\x1a!.holdfast.backend.v1.ListResponse\"\x00\x12R\n" +
-	"\x05Watch\x12!.holdfast.backend.v1.WatchRequest\x1a\".holdfast.backend.v1.WatchResponse\"\x000\x01BBZ@github.com/holdfast/holdfast/proto/holdfast/backend/v1;backendv1b\x06proto3"
+	"\x05Watch\x12!.holdfast.backend.v1.WatchRequest\x1a\".holdfast.backend.v1.WatchResponse\"\x000\x01\x12V\n" +
+	"\aEnqueue\x12#.holdfast.backend.v1.EnqueueRequest\x1a$.holdfast.backend.v1.EnqueueResponse\"\x00\x12Y\n" +
+	"\bWaitTurn\x12$.holdfast.backend.v1.WaitTurnRequest\x1a%.holdfast.backend.v1.WaitTurnResponse\"\x00\x12V\n" +
+	"\aDequeue\x12#.holdfast.backend.v1.DequeueRequest\x1a$.holdfast.backend.v1.DequeueResponse\"\x00BBZ@github.com/holdfast/holdfast/proto/holdfast/backend/v1;backendv1b\x06proto3"
 
 var (
 	file_holdfast_backend_v1_backend_proto_rawDescOnce sync.Once
@@ -1122,7 +1432,7 @@ func file_holdfast_backend_v1_backend_proto_rawDescGZIP() []byte {
 }
 
 var file_holdfast_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_holdfast_backend_v1_backend_proto_goTypes = []any{
 	(EventType)(0),                // 0: holdfast.backend.v1.EventType
 	(*Stamp)(nil),                 // 1: holdfast.backend.v1.Stamp
@@ -1141,21 +1451,27 @@ var file_holdfast_backend_v1_backend_proto_goTypes = []any{
 	(*ListResponse)(nil),          // 14: holdfast.backend.v1.ListResponse
 	(*WatchRequest)(nil),          // 15: holdfast.backend.v1.WatchRequest
 	(*WatchResponse)(nil),         // 16: holdfast.backend.v1.WatchResponse
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
+	(*EnqueueRequest)(nil),        // 17: holdfast.backend.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),       // 18: holdfast.backend.v1.EnqueueResponse
+	(*WaitTurnRequest)(nil),       // 19: holdfast.backend.v1.WaitTurnRequest
+	(*WaitTurnResponse)(nil),      // 20: holdfast.backend.v1.WaitTurnResponse
+	(*DequeueRequest)(nil),        // 21: holdfast.backend.v1.DequeueRequest
+	(*DequeueResponse)(nil),       // 22: holdfast.backend.v1.DequeueResponse
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
 }
 var file_holdfast_backend_v1_backend_proto_depIdxs = []int32{
-	17, // 0: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
-	18, // 1: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
+	23, // 0: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 1: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
 	1,  // 2: holdfast.backend.v1.Record.stamp:type_name -> holdfast.backend.v1.Stamp
-	18, // 3: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
-	18, // 4: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
-	18, // 5: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
-	18, // 6: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	24, // 3: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
+	24, // 4: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
+	24, // 5: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
+	24, // 6: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 7: holdfast.backend.v1.AcquireRequest.stamp:type_name -> holdfast.backend.v1.Stamp
 	2,  // 8: holdfast.backend.v1.AcquireResponse.record:type_name -> holdfast.backend.v1.Record
 	1,  // 9: holdfast.backend.v1.ReleaseRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	18, // 10: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	24, // 10: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 11: holdfast.backend.v1.ExtendRequest.stamp:type_name -> holdfast.backend.v1.Stamp
 	2,  // 12: holdfast.backend.v1.ExtendResponse.record:type_name -> holdfast.backend.v1.Record
 	2,  // 13: holdfast.backend.v1.GetResponse.record:type_name -> holdfast.backend.v1.Record
@@ -1169,15 +1485,21 @@ var file_holdfast_backend_v1_backend_proto_depIdxs = []int32{
 	11, // 21: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
 	13, // 22: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
 	15, // 23: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
-	4,  // 24: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
-	6,  // 25: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
-	8,  // 26: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
-	10, // 27: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
-	12, // 28: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
-	14, // 29: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
-	16, // 30: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
-	24, // [24:31] is the sub-list for method output_type
-	17, // [17:24] is the sub-list for method input_type
+	17, // 24: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
+	19, // 25: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
+	21, // 26: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
+	4,  // 27: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
+	6,  // 28: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
+	8,  // 29: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
+	10, // 30: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
+	12, // 31: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
+	14, // 32: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
+	16, // 33: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
+	18, // 34: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
+	20, // 35: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
+	22, // 36: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
+	27, // [27:37] is the sub-list for method output_type
+	17, // [17:27] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
 	17, // [17:17] is the sub-list for extension extendee
 	0,  // [0:17] is the sub-list for field type_name
@@ -1194,7 +1516,7 @@ func file_holdfast_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_holdfast_backend_v1_backend_proto_rawDesc), len(file_holdfast_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,13 +27,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BackendService_Info_FullMethodName    = "/holdfast.backend.v1.BackendService/Info"
-	BackendService_Acquire_FullMethodName = "/holdfast.backend.v1.BackendService/Acquire"
-	BackendService_Release_FullMethodName = "/holdfast.backend.v1.BackendService/Release"
-	BackendService_Extend_FullMethodName  = "/holdfast.backend.v1.BackendService/Extend"
-	BackendService_Get_FullMethodName     = "/holdfast.backend.v1.BackendService/Get"
-	BackendService_List_FullMethodName    = "/holdfast.backend.v1.BackendService/List"
-	BackendService_Watch_FullMethodName   = "/holdfast.backend.v1.BackendService/Watch"
+	BackendService_Info_FullMethodName     = "/holdfast.backend.v1.BackendService/Info"
+	BackendService_Acquire_FullMethodName  = "/holdfast.backend.v1.BackendService/Acquire"
+	BackendService_Release_FullMethodName  = "/holdfast.backend.v1.BackendService/Release"
+	BackendService_Extend_FullMethodName   = "/holdfast.backend.v1.BackendService/Extend"
+	BackendService_Get_FullMethodName      = "/holdfast.backend.v1.BackendService/Get"
+	BackendService_List_FullMethodName     = "/holdfast.backend.v1.BackendService/List"
+	BackendService_Watch_FullMethodName    = "/holdfast.backend.v1.BackendService/Watch"
+	BackendService_Enqueue_FullMethodName  = "/holdfast.backend.v1.BackendService/Enqueue"
+	BackendService_WaitTurn_FullMethodName = "/holdfast.backend.v1.BackendService/WaitTurn"
+	BackendService_Dequeue_FullMethodName  = "/holdfast.backend.v1.BackendService/Dequeue"
 )
 
 // BackendServiceClient is the client API for BackendService service.
@@ -54,6 +57,18 @@ type BackendServiceClient interface {
 	// Watch streams changes to keys under prefix, starting with one
 	// EVENT_TYPE_SYNCED event once the watch is established.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
+	// The fair queue: optional, served only by backends whose Info says fair
+	// (the others answer UNIMPLEMENTED and the engine never calls them).
+	//
+	// Enqueue puts a waiter at the tail of key's store-wide queue, attached to
+	// the plugin's liveness (a waiter of a dead plugin leaves on its own).
+	Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*EnqueueResponse, error)
+	// WaitTurn returns once the waiter is the head of key's queue (at_head),
+	// or at once with queued=false when its entry is gone. It blocks; the
+	// caller bounds it with its own deadline.
+	WaitTurn(ctx context.Context, in *WaitTurnRequest, opts ...grpc.CallOption) (*WaitTurnResponse, error)
+	// Dequeue removes the waiter's entry (a no-op when it is gone).
+	Dequeue(ctx context.Context, in *DequeueRequest, opts ...grpc.CallOption) (*DequeueResponse, error)
 }
 
 type backendServiceClient struct {
@@ -143,6 +158,36 @@ func (c *backendServiceClient) Watch(ctx context.Context, in *WatchRequest, opts
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type BackendService_WatchClient = grpc.ServerStreamingClient[WatchResponse]
 
+func (c *backendServiceClient) Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*EnqueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EnqueueResponse)
+	err := c.cc.Invoke(ctx, BackendService_Enqueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendServiceClient) WaitTurn(ctx context.Context, in *WaitTurnRequest, opts ...grpc.CallOption) (*WaitTurnResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitTurnResponse)
+	err := c.cc.Invoke(ctx, BackendService_WaitTurn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendServiceClient) Dequeue(ctx context.Context, in *DequeueRequest, opts ...grpc.CallOption) (*DequeueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DequeueResponse)
+	err := c.cc.Invoke(ctx, BackendService_Dequeue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackendServiceServer is the server API for BackendService service.
 // All implementations must embed UnimplementedBackendServiceServer
 // for forward compatibility.
@@ -161,6 +206,18 @@ type BackendServiceServer interface {
 	// Watch streams changes to keys under prefix, starting with one
 	// EVENT_TYPE_SYNCED event once the watch is established.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
+	// The fair queue: optional, served only by backends whose Info says fair
+	// (the others answer UNIMPLEMENTED and the engine never calls them).
+	//
+	// Enqueue puts a waiter at the tail of key's store-wide queue, attached to
+	// the plugin's liveness (a waiter of a dead plugin leaves on its own).
+	Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error)
+	// WaitTurn returns once the waiter is the head of key's queue (at_head),
+	// or at once with queued=false when its entry is gone. It blocks; the
+	// caller bounds it with its own deadline.
+	WaitTurn(context.Context, *WaitTurnRequest) (*WaitTurnResponse, error)
+	// Dequeue removes the waiter's entry (a no-op when it is gone).
+	Dequeue(context.Context, *DequeueRequest) (*DequeueResponse, error)
 	mustEmbedUnimplementedBackendServiceServer()
 }
 
@@ -191,6 +248,15 @@ func (UnimplementedBackendServiceServer) List(context.Context, *ListRequest) (*L
 }
 func (UnimplementedBackendServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedBackendServiceServer) Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Enqueue not implemented")
+}
+func (UnimplementedBackendServiceServer) WaitTurn(context.Context, *WaitTurnRequest) (*WaitTurnResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitTurn not implemented")
+}
+func (UnimplementedBackendServiceServer) Dequeue(context.Context, *DequeueRequest) (*DequeueResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Dequeue not implemented")
 }
 func (UnimplementedBackendServiceServer) mustEmbedUnimplementedBackendServiceServer() {}
 func (UnimplementedBackendServiceServer) testEmbeddedByValue()                        {}
@@ -332,6 +398,60 @@ func _BackendService_Watch_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type BackendService_WatchServer = grpc.ServerStreamingServer[WatchResponse]
 
+func _BackendService_Enqueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EnqueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServiceServer).Enqueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackendService_Enqueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServiceServer).Enqueue(ctx, req.(*EnqueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackendService_WaitTurn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitTurnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServiceServer).WaitTurn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackendService_WaitTurn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServiceServer).WaitTurn(ctx, req.(*WaitTurnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackendService_Dequeue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DequeueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServiceServer).Dequeue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackendService_Dequeue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServiceServer).Dequeue(ctx, req.(*DequeueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BackendService_ServiceDesc is the grpc.ServiceDesc for BackendService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -362,6 +482,18 @@ var BackendService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "List",
 			Handler:    _BackendService_List_Handler,
+		},
+		{
+			MethodName: "Enqueue",
+			Handler:    _BackendService_Enqueue_Handler,
+		},
+		{
+			MethodName: "WaitTurn",
+			Handler:    _BackendService_WaitTurn_Handler,
+		},
+		{
+			MethodName: "Dequeue",
+			Handler:    _BackendService_Dequeue_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
