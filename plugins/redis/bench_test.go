@@ -125,7 +125,7 @@ func redistestOpen(b *testing.B) (*redis.Backend, error) {
 
 func BenchmarkHoldfastAcquireRelease(b *testing.B) {
 	addr := redistest.Addr(b)
-	plugin := binary(b, "holdfast-backend-redis", "./plugins/redis/cmd/holdfast-backend-redis")
+	plugin := binary(b, "holdfast-backend-redis")
 	srv := startHoldfast(b, "--backend", plugin, "--backend-opt", "addrs="+addr,
 		"--backend-opt", "key_prefix=bench"+token()[:8]+":")
 	client := lockClient(b, srv)

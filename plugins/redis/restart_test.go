@@ -24,7 +24,7 @@ func TestServerWhileRedisGoesAwayAndComesBackEmpty(t *testing.T) {
 		t.Skip("starts a server and restarts Redis")
 	}
 	rs := redistest.Start(t)
-	plugin := binary(t, "holdfast-backend-redis", "./plugins/redis/cmd/holdfast-backend-redis")
+	plugin := binary(t, "holdfast-backend-redis")
 	srv := startHoldfast(t, "--backend", plugin, "--backend-opt", "addrs="+rs.Addr)
 	raw := lockClient(t, srv)
 	sdk, err := holdfast.Dial("http://" + srv.addr)

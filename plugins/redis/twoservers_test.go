@@ -1,154 +1,56 @@
 package redis_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/holdfast/holdfast/conformance/harness"
 	"github.com/holdfast/holdfast/plugins/redis/redistest"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
 )
 
-// repoRoot is the source tree this test file belongs to.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the source tree")
-	}
-	return filepath.Dir(filepath.Dir(filepath.Dir(file))) // <root>/plugins/redis/x_test.go
-}
-
-var buildOnce sync.Map // name -> path, built once per test binary
+// buildDir receives the binaries the tests build when $HOLDFAST_BIN_DIR
+// lacks them, once per test binary.
+var buildDir = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "holdfast-redis-test-") })
 
 // binary returns a holdfast executable: $HOLDFAST_BIN_DIR/name when it is
-// there, else built from this source tree into a temporary directory.
-func binary(t testing.TB, name, pkg string) string {
+// there, else built from this source tree (conformance/harness does both).
+func binary(t testing.TB, name string) string {
 	t.Helper()
-	if dir := os.Getenv("HOLDFAST_BIN_DIR"); dir != "" {
-		p := filepath.Join(dir, name)
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-			return p
-		}
-	}
-	if p, ok := buildOnce.Load(name); ok {
-		return p.(string)
-	}
-	dir, err := os.MkdirTemp("", "holdfast-redis-test-")
+	dir, err := buildDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = repoRoot(t)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	p, err := harness.Binary(t.Context(), dir, name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	buildOnce.Store(name, out)
-	return out
+	return p
 }
 
 // holdfastServer is one `holdfast serve` process.
 type holdfastServer struct {
-	addr  string
-	ready string // the readiness line
-	cmd   *exec.Cmd
-	done  chan struct{}
-	mu    sync.Mutex
-	logs  strings.Builder
-}
-
-func (s *holdfastServer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.logs.Len() < 1<<20 {
-		s.logs.Write(p)
-	}
-	return len(p), nil
+	*harness.Server
+	addr string
 }
 
 // startHoldfast runs holdfast serve on a free port and returns once it
-// printed its readiness line on stdout (the team's readiness protocol); it is
-// stopped with SIGTERM, by its PID, when t ends.
+// printed its readiness line; the harness stops it with SIGTERM, by its PID,
+// when t ends.
 func startHoldfast(t testing.TB, args ...string) *holdfastServer {
 	t.Helper()
-	bin := binary(t, "holdfast", "./server/cmd/holdfast")
-	s := &holdfastServer{done: make(chan struct{})}
-	s.cmd = exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
-	s.cmd.Stderr = s
-	stdout, err := s.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan string, 1)
-	var readers sync.WaitGroup
-	readers.Add(1)
-	go func() {
-		defer readers.Done()
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if line := sc.Text(); strings.HasPrefix(line, "holdfast serving ") {
-				select {
-				case ready <- line:
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	go func() {
-		readers.Wait() // stdout must be drained before Wait closes it
-		_ = s.cmd.Wait()
-		close(s.done)
-	}()
-	t.Cleanup(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(15 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.done
-		}
-		if t.Failed() {
-			s.mu.Lock()
-			t.Logf("holdfast %s logs:\n%s", s.addr, s.logs.String())
-			s.mu.Unlock()
-		}
-	})
-	select {
-	case s.ready = <-ready:
-		for _, f := range strings.Fields(s.ready) {
-			if a, ok := strings.CutPrefix(f, "addr="); ok {
-				s.addr = a
-			}
-		}
-	case <-s.done:
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		t.Fatalf("holdfast exited before serving: %v\n%s", s.cmd.ProcessState, s.logs.String())
-	case <-time.After(60 * time.Second):
-		t.Fatal("holdfast not ready within 60s")
-	}
-	return s
+	s := harness.StartT(t, harness.Options{Binary: binary(t, "holdfast"), Args: args, ReadyTimeout: time.Minute})
+	return &holdfastServer{Server: s, addr: s.Addr}
 }
 
 // fencedResource is what the locks protect: it accepts a write only with a
@@ -189,13 +91,13 @@ func (r *fencedResource) leave() {
 func redisServers(t *testing.T) [2]*holdfastServer {
 	t.Helper()
 	addr := redistest.Addr(t)
-	plugin := binary(t, "holdfast-backend-redis", "./plugins/redis/cmd/holdfast-backend-redis")
+	plugin := binary(t, "holdfast-backend-redis")
 	args := []string{"--backend", plugin, "--backend-opt", "addrs=" + addr,
 		"--backend-opt", "key_prefix=two" + token()[:8] + ":"}
 	servers := [2]*holdfastServer{startHoldfast(t, args...), startHoldfast(t, args...)}
 	for _, s := range servers {
-		if !strings.Contains(s.ready, "backend=redis") || !strings.Contains(s.ready, "shared=true") {
-			t.Fatalf("readiness line %q: want backend=redis shared=true", s.ready)
+		if s.Backend != "redis" || !s.Shared {
+			t.Fatalf("server reports backend=%s shared=%v: want backend=redis shared=true", s.Backend, s.Shared)
 		}
 	}
 	return servers
