@@ -231,8 +231,8 @@ func TestTwoServersContendedWake(t *testing.T) {
 		t.Skip("starts two servers")
 	}
 	dsn := pgtest.DSN(t)
-	holdfast := binary(t, "holdfast", "./server/cmd/holdfast")
-	plugin := binary(t, "holdfast-backend-postgres", "./plugins/postgres/cmd/holdfast-backend-postgres")
+	holdfast := binary(t, "holdfast")
+	plugin := binary(t, "holdfast-backend-postgres")
 	schema := schemaName(t)
 	t.Cleanup(func() { dropSchema(t, dsn, schema) })
 	args := []string{"--backend", plugin, "--backend-opt", "dsn=" + dsn, "--backend-opt", "schema=" + schema,

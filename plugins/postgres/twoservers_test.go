@@ -1,140 +1,64 @@
 package postgres_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/holdfast/holdfast/conformance/harness"
 	"github.com/holdfast/holdfast/plugins/postgres/pgtest"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
 	holdfast "github.com/holdfast/holdfast/sdk-go"
 )
 
+// buildDir receives the binaries the tests build when $HOLDFAST_BIN_DIR
+// lacks them, once per test binary.
+var buildDir = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "holdfast-postgres-test-") })
+
 // binary returns the path of a holdfast executable: from $HOLDFAST_BIN_DIR
-// when it is there, else built from this source tree into a temp dir.
-func binary(t *testing.T, name, pkg string) string {
+// when it is there, else built from this source tree (conformance/harness
+// does both, once per name).
+func binary(t *testing.T, name string) string {
 	t.Helper()
-	if dir := os.Getenv("HOLDFAST_BIN_DIR"); dir != "" {
-		p := filepath.Join(dir, name)
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	script, err := pgtest.Script()
+	dir, err := buildDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := filepath.Dir(filepath.Dir(script))
-	out := filepath.Join(t.TempDir(), name)
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	p, err := harness.Binary(t.Context(), dir, name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return p
 }
 
 // server is one `holdfast serve` process.
 type server struct {
-	cmd  *exec.Cmd
+	*harness.Server
 	addr string
-	done chan struct{}
-	logs *strings.Builder
 }
 
 // startServer runs holdfast serve on a free port and waits for its
-// readiness line on stdout (an event, not a sleep).
+// readiness line on stdout (an event, not a sleep); the harness stops it
+// with SIGTERM, by its PID, when t ends.
 func startServer(t *testing.T, holdfast string, args ...string) *server {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.Command(holdfast, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	s := harness.StartT(t, harness.Options{Binary: holdfast, Args: args, ReadyTimeout: time.Minute})
+	if !s.Shared || !s.Durable {
+		t.Fatalf("server reports shared=%v durable=%v: want both true", s.Shared, s.Durable)
 	}
-	logs := &strings.Builder{}
-	var logMu sync.Mutex
-	cmd.Stderr = writerFunc(func(p []byte) (int, error) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		if logs.Len() < 1<<20 {
-			logs.Write(p)
-		}
-		return len(p), nil
-	})
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &server{cmd: cmd, done: make(chan struct{}), logs: logs}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if line := sc.Text(); strings.HasPrefix(line, "holdfast serving ") {
-				ready <- line
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	go func() {
-		_ = cmd.Wait()
-		close(s.done)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-s.done
-		}
-		if t.Failed() {
-			logMu.Lock()
-			t.Logf("server %s logs:\n%s", s.addr, logs.String())
-			logMu.Unlock()
-		}
-	})
-	select {
-	case line := <-ready:
-		for _, f := range strings.Fields(line) {
-			if a, ok := strings.CutPrefix(f, "addr="); ok {
-				s.addr = a
-			}
-		}
-		if !strings.Contains(line, "shared=true") || !strings.Contains(line, "durable=true") {
-			t.Fatalf("readiness line %q: want shared=true durable=true", line)
-		}
-	case <-s.done:
-		logMu.Lock()
-		defer logMu.Unlock()
-		t.Fatalf("holdfast exited before serving: %v\n%s", cmd.ProcessState, logs.String())
-	case <-ctx.Done():
-		t.Fatalf("holdfast not ready within 60s")
-	}
-	return s
+	return &server{Server: s, addr: s.Addr}
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // fencedResource is the resource the locks protect: it accepts a write only
 // with a fencing token above every token it has seen (ValidateWrite), and
@@ -179,8 +103,8 @@ func TestTwoServersMutualExclusion(t *testing.T) {
 		t.Skip("starts two servers")
 	}
 	dsn := pgtest.DSN(t)
-	holdfast := binary(t, "holdfast", "./server/cmd/holdfast")
-	plugin := binary(t, "holdfast-backend-postgres", "./plugins/postgres/cmd/holdfast-backend-postgres")
+	holdfast := binary(t, "holdfast")
+	plugin := binary(t, "holdfast-backend-postgres")
 	schema := schemaName(t)
 	t.Cleanup(func() { dropSchema(t, dsn, schema) })
 	args := []string{"--backend", plugin, "--backend-opt", "dsn=" + dsn, "--backend-opt", "schema=" + schema}
@@ -304,8 +228,8 @@ func TestServerOverPostgresRestart(t *testing.T) {
 		t.Skip("starts a server and restarts PostgreSQL")
 	}
 	pg := pgtest.Start(t)
-	holdfastBin := binary(t, "holdfast", "./server/cmd/holdfast")
-	plugin := binary(t, "holdfast-backend-postgres", "./plugins/postgres/cmd/holdfast-backend-postgres")
+	holdfastBin := binary(t, "holdfast")
+	plugin := binary(t, "holdfast-backend-postgres")
 	srv := startServer(t, holdfastBin, "--backend", plugin, "--backend-opt", "dsn="+pg.DSN(),
 		"--backend-opt", "connect_timeout=1s", "--backend-opt", "call_timeout=2s")
 	raw := lockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.addr)
