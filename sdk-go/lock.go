@@ -229,14 +229,15 @@ func (l Lock) Lock(ctx context.Context) (*Guard, error) {
 				return nil, outOfBudget(failed, spent)
 			}
 		}
-		until := deadline
+		var budgetEnd time.Time
 		if !failing.IsZero() {
-			if end := failing.Add(l.c.opts.retryBudget); until.IsZero() || end.Before(until) {
-				until = end
-			}
+			budgetEnd = failing.Add(l.c.opts.retryBudget)
 		}
-		// The loop's top notices an ended budget or context.
-		sleep(cctx, l.c.opts.backoff.delay(retries), until)
+		// The loop's top notices an ended wait or context.
+		if !sleep(cctx, l.c.opts.backoff.delay(retries), earliest(deadline, budgetEnd)) &&
+			cctx.Err() == nil && !budgetEnd.IsZero() && !time.Now().Before(budgetEnd) {
+			return nil, outOfBudget(lastErr, time.Since(failing))
+		}
 		retries++
 	}
 }
