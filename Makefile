@@ -78,9 +78,8 @@ lint: tools ## buf lint, gofmt, go vet, and each module built alone (GOWORK=off)
 	@for m in $(GO_MODULES); do echo "vet $$m"; (cd $$m && go vet ./... && GOWORK=off go build ./... && GOWORK=off go vet ./...); done
 
 .PHONY: test-go
-# The SDK matrix (every SDK on memory, Go on every backend) is
-# test-sdk-conformance's: test-go leaves it out rather than run its memory
-# rows twice.
+# The SDK matrix (every SDK on every backend) is test-sdk-conformance's:
+# test-go leaves it out rather than run its memory rows twice.
 test-go: build ## go test -race across the Go modules that need no external service
 	@for m in $(GO_UNIT_MODULES); do echo "== go test $$m"; \
 		(cd $$m && HOLDFAST_CONFORMANCE_BACKENDS=memory $(GO_TEST) -skip '^TestSDKConformance$$' ./...); done
@@ -103,7 +102,7 @@ test-example: ## the example backend (plugins/example) through the one command a
 	$(BIN)/holdfast-conformance backend --plugin ./bin/holdfast-backend-example
 
 .PHONY: test-sdk-conformance
-test-sdk-conformance: build sdk-codegen-tools ## SDK-level conformance: Go, TypeScript, Python SDKs on memory, the Go SDK on etcd, Redis, PostgreSQL (throw-away servers); prints the matrix
+test-sdk-conformance: build sdk-codegen-tools ## SDK-level conformance: the Go, TypeScript and Python SDKs on memory, etcd, Redis and PostgreSQL (throw-away servers, 3 cells at a time); prints the 3 x 4 matrix
 	bash scripts/setup.d/10-etcd.sh
 	bash scripts/setup.d/20-redis.sh
 	@matrix=$$(mktemp); status=0; \

@@ -230,6 +230,12 @@ func (a *Adapter) Send(cmd string, args any) (*Pending, error) {
 	return &Pending{ID: id, a: a, cmd: cmd, ch: ch}, nil
 }
 
+// Answered reports whether the answer has arrived (and Wait would not
+// block); a spec polling for what a command should be doing meanwhile
+// (queueing on the server, running a function) stops early when it has
+// already answered.
+func (p *Pending) Answered() bool { return len(p.ch) > 0 }
+
 // Wait waits for the command's answer, as Call does. Call it once.
 func (p *Pending) Wait(ctx context.Context, result any) error {
 	select {

@@ -185,6 +185,8 @@ type U64 uint64
 // MarshalJSON writes the decimal string.
 func (u U64) MarshalJSON() ([]byte, error) { return json.Marshal(strconv.FormatUint(uint64(u), 10)) }
 
+func (u U64) String() string { return strconv.FormatUint(uint64(u), 10) }
+
 // UnmarshalJSON accepts a decimal string (or, leniently, a JSON number).
 func (u *U64) UnmarshalJSON(b []byte) error {
 	var s string
