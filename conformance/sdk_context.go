@@ -107,18 +107,7 @@ type SDKClient struct {
 // "connect" when empty); it is closed when the current spec ends.
 func (sc *SDKContext) Connect(ctx context.Context, a *sdkrunner.Adapter, url, protocol string) SDKClient {
 	ginkgo.GinkgoHelper()
-	var res sdkrunner.ConnectResult
-	err := a.Call(ctx, sdkrunner.CmdConnect, sdkrunner.ConnectArgs{Addr: url, Protocol: protocol}, &res)
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "connect to %s over %q", url, protocol)
-	gomega.Expect(res.Client).NotTo(gomega.BeEmpty(), "connect must name the client")
-	ginkgo.DeferCleanup(func(ctx context.Context) {
-		select {
-		case <-a.Done():
-		default:
-			_ = a.Call(ctx, sdkrunner.CmdClose, sdkrunner.ClientArgs{Client: res.Client}, nil)
-		}
-	}, ginkgo.NodeTimeout(10*time.Second))
-	return SDKClient{A: a, ID: res.Client}
+	return sc.ConnectWith(ctx, a, sdkrunner.ConnectArgs{Addr: url, Protocol: protocol})
 }
 
 // SDK makes a client in the shared adapter for the server under test.

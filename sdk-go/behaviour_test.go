@@ -2,15 +2,10 @@ package holdfast
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -382,16 +377,25 @@ func TestTLSWithCustomCAAndClientCertificate(t *testing.T) {
 	p := &fakePeer{clock: hlc.NewClock(nil, -1), unhang: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.Handle(lockv1connect.NewLockServiceHandler(p))
+	caPEM, certFile, keyFile, serverCert, serverKey, _ := writeTestPKI(t, t.TempDir())
+	serverPair, err := tls.LoadX509KeyPair(serverCert, serverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cas := x509.NewCertPool()
+	cas.AppendCertsFromPEM(caPEM)
 	ts := httptest.NewUnstartedServer(mux)
-	clientCert, clientCAs := selfSignedClient(t)
-	ts.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCAs}
+	ts.TLS = &tls.Config{Certificates: []tls.Certificate{serverPair}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: cas}
 	ts.StartTLS()
 	t.Cleanup(func() {
 		close(p.unhang)
 		ts.Close()
 	})
-	roots := x509.NewCertPool()
-	roots.AddCert(ts.Certificate())
+	roots := cas // the CA signed both the server's certificate and the client's
 	for _, proto := range []Protocol{ProtocolConnect, ProtocolGRPC} {
 		c := dialPeer(t, ts.URL, WithProtocol(proto), WithTLSConfig(&tls.Config{RootCAs: roots, Certificates: []tls.Certificate{clientCert}}))
 		if _, err := c.ServerInfo(t.Context()); err != nil {
@@ -406,31 +410,6 @@ func TestTLSWithCustomCAAndClientCertificate(t *testing.T) {
 	if _, err := noCA.ServerInfo(t.Context()); err == nil {
 		t.Fatal("a server certificate from an unknown CA was accepted")
 	}
-}
-
-func selfSignedClient(t *testing.T) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "client"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}, pool
 }
 
 // A server refuses a wait above its --max-wait: an unbounded Lock learns

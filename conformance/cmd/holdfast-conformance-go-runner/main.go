@@ -245,6 +245,16 @@ func decode[T any](req sdkrunner.Request) (T, error) {
 	return v, nil
 }
 
+// withClient decodes a command's arguments and finds the client they name.
+func withClient[T any](a *adapter, req sdkrunner.Request, id func(T) string) (T, *holdfast.Client, error) {
+	args, err := decode[T](req)
+	if err != nil {
+		return args, nil, err
+	}
+	c, err := a.client(id(args))
+	return args, c, err
+}
+
 func (a *adapter) client(id string) (*holdfast.Client, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -323,11 +333,7 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		return sdkrunner.ConnectResult{Client: id}, nil
 
 	case sdkrunner.CmdLock:
-		args, err := decode[sdkrunner.LockArgs](req)
-		if err != nil {
-			return nil, err
-		}
-		c, err := a.client(args.Client)
+		args, c, err := withClient(a, req, func(x sdkrunner.LockArgs) string { return x.Client })
 		if err != nil {
 			return nil, err
 		}
@@ -405,11 +411,7 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		return sdkrunner.Empty{}, nil
 
 	case sdkrunner.CmdClose:
-		args, err := decode[sdkrunner.ClientArgs](req)
-		if err != nil {
-			return nil, err
-		}
-		c, err := a.client(args.Client)
+		args, c, err := withClient(a, req, func(x sdkrunner.ClientArgs) string { return x.Client })
 		if err != nil {
 			return nil, err
 		}
@@ -431,22 +433,14 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		return sdkrunner.ValidateWriteResult{Watermark: &u}, nil
 
 	case sdkrunner.CmdClockNow:
-		args, err := decode[sdkrunner.ClientArgs](req)
-		if err != nil {
-			return nil, err
-		}
-		c, err := a.client(args.Client)
+		_, c, err := withClient(a, req, func(x sdkrunner.ClientArgs) string { return x.Client })
 		if err != nil {
 			return nil, err
 		}
 		return sdkrunner.ClockResult{Stamp: stamp(c.Now())}, nil
 
 	case sdkrunner.CmdClockUpdate:
-		args, err := decode[sdkrunner.ClockUpdateArgs](req)
-		if err != nil {
-			return nil, err
-		}
-		c, err := a.client(args.Client)
+		args, c, err := withClient(a, req, func(x sdkrunner.ClockUpdateArgs) string { return x.Client })
 		if err != nil {
 			return nil, err
 		}
@@ -454,11 +448,7 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		return sdkrunner.Empty{}, err
 
 	case sdkrunner.CmdInspect:
-		args, err := decode[sdkrunner.InspectArgs](req)
-		if err != nil {
-			return nil, err
-		}
-		c, err := a.client(args.Client)
+		args, c, err := withClient(a, req, func(x sdkrunner.InspectArgs) string { return x.Client })
 		if err != nil {
 			return nil, err
 		}
@@ -474,11 +464,7 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		return res, nil
 
 	case sdkrunner.CmdList:
-		args, err := decode[sdkrunner.ListArgs](req)
-		if err != nil {
-			return nil, err
-		}
-		c, err := a.client(args.Client)
+		args, c, err := withClient(a, req, func(x sdkrunner.ListArgs) string { return x.Client })
 		if err != nil {
 			return nil, err
 		}
@@ -492,11 +478,7 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		return res, nil
 
 	case sdkrunner.CmdServerInfo:
-		args, err := decode[sdkrunner.ClientArgs](req)
-		if err != nil {
-			return nil, err
-		}
-		c, err := a.client(args.Client)
+		_, c, err := withClient(a, req, func(x sdkrunner.ClientArgs) string { return x.Client })
 		if err != nil {
 			return nil, err
 		}
@@ -618,16 +600,12 @@ func (a *adapter) leaseEvent(ev holdfast.LeaseEvent) {
 // runIfFree runs TryWithLock with a function that reports its start and
 // waits for run_finish.
 func (a *adapter) runIfFree(ctx context.Context, req sdkrunner.Request) (any, error) {
-	args, err := decode[sdkrunner.RunIfFreeArgs](req)
+	args, c, err := withClient(a, req, func(x sdkrunner.RunIfFreeArgs) string { return x.Client })
 	if err != nil {
 		return nil, err
 	}
 	if args.Run == "" {
 		return nil, badCommand("run_if_free: run is required")
-	}
-	c, err := a.client(args.Client)
-	if err != nil {
-		return nil, err
 	}
 	l := c.Lock(args.Key)
 	if args.TTLMs != 0 {
