@@ -377,7 +377,7 @@ func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
 		icpt = append(icpt, auth.NewInterceptor(store, log.With("component", "auth")))
 		log.Info("bearer tokens required", "file", o.authTokens, "tokens", store.Len())
 	} else if o.tlsCert == "" && !isLoopback(o.addr) {
-		log.Warn("serving without TLS or tokens on a non-loopback address: anyone who reaches it can take and watch every lock", "addr", o.addr)
+		log.Warn("serving without TLS or tokens on a non-loopback address: anyone who reaches it can take and watch every lock (set --tls-cert and --tls-key, and --auth-tokens)", "addr", o.addr)
 	}
 	lim := limits.Config{
 		MaxRequestDuration: o.maxRequestDuration,
