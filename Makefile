@@ -88,7 +88,7 @@ test-go: build ## go test -race across the Go modules that need no external serv
 .PHONY: test
 # Every suite, service-free first. Each backend target starts its own
 # throwaway server and stops it by PID.
-TEST_SUITES := test-go fuzz-smoke test-example test-etcd test-redis test-postgres test-sdk-conformance test-chaos test-sdk-ts test-sdk-python test-web bench-smoke
+TEST_SUITES := test-go fuzz-smoke test-example test-etcd test-redis test-postgres test-sdk-conformance test-chaos test-sdk-ts test-sdk-python test-web bench-smoke test-ops
 test: setup check-generated lint build ## set up and run the whole test suite (what CI runs)
 	@for t in $(TEST_SUITES); do echo "===== make $$t"; $(MAKE) --no-print-directory $$t; done
 	@echo "make test: all suites passed ($(TEST_SUITES))"
@@ -176,3 +176,57 @@ bench-smoke: ## a short run of make bench, so it cannot rot
 .PHONY: clean
 clean: ## remove build outputs
 	rm -rf $(BIN)
+
+# ---- operators: the container image, the Debian package, the Kubernetes
+# manifests and alert rules (deploy/, docs/operating.md) ----
+
+OPS_VERSION   := $(shell cat $(CURDIR)/VERSION 2>/dev/null || echo 0.1.0)
+OPS_DIST      := $(CURDIR)/dist
+# The platforms make dist-oci and make dist-deb build for; test-ops builds
+# this machine's only.
+OPS_PLATFORMS ?= linux/amd64 linux/arm64
+OPS_HOST      := $(shell go env GOOS)/$(shell go env GOARCH)
+# What the image and the package carry: holdfast (with the embedded memory
+# backend) and the other backend plugins.
+OPS_COMMANDS  := ./server/cmd/holdfast ./plugins/etcd/cmd/holdfast-backend-etcd \
+	./plugins/redis/cmd/holdfast-backend-redis ./plugins/postgres/cmd/holdfast-backend-postgres
+# Image and file times: the last commit's (reproducible builds).
+OPS_DATE      := $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
+
+.PHONY: ops-tools
+ops-tools: ## install what the operators' artifacts need: podman, runc; holdfast-image, nfpm, kustomize, kubectl-validate, promtool into bin/
+	bash scripts/setup.d/70-ops.sh
+
+.PHONY: ops-bin
+# Static (CGO_ENABLED=0), so the image can be built FROM scratch and the
+# package runs on any glibc; the live view embedded.
+ops-bin: web-build ## static binaries for the image and the package: dist/ops/bin/OS-ARCH/
+	@for p in $(OPS_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; echo "ops-bin: $$os/$$arch"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-X main.version=$(OPS_VERSION)" \
+			-o $(OPS_DIST)/ops/bin/$$os-$$arch/ $(OPS_COMMANDS) || exit 1; done
+
+.PHONY: dist-oci
+dist-oci: ops-tools ops-bin ## container image, FROM scratch, as an OCI archive per platform: dist/oci/holdfast-VERSION-OS-ARCH.oci.tar
+	@mkdir -p $(OPS_DIST)/oci
+	@for p in $(OPS_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; b=$(OPS_DIST)/ops/bin/$$os-$$arch; \
+		SOURCE_DATE_EPOCH=$(OPS_DATE) $(BIN)/holdfast-image -platform $$p -version $(OPS_VERSION) \
+			-revision $$(git rev-parse HEAD) -out $(OPS_DIST)/oci/holdfast-$(OPS_VERSION)-$$os-$$arch.oci.tar \
+			$$b/holdfast $$b/holdfast-backend-etcd $$b/holdfast-backend-redis $$b/holdfast-backend-postgres || exit 1; done
+	cd $(OPS_DIST)/oci && sha256sum *.oci.tar > SHA256SUMS
+
+.PHONY: dist-deb
+dist-deb: ops-tools ops-bin ## Debian package with a hardened systemd unit, per Linux platform: dist/deb/holdfast_VERSION_ARCH.deb
+	@mkdir -p $(OPS_DIST)/deb
+	@for p in $(OPS_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; [ "$$os" = linux ] || continue; \
+		SOURCE_DATE_EPOCH=$(OPS_DATE) VERSION=$(OPS_VERSION) DEB_ARCH=$$arch BIN_DIR=$(OPS_DIST)/ops/bin/$$os-$$arch \
+			$(BIN)/nfpm package --config deploy/debian/nfpm.yaml --packager deb --target $(OPS_DIST)/deb/ || exit 1; done
+	cd $(OPS_DIST)/deb && sha256sum *.deb > SHA256SUMS
+
+.PHONY: test-ops
+# This machine's platform only, to stay within a few minutes. The Debian
+# package is installed into this machine's root and purged again.
+test-ops: ## the image (archive; run under podman), the .deb (dpkg -i, run, purge), Kubernetes manifests (kustomize, kubectl-validate), alert rules (promtool)
+	bash scripts/setup.d/10-etcd.sh
+	$(MAKE) --no-print-directory dist-oci dist-deb OPS_PLATFORMS=$(OPS_HOST)
+	@out=$$(gofmt -l tools/ops); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	cd tools/ops && GOWORK=off go vet ./... && GOWORK=off HOLDFAST_OPS_DIST=$(OPS_DIST) $(GO_TEST) -timeout 10m ./...
