@@ -7,8 +7,8 @@ import (
 )
 
 // checkRelease lists everything that disagrees with the repository's
-// VERSION: go.mod files (sibling requires, replace directives), the version
-// constants and the SDK manifests. An empty list means a tag of this tree
+// VERSION: go.mod files (sibling requires, replace directives), go.work's
+// replace lines, the version constants and the SDK manifests. An empty list means a tag of this tree
 // at VERSION is a consistent release.
 func checkRelease(r *repo) []error {
 	var errs []error
@@ -23,6 +23,7 @@ func checkRelease(r *repo) []error {
 		// checkout. Their sibling versions still follow VERSION.
 		errs = append(errs, siblingProblems(r, m, f, !m.InWorkspace)...)
 	}
+	errs = append(errs, workProblems(r)...)
 	for _, c := range versionConsts {
 		v, err := readConst(r.Root, c)
 		if err != nil {

@@ -167,6 +167,13 @@ func TestSetVersion(t *testing.T) {
 		}
 	}
 
+	work := readFixture(t, root, "go.work")
+	for _, dir := range []string{"a", "b", "chaos"} {
+		if want := rootPath + "/" + dir + " v0.2.0 => ./" + dir; !strings.Contains(work, want) {
+			t.Errorf("go.work lacks %q:\n%s", want, work)
+		}
+	}
+
 	out.Reset()
 	if err := setVersion(r, "0.2.0", &out); err != nil {
 		t.Fatal(err)
@@ -177,6 +184,21 @@ func TestSetVersion(t *testing.T) {
 	if err := setVersion(r, "v0.3.0", &out); err == nil {
 		t.Error("set-version v0.3.0 (with the v) was accepted")
 	}
+	if err := setVersion(r, "0.3.0", &out); err != nil {
+		t.Fatal(err)
+	}
+	if work := readFixture(t, root, "go.work"); strings.Contains(work, "v0.2.0") || strings.Count(work, "v0.3.0 =>") != 3 {
+		t.Errorf("go.work after set-version 0.3.0:\n%s", work)
+	}
+}
+
+func readFixture(t *testing.T, root, rel string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(rel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }
 
 func TestCheckNamesEveryDisagreement(t *testing.T) {

@@ -14,7 +14,8 @@ import (
 
 // setVersion makes the repository say version everywhere: VERSION, every
 // go.mod's requires of a sibling (and, for workspace modules, no sibling
-// replace), the version constants and the SDK manifests. It is idempotent,
+// replace), go.work's replace lines, the version constants and the SDK
+// manifests. It is idempotent,
 // and it is the one way these files change for a release: after a merge
 // that touched go.mod files, running it again redoes the mechanical part.
 func setVersion(r *repo, version string, stdout io.Writer) error {
@@ -38,6 +39,13 @@ func setVersion(r *repo, version string, stdout io.Writer) error {
 		return os.WriteFile(p, data, 0o644)
 	}
 	if err := write("VERSION", []byte(v+"\n")); err != nil {
+		return err
+	}
+	work, err := rewriteGoWork(r)
+	if err != nil {
+		return err
+	}
+	if err := write("go.work", work); err != nil {
 		return err
 	}
 	for _, m := range r.Modules {
