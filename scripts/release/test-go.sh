@@ -6,7 +6,8 @@
 #   1. go install holdfast, holdfast-conformance and the example plugin
 #      @vVERSION; run the conformance suite on the installed plugin; start
 #      the installed `holdfast serve` and take a lock with the installed CLI;
-#   2. a fresh module that `go get`s sdk-go and takes a lock;
+#   2. a fresh module that `go get`s sdk-go and takes a lock (and the same
+#      program built on this checkout through go.work, as README shows);
 #   3. a fresh plugin module that `go get`s core, builds a backend with
 #      Serve, passes `holdfast-conformance backend`, and passes the suite
 #      from its own `go test` after `go get`ting conformance.
@@ -72,6 +73,22 @@ run go mod tidy
 run go build -o "$work/bin/client" .
 grep -E "$mod/(sdk-go|proto) " go.mod
 
+step "a fresh module on this checkout instead of a release (README: Go from a checkout)"
+# No proxy holds an unreleased checkout: go.work replaces the modules with
+# their directories, and the require is written by hand (go get would ask the
+# proxy for the version).
+mkdir -p "$work/checkout"
+(
+	cd "$work/checkout"
+	unset GOWORK # this project's own go.work
+	run go mod init example.com/locktest
+	run go work init .
+	run go work edit -replace="$mod/sdk-go=$root/sdk-go" -replace="$mod/proto=$root/proto"
+	run go mod edit -require="$mod/sdk-go@v$version"
+	cp "$here/go/client/main.go" .
+	run go build -o "$work/bin/client-checkout" .
+)
+
 step "the installed holdfast serve, the installed CLI and the fresh module's client against it"
 # with-server.sh starts $HOLDFAST_BIN_DIR/holdfast on 127.0.0.1:0 and stops
 # it by PID; the binary it runs is the one go install just wrote.
@@ -86,6 +103,7 @@ HOLDFAST_BIN_DIR=$GOBIN "$root/scripts/with-server.sh" bash -euo pipefail -c '
 	[ -n "$token" ] || { echo "test-go: FAIL: no owner token in holdfast acquire output" >&2; exit 1; }
 	run holdfast release release-test/once "$token" --server "$HOLDFAST_ADDR"
 	run "$GOBIN/client" "$HOLDFAST_ADDR"
+	run "$GOBIN/client-checkout" "$HOLDFAST_ADDR"
 ' "$version"
 
 step "a fresh plugin module that go gets core"

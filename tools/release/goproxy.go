@@ -181,3 +181,12 @@ func (i memInfo) Mode() os.FileMode  { return 0o644 }
 func (i memInfo) ModTime() time.Time { return time.Time{} }
 func (i memInfo) IsDir() bool        { return false }
 func (i memInfo) Sys() any           { return nil }
+
+// moduleTag is the git tag that publishes m at version: the go command
+// finds a module in a subdirectory by a tag prefixed with that directory.
+func moduleTag(m goModule, version string) string {
+	if m.Dir == "." {
+		return version
+	}
+	return m.Dir + "/" + version
+}

@@ -5,6 +5,7 @@
 //	holdfast-release set-version [VERSION]   write VERSION (if given) and rewrite every go.mod's sibling requires, the version constants and the SDK manifests to it
 //	holdfast-release check                   fail when anything disagrees with VERSION (what set-version writes)
 //	holdfast-release goproxy -out DIR        write a file-system module proxy (GOPROXY=file://DIR) holding every shipped module at VERSION
+//	holdfast-release tags                    print the git tag of every shipped module at VERSION (core/v0.1.0, …)
 //	holdfast-release standalone DIR -- CMD…  run CMD in module DIR with GOWORK=off, siblings taken from this checkout
 //	holdfast-release tidy DIR                `go mod tidy` module DIR with GOWORK=off, siblings taken from this checkout
 //
@@ -32,6 +33,7 @@ const usage = `usage:
   holdfast-release set-version [VERSION]
   holdfast-release check
   holdfast-release goproxy -out DIR
+  holdfast-release tags
   holdfast-release standalone MODULE_DIR -- CMD [ARGS...]
   holdfast-release tidy MODULE_DIR
 `
@@ -61,7 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func dispatch(cmd string, args []string, stdout, stderr io.Writer) error {
-	repo, err := openRepo(".")
+	r, err := openRepo(".")
 	if err != nil {
 		return err
 	}
@@ -70,19 +72,19 @@ func dispatch(cmd string, args []string, stdout, stderr io.Writer) error {
 		if len(args) > 1 {
 			return fmt.Errorf("%w: set-version takes at most one VERSION", errUsage)
 		}
-		version := repo.Version
+		version := r.Version
 		if len(args) == 1 {
 			version = args[0]
 		}
-		return setVersion(repo, version, stdout)
+		return setVersion(r, version, stdout)
 	case "check":
 		if len(args) != 0 {
 			return fmt.Errorf("%w: check takes no arguments", errUsage)
 		}
-		if err := errors.Join(checkRelease(repo)...); err != nil {
+		if err := errors.Join(checkRelease(r)...); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "release %s: every module, constant and SDK manifest agrees\n", repo.Version)
+		fmt.Fprintf(stdout, "release %s: every module, constant and SDK manifest agrees\n", r.Version)
 		return nil
 	case "goproxy":
 		fs := flag.NewFlagSet("goproxy", flag.ContinueOnError)
@@ -94,17 +96,27 @@ func dispatch(cmd string, args []string, stdout, stderr io.Writer) error {
 		if *out == "" || fs.NArg() != 0 {
 			return fmt.Errorf("%w: goproxy needs -out DIR and nothing else", errUsage)
 		}
-		return writeGoProxy(repo, *out, stdout)
+		return writeGoProxy(r, *out, stdout)
+	case "tags":
+		if len(args) != 0 {
+			return fmt.Errorf("%w: tags takes no arguments", errUsage)
+		}
+		for _, m := range r.Modules {
+			if m.Shipped {
+				fmt.Fprintln(stdout, moduleTag(m, r.GoVersion()))
+			}
+		}
+		return nil
 	case "standalone":
 		if len(args) < 3 || args[1] != "--" {
 			return fmt.Errorf("%w: standalone MODULE_DIR -- CMD [ARGS...]", errUsage)
 		}
-		return standalone(repo, args[0], args[2:], stdout, stderr)
+		return standalone(r, args[0], args[2:], stdout, stderr)
 	case "tidy":
 		if len(args) != 1 {
 			return fmt.Errorf("%w: tidy MODULE_DIR", errUsage)
 		}
-		return tidy(repo, args[0], stdout, stderr)
+		return tidy(r, args[0], stdout, stderr)
 	default:
 		return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
 	}

@@ -344,3 +344,21 @@ func zipContent(t *testing.T, path, name string) string {
 	t.Fatalf("%s has no %s", path, name)
 	return ""
 }
+
+func TestTags(t *testing.T) {
+	root := fixture(t)
+	var out bytes.Buffer
+	if code := runCLI(t, root, &out, "tags"); code != 0 {
+		t.Fatalf("tags: exit %d\n%s", code, out.String())
+	}
+	if got, want := out.String(), "a/v0.0.1\nb/v0.0.1\n"; got != want {
+		t.Errorf("tags printed %q, want %q (the shipped modules, prefixed by their directories)", got, want)
+	}
+}
+
+// runCLI runs the command line in dir, as the tool is run from a shell.
+func runCLI(t *testing.T, dir string, out *bytes.Buffer, args ...string) int {
+	t.Helper()
+	t.Chdir(dir)
+	return run(args, out, out)
+}
