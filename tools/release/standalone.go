@@ -61,6 +61,19 @@ func tidy(r *repo, dir string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	// A requirement tidy added for a sibling points at the directory's
+	// zero pseudo-version: it is the release version.
+	var pseudo []string
+	for _, req := range f.Require {
+		if r.sibling(req.Mod.Path) && req.Mod.Version != r.GoVersion() {
+			pseudo = append(pseudo, req.Mod.Path)
+		}
+	}
+	for _, path := range pseudo {
+		if err := f.AddRequire(path, r.GoVersion()); err != nil {
+			return err
+		}
+	}
 	f.Cleanup()
 	out, err := f.Format()
 	if err != nil {
