@@ -213,7 +213,7 @@ dist-goproxy: tools ## dist/goproxy: a file-system Go module proxy with every sh
 # Each command is built from its own module's go.mod (GOWORK=off, the
 # dependency versions `go install …@vVERSION` selects), statically, without
 # local paths, with the live view embedded.
-dist-bin: tools web-build ## dist/bin: holdfast, every plugin and holdfast-conformance for $(DIST_PLATFORMS), with SHA256SUMS
+dist-bin: tools web-build ## dist/bin: holdfast, every plugin and holdfast-conformance for linux/amd64, linux/arm64, darwin/arm64, with SHA256SUMS
 	rm -rf $(DIST)/bin
 	@for p in $(DIST_PLATFORMS); do for c in $(DIST_COMMANDS); do \
 		os=$${p%/*}; arch=$${p#*/}; dir=$${c%%:*}; cmd=$${c#*:}; echo "dist-bin: $$os/$$arch $$cmd"; \
