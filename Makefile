@@ -4,6 +4,9 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 BIN        := $(CURDIR)/bin
+DIST       := $(CURDIR)/dist
+# The release version of every Go module and SDK package (make set-version).
+RELEASE_VERSION := $(shell cat $(CURDIR)/VERSION)
 GO_MODULES := proto core server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance plugins/example chaos
 # Modules whose tests need no external service; the etcd, Redis and PostgreSQL
 # plugins run in test-etcd, test-redis and test-postgres with their servers.
@@ -20,8 +23,8 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## build the pinned code generators into bin/
-	@cd tools && GOWORK=off GOBIN=$(BIN) go install tool
+tools: ## build the pinned code generators and the release tool (holdfast-release) into bin/
+	@cd tools && GOWORK=off GOBIN=$(BIN) go install tool && GOWORK=off go build -o $(BIN)/holdfast-release ./release
 
 .PHONY: generate
 generate: tools sdk-codegen-tools ## regenerate code from proto/ (Go, TypeScript, Python)
@@ -72,10 +75,17 @@ run: build ## run the server on the embedded memory backend at 127.0.0.1:7410
 	$(BIN)/holdfast serve
 
 .PHONY: lint
-lint: tools ## buf lint, gofmt, go vet, and each module built alone (GOWORK=off)
+# Each module is also built and vetted alone (GOWORK=off), from its own
+# go.mod and go.sum, so go.work cannot hide a missing requirement; its
+# siblings come from this checkout through a temporary go.mod
+# (holdfast-release standalone; CONTRIBUTING.md says why).
+lint: tools ## buf lint, gofmt, go vet, each module built alone (GOWORK=off), one version everywhere
 	$(BIN)/buf lint
-	@out=$$(gofmt -l $(GO_MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@for m in $(GO_MODULES); do echo "vet $$m"; (cd $$m && go vet ./... && GOWORK=off go build ./... && GOWORK=off go vet ./...); done
+	@out=$$(gofmt -l $(GO_MODULES) tools scripts/release); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(BIN)/holdfast-release check
+	@for m in $(GO_MODULES); do echo "vet $$m"; (cd $$m && go vet ./...) && \
+		$(BIN)/holdfast-release standalone $$m -- go build ./... && $(BIN)/holdfast-release standalone $$m -- go vet ./...; done
+	cd tools && GOWORK=off go vet ./release
 
 .PHONY: test-go
 # The SDK matrix (every SDK on memory, Go on every backend) is
@@ -88,7 +98,7 @@ test-go: build ## go test -race across the Go modules that need no external serv
 .PHONY: test
 # Every suite, service-free first. Each backend target starts its own
 # throwaway server and stops it by PID.
-TEST_SUITES := test-go fuzz-smoke test-example test-etcd test-redis test-postgres test-sdk-conformance test-chaos test-sdk-ts test-sdk-python test-web bench-smoke test-ops
+TEST_SUITES := test-go fuzz-smoke test-example test-etcd test-redis test-postgres test-sdk-conformance test-chaos test-sdk-ts test-sdk-python test-web bench-smoke test-release test-ops
 test: setup check-generated lint build ## set up and run the whole test suite (what CI runs)
 	@for t in $(TEST_SUITES); do echo "===== make $$t"; $(MAKE) --no-print-directory $$t; done
 	@echo "make test: all suites passed ($(TEST_SUITES))"
@@ -173,23 +183,71 @@ fuzz-smoke: ## run each fuzz target for FUZZTIME (default 10s): request validati
 bench-smoke: ## a short run of make bench, so it cannot rot
 	$(MAKE) bench BENCH_FLAGS="-duration 200ms -hot-duration 500ms -footprint-locks 2000 -footprint-waiters 500 -footprint-loop 2000"
 
+.PHONY: set-version
+set-version: tools ## make every go.mod, go.work, version constant and SDK manifest say VERSION (or TO=X.Y.Z: write VERSION first)
+	$(BIN)/holdfast-release set-version $(TO)
+
+.PHONY: tidy
+tidy: tools ## go mod tidy every module on its own (GOWORK=off, siblings from this checkout)
+	@for m in $(GO_MODULES); do echo "tidy $$m"; $(BIN)/holdfast-release tidy $$m; done
+
+# ---- release: dist/ holds what a release publishes (CONTRIBUTING.md) ----
+
+# module directory:command, for dist/bin.
+DIST_COMMANDS := server:holdfast plugins/memory:holdfast-backend-memory plugins/etcd:holdfast-backend-etcd \
+	plugins/redis:holdfast-backend-redis plugins/postgres:holdfast-backend-postgres \
+	plugins/example:holdfast-backend-example conformance:holdfast-conformance
+DIST_PLATFORMS := linux/amd64 linux/arm64 darwin/arm64
+# The SDK packages' targets (sdk-ts, sdk-python); dist runs each one defined.
+DIST_SDK_TARGETS := dist-npm dist-python
+
+.PHONY: dist
+dist: dist-goproxy dist-bin dist-sdk dist-oci dist-deb ## write the release into dist/: goproxy/ (Go modules), bin/ (binaries + SHA256SUMS), npm/, python/, oci/ (container image), deb/ (Debian package)
+	@echo "dist: release $(RELEASE_VERSION) in $(DIST)"
+
+.PHONY: dist-goproxy
+dist-goproxy: tools ## dist/goproxy: a file-system Go module proxy with every shipped module at VERSION
+	$(BIN)/holdfast-release goproxy -out $(DIST)/goproxy
+
+.PHONY: dist-bin
+# Each command is built from its own module's go.mod (GOWORK=off, the
+# dependency versions `go install …@vVERSION` selects), statically, without
+# local paths, with the live view embedded.
+dist-bin: tools web-build ## dist/bin: holdfast, every plugin and holdfast-conformance for linux/amd64, linux/arm64, darwin/arm64, with SHA256SUMS
+	rm -rf $(DIST)/bin
+	@for p in $(DIST_PLATFORMS); do for c in $(DIST_COMMANDS); do \
+		os=$${p%/*}; arch=$${p#*/}; dir=$${c%%:*}; cmd=$${c#*:}; echo "dist-bin: $$os/$$arch $$cmd"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(BIN)/holdfast-release standalone $$dir -- \
+			go build -trimpath -o $(DIST)/bin/$$os-$$arch/$$cmd ./cmd/$$cmd || exit 1; \
+	done; done
+	cd $(DIST)/bin && sha256sum */* > SHA256SUMS && cat SHA256SUMS
+
+.PHONY: dist-sdk
+dist-sdk: ## dist/npm and dist/python, through the SDK packages' own targets (skipped, saying so, while one is not defined)
+	@for t in $(DIST_SDK_TARGETS); do \
+		if grep -qE "^$$t:" $(MAKEFILE_LIST); then $(MAKE) --no-print-directory $$t || exit 1; \
+		else echo "dist: no '$$t' target yet: skipping it (dist/$${t#dist-} not written)"; fi; done
+
+.PHONY: test-release
+# What a release's users do, from fresh projects outside the checkout, with
+# only dist/ and the public registries (scripts/release/). It needs the module
+# proxy and the SDK packages, not the cross-compiled binaries.
+test-release: dist-goproxy dist-sdk ## install the release from dist/ into fresh projects and use it (Go; npm and Python when their scripts exist)
+	cd tools && GOWORK=off $(GO_TEST) ./release
+	scripts/release/test-release.sh $(DIST)
+
 .PHONY: clean
 clean: ## remove build outputs
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)
 
 # ---- operators: the container image, the Debian package, the Kubernetes
 # manifests and alert rules (deploy/, docs/operating.md) ----
 
-OPS_VERSION   := $(shell cat $(CURDIR)/VERSION 2>/dev/null || echo 0.1.0)
-OPS_DIST      := $(CURDIR)/dist
-# The platforms make dist-oci and make dist-deb build for; test-ops builds
-# this machine's only.
-OPS_PLATFORMS ?= linux/amd64 linux/arm64
-OPS_HOST      := $(shell go env GOOS)/$(shell go env GOARCH)
-# What the image and the package carry: holdfast (with the embedded memory
-# backend) and the other backend plugins.
-OPS_COMMANDS  := ./server/cmd/holdfast ./plugins/etcd/cmd/holdfast-backend-etcd \
-	./plugins/redis/cmd/holdfast-backend-redis ./plugins/postgres/cmd/holdfast-backend-postgres
+# The Linux platforms of the release; the image and the package carry
+# dist-bin's binaries of holdfast (with the embedded memory backend) and the
+# other backend plugins, static.
+OPS_PLATFORMS = $(filter linux/%,$(DIST_PLATFORMS))
+OPS_COMMANDS  := holdfast holdfast-backend-etcd holdfast-backend-redis holdfast-backend-postgres
 # Image and file times: the last commit's (reproducible builds).
 OPS_DATE      := $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
 
@@ -197,36 +255,32 @@ OPS_DATE      := $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
 ops-tools: ## install what the operators' artifacts need: podman, runc; holdfast-image, nfpm, kustomize, kubectl-validate, promtool into bin/
 	bash scripts/setup.d/70-ops.sh
 
-.PHONY: ops-bin
-# Static (CGO_ENABLED=0), so the image can be built FROM scratch and the
-# package runs on any glibc; the live view embedded.
-ops-bin: web-build ## static binaries for the image and the package: dist/ops/bin/OS-ARCH/
-	@for p in $(OPS_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; echo "ops-bin: $$os/$$arch"; \
-		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-X main.version=$(OPS_VERSION)" \
-			-o $(OPS_DIST)/ops/bin/$$os-$$arch/ $(OPS_COMMANDS) || exit 1; done
-
 .PHONY: dist-oci
-dist-oci: ops-tools ops-bin ## container image, FROM scratch, as an OCI archive per platform: dist/oci/holdfast-VERSION-OS-ARCH.oci.tar
-	@mkdir -p $(OPS_DIST)/oci
-	@for p in $(OPS_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; b=$(OPS_DIST)/ops/bin/$$os-$$arch; \
-		SOURCE_DATE_EPOCH=$(OPS_DATE) $(BIN)/holdfast-image -platform $$p -version $(OPS_VERSION) \
-			-revision $$(git rev-parse HEAD) -out $(OPS_DIST)/oci/holdfast-$(OPS_VERSION)-$$os-$$arch.oci.tar \
-			$$b/holdfast $$b/holdfast-backend-etcd $$b/holdfast-backend-redis $$b/holdfast-backend-postgres || exit 1; done
-	cd $(OPS_DIST)/oci && sha256sum *.oci.tar > SHA256SUMS
+dist-oci: ops-tools dist-bin ## dist/oci: the container image, FROM scratch, an OCI archive per Linux platform (holdfast-VERSION-linux-ARCH.oci.tar)
+	@mkdir -p $(DIST)/oci
+	@for p in $(OPS_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
+		SOURCE_DATE_EPOCH=$(OPS_DATE) $(BIN)/holdfast-image -platform $$p -version $(RELEASE_VERSION) \
+			-revision $$(git rev-parse HEAD) -out $(DIST)/oci/holdfast-$(RELEASE_VERSION)-$$os-$$arch.oci.tar \
+			$(addprefix $(DIST)/bin/$$os-$$arch/,$(OPS_COMMANDS)) || exit 1; done
+	cd $(DIST)/oci && sha256sum *.oci.tar > SHA256SUMS
 
 .PHONY: dist-deb
-dist-deb: ops-tools ops-bin ## Debian package with a hardened systemd unit, per Linux platform: dist/deb/holdfast_VERSION_ARCH.deb
-	@mkdir -p $(OPS_DIST)/deb
-	@for p in $(OPS_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; [ "$$os" = linux ] || continue; \
-		SOURCE_DATE_EPOCH=$(OPS_DATE) VERSION=$(OPS_VERSION) DEB_ARCH=$$arch BIN_DIR=$(OPS_DIST)/ops/bin/$$os-$$arch \
-			$(BIN)/nfpm package --config deploy/debian/nfpm.yaml --packager deb --target $(OPS_DIST)/deb/ || exit 1; done
-	cd $(OPS_DIST)/deb && sha256sum *.deb > SHA256SUMS
+dist-deb: ops-tools dist-bin ## dist/deb: the Debian package with a hardened systemd unit, per Linux platform (holdfast_VERSION_ARCH.deb)
+	@mkdir -p $(DIST)/deb
+	@for p in $(OPS_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
+		SOURCE_DATE_EPOCH=$(OPS_DATE) VERSION=$(RELEASE_VERSION) DEB_ARCH=$$arch BIN_DIR=$(DIST)/bin/$$os-$$arch \
+			$(BIN)/nfpm package --config deploy/debian/nfpm.yaml --packager deb --target $(DIST)/deb/ || exit 1; done
+	cd $(DIST)/deb && sha256sum *.deb > SHA256SUMS
 
 .PHONY: test-ops
-# This machine's platform only, to stay within a few minutes. The Debian
-# package is installed into this machine's root and purged again.
+# This machine's platform and the commands the image and package carry
+# only, to stay within a few minutes, into a dist of its own (a release in
+# dist/ is left alone). The Debian package is installed into this machine's
+# root and purged again.
+OPS_TEST_DIST := $(DIST)/test-ops
 test-ops: ## the image (archive; run under podman), the .deb (dpkg -i, run, purge), Kubernetes manifests (kustomize, kubectl-validate), alert rules (promtool)
 	bash scripts/setup.d/10-etcd.sh
-	$(MAKE) --no-print-directory dist-oci dist-deb OPS_PLATFORMS=$(OPS_HOST)
+	$(MAKE) --no-print-directory dist-oci dist-deb DIST=$(OPS_TEST_DIST) \
+		DIST_PLATFORMS=$$(go env GOOS)/$$(go env GOARCH) DIST_COMMANDS="$(filter %:holdfast $(addprefix %:,$(OPS_COMMANDS)),$(DIST_COMMANDS))"
 	@out=$$(gofmt -l tools/ops); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	cd tools/ops && GOWORK=off go vet ./... && GOWORK=off HOLDFAST_OPS_DIST=$(OPS_DIST) $(GO_TEST) -timeout 10m ./...
+	cd tools/ops && GOWORK=off go vet ./... && GOWORK=off HOLDFAST_OPS_DIST=$(OPS_TEST_DIST) $(GO_TEST) -timeout 10m ./...
