@@ -53,6 +53,7 @@ func newPodman(t *testing.T) (podman, string) {
 		t.Skipf("containers cannot run on this machine: podman load failed: %v\n%s\n(the archive is checked by TestImageArchive)", err, out)
 	}
 	img := "localhost/holdfast:" + version(t)
+	t.Cleanup(func() { _ = p.cmd("rmi", "--force", img).Run() })
 	// A first run proves the machine can run containers at all.
 	if out, err := p.cmd(append(append([]string{"run", "--rm", "--network", "none"}, limits...),
 		"--entrypoint", "/usr/local/bin/holdfast", img, "version")...).CombinedOutput(); err != nil {
