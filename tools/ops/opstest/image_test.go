@@ -31,8 +31,9 @@ func archive(t *testing.T) string {
 	return p
 }
 
-// untar unpacks the tar at src into dir.
-func untar(t *testing.T, src io.Reader, dir string) {
+// untar unpacks the tar at src into dir, showing each entry to seen
+// first (when not nil).
+func untar(t *testing.T, src io.Reader, dir string, seen ...func(*tar.Header)) {
 	t.Helper()
 	tr := tar.NewReader(src)
 	for {
@@ -42,6 +43,9 @@ func untar(t *testing.T, src io.Reader, dir string) {
 		}
 		if err != nil {
 			t.Fatal(err)
+		}
+		for _, f := range seen {
+			f(h)
 		}
 		p := filepath.Join(dir, filepath.FromSlash(path.Clean("/"+h.Name)))
 		switch h.Typeflag {
@@ -153,20 +157,7 @@ func TestImageArchive(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		data, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := tar.NewReader(strings.NewReader(string(data)))
-		for {
-			h, err := tr.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+		untar(t, rc, rootfs, func(h *tar.Header) {
 			files = append(files, h.Name)
 			if h.Uid != 0 || h.Gid != 0 {
 				t.Errorf("%s owned by %d:%d: the server's user must own nothing", h.Name, h.Uid, h.Gid)
@@ -174,8 +165,8 @@ func TestImageArchive(t *testing.T) {
 			if h.Mode&0o6000 != 0 || (h.Typeflag == tar.TypeReg && h.Mode&0o022 != 0) {
 				t.Errorf("%s mode %o: setuid/setgid or writable by others", h.Name, h.Mode)
 			}
-		}
-		untar(t, strings.NewReader(string(data)), rootfs)
+		})
+		rc.Close()
 	}
 	for _, want := range []string{"etc/passwd", "etc/group", "tmp/", "etc/ssl/certs/ca-certificates.crt",
 		"usr/local/bin/holdfast", "usr/local/bin/holdfast-backend-etcd", "usr/local/bin/holdfast-backend-redis", "usr/local/bin/holdfast-backend-postgres"} {
