@@ -252,7 +252,7 @@ OPS_COMMANDS  := holdfast holdfast-backend-etcd holdfast-backend-redis holdfast-
 OPS_DATE      := $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
 
 .PHONY: ops-tools
-ops-tools: ## install what the operators' artifacts need: podman, runc; holdfast-image, nfpm, kustomize, kubectl-validate, promtool into bin/
+ops-tools: ## install what the operators' artifacts need: podman, runc, systemd-nspawn and a Debian to boot; holdfast-image, nfpm, kustomize, kubectl-validate, promtool into bin/
 	bash scripts/setup.d/70-ops.sh
 
 .PHONY: dist-oci
@@ -278,7 +278,7 @@ dist-deb: ops-tools dist-bin ## dist/deb: the Debian package with a hardened sys
 # dist/ is left alone). The Debian package is installed into this machine's
 # root and purged again.
 OPS_TEST_DIST := $(DIST)/test-ops
-test-ops: ## the image (archive; run under podman), the .deb (dpkg -i, run, purge), Kubernetes manifests (kustomize, kubectl-validate), alert rules (promtool)
+test-ops: ## the image (archive; run under podman), the .deb (dpkg -i here, and under systemd in systemd-nspawn; purged), Kubernetes manifests (kustomize, kubectl-validate), alert rules (promtool)
 	bash scripts/setup.d/10-etcd.sh
 	$(MAKE) --no-print-directory dist-oci dist-deb DIST=$(OPS_TEST_DIST) \
 		DIST_PLATFORMS=$$(go env GOOS)/$$(go env GOARCH) DIST_COMMANDS="$(filter %:holdfast $(addprefix %:,$(OPS_COMMANDS)),$(DIST_COMMANDS))"
