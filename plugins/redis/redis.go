@@ -79,7 +79,7 @@ var _ backend.Backend = (*Backend)(nil)
 
 // Open parses opts (see OptionKeys), connects and checks the connection
 // within the dial timeout, so a wrong address or wrong credentials fail
-// start-up with a clear error. It is the plugin's backend.OpenFunc.
+// start-up with a clear error. It is the plugin's backendserver.OpenFunc.
 func Open(ctx context.Context, opts map[string]string) (backend.Backend, error) {
 	o, err := ParseOptions(opts)
 	if err != nil {

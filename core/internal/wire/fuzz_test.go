@@ -1,4 +1,4 @@
-package pluginhost
+package wire
 
 import (
 	"errors"
@@ -49,7 +49,7 @@ func FuzzDecodeResponses(f *testing.F) {
 			if proto.Unmarshal(data, &m) != nil {
 				return
 			}
-			res, err := decodeAcquire(&m, key)
+			res, err := FromAcquireResponse(&m, key)
 			if refused(err) {
 				return
 			}
@@ -64,7 +64,7 @@ func FuzzDecodeResponses(f *testing.F) {
 			if proto.Unmarshal(data, &m) != nil {
 				return
 			}
-			res, err := decodeExtend(&m, key)
+			res, err := FromExtendResponse(&m, key)
 			if !refused(err) && res.Extended {
 				check(res.Record, key)
 			}
@@ -73,7 +73,7 @@ func FuzzDecodeResponses(f *testing.F) {
 			if proto.Unmarshal(data, &m) != nil {
 				return
 			}
-			rec, found, err := decodeGet(&m, key)
+			rec, found, err := FromGetResponse(&m, key)
 			if !refused(err) && found {
 				check(rec, key)
 			}
@@ -83,7 +83,7 @@ func FuzzDecodeResponses(f *testing.F) {
 				return
 			}
 			req := backend.ListRequest{Prefix: prefix, PageSize: int(pageSize)}
-			page, err := decodeList(&m, req)
+			page, err := FromListResponse(&m, req)
 			if refused(err) {
 				return
 			}
@@ -101,7 +101,7 @@ func FuzzDecodeResponses(f *testing.F) {
 			if proto.Unmarshal(data, &m) != nil {
 				return
 			}
-			ev, err := decodeEvent(&m, prefix)
+			ev, err := FromWatchResponse(&m, prefix)
 			if refused(err) {
 				return
 			}
@@ -119,7 +119,7 @@ func FuzzDecodeResponses(f *testing.F) {
 			if proto.Unmarshal(data, &m) != nil {
 				return
 			}
-			info, err := decodeInfo(&m)
+			info, err := FromInfoResponse(&m)
 			if refused(err) {
 				return
 			}
@@ -134,37 +134,40 @@ func FuzzDecodeResponses(f *testing.F) {
 func TestDecodeRefusesNonsense(t *testing.T) {
 	rec := func(key string) *backendv1.Record { return &backendv1.Record{Key: key, FencingToken: 1} }
 	for name, err := range map[string]error{
-		"acquired without a record": func() error { _, err := decodeAcquire(&backendv1.AcquireResponse{Acquired: true}, "k"); return err }(),
-		"acquired another key": func() error {
-			_, err := decodeAcquire(&backendv1.AcquireResponse{Acquired: true, Record: rec("x")}, "k")
+		"acquired without a record": func() error {
+			_, err := FromAcquireResponse(&backendv1.AcquireResponse{Acquired: true}, "k")
 			return err
 		}(),
-		"extended without a record": func() error { _, err := decodeExtend(&backendv1.ExtendResponse{Extended: true}, "k"); return err }(),
-		"found without a record":    func() error { _, _, err := decodeGet(&backendv1.GetResponse{Found: true}, "k"); return err }(),
+		"acquired another key": func() error {
+			_, err := FromAcquireResponse(&backendv1.AcquireResponse{Acquired: true, Record: rec("x")}, "k")
+			return err
+		}(),
+		"extended without a record": func() error { _, err := FromExtendResponse(&backendv1.ExtendResponse{Extended: true}, "k"); return err }(),
+		"found without a record":    func() error { _, _, err := FromGetResponse(&backendv1.GetResponse{Found: true}, "k"); return err }(),
 		"list outside the prefix": func() error {
-			_, err := decodeList(&backendv1.ListResponse{Records: []*backendv1.Record{rec("b/1")}}, backend.ListRequest{Prefix: "a/", PageSize: 10})
+			_, err := FromListResponse(&backendv1.ListResponse{Records: []*backendv1.Record{rec("b/1")}}, backend.ListRequest{Prefix: "a/", PageSize: 10})
 			return err
 		}(),
 		"list over the page size": func() error {
-			_, err := decodeList(&backendv1.ListResponse{Records: []*backendv1.Record{rec("a"), rec("b")}}, backend.ListRequest{PageSize: 1})
+			_, err := FromListResponse(&backendv1.ListResponse{Records: []*backendv1.Record{rec("a"), rec("b")}}, backend.ListRequest{PageSize: 1})
 			return err
 		}(),
 		"list entry without a record": func() error {
-			_, err := decodeList(&backendv1.ListResponse{Records: []*backendv1.Record{nil}}, backend.ListRequest{PageSize: 1})
+			_, err := FromListResponse(&backendv1.ListResponse{Records: []*backendv1.Record{nil}}, backend.ListRequest{PageSize: 1})
 			return err
 		}(),
 		"event without a record": func() error {
-			_, err := decodeEvent(&backendv1.WatchResponse{Type: backendv1.EventType_EVENT_TYPE_RELEASED}, "")
+			_, err := FromWatchResponse(&backendv1.WatchResponse{Type: backendv1.EventType_EVENT_TYPE_RELEASED}, "")
 			return err
 		}(),
-		"event of no type": func() error { _, err := decodeEvent(&backendv1.WatchResponse{}, ""); return err }(),
+		"event of no type": func() error { _, err := FromWatchResponse(&backendv1.WatchResponse{}, ""); return err }(),
 	} {
 		if !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "malformed") {
 			t.Errorf("%s: %v, want a malformed-answer error wrapping ErrUnavailable", name, err)
 		}
 	}
 	// A busy key whose holder the plugin does not know is not nonsense.
-	if res, err := decodeAcquire(&backendv1.AcquireResponse{Record: &backendv1.Record{}}, "k"); err != nil || res.Acquired {
+	if res, err := FromAcquireResponse(&backendv1.AcquireResponse{Record: &backendv1.Record{}}, "k"); err != nil || res.Acquired {
 		t.Errorf("not acquired, holder unknown: %+v %v", res, err)
 	}
 }

@@ -1,4 +1,27 @@
-package backend
+// Package backendserver runs a holdfast backend as a plugin process. A
+// backend's main is one call:
+//
+//	func main() {
+//		backendserver.Serve(mystore.Open) // func(ctx, opts map[string]string) (backend.Backend, error)
+//	}
+//
+// Serve checks that a holdfast host started the process, reads the
+// backend's options (`holdfast serve --backend-opt key=value`), calls the
+// open function (an error there is logged and ends the process with status
+// 1; the host shows the message), and serves the backend until the host
+// shuts the plugin down.
+//
+// The host launches the executable through hashicorp/go-plugin (gRPC,
+// magic-cookie handshake, AutoMTLS); the handshake, the protocol messages and
+// the environment the host passes are internal to holdfast, so a plugin
+// depends on none of them. Nothing may be written to stdout before Serve:
+// stdout carries the handshake. Log to stderr (slog's default logger, which
+// Serve sets up).
+//
+// The contract a backend implements (the interface, its types, the sentinel
+// errors) is package core/backend, which imports nothing heavier than the
+// standard library and proto/hlc.
+package backendserver
 
 import (
 	"context"
@@ -15,37 +38,17 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
+	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/internal/handshake"
 	backendv1 "github.com/holdfast/holdfast/proto/holdfast/backend/v1"
 )
 
 // OpenFunc opens a backend from its options (the --backend-opt key=value
 // pairs of `holdfast serve`). It should refuse options it does not know,
-// with an error naming them, and wrap ErrInvalidArgument for bad values.
-// ctx is cancelled when Serve gives up waiting for the backend to open.
-type OpenFunc func(ctx context.Context, opts map[string]string) (Backend, error)
-
-// OptionsEnv is the environment variable through which the plugin host hands
-// the backend's options to the plugin process: a JSON object of
-// string to string.
-const OptionsEnv = "HOLDFAST_BACKEND_OPTIONS"
-
-// LogLevelEnv optionally sets the plugin's log level (trace, debug, info,
-// warn, error); the default is info. The host filters again at its own level.
-const LogLevelEnv = "HOLDFAST_BACKEND_LOG_LEVEL"
-
-// PluginName is the name under which Serve registers the backend with
-// go-plugin; the host dispenses it by this name.
-const PluginName = "backend"
-
-// HandshakeConfig is the go-plugin handshake shared by Serve and the plugin
-// host. ProtocolVersion is the version of holdfast.backend.v1 spoken by both;
-// the magic cookie only keeps people from running a plugin by hand (it is not
-// a security measure: pin plugins by SHA-256 for that).
-var HandshakeConfig = plugin.HandshakeConfig{
-	ProtocolVersion:  1,
-	MagicCookieKey:   "HOLDFAST_BACKEND_PLUGIN",
-	MagicCookieValue: "b4c0f8e2-holdfast-backend-v1",
-}
+// with an error naming them, and wrap backend.ErrInvalidArgument for bad
+// values. ctx is cancelled when Serve gives up waiting for the backend to
+// open.
+type OpenFunc func(ctx context.Context, opts map[string]string) (backend.Backend, error)
 
 // openTimeout bounds how long Serve waits for OpenFunc.
 const openTimeout = time.Minute
@@ -60,12 +63,9 @@ const orphanCheckInterval = 500 * time.Millisecond
 // backend if it implements io.Closer), when the host process dies, or with
 // status 1 when open fails.
 //
-// It reads the options from OptionsEnv, calls open, and serves the backend
-// over gRPC through hashicorp/go-plugin. Nothing may be written to stdout
-// before Serve: stdout carries the handshake. Logs go to stderr as JSON lines
-// (hclog's format: @level, @message, @timestamp), which the host re-levels
-// into its own log; Serve also points slog's default logger there, so a
-// backend can simply use slog.
+// Logs go to stderr as JSON lines (hclog's format: @level, @message,
+// @timestamp), which the host re-levels into its own log; Serve points
+// slog's default logger there, so a backend can simply use slog.
 //
 // When open fails, Serve logs one line at error level whose message is
 // "open backend: " followed by the error, and exits with status 1; the host
@@ -75,10 +75,10 @@ const orphanCheckInterval = 500 * time.Millisecond
 // example a stats handler that continues the host's trace, whose context
 // arrives as W3C traceparent gRPC metadata when the host traces) and
 // WithOnExit (for example to flush spans).
-func Serve(open OpenFunc, with ...ServeOption) {
-	var sc serveConfig
-	for _, o := range with {
-		o(&sc)
+func Serve(open OpenFunc, opts ...Option) {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
 	}
 	// The host's pid, read now: read in exitWithParent's goroutine, which
 	// may first run after the handshake line has gone out, it could already
@@ -90,20 +90,21 @@ func Serve(open OpenFunc, with ...ServeOption) {
 	// its gRPC stdio stream, which the host does not re-level.
 	stderr := os.Stderr
 	logger := newPluginLogger(stderr)
-	slog.SetDefault(slog.New(newHCLogHandler(stderr, slogLevel(logger.GetLevel()))))
+	slog.SetDefault(slog.New(newHCLogHandler(stderr, handshake.SlogLevel(logger.GetLevel()))))
 
-	if os.Getenv(HandshakeConfig.MagicCookieKey) != HandshakeConfig.MagicCookieValue {
+	hs := handshake.Config()
+	if os.Getenv(hs.MagicCookieKey) != hs.MagicCookieValue {
 		fmt.Fprintln(stderr, "This is a holdfast backend plugin: `holdfast serve --backend PATH` runs it; it is not meant to be run by hand.")
 		os.Exit(1)
 	}
 
-	opts, err := parseOptions(os.Getenv(OptionsEnv))
+	backendOpts, err := parseOptions(os.Getenv(handshake.OptionsEnv))
 	if err != nil {
 		logger.Error("open backend: " + err.Error())
 		os.Exit(1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
-	b, err := open(ctx, opts)
+	b, err := open(ctx, backendOpts)
 	cancel()
 	if err == nil && b == nil {
 		err = errors.New("open returned no backend and no error")
@@ -113,23 +114,23 @@ func Serve(open OpenFunc, with ...ServeOption) {
 		os.Exit(1)
 	}
 
-	go exitWithParent(logger, parent, b, sc.exit)
-	if addr := os.Getenv(PprofAddrEnv); addr != "" {
-		servePprof(logger, addr)
+	go exitWithParent(logger, parent, b, cfg.exit)
+	if addr := os.Getenv(handshake.PprofAddrEnv); addr != "" {
+		startPprof(logger, addr)
 	}
 
 	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig: HandshakeConfig,
-		Plugins:         plugin.PluginSet{PluginName: &grpcPlugin{backend: b}},
+		HandshakeConfig: hs,
+		Plugins:         plugin.PluginSet{handshake.PluginName: &grpcPlugin{backend: b}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			opts = append(opts, grpc.NumStreamWorkers(streamWorkers))
-			return plugin.DefaultGRPCServer(append(opts, sc.grpc...))
+			return plugin.DefaultGRPCServer(append(opts, cfg.grpc...))
 		},
 		Logger: logger,
 	})
 	// The host asked us to shut down (or serving failed, which is logged).
 	closeBackend(logger, b)
-	sc.exit()
+	cfg.exit()
 	os.Exit(0)
 }
 
@@ -140,15 +141,15 @@ func Serve(open OpenFunc, with ...ServeOption) {
 // workers still get goroutines of their own.
 const streamWorkers = 64
 
-// ServeOption adds to what Serve does; plain plugins need none.
-type ServeOption func(*serveConfig)
+// Option adds to what Serve does; plain plugins need none.
+type Option func(*config)
 
-type serveConfig struct {
+type config struct {
 	grpc   []grpc.ServerOption
 	onExit []func()
 }
 
-func (c *serveConfig) exit() {
+func (c *config) exit() {
 	for _, f := range c.onExit {
 		f()
 	}
@@ -157,14 +158,14 @@ func (c *serveConfig) exit() {
 // WithGRPCServerOptions adds options to the plugin's gRPC server, such as
 // grpc.StatsHandler with a tracing handler: the host sends its trace
 // context as W3C traceparent metadata on every call when it traces.
-func WithGRPCServerOptions(opts ...grpc.ServerOption) ServeOption {
-	return func(c *serveConfig) { c.grpc = append(c.grpc, opts...) }
+func WithGRPCServerOptions(opts ...grpc.ServerOption) Option {
+	return func(c *config) { c.grpc = append(c.grpc, opts...) }
 }
 
 // WithOnExit runs f after the backend is closed, before the plugin process
 // exits (when the host stops it or dies), for example to flush spans.
-func WithOnExit(f func()) ServeOption {
-	return func(c *serveConfig) { c.onExit = append(c.onExit, f) }
+func WithOnExit(f func()) Option {
+	return func(c *config) { c.onExit = append(c.onExit, f) }
 }
 
 func parseOptions(raw string) (map[string]string, error) {
@@ -173,14 +174,14 @@ func parseOptions(raw string) (map[string]string, error) {
 		return opts, nil
 	}
 	if err := json.Unmarshal([]byte(raw), &opts); err != nil {
-		return nil, fmt.Errorf("%s must be a JSON object of strings: %w", OptionsEnv, err)
+		return nil, fmt.Errorf("%s must be a JSON object of strings: %w", handshake.OptionsEnv, err)
 	}
 	return opts, nil
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-func closeBackend(logger hclog.Logger, b Backend) {
+func closeBackend(logger hclog.Logger, b backend.Backend) {
 	if c, ok := b.(io.Closer); ok {
 		if err := c.Close(); err != nil {
 			logger.Warn("close backend", "error", err)
@@ -191,7 +192,7 @@ func closeBackend(logger hclog.Logger, b Backend) {
 // exitWithParent ends the plugin when the host process dies (the process is
 // re-parented, so its parent pid changes), so that a SIGKILLed host leaves no
 // orphans even where the kernel's parent-death signal is not set.
-func exitWithParent(logger hclog.Logger, parent int, b Backend, onExit func()) {
+func exitWithParent(logger hclog.Logger, parent int, b backend.Backend, onExit func()) {
 	t := time.NewTicker(orphanCheckInterval)
 	defer t.Stop()
 	for range t.C {
@@ -206,7 +207,7 @@ func exitWithParent(logger hclog.Logger, parent int, b Backend, onExit func()) {
 
 func newPluginLogger(w io.Writer) hclog.Logger {
 	level := hclog.Info
-	if v := os.Getenv(LogLevelEnv); v != "" {
+	if v := os.Getenv(handshake.LogLevelEnv); v != "" {
 		if l := hclog.LevelFromString(v); l != hclog.NoLevel {
 			level = l
 		}
@@ -222,7 +223,7 @@ func newPluginLogger(w io.Writer) hclog.Logger {
 // server-side only; the host has its own client side.
 type grpcPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
-	backend Backend
+	backend backend.Backend
 }
 
 func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
@@ -231,5 +232,5 @@ func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 }
 
 func (p *grpcPlugin) GRPCClient(context.Context, *plugin.GRPCBroker, *grpc.ClientConn) (any, error) {
-	return nil, errors.New("backend: the plugin side has no client")
+	return nil, errors.New("backendserver: the plugin side has no client")
 }

@@ -1,4 +1,4 @@
-package pluginhost
+package wire
 
 import (
 	"fmt"
@@ -11,23 +11,23 @@ import (
 	backendv1 "github.com/holdfast/holdfast/proto/holdfast/backend/v1"
 )
 
-// The decoders below turn a plugin's answers into backend types. A plugin
-// is another program (possibly third-party, possibly broken), so its
-// answers are checked like any input: an answer that cannot be right (an
-// acquired lock without a record, a record for another key, a list entry
-// outside the prefix, an invalid duration or time) is refused with an error
-// wrapping backend.ErrUnavailable, and callers answer unavailable rather
-// than act on it. Nothing here panics, whatever the bytes (see the fuzz
-// test).
+// The From... functions below turn a plugin's answers into backend types,
+// for the host. A plugin is another program (possibly third-party, possibly
+// broken), so its answers are checked like any input: an answer that cannot
+// be right (an acquired lock without a record, a record for another key, a
+// list entry outside the prefix, an invalid duration or time) is refused
+// with an error wrapping backend.ErrUnavailable, and callers answer
+// unavailable rather than act on it. Nothing here panics, whatever the bytes
+// (see the fuzz test).
 
 // errMalformed makes the error for a nonsensical answer.
 func errMalformed(op, format string, args ...any) error {
 	return fmt.Errorf("%w: the plugin's %s answer is malformed: %s", backend.ErrUnavailable, op, fmt.Sprintf(format, args...))
 }
 
-// decodeRecord converts a record that must be present. key, when not
+// fromRecord converts a record that must be present. key, when not
 // empty, is the key the record must be for.
-func decodeRecord(op string, p *backendv1.Record, key string) (backend.Record, error) {
+func fromRecord(op string, p *backendv1.Record, key string) (backend.Record, error) {
 	if p == nil {
 		return backend.Record{}, errMalformed(op, "no record")
 	}
@@ -41,7 +41,7 @@ func decodeRecord(op string, p *backendv1.Record, key string) (backend.Record, e
 		Key:          p.GetKey(),
 		FencingToken: p.GetFencingToken(),
 		Holder:       p.GetHolder(),
-		Stamp:        stampFromProto(p.GetStamp()),
+		Stamp:        FromStamp(p.GetStamp()),
 	}
 	if d := p.GetRemaining(); d != nil {
 		if err := d.CheckValid(); err != nil {
@@ -60,9 +60,10 @@ func decodeRecord(op string, p *backendv1.Record, key string) (backend.Record, e
 	return r, nil
 }
 
-func decodeAcquire(resp *backendv1.AcquireResponse, key string) (backend.AcquireResult, error) {
+// FromAcquireResponse decodes the answer to an Acquire of key.
+func FromAcquireResponse(resp *backendv1.AcquireResponse, key string) (backend.AcquireResult, error) {
 	if resp.GetAcquired() {
-		rec, err := decodeRecord("Acquire", resp.GetRecord(), key)
+		rec, err := fromRecord("Acquire", resp.GetRecord(), key)
 		return backend.AcquireResult{Acquired: err == nil, Record: rec}, err
 	}
 	// Not acquired: the holder, when the plugin knows it; a record with no
@@ -70,39 +71,42 @@ func decodeAcquire(resp *backendv1.AcquireResponse, key string) (backend.Acquire
 	if resp.GetRecord() == nil || resp.GetRecord().GetKey() == "" {
 		return backend.AcquireResult{}, nil
 	}
-	rec, err := decodeRecord("Acquire", resp.GetRecord(), key)
+	rec, err := fromRecord("Acquire", resp.GetRecord(), key)
 	return backend.AcquireResult{Record: rec}, err
 }
 
-func decodeExtend(resp *backendv1.ExtendResponse, key string) (backend.ExtendResult, error) {
+// FromExtendResponse decodes the answer to an Extend of key.
+func FromExtendResponse(resp *backendv1.ExtendResponse, key string) (backend.ExtendResult, error) {
 	if !resp.GetExtended() {
 		return backend.ExtendResult{}, nil
 	}
-	rec, err := decodeRecord("Extend", resp.GetRecord(), key)
+	rec, err := fromRecord("Extend", resp.GetRecord(), key)
 	if err != nil {
 		return backend.ExtendResult{}, err
 	}
 	return backend.ExtendResult{Extended: true, Record: rec}, nil
 }
 
-func decodeGet(resp *backendv1.GetResponse, key string) (backend.Record, bool, error) {
+// FromGetResponse decodes the answer to a Get of key.
+func FromGetResponse(resp *backendv1.GetResponse, key string) (backend.Record, bool, error) {
 	if !resp.GetFound() {
 		return backend.Record{}, false, nil
 	}
-	rec, err := decodeRecord("Get", resp.GetRecord(), key)
+	rec, err := fromRecord("Get", resp.GetRecord(), key)
 	if err != nil {
 		return backend.Record{}, false, err
 	}
 	return rec, true, nil
 }
 
-func decodeList(resp *backendv1.ListResponse, req backend.ListRequest) (backend.ListPage, error) {
+// FromListResponse decodes the answer to the List req.
+func FromListResponse(resp *backendv1.ListResponse, req backend.ListRequest) (backend.ListPage, error) {
 	if n := len(resp.GetRecords()); n > req.PageSize {
 		return backend.ListPage{}, errMalformed("List", "%d records for a page of %d", n, req.PageSize)
 	}
 	page := backend.ListPage{NextPageToken: resp.GetNextPageToken(), Records: make([]backend.Record, len(resp.GetRecords()))}
 	for i, p := range resp.GetRecords() {
-		rec, err := decodeRecord("List", p, "")
+		rec, err := fromRecord("List", p, "")
 		if err != nil {
 			return backend.ListPage{}, err
 		}
@@ -114,15 +118,16 @@ func decodeList(resp *backendv1.ListResponse, req backend.ListRequest) (backend.
 	return page, nil
 }
 
-func decodeEvent(resp *backendv1.WatchResponse, prefix string) (backend.Event, error) {
-	ev := backend.Event{Type: eventTypeFromProto(resp.GetType())}
+// FromWatchResponse decodes one event of a Watch of prefix.
+func FromWatchResponse(resp *backendv1.WatchResponse, prefix string) (backend.Event, error) {
+	ev := backend.Event{Type: fromEventType(resp.GetType())}
 	switch {
 	case ev.Type == 0:
 		return backend.Event{}, errMalformed("Watch", "event of unknown type %v", resp.GetType())
 	case ev.Type == backend.EventSynced:
 		return ev, nil
 	}
-	rec, err := decodeRecord("Watch", resp.GetRecord(), "")
+	rec, err := fromRecord("Watch", resp.GetRecord(), "")
 	if err != nil {
 		return backend.Event{}, err
 	}
@@ -133,7 +138,8 @@ func decodeEvent(resp *backendv1.WatchResponse, prefix string) (backend.Event, e
 	return ev, nil
 }
 
-func decodeInfo(p *backendv1.InfoResponse) (backend.Info, error) {
+// FromInfoResponse decodes the answer to Info.
+func FromInfoResponse(p *backendv1.InfoResponse) (backend.Info, error) {
 	info := backend.Info{
 		Name:    p.GetName(),
 		Version: p.GetVersion(),

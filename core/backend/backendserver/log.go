@@ -1,17 +1,14 @@
-package backend
+package backendserver
 
 import (
 	"io"
 	"log/slog"
 
-	"github.com/hashicorp/go-hclog"
+	"github.com/holdfast/holdfast/core/internal/handshake"
 )
 
 // hclogTimeFormat is the @timestamp layout the plugin host parses.
 const hclogTimeFormat = "2006-01-02T15:04:05.000000Z07:00"
-
-// levelTrace is hclog's trace level in slog terms.
-const levelTrace = slog.LevelDebug - 4
 
 // newHCLogHandler is a slog handler that writes hclog's JSON line format
 // (@timestamp, @level, @message, then the attributes), so that what a
@@ -27,39 +24,12 @@ func newHCLogHandler(w io.Writer, level slog.Level) slog.Handler {
 			case slog.TimeKey:
 				return slog.String("@timestamp", a.Value.Time().Format(hclogTimeFormat))
 			case slog.LevelKey:
-				return slog.String("@level", hclogLevelName(a.Value.Any().(slog.Level)))
+				level, _ := a.Value.Any().(slog.Level)
+				return slog.String("@level", handshake.HCLogLevelName(level))
 			case slog.MessageKey:
 				return slog.String("@message", a.Value.String())
 			}
 			return a
 		},
 	})
-}
-
-func hclogLevelName(l slog.Level) string {
-	switch {
-	case l < slog.LevelDebug:
-		return "trace"
-	case l < slog.LevelInfo:
-		return "debug"
-	case l < slog.LevelWarn:
-		return "info"
-	case l < slog.LevelError:
-		return "warn"
-	}
-	return "error"
-}
-
-func slogLevel(l hclog.Level) slog.Level {
-	switch l {
-	case hclog.Trace:
-		return levelTrace
-	case hclog.Debug:
-		return slog.LevelDebug
-	case hclog.Warn:
-		return slog.LevelWarn
-	case hclog.Error:
-		return slog.LevelError
-	}
-	return slog.LevelInfo
 }

@@ -1,36 +1,13 @@
-package backend
+package backendserver
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"testing"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
-
-func TestToStatus(t *testing.T) {
-	cases := []struct {
-		err  error
-		code codes.Code
-	}{
-		{fmt.Errorf("%w: ttl too long", ErrInvalidArgument), codes.InvalidArgument},
-		{fmt.Errorf("%w: store down", ErrUnavailable), codes.Unavailable},
-		{errors.New("anything else"), codes.Unavailable},
-		{fmt.Errorf("wrapped: %w", context.Canceled), codes.Canceled},
-		{context.DeadlineExceeded, codes.DeadlineExceeded},
-	}
-	for _, c := range cases {
-		st, _ := status.FromError(toStatus(c.err))
-		if st.Code() != c.code || st.Message() != c.err.Error() {
-			t.Errorf("toStatus(%v) = %v %q, want %v", c.err, st.Code(), st.Message(), c.code)
-		}
-	}
-}
 
 func TestParseOptions(t *testing.T) {
 	opts, err := parseOptions(`{"endpoints":"a,b","prefix":"/x"}`)
@@ -57,5 +34,17 @@ func TestHCLogHandlerFormat(t *testing.T) {
 	}
 	if _, ok := line["@timestamp"].(string); !ok {
 		t.Fatalf("no @timestamp: %s", buf.String())
+	}
+}
+
+// A plugin that imports backendserver (and with it core/backend) serves
+// nothing on http.DefaultServeMux: its profiles, when the host asks for
+// them, are on a listener and a mux of their own.
+func TestNothingOnDefaultServeMux(t *testing.T) {
+	for _, path := range []string{"/", "/debug/pprof/", "/debug/pprof/heap", "/debug/vars"} {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		if _, pattern := http.DefaultServeMux.Handler(req); pattern != "" {
+			t.Errorf("http.DefaultServeMux serves %s (pattern %q)", path, pattern)
+		}
 	}
 }
