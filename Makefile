@@ -160,7 +160,7 @@ bench: build ## benchmarks against the direct clients, ratios measured in the sa
 
 # module:package:FuzzTarget, each run for FUZZTIME (go test runs one fuzz
 # target at a time); the seed corpora are in each package's testdata/fuzz.
-FUZZ_TARGETS := plugins/memory:./enginetest:FuzzAcquireValidation plugins/memory:./enginetest:FuzzRequestValidation \
+FUZZ_TARGETS := core:./engine:FuzzAcquireValidation core:./engine:FuzzRequestValidation \
 	core:./internal/wire:FuzzDecodeResponses server:./internal/auth:FuzzAuthorize server:./internal/auth:FuzzTokensFile
 FUZZTIME ?= 10s
 

@@ -52,6 +52,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/internal/backoff"
 	"github.com/holdfast/holdfast/core/internal/handshake"
 	"github.com/holdfast/holdfast/core/internal/wire"
 	backendv1 "github.com/holdfast/holdfast/proto/holdfast/backend/v1"
@@ -323,7 +324,7 @@ func (h *Host) supervise(first chan<- error) {
 	runtime.LockOSThread()
 	// Never unlocked: the thread ends with this goroutine, after the plugin.
 
-	backoff := h.cfg.MinBackoff
+	retry := backoff.New(h.cfg.MinBackoff, h.cfg.MaxBackoff)
 	for {
 		g, err := h.launch()
 		if first != nil {
@@ -336,11 +337,11 @@ func (h *Host) supervise(first chan<- error) {
 				return
 			}
 		} else if err != nil {
-			h.log.Error("plugin relaunch failed", "error", err, "retry_in", backoff)
-			if !h.sleep(backoff) {
+			d := retry.Next()
+			h.log.Error("plugin relaunch failed", "error", err, "retry_in", d)
+			if !h.sleep(d) {
 				return
 			}
-			backoff = min(2*backoff, h.cfg.MaxBackoff)
 			continue
 		} else {
 			h.restarts.Add(1)
@@ -354,13 +355,13 @@ func (h *Host) supervise(first chan<- error) {
 			h.setGen(nil)
 			h.kill(g) // reaps the process and go-plugin's goroutines
 			if time.Since(up) > h.cfg.MaxBackoff {
-				backoff = h.cfg.MinBackoff
+				retry.Reset()
 			}
-			h.log.Warn("plugin exited unexpectedly; relaunching", "pid", g.pid, "up_for", time.Since(up).Round(time.Millisecond), "retry_in", backoff)
-			if !h.sleep(backoff) {
+			d := retry.Next()
+			h.log.Warn("plugin exited unexpectedly; relaunching", "pid", g.pid, "up_for", time.Since(up).Round(time.Millisecond), "retry_in", d)
+			if !h.sleep(d) {
 				return
 			}
-			backoff = min(2*backoff, h.cfg.MaxBackoff)
 		case <-h.closing:
 			h.setGen(nil)
 			h.kill(g)

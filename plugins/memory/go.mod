@@ -22,12 +22,10 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/grpc v1.85.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-require (
-	go.uber.org/goleak v1.3.0
-	google.golang.org/protobuf v1.36.12
-)
+require go.uber.org/goleak v1.3.0
 
 replace (
 	github.com/holdfast/holdfast/core => ../../core

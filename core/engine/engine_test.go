@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 import (
 	"context"
@@ -14,25 +14,32 @@ import (
 
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/core/engine"
-	"github.com/holdfast/holdfast/plugins/memory"
+	"github.com/holdfast/holdfast/core/internal/fakebackend"
 	"github.com/holdfast/holdfast/proto/hlc"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// counting wraps the real memory backend and counts Acquire calls, so tests
-// can prove waiters do not poll. It can also run a hook after each Acquire.
+// counting wraps the fake backend and counts Acquire and WaitTurn calls, so
+// tests can prove waiters do not poll. It can also run a hook after each
+// Acquire, fail Enqueue, and break the engine's watch.
 type counting struct {
-	*memory.Backend
+	backend.Backend
+	fake      *fakebackend.Backend
+	fair      *fakebackend.Fair // nil unless fair
 	acquires  atomic.Int64
+	waitTurns atomic.Int64
 	afterHook atomic.Pointer[func()]
+	// enqueueErr, when set, is what Enqueue answers.
+	enqueueErr atomic.Pointer[error]
 
 	// Watch control, to simulate a plugin restart: breakWatch ends the
 	// current watch, and new watches wait for gate.
 	mu      sync.Mutex
 	gate    chan struct{}
 	stopCur context.CancelFunc
+	ended   chan struct{} // closed when the current watch has returned
 	watches atomic.Int64
 }
 
@@ -49,8 +56,10 @@ func (c *counting) Watch(ctx context.Context, prefix string, send func(backend.E
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	ended := make(chan struct{})
+	defer close(ended)
 	c.mu.Lock()
-	c.stopCur = cancel
+	c.stopCur, c.ended = cancel, ended
 	c.mu.Unlock()
 	c.watches.Add(1)
 	err := c.Backend.Watch(ctx, prefix, send)
@@ -60,15 +69,17 @@ func (c *counting) Watch(ctx context.Context, prefix string, send func(backend.E
 	return err
 }
 
-// breakWatch ends the engine's backend watch and holds new ones until the
-// returned function is called.
+// breakWatch ends the engine's backend watch, waits until it has returned
+// (so no event reaches the engine until the returned function is called),
+// and holds new watches until then.
 func (c *counting) breakWatch() (resume func()) {
 	gate := make(chan struct{})
 	c.mu.Lock()
 	c.gate = gate
-	stop := c.stopCur
+	stop, ended := c.stopCur, c.ended
 	c.mu.Unlock()
 	stop()
+	<-ended
 	return func() {
 		c.mu.Lock()
 		c.gate = nil
@@ -86,20 +97,79 @@ func (c *counting) Acquire(ctx context.Context, req backend.AcquireRequest) (bac
 	return res, err
 }
 
+// fairCounting is counting on a fair fake: a backend.FairBackend.
+type fairCounting struct{ *counting }
+
+func (c fairCounting) Enqueue(ctx context.Context, key, id string) error {
+	if err := c.enqueueErr.Load(); err != nil {
+		return *err
+	}
+	return c.fair.Enqueue(ctx, key, id)
+}
+
+func (c fairCounting) WaitTurn(ctx context.Context, key, id string) (bool, error) {
+	c.waitTurns.Add(1)
+	return c.fair.WaitTurn(ctx, key, id)
+}
+
+func (c fairCounting) Dequeue(ctx context.Context, key, id string) error {
+	return c.fair.Dequeue(ctx, key, id)
+}
+
+// mode is a kind of backend the engine waits on: "local" (not fair: this
+// server's FIFO is the order) or "fair" (the store keeps the order across
+// servers). The waiting tests run on both: one loop serves them.
+type mode struct {
+	name string
+	fair bool
+}
+
+var modes = []mode{{"local", false}, {"fair", true}}
+
+// eachMode runs test once per mode, as subtests.
+func eachMode(t *testing.T, test func(t *testing.T, m mode)) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { test(t, m) })
+	}
+}
+
+// newEngine starts an engine on a fresh fake that is not fair.
 func newEngine(t testing.TB, cfg engine.Config) (*engine.Engine, *counting) {
 	t.Helper()
-	b := &counting{Backend: memory.New()}
+	return mode{name: "local"}.newEngine(t, cfg)
+}
+
+// newEngine starts an engine on a fresh fake of mode m.
+func (m mode) newEngine(t testing.TB, cfg engine.Config) (*engine.Engine, *counting) {
+	t.Helper()
+	var c *counting
+	if m.fair {
+		f := fakebackend.NewFair()
+		c = &counting{Backend: f, fake: f.Backend, fair: f}
+	} else {
+		f := fakebackend.New()
+		c = &counting{Backend: f, fake: f}
+	}
+	t.Cleanup(func() { c.fake.Close() })
+	return c.newEngine(t, cfg), c
+}
+
+// newEngine starts another engine on c's fake (for a fair fake: another
+// server sharing the store). It is closed at cleanup, before the fake.
+func (c *counting) newEngine(t testing.TB, cfg engine.Config) *engine.Engine {
+	t.Helper()
+	var b backend.Backend = c
+	if c.fair != nil {
+		b = fairCounting{c}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	e, err := engine.New(ctx, b, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		e.Close()
-		b.Backend.Close()
-	})
-	return e, b
+	t.Cleanup(func() { e.Close() })
+	return e
 }
 
 func acq(key string, ttl, wait time.Duration) *lockv1.AcquireRequest {
@@ -275,13 +345,15 @@ func TestAcquireReleaseExtendInspectList(t *testing.T) {
 		t.Fatalf("inspect after release: %v %v", ins, err)
 	}
 	info, err := e.GetServerInfo(ctx, &lockv1.GetServerInfoRequest{})
-	if err != nil || info.GetBackend().GetName() != "memory" || info.GetBackend().GetShared() || info.GetMaxClockOffset().AsDuration() != 500*time.Millisecond {
+	if err != nil || info.GetBackend().GetName() != fakebackend.Name || info.GetBackend().GetShared() || info.GetMaxClockOffset().AsDuration() != 500*time.Millisecond {
 		t.Fatalf("server info: %v %v", info, err)
 	}
 }
 
-func TestFIFOOrder(t *testing.T) {
-	e, _ := newEngine(t, engine.Config{})
+func TestFIFOOrder(t *testing.T) { eachMode(t, testFIFOOrder) }
+
+func testFIFOOrder(t *testing.T, m mode) {
+	e, _ := m.newEngine(t, engine.Config{})
 	holder := mustAcquire(t, e, "k", time.Minute)
 	const n = 8
 	var (
@@ -322,8 +394,10 @@ func TestFIFOOrder(t *testing.T) {
 	}
 }
 
-func TestCancelledWaiterLeavesQueue(t *testing.T) {
-	e, _ := newEngine(t, engine.Config{})
+func TestCancelledWaiterLeavesQueue(t *testing.T) { eachMode(t, testCancelledWaiterLeavesQueue) }
+
+func testCancelledWaiterLeavesQueue(t *testing.T, m mode) {
+	e, _ := m.newEngine(t, engine.Config{})
 	holder := mustAcquire(t, e, "k", time.Minute)
 	ctxA, cancelA := context.WithCancel(context.Background())
 	errA := make(chan error, 1)
@@ -354,8 +428,10 @@ func TestCancelledWaiterLeavesQueue(t *testing.T) {
 	release(t, e, resp.GetLease())
 }
 
-func TestWakeSoonAfterRelease(t *testing.T) {
-	e, b := newEngine(t, engine.Config{})
+func TestWakeSoonAfterRelease(t *testing.T) { eachMode(t, testWakeSoonAfterRelease) }
+
+func testWakeSoonAfterRelease(t *testing.T, m mode) {
+	e, b := m.newEngine(t, engine.Config{})
 	holder := mustAcquire(t, e, "k", time.Minute)
 	got := make(chan time.Time, 1)
 	go func() {
@@ -389,8 +465,10 @@ func TestWakeSoonAfterRelease(t *testing.T) {
 // (conformance.Config.Slack).
 const lateSlack = 250 * time.Millisecond
 
-func TestWakeAtExpiryWithoutPolling(t *testing.T) {
-	e, b := newEngine(t, engine.Config{})
+func TestWakeAtExpiryWithoutPolling(t *testing.T) { eachMode(t, testWakeAtExpiryWithoutPolling) }
+
+func testWakeAtExpiryWithoutPolling(t *testing.T, m mode) {
+	e, b := m.newEngine(t, engine.Config{})
 	const ttl = 300 * time.Millisecond
 	start := time.Now()
 	mustAcquire(t, e, "k", ttl)
@@ -405,14 +483,21 @@ func TestWakeAtExpiryWithoutPolling(t *testing.T) {
 		t.Fatalf("waiter acquired after %s, want within [ttl, ttl+%s]", took, lateSlack)
 	}
 	// One try on arrival, one at expiry; a duplicate wake (event and timer)
-	// may add one or two. Polling every few ms would make dozens.
-	if n := b.acquires.Load() - base; n > 4 {
+	// may add one or two; on a fair backend a newcomer's try comes first.
+	// Polling every few ms would make dozens.
+	limit := int64(4)
+	if m.fair {
+		limit++
+	}
+	if n := b.acquires.Load() - base; n > limit {
 		t.Fatalf("waiter made %d backend acquires in %s: it polls", n, ttl)
 	}
 }
 
-func TestWaitRunsOut(t *testing.T) {
-	e, _ := newEngine(t, engine.Config{})
+func TestWaitRunsOut(t *testing.T) { eachMode(t, testWaitRunsOut) }
+
+func testWaitRunsOut(t *testing.T, m mode) {
+	e, b := m.newEngine(t, engine.Config{})
 	holder := mustAcquire(t, e, "k", time.Minute)
 	const wait = 150 * time.Millisecond
 	start := time.Now()
@@ -427,6 +512,9 @@ func TestWaitRunsOut(t *testing.T) {
 	if e.Waiters("k") != 0 {
 		t.Fatal("the waiter did not leave the queue")
 	}
+	if m.fair && len(b.fair.Queue("k")) != 0 {
+		t.Fatalf("the waiter's entry is still in the store's queue: %v", b.fair.Queue("k"))
+	}
 
 	// The caller's deadline shorter than the wait: deadline_exceeded.
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -437,8 +525,10 @@ func TestWaitRunsOut(t *testing.T) {
 	}
 }
 
-func TestNoBargingPastWaiters(t *testing.T) {
-	e, _ := newEngine(t, engine.Config{MaxWaitersPerKey: 1})
+func TestNoBargingPastWaiters(t *testing.T) { eachMode(t, testNoBargingPastWaiters) }
+
+func testNoBargingPastWaiters(t *testing.T, m mode) {
+	e, _ := m.newEngine(t, engine.Config{MaxWaitersPerKey: 1})
 	holder := mustAcquire(t, e, "k", time.Minute)
 	done := make(chan *lockv1.AcquireResponse, 1)
 	go func() {
@@ -569,13 +659,10 @@ func TestWatch(t *testing.T) {
 	}
 }
 
-func TestCloseEndsWaitersAndWatchers(t *testing.T) {
-	b := memory.New()
-	defer b.Close()
-	e, err := engine.New(context.Background(), b, engine.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+func TestCloseEndsWaitersAndWatchers(t *testing.T) { eachMode(t, testCloseEndsWaitersAndWatchers) }
+
+func testCloseEndsWaitersAndWatchers(t *testing.T, m mode) {
+	e, b := m.newEngine(t, engine.Config{})
 	holder := mustAcquire(t, e, "k", time.Minute)
 	waitErr := make(chan error, 1)
 	go func() {
@@ -608,10 +695,15 @@ func TestCloseEndsWaitersAndWatchers(t *testing.T) {
 	if _, held, _ := b.Get(context.Background(), holder.GetKey()); !held {
 		t.Fatal("Close released a lease")
 	}
+	if m.fair {
+		eventually(t, "the waiter's entry leaves the store's queue", func() bool { return len(b.fair.Queue("k")) == 0 })
+	}
 }
 
-func TestResyncWakesWaiters(t *testing.T) {
-	e, b := newEngine(t, engine.Config{})
+func TestResyncWakesWaiters(t *testing.T) { eachMode(t, testResyncWakesWaiters) }
+
+func testResyncWakesWaiters(t *testing.T, m mode) {
+	e, b := m.newEngine(t, engine.Config{})
 	holder := mustAcquire(t, e, "k", time.Minute)
 	got := make(chan *lockv1.AcquireResponse, 1)
 	go func() {
@@ -625,7 +717,7 @@ func TestResyncWakesWaiters(t *testing.T) {
 	resume := b.breakWatch()
 	// Released behind the engine's back while its watch is down: the event
 	// is lost, and the holder's expiry is a minute away.
-	ok, err := b.Backend.Release(context.Background(), backend.ReleaseRequest{Key: "k", OwnerToken: holder.GetOwnerToken()})
+	ok, err := b.fake.Release(context.Background(), backend.ReleaseRequest{Key: "k", OwnerToken: holder.GetOwnerToken()})
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
@@ -648,8 +740,10 @@ func TestResyncWakesWaiters(t *testing.T) {
 	}
 }
 
-func TestWaitersPerCallerBound(t *testing.T) {
-	e, _ := newEngine(t, engine.Config{MaxWaitersPerCaller: 2})
+func TestWaitersPerCallerBound(t *testing.T) { eachMode(t, testWaitersPerCallerBound) }
+
+func testWaitersPerCallerBound(t *testing.T, m mode) {
+	e, _ := m.newEngine(t, engine.Config{MaxWaitersPerCaller: 2})
 	mustAcquire(t, e, "a", time.Minute)
 	mustAcquire(t, e, "b", time.Minute)
 	conn1 := engine.WithCaller(context.Background(), "conn-1")
@@ -685,8 +779,10 @@ func TestWaitersPerCallerBound(t *testing.T) {
 // makes one backend Acquire (the new holder's); the next head does not try
 // a lock it knows its predecessor has just won, and the release events that
 // trail a handoff wake nobody.
-func TestHandoffCostsOneBackendAcquire(t *testing.T) {
-	e, b := newEngine(t, engine.Config{})
+func TestHandoffCostsOneBackendAcquire(t *testing.T) { eachMode(t, testHandoffCostsOneBackendAcquire) }
+
+func testHandoffCostsOneBackendAcquire(t *testing.T, m mode) {
+	e, b := m.newEngine(t, engine.Config{})
 	holder := mustAcquire(t, e, "k", time.Minute)
 	const n = 8
 	var wg sync.WaitGroup
@@ -707,12 +803,22 @@ func TestHandoffCostsOneBackendAcquire(t *testing.T) {
 		eventually(t, "waiter queued", func() bool { return e.Waiters("k") == i+1 })
 	}
 	// The holder's acquire and the first waiter's try, which found the lock
-	// held; the others, behind it, have not tried.
-	eventually(t, "first waiter tried", func() bool { return b.acquires.Load() == 2 })
+	// held (on a fair backend: its try as a newcomer, then as the store's
+	// head); the others, behind it, have not tried.
+	tried := int64(2)
+	if m.fair {
+		tried++
+	}
+	eventually(t, "first waiter tried", func() bool { return b.acquires.Load() == tried })
 	before := b.acquires.Load()
 	release(t, e, holder)
 	wg.Wait()
 	if got := b.acquires.Load() - before; got != n {
 		t.Fatalf("%d backend acquires for %d handoffs, want one each", got, n)
+	}
+	// On a fair backend, no handoff waited to be told its turn: a new head
+	// tries at once, and the store agrees (no read on a handoff's path).
+	if got := b.waitTurns.Load(); got != 0 {
+		t.Fatalf("%d WaitTurn calls along a queue of handoffs, want none", got)
 	}
 }

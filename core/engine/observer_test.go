@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 import (
 	"context"
