@@ -4,10 +4,10 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 BIN        := $(CURDIR)/bin
-GO_MODULES := proto core server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance plugins/example chaos
+GO_MODULES := proto core harness server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance plugins/example chaos
 # Modules whose tests need no external service; the etcd, Redis and PostgreSQL
 # plugins run in test-etcd, test-redis and test-postgres with their servers.
-GO_UNIT_MODULES := proto core server plugins/memory sdk-go conformance plugins/example
+GO_UNIT_MODULES := proto core harness server plugins/memory sdk-go conformance plugins/example
 GO_TEST    ?= go test -race -count=1 -timeout 15m
 # Binaries the tests drive as real subprocesses.
 export HOLDFAST_BIN_DIR := $(BIN)

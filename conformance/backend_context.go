@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/holdfast/holdfast/conformance/harness"
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/proto/hlc"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	connectrpc.com/connect v1.21.1
 	github.com/holdfast/holdfast/core v0.0.0
+	github.com/holdfast/holdfast/harness v0.0.0
 	github.com/holdfast/holdfast/plugins/memory v0.0.0
 	github.com/holdfast/holdfast/proto v0.0.0
 	github.com/holdfast/holdfast/sdk-go v0.0.0
@@ -41,6 +42,7 @@ require (
 
 replace (
 	github.com/holdfast/holdfast/core => ../core
+	github.com/holdfast/holdfast/harness => ../harness
 	github.com/holdfast/holdfast/plugins/memory => ../plugins/memory
 	github.com/holdfast/holdfast/proto => ../proto
 	github.com/holdfast/holdfast/sdk-go => ../sdk-go

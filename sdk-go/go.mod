@@ -8,6 +8,12 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
-require go.uber.org/goleak v1.3.0
+require (
+	github.com/holdfast/holdfast/harness v0.0.0
+	go.uber.org/goleak v1.3.0
+)
 
-replace github.com/holdfast/holdfast/proto => ../proto
+replace (
+	github.com/holdfast/holdfast/harness => ../harness
+	github.com/holdfast/holdfast/proto => ../proto
+)

@@ -9,6 +9,7 @@ require (
 	connectrpc.com/grpcreflect v1.3.1
 	connectrpc.com/otelconnect v0.10.0
 	github.com/holdfast/holdfast/core v0.0.0
+	github.com/holdfast/holdfast/harness v0.0.0
 	github.com/holdfast/holdfast/plugins/memory v0.0.0
 	github.com/holdfast/holdfast/proto v0.0.0
 	github.com/holdfast/holdfast/sdk-go v0.0.0
@@ -63,6 +64,7 @@ require (
 
 replace (
 	github.com/holdfast/holdfast/core => ../core
+	github.com/holdfast/holdfast/harness => ../harness
 	github.com/holdfast/holdfast/plugins/memory => ../plugins/memory
 	github.com/holdfast/holdfast/proto => ../proto
 	github.com/holdfast/holdfast/sdk-go => ../sdk-go

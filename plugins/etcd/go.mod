@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/holdfast/holdfast/core v0.0.0
+	github.com/holdfast/holdfast/harness v0.0.0
 	github.com/holdfast/holdfast/proto v0.0.0
 	github.com/holdfast/holdfast/sdk-go v0.0.0
 	go.etcd.io/etcd/api/v3 v3.7.3
@@ -53,6 +54,7 @@ require (
 
 replace (
 	github.com/holdfast/holdfast/core => ../../core
+	github.com/holdfast/holdfast/harness => ../../harness
 	github.com/holdfast/holdfast/proto => ../../proto
 )
 

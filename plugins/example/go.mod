@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/holdfast/holdfast/conformance v0.0.0
 	github.com/holdfast/holdfast/core v0.0.0
+	github.com/holdfast/holdfast/harness v0.0.0
 	github.com/holdfast/holdfast/proto v0.0.0
 	go.uber.org/goleak v1.3.0
 )
@@ -42,6 +43,7 @@ require (
 replace (
 	github.com/holdfast/holdfast/conformance => ../../conformance
 	github.com/holdfast/holdfast/core => ../../core
+	github.com/holdfast/holdfast/harness => ../../harness
 	github.com/holdfast/holdfast/plugins/memory => ../memory
 	github.com/holdfast/holdfast/proto => ../../proto
 	github.com/holdfast/holdfast/sdk-go => ../../sdk-go

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 )
 
 // The guide (docs/writing-a-backend.md) quotes this package's code. Every

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/holdfast/holdfast/conformance"
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/postgres/pgtest"
 )
 

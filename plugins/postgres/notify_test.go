@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/holdfast/holdfast/conformance"
-	"github.com/holdfast/holdfast/conformance/harness"
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/postgres"
 	"github.com/holdfast/holdfast/plugins/postgres/pgtest"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/bsm/redislock v0.9.4
 	github.com/holdfast/holdfast/core v0.0.0
+	github.com/holdfast/holdfast/harness v0.0.0
 	github.com/holdfast/holdfast/proto v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
@@ -48,6 +49,7 @@ require (
 
 replace (
 	github.com/holdfast/holdfast/core => ../../core
+	github.com/holdfast/holdfast/harness => ../../harness
 	github.com/holdfast/holdfast/proto => ../../proto
 )
 

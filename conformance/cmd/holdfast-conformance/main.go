@@ -34,8 +34,8 @@ import (
 	"strings"
 
 	"github.com/holdfast/holdfast/conformance"
-	"github.com/holdfast/holdfast/conformance/harness"
 	"github.com/holdfast/holdfast/conformance/sdkrunner"
+	"github.com/holdfast/holdfast/harness"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }

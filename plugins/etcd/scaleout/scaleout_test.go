@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/etcd/internal/etcdtest"
 	"github.com/holdfast/holdfast/proto/hlc"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
@@ -28,19 +28,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func skipOrFail(t testing.TB, reason string) {
-	t.Helper()
-	if os.Getenv("HOLDFAST_REQUIRE_SERVICES") == "1" {
-		t.Fatalf("%s (and HOLDFAST_REQUIRE_SERVICES=1)", reason)
-	}
-	t.Skip(reason)
-}
-
 // startEtcd starts a private etcd of n members for the test.
 func startEtcd(t *testing.T, n int) *etcdtest.Cluster {
 	t.Helper()
 	if _, err := etcdtest.Binary(); err != nil {
-		skipOrFail(t, err.Error())
+		harness.SkipOrFail(t, err.Error())
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/conformance"
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/redis"
 	"github.com/holdfast/holdfast/plugins/redis/redistest"
 )
@@ -107,7 +107,7 @@ type server struct {
 func startRedis(t *testing.T, persist bool) *server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		redistest.Unavailable(t, "redis-server not in PATH: run scripts/setup.sh")
+		harness.SkipOrFail(t, "redis-server not in PATH: run scripts/setup.sh")
 	}
 	script, err := redisScript()
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast/holdfast/server/internal/tlsconfig/tlstest"
+	"github.com/holdfast/holdfast/harness"
 )
 
 // cliResult is one finished client command.
@@ -150,11 +150,11 @@ func TestCLILeaseLossStopsTheCommand(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	waitFile(t, log, "started")
 
-	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := s.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	defer func() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }()
+	defer func() { _ = s.Signal(syscall.SIGCONT) }()
 
 	select {
 	case <-done:
@@ -175,7 +175,7 @@ func TestCLILeaseLossStopsTheCommand(t *testing.T) {
 	if !strings.Contains(errb.String(), "lease on \"frozen\"") || !strings.Contains(errb.String(), "lost") {
 		t.Fatalf("stderr does not explain the loss:\n%s", errb.String())
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	_ = s.Signal(syscall.SIGCONT)
 }
 
 // SIGINT to holdfast reaches the command; the lock is released after it.
@@ -411,12 +411,12 @@ func TestCLIUnreachableServer(t *testing.T) {
 // from the environment.
 func TestCLIWithTLSAndToken(t *testing.T) {
 	dir := t.TempDir()
-	ca := tlstest.NewCA(t, "server CA")
-	cert, key := tlstest.WriteLeaf(t, dir, "server", ca.Issue(t, "server", true))
-	caFile := tlstest.Write(t, dir, "ca.pem", ca.PEM)
+	ca := harness.NewCA(t, "server CA")
+	cert, key := harness.WriteLeaf(t, dir, "server", ca.Issue(t, "server", true))
+	caFile := harness.WriteFile(t, dir, "ca.pem", ca.PEM)
 	const tok = "cli-team-a-token-0123456789"
 	sum := sha256.Sum256([]byte(tok))
-	tokens := tlstest.Write(t, dir, "tokens.yaml", []byte("- name: team-a\n  sha256: "+hex.EncodeToString(sum[:])+"\n  prefixes: [\"a/\"]\n"))
+	tokens := harness.WriteFile(t, dir, "tokens.yaml", []byte("- name: team-a\n  sha256: "+hex.EncodeToString(sum[:])+"\n  prefixes: [\"a/\"]\n"))
 	s := startServer(t, nil, "--addr", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key, "--auth-tokens", tokens)
 	server := "https://" + s.addr
 

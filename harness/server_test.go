@@ -6,11 +6,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/holdfast/holdfast/conformance/harness"
-	"go.uber.org/goleak"
+	"github.com/holdfast/holdfast/harness"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestParseReadyLine(t *testing.T) {
 	f, err := harness.ParseReadyLine("holdfast serving addr=127.0.0.1:4242 backend=memory shared=false durable=false")
@@ -36,6 +33,13 @@ func TestStartStop(t *testing.T) {
 	}
 	if s.PID() <= 0 {
 		t.Errorf("PID %d", s.PID())
+	}
+	if out := s.Stdout(); len(out) != 1 || out[0] != s.ReadyLine {
+		t.Errorf("stdout %q, want only the readiness line", out)
+	}
+	// The memory plugin is the server's child.
+	if kids := s.Children(); len(kids) != 1 {
+		t.Errorf("children %v, want the plugin", kids)
 	}
 	// Any HTTP answer proves the port serves (the root path is not an RPC).
 	tr := &http.Transport{}

@@ -1,20 +1,7 @@
-// Package harness starts and stops the real holdfast binaries that tests
-// drive: it finds (or builds) an executable, runs `holdfast serve` on a free
-// loopback port, waits for the server's readiness line on stdout, and stops
-// the process by its PID.
-//
-// Every test that needs a running server uses it, so that the readiness
-// protocol lives in one place:
-//
-//	holdfast serving addr=127.0.0.1:PORT backend=NAME shared=BOOL durable=BOOL
-//
-// is the one line the server prints to stdout once it serves; all its logs go
-// to stderr.
 package harness
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,101 +18,30 @@ import (
 	"time"
 )
 
-// BinDirEnv names the environment variable holding the directory of prebuilt
-// binaries (`make build` puts them in bin/). When it is unset, or a binary is
-// missing there, Binary builds it with `go build`.
-const BinDirEnv = "HOLDFAST_BIN_DIR"
-
 // ErrNotReady is returned (wrapped) when a server exits or times out before
 // printing its readiness line.
 var ErrNotReady = errors.New("harness: server did not become ready")
 
-// packages maps the binaries this repository builds to their main packages,
-// relative to the repository root.
-func packageOf(name string) (string, bool) {
-	switch {
-	case name == "holdfast":
-		return "./server/cmd/holdfast", true
-	case name == "holdfast-conformance":
-		return "./conformance/cmd/holdfast-conformance", true
-	case strings.HasPrefix(name, "holdfast-backend-"):
-		b := strings.TrimPrefix(name, "holdfast-backend-")
-		return "./plugins/" + b + "/cmd/" + name, true
-	}
-	return "", false
-}
+// ReadyPrefix starts the readiness line.
+const ReadyPrefix = "holdfast serving "
 
-// RepoRoot is the root of the holdfast source tree this package was compiled
-// from; Binary builds from there.
-func RepoRoot() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("harness: cannot locate the source tree")
-	}
-	// file is <root>/conformance/harness/harness.go
-	root := filepath.Dir(filepath.Dir(filepath.Dir(file)))
-	if _, err := os.Stat(filepath.Join(root, "go.work")); err != nil {
-		return "", fmt.Errorf("harness: source tree not found at %s: %w", root, err)
-	}
-	return root, nil
-}
-
-var (
-	buildMu sync.Mutex
-	built   = map[string]string{} // dir+name -> path
+// Defaults for the zero values of Options.
+const (
+	DefaultReadyTimeout = 30 * time.Second
+	DefaultLogBytes     = 64 << 10
 )
-
-// Binary returns the path of the named holdfast executable ("holdfast",
-// "holdfast-backend-memory", "holdfast-conformance", ...): the one in
-// $HOLDFAST_BIN_DIR when it exists there, else one built with `go build` into
-// buildDir (once per process and directory).
-func Binary(ctx context.Context, buildDir, name string) (string, error) {
-	if dir := os.Getenv(BinDirEnv); dir != "" {
-		p := filepath.Join(dir, name)
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-			return p, nil
-		}
-	}
-	pkg, ok := packageOf(name)
-	if !ok {
-		return "", fmt.Errorf("harness: unknown binary %q", name)
-	}
-	return Build(ctx, buildDir, name, pkg)
-}
-
-// Build runs `go build -o buildDir/name pkg` from the repository root (pkg is
-// relative to it, e.g. "./conformance/internal/brokenbackends/norelease"),
-// once per process and output path.
-func Build(ctx context.Context, buildDir, name, pkg string) (string, error) {
-	out := filepath.Join(buildDir, name)
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if p, ok := built[out]; ok {
-		return p, nil
-	}
-	root, err := RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("harness: go build %s: %w\n%s", pkg, err, stderr.String())
-	}
-	built[out] = out
-	return out, nil
-}
 
 // Options says how to start a server.
 type Options struct {
-	// Binary is the holdfast executable; empty means Binary(ctx, BuildDir,
+	// Binary is the executable; empty means Binary(ctx, BuildDir,
 	// "holdfast").
 	Binary string
 	// BuildDir receives built binaries when Binary must build; empty means a
 	// fresh temporary directory removed by Stop.
 	BuildDir string
+	// Addr is the address to serve on (--addr); empty means 127.0.0.1:0, a
+	// free loopback port.
+	Addr string
 	// Backend is passed as --backend (a name such as "memory" or a plugin
 	// path); empty leaves the server's default.
 	Backend string
@@ -134,16 +49,26 @@ type Options struct {
 	BackendOptions map[string]string
 	// Args are extra arguments after `serve`.
 	Args []string
+	// Command, when set, replaces every argument above: the process runs
+	// with exactly these arguments and must print the readiness line
+	// itself (bench's echo server does).
+	Command []string
 	// Env is added to the server's environment.
 	Env []string
-	// Stderr receives the server's logs; nil keeps only the last 64 KiB,
-	// available from Logs.
+	// Stderr receives the server's logs as they come.
 	Stderr io.Writer
-	// ReadyTimeout bounds start-up; 0 means 30s.
+	// LogBytes is how much of the server's latest logs Logs keeps
+	// (0: DefaultLogBytes).
+	LogBytes int
+	// ReadyTimeout bounds start-up; 0 means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+	// DieWithParent asks the kernel (Linux) to kill the server when the
+	// thread that started it ends: for programs, such as bench, whose
+	// servers must not outlive them even when they are killed.
+	DieWithParent bool
 }
 
-// Server is a running `holdfast serve` process.
+// Server is a running server process.
 type Server struct {
 	// Addr is host:port from the readiness line.
 	Addr string
@@ -153,21 +78,31 @@ type Server struct {
 	Backend string
 	Shared  bool
 	Durable bool
+	// ReadyLine is the readiness line as printed.
+	ReadyLine string
 
 	cmd      *exec.Cmd
 	done     chan struct{}
 	waitErr  error
-	logs     *tailBuffer
+	logs     *Tail
 	tmpDir   string
 	stopOnce sync.Once
 	stopErr  error
+
+	mu     sync.Mutex
+	stdout []string // every line of stdout, the readiness line first
 }
 
-// Start runs `holdfast serve --addr 127.0.0.1:0 ...` and returns once the
-// server printed its readiness line, or an error wrapping ErrNotReady with
-// the tail of its logs.
+// Start runs `holdfast serve --addr 127.0.0.1:0 ...` (or opts.Command) and
+// returns once the server printed its readiness line, or an error wrapping
+// ErrNotReady with the tail of its logs. The server outlives ctx, which
+// bounds only start-up.
 func Start(ctx context.Context, opts Options) (*Server, error) {
-	s := &Server{done: make(chan struct{}), logs: &tailBuffer{max: 64 << 10}}
+	logBytes := opts.LogBytes
+	if logBytes <= 0 {
+		logBytes = DefaultLogBytes
+	}
+	s := &Server{done: make(chan struct{}), logs: NewTail(logBytes)}
 	bin := opts.Binary
 	if bin == "" {
 		dir := opts.BuildDir
@@ -185,17 +120,15 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		}
 		bin = b
 	}
-	args := []string{"serve", "--addr", "127.0.0.1:0"}
-	if opts.Backend != "" {
-		args = append(args, "--backend", opts.Backend)
+	args := opts.Command
+	if args == nil {
+		args = serveArgs(opts)
 	}
-	for _, k := range sortedKeys(opts.BackendOptions) {
-		args = append(args, "--backend-opt", k+"="+opts.BackendOptions[k])
-	}
-	args = append(args, opts.Args...)
-	// Not CommandContext: the server outlives ctx, which only bounds start-up.
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), opts.Env...)
+	if opts.DieWithParent {
+		dieWithParent(cmd)
+	}
 	var errOut io.Writer = s.logs
 	if opts.Stderr != nil {
 		errOut = io.MultiWriter(s.logs, opts.Stderr)
@@ -218,7 +151,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		sent := false
 		for sc.Scan() {
 			line := sc.Text()
-			if !sent && strings.HasPrefix(line, "holdfast serving ") {
+			s.mu.Lock()
+			s.stdout = append(s.stdout, line)
+			s.mu.Unlock()
+			if !sent && strings.HasPrefix(line, ReadyPrefix) {
 				ready <- line
 				sent = true
 			}
@@ -234,7 +170,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 
 	timeout := opts.ReadyTimeout
 	if timeout == 0 {
-		timeout = 30 * time.Second
+		timeout = DefaultReadyTimeout
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -243,7 +179,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		if !ok {
 			<-s.done
 			s.cleanup()
-			return nil, fmt.Errorf("%w: exited (%v) before its readiness line; logs:\n%s", ErrNotReady, s.waitErr, s.logs.String())
+			return nil, fmt.Errorf("%w: %s exited (%v) before its readiness line; logs:\n%s", ErrNotReady, filepath.Base(bin), s.waitErr, s.logs.String())
 		}
 		if err := s.parseReady(line); err != nil {
 			_ = s.Kill()
@@ -259,10 +195,25 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 }
 
+func serveArgs(opts Options) []string {
+	addr := opts.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	args := []string{"serve", "--addr", addr}
+	if opts.Backend != "" {
+		args = append(args, "--backend", opts.Backend)
+	}
+	for _, k := range slices.Sorted(maps.Keys(opts.BackendOptions)) {
+		args = append(args, "--backend-opt", k+"="+opts.BackendOptions[k])
+	}
+	return append(args, opts.Args...)
+}
+
 // ParseReadyLine parses the server's readiness line into its key=value
 // fields.
 func ParseReadyLine(line string) (map[string]string, error) {
-	rest, ok := strings.CutPrefix(line, "holdfast serving ")
+	rest, ok := strings.CutPrefix(line, ReadyPrefix)
 	if !ok {
 		return nil, fmt.Errorf("harness: not a readiness line: %q", line)
 	}
@@ -277,22 +228,29 @@ func ParseReadyLine(line string) (map[string]string, error) {
 	return fields, nil
 }
 
+// parseReady reads the readiness line; shared and durable may be absent
+// (a program other than holdfast, such as bench's echo server).
 func (s *Server) parseReady(line string) error {
 	f, err := ParseReadyLine(line)
 	if err != nil {
 		return err
 	}
+	s.ReadyLine = line
 	s.Addr = f["addr"]
 	if s.Addr == "" {
 		return fmt.Errorf("harness: readiness line without addr: %q", line)
 	}
 	s.URL = "http://" + s.Addr
 	s.Backend = f["backend"]
-	if s.Shared, err = strconv.ParseBool(f["shared"]); err != nil {
-		return fmt.Errorf("harness: readiness line shared=%q: %w", f["shared"], err)
-	}
-	if s.Durable, err = strconv.ParseBool(f["durable"]); err != nil {
-		return fmt.Errorf("harness: readiness line durable=%q: %w", f["durable"], err)
+	for _, b := range []struct {
+		key string
+		v   *bool
+	}{{"shared", &s.Shared}, {"durable", &s.Durable}} {
+		if raw, ok := f[b.key]; ok {
+			if *b.v, err = strconv.ParseBool(raw); err != nil {
+				return fmt.Errorf("harness: readiness line %s=%q: %w", b.key, raw, err)
+			}
+		}
 	}
 	return nil
 }
@@ -303,8 +261,27 @@ func (s *Server) PID() int { return s.cmd.Process.Pid }
 // Done is closed when the server process has exited.
 func (s *Server) Done() <-chan struct{} { return s.done }
 
-// Logs returns the tail of the server's stderr.
+// ExitErr is how the process exited (nil for status 0), once Done is
+// closed.
+func (s *Server) ExitErr() error {
+	<-s.done
+	return s.waitErr
+}
+
+// Logs returns the server's stderr, its last Options.LogBytes.
 func (s *Server) Logs() string { return s.logs.String() }
+
+// Stdout returns every line the server wrote to stdout so far, the
+// readiness line first.
+func (s *Server) Stdout() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.stdout)
+}
+
+// Children returns the process ids of the server's running child processes
+// (its backend plugin), from /proc (Linux; nil elsewhere).
+func (s *Server) Children() []int { return Children(s.PID()) }
 
 // Signal sends sig to the server process (for example SIGSTOP/SIGCONT to
 // pause it longer than a TTL). For SIGSTOP it returns once the server has
@@ -320,42 +297,28 @@ func (s *Server) Signal(sig syscall.Signal) error {
 	if sig != syscall.SIGSTOP {
 		return nil
 	}
+	return waitStopped(s.PID(), s.done)
+}
+
+// waitStopped returns once every thread of pid is stopped (Linux; at once
+// where /proc cannot tell), or an error when exited closes first or after
+// 10s.
+func waitStopped(pid int, exited <-chan struct{}) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		stopped, ok := allThreadsStopped(s.PID())
+		stopped, ok := allThreadsStopped(pid)
 		switch {
 		case !ok || stopped:
 			return nil
 		case time.Now().After(deadline):
-			return fmt.Errorf("harness: server (pid %d) not stopped 10s after SIGSTOP", s.PID())
+			return fmt.Errorf("harness: pid %d not stopped 10s after SIGSTOP", pid)
 		}
 		select {
-		case <-s.done:
-			return fmt.Errorf("harness: server (pid %d) exited instead of stopping", s.PID())
+		case <-exited:
+			return fmt.Errorf("harness: pid %d exited instead of stopping", pid)
 		case <-time.After(time.Millisecond):
 		}
 	}
-}
-
-// allThreadsStopped reports whether every thread of pid is in the stopped
-// state; ok is false where /proc cannot tell (not Linux).
-func allThreadsStopped(pid int) (stopped, ok bool) {
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
-	if err != nil || len(tasks) == 0 {
-		return false, false
-	}
-	for _, path := range tasks {
-		stat, err := os.ReadFile(path)
-		if err != nil {
-			return false, true // a thread just ended: look again
-		}
-		// The state follows the parenthesised command name.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
-			return false, true
-		}
-	}
-	return true, true
 }
 
 // Stop sends SIGTERM and waits up to timeout (0 means 10s) for a graceful
@@ -406,31 +369,6 @@ func (s *Server) cleanup() {
 		s.tmpDir = ""
 	}
 }
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
-}
-
-func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
 
 // TB is the part of testing.TB that StartT needs.
 type TB interface {
