@@ -71,11 +71,32 @@ test-web: build ## live view end to end: headless Chromium (Playwright) against 
 run: build ## run the server on the embedded memory backend at 127.0.0.1:7410
 	$(BIN)/holdfast serve
 
+# The protos as last released, as a buf image: `buf breaking` compares the
+# working tree with it, so that holdfast.lock.v1 (the public API) and
+# holdfast.backend.v1 (the contract with third-party plugins) change only
+# compatibly. There is no release yet: until the first one, it holds the
+# protos as they will first ship. The release process runs
+# `make proto-baseline` when it tags a release and commits the result; in
+# between, it is the promise made to clients and plugin authors.
+PROTO_BASELINE := buf.released.yaml
+
 .PHONY: lint
-lint: tools ## buf lint, gofmt, go vet, and each module built alone (GOWORK=off)
+# golangci-lint (.golangci.yml: staticcheck, errcheck, revive, errorlint and
+# more, with gofmt) over the workspace modules in one run, then bench (outside
+# go.work) on its own; tools has no Go source, so its go.mod must be tidy.
+# Each module also builds and vets alone (GOWORK=off), which catches a
+# missing require the workspace would hide.
+lint: tools ## buf lint and buf breaking (against $(PROTO_BASELINE)), golangci-lint over every Go module, each module built alone (GOWORK=off)
 	$(BIN)/buf lint
-	@out=$$(gofmt -l $(GO_MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@for m in $(GO_MODULES); do echo "vet $$m"; (cd $$m && go vet ./... && GOWORK=off go build ./... && GOWORK=off go vet ./...); done
+	$(BIN)/buf breaking --against $(PROTO_BASELINE)
+	$(BIN)/golangci-lint run $(addprefix ./,$(addsuffix /...,$(GO_MODULES)))
+	cd bench && GOWORK=off $(BIN)/golangci-lint run ./...
+	cd tools && GOWORK=off go mod tidy -diff
+	@for m in $(GO_MODULES) bench; do echo "build and vet $$m alone"; (cd $$m && GOWORK=off go build ./... && GOWORK=off go vet ./...); done
+
+.PHONY: proto-baseline
+proto-baseline: tools ## record the protos as released ($(PROTO_BASELINE)), the baseline of buf breaking: run when tagging a release
+	$(BIN)/buf build --exclude-source-info -o $(PROTO_BASELINE)
 
 .PHONY: test-go
 # The SDK matrix (every SDK on memory, Go on every backend) is

@@ -95,7 +95,7 @@ func (w *lineWriter) Write(b []byte) (int, error) {
 // (a parent-death signal): a bench killed midway leaves no server behind.
 func startProcess(ctx context.Context, name string, args ...string) (*process, error) {
 	p := &process{}
-	var logTo io.Writer = io.Discard
+	logTo := io.Discard
 	if *verbose {
 		logTo = os.Stderr
 	}

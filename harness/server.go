@@ -179,7 +179,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		if !ok {
 			<-s.done
 			s.cleanup()
-			return nil, fmt.Errorf("%w: %s exited (%v) before its readiness line; logs:\n%s", ErrNotReady, filepath.Base(bin), s.waitErr, s.logs.String())
+			how := "status 0"
+			if s.waitErr != nil {
+				how = s.waitErr.Error()
+			}
+			return nil, fmt.Errorf("%w: %s exited (%s) before its readiness line; logs:\n%s", ErrNotReady, filepath.Base(bin), how, s.logs.String())
 		}
 		if err := s.parseReady(line); err != nil {
 			_ = s.Kill()

@@ -11,8 +11,8 @@ type Tail struct {
 	buf []byte
 }
 
-// NewTail keeps the last max bytes.
-func NewTail(max int) *Tail { return &Tail{max: max} }
+// NewTail keeps the last n bytes.
+func NewTail(n int) *Tail { return &Tail{max: n} }
 
 // Write keeps p, dropping the oldest bytes over the bound. It never fails.
 func (t *Tail) Write(p []byte) (int, error) {

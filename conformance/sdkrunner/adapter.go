@@ -209,7 +209,7 @@ func (a *Adapter) Call(ctx context.Context, cmd string, args, result any) error 
 	a.writeMu.Unlock()
 	if err != nil {
 		a.forget(id)
-		return fmt.Errorf("%w: writing %s: %v%s", ErrAdapterGone, cmd, err, a.logTail())
+		return fmt.Errorf("%w: writing %s: %w%s", ErrAdapterGone, cmd, err, a.logTail())
 	}
 	select {
 	case m, ok := <-ch:
@@ -249,7 +249,8 @@ func (a *Adapter) goneErr() error {
 	a.mu.Lock()
 	rerr, werr := a.readErr, a.waitErr
 	a.mu.Unlock()
-	return fmt.Errorf("%w: %v (exit: %v)%s", ErrAdapterGone, rerr, werr, a.logTail())
+	// Either may be nil: they are told, not wrapped.
+	return fmt.Errorf("%w: %v (exit: %v)%s", ErrAdapterGone, rerr, werr, a.logTail()) //nolint:errorlint // see above
 }
 
 func (a *Adapter) logTail() string {

@@ -294,7 +294,7 @@ func (t *fairTurns) ready(waitCtx context.Context) (step, string, error) {
 		ok, err := t.e.waitTurn(waitCtx, t.f, t.key, t.id)
 		switch {
 		case waitCtx.Err() != nil:
-			return stepAgain, "", nil // the loop reports the wait's end
+			return stepAgain, "", nil //nolint:nilerr // the wait ended: the loop reports that, not WaitTurn's cancellation
 		case err != nil:
 			return stepBackoff, "", backendErr(t.ctx, "acquire: wait for turn", err)
 		case !ok:

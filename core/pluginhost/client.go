@@ -30,7 +30,7 @@ func (h *Host) callError(ctx context.Context, g *generation, op string, err erro
 	}
 	st, ok := status.FromError(err)
 	if !ok {
-		return fmt.Errorf("%w: plugin %s: %s: %v", backend.ErrUnavailable, h.cfg.Name, op, err)
+		return fmt.Errorf("%w: plugin %s: %s: %w", backend.ErrUnavailable, h.cfg.Name, op, err)
 	}
 	if st.Code() == codes.DeadlineExceeded {
 		// Not the caller's deadline (checked above): CallTimeout ran out.

@@ -68,7 +68,7 @@ func setup() (func(), error) {
 	cmd.Dir = filepath.Join("..", "..", "plugins", "memory")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("go build holdfast-backend-memory: %v\n%s", err, out)
+		return nil, fmt.Errorf("go build holdfast-backend-memory: %w\n%s", err, out)
 	}
 	return func() { os.RemoveAll(dir) }, nil
 }

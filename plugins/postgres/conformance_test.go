@@ -65,7 +65,7 @@ func crashAndRestart(ctx context.Context, srv *pgtest.Server) error {
 	}
 	after, err := os.ReadFile(pidFile)
 	if err != nil || bytes.Equal(before, after) {
-		return fmt.Errorf("postmaster PID %q after the restart (was %q): no new process (%v)",
+		return fmt.Errorf("postmaster PID %q after the restart (was %q): no new process (%w)",
 			bytes.TrimSpace(after), bytes.TrimSpace(before), err)
 	}
 	return nil

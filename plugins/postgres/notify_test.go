@@ -124,10 +124,10 @@ func TestNotifyContended(t *testing.T) {
 
 	// The takeover clears the mark: the next lease's release is quiet, and
 	// no acquired events are sent in this mode.
-	tok, next := acquire(t, b, "hot", time.Minute)
+	tok, _ = acquire(t, b, "hot", time.Minute)
 	release(t, b, "hot", tok)
 	// A marked lease's expiry (by the cleaner) is announced.
-	_, next = acquire(t, b, "hot", 300*time.Millisecond)
+	_, next := acquire(t, b, "hot", 300*time.Millisecond)
 	if _, lost := acquire(t, b, "hot", time.Minute); lost.Acquired {
 		t.Fatal("acquire of a held key succeeded")
 	}
@@ -138,7 +138,7 @@ func TestNotifyContended(t *testing.T) {
 	tok, res := acquire(t, b, "moved", time.Minute)
 	release(t, other, "moved", tok)
 	expect(backend.EventReleased, "moved", res.Record.FencingToken)
-	tok, res = acquire(t, other, "moved", time.Minute)
+	tok, _ = acquire(t, other, "moved", time.Minute)
 	release(t, other, "moved", tok)
 	tok, res = acquire(t, other, "moved", time.Minute)
 	release(t, b, "moved", tok)

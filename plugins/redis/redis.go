@@ -92,7 +92,7 @@ func Open(ctx context.Context, opts map[string]string) (backend.Backend, error) 
 func New(ctx context.Context, o Options) (*Backend, error) {
 	tlsCfg, err := o.tlsConfig()
 	if err != nil {
-		return nil, fmt.Errorf("%w: redis: %v", backend.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: redis: %w", backend.ErrInvalidArgument, err)
 	}
 	uo := &goredis.UniversalOptions{
 		Addrs:            o.Addrs,

@@ -366,7 +366,9 @@ func watch(t *testing.T, b backend.Backend, prefix string) *watcher {
 	}()
 	t.Cleanup(func() {
 		cancel()
-		<-w.done
+		if err := <-w.done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("watch of %q ended with %v", prefix, err)
+		}
 	})
 	if e := w.next(t); e.Type != backend.EventSynced {
 		t.Fatalf("first event %v, want synced", e.Type)

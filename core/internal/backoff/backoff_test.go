@@ -1,6 +1,7 @@
 package backoff
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -11,11 +12,10 @@ func TestDoublesUpToMaxAndResets(t *testing.T) {
 	for range 5 {
 		got = append(got, b.Next())
 	}
-	want := []time.Duration{10, 20, 40, 50, 50}
-	for i := range want {
-		if got[i] != want[i]*time.Millisecond {
-			t.Fatalf("delays %v, want %v ms", got, want)
-		}
+	ms := time.Millisecond
+	want := []time.Duration{10 * ms, 20 * ms, 40 * ms, 50 * ms, 50 * ms}
+	if !slices.Equal(got, want) {
+		t.Fatalf("delays %v, want %v", got, want)
 	}
 	if b.Peek() != 50*time.Millisecond {
 		t.Fatalf("Peek = %s after reaching the maximum", b.Peek())
@@ -24,7 +24,8 @@ func TestDoublesUpToMaxAndResets(t *testing.T) {
 	if d := b.Next(); d != 10*time.Millisecond {
 		t.Fatalf("after Reset: %s, want the minimum", d)
 	}
-	if b := New(time.Second, time.Millisecond); b.Next() != time.Second || b.Next() != time.Second {
-		t.Fatal("a maximum below the minimum is not raised to it")
+	b = New(time.Second, time.Millisecond)
+	if first, second := b.Next(), b.Next(); first != time.Second || second != time.Second {
+		t.Fatalf("a maximum below the minimum: %s then %s, want the minimum twice", first, second)
 	}
 }

@@ -2,6 +2,7 @@ package fakebackend
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -54,7 +55,9 @@ func TestPromises(t *testing.T) {
 	next(backend.EventAcquired)
 	next(backend.EventReleased)
 	stop()
-	<-done
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled watch ended with %v", err)
+	}
 }
 
 // A fair fake grants a free lock only to the head of its queue.

@@ -121,10 +121,10 @@ func FromListResponse(resp *backendv1.ListResponse, req backend.ListRequest) (ba
 // FromWatchResponse decodes one event of a Watch of prefix.
 func FromWatchResponse(resp *backendv1.WatchResponse, prefix string) (backend.Event, error) {
 	ev := backend.Event{Type: fromEventType(resp.GetType())}
-	switch {
-	case ev.Type == 0:
+	switch ev.Type {
+	case 0:
 		return backend.Event{}, errMalformed("Watch", "event of unknown type %v", resp.GetType())
-	case ev.Type == backend.EventSynced:
+	case backend.EventSynced:
 		return ev, nil
 	}
 	rec, err := fromRecord("Watch", resp.GetRecord(), "")

@@ -74,7 +74,11 @@ func TestEtcdOutagePoisonsGuards(t *testing.T) {
 	if err != nil {
 		t.Fatalf("acquire after etcd came back: %v", err)
 	}
-	defer g2.Unlock(context.Background())
+	defer func() {
+		if err := g2.Unlock(context.Background()); err != nil {
+			t.Errorf("unlock: %v", err)
+		}
+	}()
 	t2, err := g2.FencingToken()
 	if err != nil || t2 <= t1 {
 		t.Fatalf("new holder's token %d (%v), want above %d", t2, err, t1)

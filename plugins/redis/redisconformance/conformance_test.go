@@ -147,7 +147,7 @@ func (s *server) restart(ctx context.Context) error {
 		return err
 	}
 	if after, err := s.pid(); err != nil || after == before {
-		return fmt.Errorf("redis-server PID %q after the restart (was %q): no new process (%v)", after, before, err)
+		return fmt.Errorf("redis-server PID %q after the restart (was %q): no new process (%w)", after, before, err)
 	}
 	addr, err := addrLine(out)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -444,8 +445,10 @@ func TestPluginKilled(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no plugin pid in the log:\n%s", s.Logs())
 	}
-	var pid int
-	fmt.Sscan(m[1], &pid)
+	pid, err := strconv.Atoi(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	h2 := new(http.Protocols)
 	h2.SetUnencryptedHTTP2(true)

@@ -2,9 +2,9 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,7 +31,7 @@ func scrape(t *testing.T, hc *http.Client, url string) families {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %s", url, resp.Status)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
@@ -214,8 +214,10 @@ func TestMetrics(t *testing.T) {
 	// A plugin crash: counted, and up again.
 	s.waitStderr(t, `plugin_pid=`)
 	pm := pluginStarted.FindStringSubmatch(s.Logs())
-	var pid int
-	fmt.Sscan(pm[1], &pid)
+	pid, err := strconv.Atoi(pm[1])
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
