@@ -8,11 +8,11 @@ require (
 	connectrpc.com/grpchealth v1.5.0
 	connectrpc.com/grpcreflect v1.3.1
 	connectrpc.com/otelconnect v0.10.0
-	github.com/holdfast/holdfast/core v0.0.0
-	github.com/holdfast/holdfast/harness v0.0.0
-	github.com/holdfast/holdfast/plugins/memory v0.0.0
-	github.com/holdfast/holdfast/proto v0.0.0
-	github.com/holdfast/holdfast/sdk-go v0.0.0
+	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/harness v0.1.0
+	github.com/holdfast/holdfast/plugins/memory v0.1.0
+	github.com/holdfast/holdfast/proto v0.1.0
+	github.com/holdfast/holdfast/sdk-go v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
@@ -32,6 +32,8 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
+require github.com/google/pprof v0.0.0-20260402051712-545e8a4df936 // indirect
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -40,7 +42,6 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
-	github.com/google/pprof v0.0.0-20260402051712-545e8a4df936 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/hashicorp/go-hclog v1.6.3 // indirect
@@ -60,12 +61,4 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
-)
-
-replace (
-	github.com/holdfast/holdfast/core => ../core
-	github.com/holdfast/holdfast/harness => ../harness
-	github.com/holdfast/holdfast/plugins/memory => ../plugins/memory
-	github.com/holdfast/holdfast/proto => ../proto
-	github.com/holdfast/holdfast/sdk-go => ../sdk-go
 )

@@ -3,8 +3,8 @@ module github.com/holdfast/holdfast/plugins/memory
 go 1.26.0
 
 require (
-	github.com/holdfast/holdfast/core v0.0.0
-	github.com/holdfast/holdfast/proto v0.0.0
+	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/proto v0.1.0
 )
 
 require (
@@ -26,8 +26,3 @@ require (
 )
 
 require go.uber.org/goleak v1.3.0
-
-replace (
-	github.com/holdfast/holdfast/core => ../../core
-	github.com/holdfast/holdfast/proto => ../../proto
-)
