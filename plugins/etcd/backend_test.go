@@ -449,7 +449,7 @@ func TestBadOptions(t *testing.T) {
 
 func TestFencingAcrossEtcdRestartAndReopen(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, 1)
+	c := etcdtest.StartT(t, 1)
 	prefix := testPrefix(t)
 	opts := map[string]string{"prefix": prefix, "call_timeout": "1s", "dial_timeout": "2s"}
 	b := open(t, c.EndpointList(), opts)

@@ -51,23 +51,6 @@ func requireEtcd(t testing.TB) string {
 	return sharedEndpoints
 }
 
-// startCluster starts a private etcd of n members for a test that stops or
-// restarts them.
-func startCluster(t testing.TB, n int) *etcdtest.Cluster {
-	t.Helper()
-	if _, err := etcdtest.Binary(); err != nil {
-		harness.SkipOrFail(t, err.Error())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := etcdtest.Start(ctx, t.TempDir(), n)
-	if err != nil {
-		t.Fatalf("start etcd: %v", err)
-	}
-	t.Cleanup(c.Stop)
-	return c
-}
-
 var prefixSeq atomic.Int64
 
 // testPrefix is a key namespace no other test (or run) shares.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast/holdfast/plugins/etcd/internal/etcdtest"
 	holdfast "github.com/holdfast/holdfast/sdk-go"
 )
 
@@ -16,7 +17,7 @@ import (
 // gets a larger fencing token, and a fence admits the new token and refuses
 // the old one.
 func TestEtcdOutagePoisonsGuards(t *testing.T) {
-	cluster := startEtcd(t, 1)
+	cluster := etcdtest.StartT(t, 1)
 	_, urls := startServers(t, 2, cluster.EndpointList())
 	ctx := t.Context()
 	const ttl = 3 * time.Second
