@@ -7,10 +7,10 @@ BIN        := $(CURDIR)/bin
 DIST       := $(CURDIR)/dist
 # The release version of every Go module and SDK package (make set-version).
 RELEASE_VERSION := $(shell cat $(CURDIR)/VERSION)
-GO_MODULES := proto core server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance plugins/example chaos
+GO_MODULES := proto core harness server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance plugins/example chaos
 # Modules whose tests need no external service; the etcd, Redis and PostgreSQL
 # plugins run in test-etcd, test-redis and test-postgres with their servers.
-GO_UNIT_MODULES := proto core server plugins/memory sdk-go conformance plugins/example
+GO_UNIT_MODULES := proto core harness server plugins/memory sdk-go conformance plugins/example
 GO_TEST    ?= go test -race -count=1 -timeout 15m
 # Binaries the tests drive as real subprocesses.
 export HOLDFAST_BIN_DIR := $(BIN)
@@ -74,18 +74,36 @@ test-web: build ## live view end to end: headless Chromium (Playwright) against 
 run: build ## run the server on the embedded memory backend at 127.0.0.1:7410
 	$(BIN)/holdfast serve
 
+# The protos as last released, as a buf image: `buf breaking` compares the
+# working tree with it, so that holdfast.lock.v1 (the public API) and
+# holdfast.backend.v1 (the contract with third-party plugins) change only
+# compatibly. There is no release yet: until the first one, it holds the
+# protos as they will first ship. The release process runs
+# `make proto-baseline` when it tags a release and commits the result; in
+# between, it is the promise made to clients and plugin authors.
+PROTO_BASELINE := buf.released.yaml
+
 .PHONY: lint
-# Each module is also built and vetted alone (GOWORK=off), from its own
-# go.mod and go.sum, so go.work cannot hide a missing requirement; its
-# siblings come from this checkout through a temporary go.mod
-# (holdfast-release standalone; CONTRIBUTING.md says why).
-lint: tools ## buf lint, gofmt, go vet, each module built alone (GOWORK=off), one version everywhere
+# golangci-lint (.golangci.yml: staticcheck, errcheck, revive, errorlint and
+# more, with gofmt) over the workspace modules in one run, then bench and tools
+# (outside go.work) on their own. Each module is also built and vetted alone
+# (GOWORK=off), from its own go.mod and go.sum, so go.work cannot hide a
+# missing requirement; its siblings come from this checkout through a
+# temporary go.mod (holdfast-release standalone; CONTRIBUTING.md says why).
+lint: tools ## buf lint and buf breaking (against $(PROTO_BASELINE)), golangci-lint over every Go module, each module built alone (GOWORK=off), one version everywhere
 	$(BIN)/buf lint
-	@out=$$(gofmt -l $(GO_MODULES) tools scripts/release); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(BIN)/buf breaking --against $(PROTO_BASELINE)
+	@out=$$(gofmt -l scripts/release); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(BIN)/holdfast-release check
-	@for m in $(GO_MODULES); do echo "vet $$m"; (cd $$m && go vet ./...) && \
+	$(BIN)/golangci-lint run $(addprefix ./,$(addsuffix /...,$(GO_MODULES)))
+	cd bench && GOWORK=off $(BIN)/golangci-lint run ./...
+	cd tools && GOWORK=off $(BIN)/golangci-lint run ./...
+	@for m in $(GO_MODULES); do echo "build and vet $$m alone"; \
 		$(BIN)/holdfast-release standalone $$m -- go build ./... && $(BIN)/holdfast-release standalone $$m -- go vet ./...; done
-	cd tools && GOWORK=off go vet ./release
+
+.PHONY: proto-baseline
+proto-baseline: tools ## record the protos as released ($(PROTO_BASELINE)), the baseline of buf breaking: run when tagging a release
+	$(BIN)/buf build --exclude-source-info -o $(PROTO_BASELINE)
 
 .PHONY: test-go
 # The SDK matrix (every SDK on memory, Go on every backend) is
@@ -170,8 +188,8 @@ bench: build ## benchmarks against the direct clients, ratios measured in the sa
 
 # module:package:FuzzTarget, each run for FUZZTIME (go test runs one fuzz
 # target at a time); the seed corpora are in each package's testdata/fuzz.
-FUZZ_TARGETS := plugins/memory:./enginetest:FuzzAcquireValidation plugins/memory:./enginetest:FuzzRequestValidation \
-	core:./pluginhost:FuzzDecodeResponses server:./internal/auth:FuzzAuthorize server:./internal/auth:FuzzTokensFile
+FUZZ_TARGETS := core:./engine:FuzzAcquireValidation core:./engine:FuzzRequestValidation \
+	core:./internal/wire:FuzzDecodeResponses server:./internal/auth:FuzzAuthorize server:./internal/auth:FuzzTokensFile
 FUZZTIME ?= 10s
 
 .PHONY: fuzz-smoke
