@@ -14,8 +14,8 @@ import (
 
 	"connectrpc.com/grpchealth"
 
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
-	"github.com/holdfast/holdfast/server/internal/tlsconfig/tlstest"
 )
 
 // healthServer serves grpc.health.v1 (connect's grpchealth, as holdfast
@@ -26,14 +26,14 @@ func healthServer(t *testing.T) (string, string, *grpchealth.StaticChecker) {
 	checker := grpchealth.NewStaticChecker(lockv1connect.LockServiceName)
 	mux := http.NewServeMux()
 	mux.Handle(grpchealth.NewHandler(checker))
-	ca := tlstest.NewCA(t, "health test CA")
+	ca := harness.NewCA(t, "health test CA")
 	leaf := ca.Issue(t, "holdfast", true)
 	srv := httptest.NewUnstartedServer(mux)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf.TLS}}
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake below
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	return srv.URL, tlstest.Write(t, t.TempDir(), "ca.pem", ca.PEM), checker
+	return srv.URL, harness.WriteFile(t, t.TempDir(), "ca.pem", ca.PEM), checker
 }
 
 func runHealth(t *testing.T, args ...string) (int, string, string) {

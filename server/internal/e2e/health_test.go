@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/holdfast/holdfast/server/internal/tlsconfig/tlstest"
+	"github.com/holdfast/holdfast/harness"
 )
 
 // TestHealthCommandProbesAServer: `holdfast health` as a probe runs it
@@ -16,13 +16,13 @@ import (
 // checking the certificate for a name, with the probe's own certificate.
 func TestHealthCommandProbesAServer(t *testing.T) {
 	dir := t.TempDir()
-	ca := tlstest.NewCA(t, "server CA")
-	clients := tlstest.NewCA(t, "client CA")
-	cert, key := tlstest.WriteLeaf(t, dir, "server", ca.Issue(t, "server", true))
-	probeCert, probeKey := tlstest.WriteLeaf(t, dir, "probe", clients.Issue(t, "probe", false))
-	caFile := tlstest.Write(t, dir, "ca.pem", ca.PEM)
+	ca := harness.NewCA(t, "server CA")
+	clients := harness.NewCA(t, "client CA")
+	cert, key := harness.WriteLeaf(t, dir, "server", ca.Issue(t, "server", true))
+	probeCert, probeKey := harness.WriteLeaf(t, dir, "probe", clients.Issue(t, "probe", false))
+	caFile := harness.WriteFile(t, dir, "ca.pem", ca.PEM)
 	s := startServer(t, nil, "--addr", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key,
-		"--tls-client-ca", tlstest.Write(t, dir, "clients.pem", clients.PEM))
+		"--tls-client-ca", harness.WriteFile(t, dir, "clients.pem", clients.PEM))
 
 	health := func(args ...string) (int, string) {
 		cmd := exec.Command(filepath.Join(binDir, "holdfast"), append([]string{"health", "--server", "https://" + s.addr, "--ca-cert", caFile}, args...)...)

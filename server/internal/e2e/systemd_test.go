@@ -77,7 +77,7 @@ func TestSystemdNotify(t *testing.T) {
 		t.Fatalf("READY=1 sent before %s accepted connections: %v", s.addr, ready.dialed)
 	}
 
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := s.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	stopping := next("STOPPING=1")
