@@ -296,9 +296,8 @@ dist-deb: ops-tools dist-bin ## dist/deb: the Debian package with a hardened sys
 # dist/ is left alone). The Debian package is installed into this machine's
 # root and purged again.
 OPS_TEST_DIST := $(DIST)/test-ops
-test-ops: ## the image (archive; run under podman), the .deb (dpkg -i here, and under systemd in systemd-nspawn; purged), Kubernetes manifests (kustomize, kubectl-validate), alert rules (promtool)
+test-ops: tools ## the image (archive; run under podman), the .deb (dpkg -i here, and under systemd in systemd-nspawn; purged), Kubernetes manifests (kustomize, kubectl-validate), alert rules (promtool)
 	bash scripts/setup.d/10-etcd.sh
 	$(MAKE) --no-print-directory dist-oci dist-deb DIST=$(OPS_TEST_DIST) \
 		DIST_PLATFORMS=$$(go env GOOS)/$$(go env GOARCH) DIST_COMMANDS="$(filter %:holdfast $(addprefix %:,$(OPS_COMMANDS)),$(DIST_COMMANDS))"
-	@out=$$(gofmt -l tools/ops); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	cd tools/ops && GOWORK=off go vet ./... && GOWORK=off HOLDFAST_OPS_DIST=$(OPS_TEST_DIST) $(GO_TEST) -timeout 10m ./...
+	cd tools/ops && GOWORK=off $(BIN)/golangci-lint run ./... && GOWORK=off HOLDFAST_OPS_DIST=$(OPS_TEST_DIST) $(GO_TEST) -timeout 10m ./...

@@ -291,7 +291,7 @@ func get(t *testing.T, url string) string {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != 200 {
+	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
 	}
 	return string(b)

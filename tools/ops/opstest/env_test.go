@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -97,11 +98,7 @@ func exitCode(t testing.TB, name string, args ...string) (int, string) {
 	return ee.ExitCode(), out
 }
 
-func asExit(err error, ee **exec.ExitError) bool {
-	e, ok := err.(*exec.ExitError)
-	*ee = e
-	return ok
-}
+func asExit(err error, ee **exec.ExitError) bool { return errors.As(err, ee) }
 
 // hostPlatform is the os-arch this machine runs, as dist/ names them.
 func hostPlatform() string { return runtime.GOOS + "-" + runtime.GOARCH }
@@ -161,7 +158,9 @@ func start(t *testing.T, cmd *exec.Cmd) *process {
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
-			<-p.done
+			if err := <-p.done; t.Failed() {
+				t.Logf("%s killed at cleanup: %v", cmd.Path, err)
+			}
 		}
 		if t.Failed() {
 			t.Logf("%s stderr:\n%s", cmd.Path, p.stderr)

@@ -120,10 +120,13 @@ func (m *machine) stop() {
 	}
 	_ = m.nspawn.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-m.done:
+	case err := <-m.done:
+		if err != nil {
+			m.t.Logf("systemd-nspawn: %v", err)
+		}
 	case <-time.After(30 * time.Second):
 		_ = m.nspawn.Process.Kill()
-		<-m.done
+		m.t.Logf("systemd-nspawn did not stop within 30s of SIGTERM; killed: %v", <-m.done)
 	}
 }
 
