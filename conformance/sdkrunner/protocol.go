@@ -159,8 +159,7 @@ func (e *Error) Is(target error) bool {
 
 // ErrorOf is err as an adapter's answer, or nil.
 func ErrorOf(err error) *Error {
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := errors.AsType[*Error](err); ok {
 		return e
 	}
 	return nil
@@ -248,11 +247,12 @@ func (s Stamp) Compare(t Stamp) int {
 
 func (s Stamp) String() string { return fmt.Sprintf("%d.%d", s.WallTimeNs, s.Logical) }
 
-// HelloArgs and HelloResult: the handshake, always the first command.
+// HelloArgs opens the handshake, always the first command.
 type HelloArgs struct {
 	ProtocolVersion int `json:"protocol_version"`
 }
 
+// HelloResult is the adapter's answer to hello.
 type HelloResult struct {
 	ProtocolVersion int `json:"protocol_version"`
 	// SDK names the implementation ("go", "typescript", "python", ...).
@@ -265,6 +265,7 @@ type HelloResult struct {
 	DurationUnit string `json:"duration_unit,omitempty"`
 }
 
+// ConnectArgs asks for a client of the server at Addr (connect).
 type ConnectArgs struct {
 	Addr     string `json:"addr"`
 	Protocol string `json:"protocol,omitempty"`
@@ -286,10 +287,13 @@ type ExpiryMargin struct {
 	FixedMs     int64   `json:"fixed_ms"`
 }
 
+// ConnectResult names the client connect made.
 type ConnectResult struct {
 	Client string `json:"client"`
 }
 
+// LockArgs takes a lock with a client (lock): once when Try, else waiting
+// up to WaitMs.
 type LockArgs struct {
 	Client string `json:"client"`
 	Key    string `json:"key"`
@@ -340,21 +344,26 @@ type ServerInfoResult struct {
 	Backend string `json:"backend"`
 }
 
+// LockResult is the guard lock made, with its fencing token and stamp.
 type LockResult struct {
 	Guard        string `json:"guard"`
 	FencingToken U64    `json:"fencing_token"`
 	Stamp        Stamp  `json:"stamp"`
 }
 
+// GuardArgs names a guard (unlock, extend, fencing_token, guard_state);
+// TTLMs is extend's new TTL.
 type GuardArgs struct {
 	Guard string `json:"guard"`
 	TTLMs int64  `json:"ttl_ms,omitempty"`
 }
 
+// FencingTokenResult answers fencing_token.
 type FencingTokenResult struct {
 	FencingToken U64 `json:"fencing_token"`
 }
 
+// GuardStateResult answers guard_state: the state and, once lost, why.
 type GuardStateResult struct {
 	State  string `json:"state"`
 	Reason string `json:"reason,omitempty"`
@@ -369,29 +378,36 @@ type ValidateWriteResult struct {
 	Watermark *U64 `json:"watermark,omitempty"`
 }
 
+// ValidateWriteArgs asks validate_write whether a write with Token passes
+// a resource at Watermark.
 type ValidateWriteArgs struct {
 	Token     U64 `json:"token"`
 	Watermark U64 `json:"watermark"`
 }
 
+// ClientArgs names a client (clock_now, close).
 type ClientArgs struct {
 	Client string `json:"client,omitempty"`
 }
 
+// ClockResult is a client's HLC stamp (clock_now, clock_update).
 type ClockResult struct {
 	Stamp Stamp `json:"stamp"`
 }
 
+// ClockUpdateArgs merges Stamp into a client's clock (clock_update).
 type ClockUpdateArgs struct {
 	Client string `json:"client"`
 	Stamp  Stamp  `json:"stamp"`
 }
 
+// InspectArgs asks a client who holds Key (inspect).
 type InspectArgs struct {
 	Client string `json:"client"`
 	Key    string `json:"key"`
 }
 
+// LockState is a held lock as inspect reports it.
 type LockState struct {
 	Key          string `json:"key,omitempty"`
 	FencingToken U64    `json:"fencing_token"`
@@ -400,6 +416,7 @@ type LockState struct {
 	Waiters      uint32 `json:"waiters"`
 }
 
+// InspectResult answers inspect.
 type InspectResult struct {
 	Held  bool       `json:"held"`
 	State *LockState `json:"state,omitempty"`

@@ -74,15 +74,14 @@ func run(ctx context.Context, in io.Reader, out io.Writer) error {
 	a.stop = ctx
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	closing := false
-	for !closing && sc.Scan() {
+read:
+	for sc.Scan() {
 		var req sdkrunner.Request
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			return fmt.Errorf("malformed command %q: %w", sc.Text(), err)
 		}
 		switch {
 		case req.Cmd == sdkrunner.CmdClose && !closesOneClient(req):
-			closing = true
 			// Close every client (ending its guards and waits), then answer
 			// once every command in flight has answered, so the suite sees a
 			// clean end.
@@ -90,6 +89,7 @@ func run(ctx context.Context, in io.Reader, out io.Writer) error {
 			a.closeAll()
 			a.wg.Wait()
 			a.reply(req.ID, sdkrunner.Empty{}, nil)
+			break read
 		case req.Cmd == sdkrunner.CmdCancel:
 			// Answered at once, in order: the command it names may be
 			// waiting on the server.
