@@ -4,35 +4,14 @@ go 1.26.0
 
 require (
 	connectrpc.com/connect v1.21.1
-	github.com/holdfast/holdfast/core v0.0.0
-	github.com/holdfast/holdfast/plugins/memory v0.0.0
-	github.com/holdfast/holdfast/sdk-go v0.0.0
-	github.com/holdfast/holdfast/server v0.0.0
+	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/plugins/memory v0.1.0
+	github.com/holdfast/holdfast/sdk-go v0.1.0
+	github.com/holdfast/holdfast/server v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
 require (
-	github.com/fatih/color v1.13.0 // indirect
-	github.com/golang/protobuf v1.5.4 // indirect
-	github.com/hashicorp/go-hclog v1.6.3 // indirect
-	github.com/hashicorp/go-plugin v1.8.0 // indirect
-	github.com/hashicorp/yamux v0.1.2 // indirect
-	github.com/holdfast/holdfast/proto v0.0.0 // indirect
-	github.com/mattn/go-colorable v0.1.12 // indirect
-	github.com/mattn/go-isatty v0.0.17 // indirect
-	github.com/oklog/run v1.1.0 // indirect
-	golang.org/x/net v0.60.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/text v0.42.0 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
-	google.golang.org/grpc v1.85.0 // indirect
+	github.com/holdfast/holdfast/proto v0.1.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/holdfast/holdfast/core => ../../core
-	github.com/holdfast/holdfast/plugins/memory => ../../plugins/memory
-	github.com/holdfast/holdfast/proto => ../../proto
-	github.com/holdfast/holdfast/sdk-go => ..
-	github.com/holdfast/holdfast/server => ../../server
 )
