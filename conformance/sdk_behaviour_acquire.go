@@ -228,7 +228,7 @@ func awaitRun(ctx context.Context, c SDKClient, run string, p *sdkrunner.Pending
 		case err == nil:
 			return ev, nil
 		case p.Answered():
-			return ev, fmt.Errorf("run_if_free answered before its function started: %v", p.Wait(ctx, nil))
+			return ev, fmt.Errorf("run_if_free answered before its function started: %w", p.Wait(ctx, nil))
 		case ctx.Err() != nil:
 			return ev, err
 		}

@@ -26,8 +26,8 @@ import (
 
 func TestBackoffIsEqualJitterCappedAtOneSecond(t *testing.T) {
 	b := DefaultBackoff.normalized()
-	for n, d := range []time.Duration{50, 100, 200, 400, 800, 1000, 1000, 1000} {
-		d *= time.Millisecond
+	for n, ms := range []int{50, 100, 200, 400, 800, 1000, 1000, 1000} {
+		d := time.Duration(ms) * time.Millisecond
 		lo, hi := d, time.Duration(0)
 		for range 200 {
 			got := b.delay(n)

@@ -461,7 +461,7 @@ func (g *Guard) renew(ctx context.Context) {
 				cancel()
 				return
 			}
-			err, _ = attemptError(ctx, actx, "Extend", err)
+			_, err = attemptError(ctx, actx, "Extend", err)
 		}
 		cancel()
 		if ctx.Err() != nil || g.ctx.Err() != nil {
@@ -594,7 +594,7 @@ func (g *Guard) release(ctx context.Context) error {
 			}
 			return err
 		}
-		rerr, retry := attemptError(ctx, actx, "Release", rerr)
+		retry, rerr := attemptError(ctx, actx, "Release", rerr)
 		cancel()
 		if ctx.Err() != nil {
 			return fmt.Errorf("holdfast: release %q: %w", g.key, rerr)

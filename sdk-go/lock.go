@@ -209,7 +209,7 @@ func (l Lock) Lock(ctx context.Context) (*Guard, error) {
 			// was freed and taken again): go again, spaced so as not to
 			// spin.
 		} else {
-			failed, retry := attemptError(cctx, actx, "Acquire", err)
+			retry, failed := attemptError(cctx, actx, "Acquire", err)
 			cancel()
 			switch {
 			case cctx.Err() != nil:

@@ -37,7 +37,11 @@ func quickStart(ctx context.Context, addr string, writeReport func(context.Conte
 	if err != nil {
 		return err
 	}
-	defer g.Unlock(context.Background()) // ErrLeaseLost if the lease was lost: never a silent OK
+	defer func() {
+		if err := g.Unlock(context.Background()); errors.Is(err, holdfast.ErrLeaseLost) {
+			log.Print("the lease was lost before the report was written") // never a silent OK
+		}
+	}()
 
 	token, err := g.FencingToken() // errors once the lease is lost
 	if err != nil {

@@ -33,7 +33,7 @@ func (c *Client) retrying(ctx context.Context, op string, until time.Time, call 
 			cancel()
 			return nil
 		}
-		failed, retry := attemptError(ctx, actx, op, err)
+		retry, failed := attemptError(ctx, actx, op, err)
 		cancel()
 		if !retry {
 			return failed
@@ -51,17 +51,17 @@ func (c *Client) retrying(ctx context.Context, op string, until time.Time, call 
 // from the call's ctx) and says whether it is worth another attempt. The
 // call's own context ending is final; the attempt's deadline (the request
 // timeout or the budget) is a transport failure like any other.
-func attemptError(ctx, actx context.Context, op string, err error) (error, bool) {
+func attemptError(ctx, actx context.Context, op string, err error) (retry bool, mapped error) {
 	if ctx.Err() != nil {
-		return mapError(ctx, op, err), false
+		return false, mapError(ctx, op, err)
 	}
 	if actx.Err() != nil {
 		// Unavailable, and the deadline that cut it (errors.Is matches
 		// context.DeadlineExceeded).
-		return &rpcError{op: op, code: CodeUnavailable, message: "no answer in time: " + err.Error(), kind: ErrUnavailable, ctxErr: context.DeadlineExceeded}, true
+		return true, &rpcError{op: op, code: CodeUnavailable, message: "no answer in time: " + err.Error(), kind: ErrUnavailable, ctxErr: context.DeadlineExceeded}
 	}
-	mapped := mapError(actx, op, err)
-	return mapped, errors.Is(mapped, ErrUnavailable)
+	mapped = mapError(actx, op, err)
+	return errors.Is(mapped, ErrUnavailable), mapped
 }
 
 // outOfBudget marks the last failure of a call that ran out of retry budget.
@@ -77,7 +77,7 @@ func ctxError(ctx context.Context, op string, last error) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		e.code = CodeDeadline
 	}
-	if cause := context.Cause(ctx); cause != ctx.Err() {
+	if cause := context.Cause(ctx); cause != ctx.Err() { //nolint:errorlint // identity: a cause other than the bare context error
 		e.ctxErr = cause
 	}
 	return e

@@ -308,6 +308,7 @@ type LockArgs struct {
 	Try       bool   `json:"try,omitempty"`
 }
 
+// RunIfFreeArgs runs a function under a lock only if the key is free (run_if_free).
 type RunIfFreeArgs struct {
 	Client string `json:"client"`
 	Key    string `json:"key"`
@@ -317,28 +318,34 @@ type RunIfFreeArgs struct {
 	Holder string `json:"holder,omitempty"`
 }
 
+// RunIfFreeResult says whether the function ran, and what it returned.
 type RunIfFreeResult struct {
 	Ran   bool   `json:"ran"`
 	Value string `json:"value,omitempty"`
 }
 
+// RunFinishArgs lets a run_if_free function return (run_finish).
 type RunFinishArgs struct {
 	Run string `json:"run"`
 }
 
+// CancelArgs names the command to cancel (cancel).
 type CancelArgs struct {
 	ID uint64 `json:"id"`
 }
 
+// ListArgs lists the held locks under a prefix (list).
 type ListArgs struct {
 	Client string `json:"client"`
 	Prefix string `json:"prefix"`
 }
 
+// ListResult is every held lock under the prefix.
 type ListResult struct {
 	Locks []LockState `json:"locks"`
 }
 
+// ServerInfoResult is what server_info answers.
 type ServerInfoResult struct {
 	Version string `json:"version"`
 	Backend string `json:"backend"`
@@ -373,6 +380,7 @@ type GuardStateResult struct {
 	Renewals *int `json:"renewals,omitempty"`
 }
 
+// ValidateWriteResult is what validate_write answers.
 type ValidateWriteResult struct {
 	// Watermark is the new watermark the SDK returned.
 	Watermark *U64 `json:"watermark,omitempty"`

@@ -494,5 +494,7 @@ func TestExpireEndsALeaseNow(t *testing.T) {
 		t.Fatal("Expire of a free key reported a lease")
 	}
 	cancel()
-	<-done
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Watch returned %v, want context.Canceled", err)
+	}
 }
