@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -450,5 +451,33 @@ func TestUnboundedWaitFollowsTheServersMaxWait(t *testing.T) {
 	}
 	if err := g2.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Guards taken while the client closes: Close waits for every lease event
+// it owes and nothing is left running (goleak in TestMain), whatever the
+// interleaving.
+func TestCloseWhileLocking(t *testing.T) {
+	_, url := newFakePeer(t)
+	for range 20 {
+		c, err := Dial(url, WithLogger(slog.New(slog.DiscardHandler)), WithLeaseEvents(func(LeaseEvent) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				g, err := c.Lock(fmt.Sprint("k", i)).TTL(time.Minute).TryLock(context.Background())
+				if err == nil {
+					_ = g.Unlock(context.Background())
+				} else if !errors.Is(err, ErrClosed) {
+					t.Errorf("TryLock as the client closes: %v", err)
+				}
+			})
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
 	}
 }

@@ -233,6 +233,18 @@ func (c *Client) isClosed() bool {
 	return c.closed
 }
 
+// addEventWaiter counts one more guard whose end event Close must wait
+// for; false once Close has begun.
+func (c *Client) addEventWaiter() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.events.Add(1)
+	return true
+}
+
 // track registers a live guard so Close can release it; false once closed.
 func (c *Client) track(g *Guard) bool {
 	c.mu.Lock()

@@ -135,12 +135,15 @@ func (g *Guard) start(base context.Context) {
 	g.mu.Unlock()
 	// The lost or released event goes out once the guard's context ends,
 	// whichever call or timer ended it, from a goroutine of its own (the
-	// listener may be slow; the caller that ended the guard is not).
-	g.c.events.Add(1)
-	context.AfterFunc(g.ctx, func() {
-		defer g.c.events.Done()
-		g.c.emitEnd(g)
-	})
+	// listener may be slow; the caller that ended the guard is not). Close
+	// waits for those goroutines, so none is added once it has begun (a
+	// guard taken as the client closes is given straight back, unreported).
+	if g.c.addEventWaiter() {
+		context.AfterFunc(g.ctx, func() {
+			defer g.c.events.Done()
+			g.c.emitEnd(g)
+		})
+	}
 	go g.watchdog(wctx)
 }
 
