@@ -128,11 +128,11 @@ class Adapter:
                 "protocol_version": PROTOCOL_VERSION,
                 "sdk": "python",
                 "version": f"holdfast (this source tree), python {sys.version.split()[0]}",
-                "capabilities": ["protocol:connect", "protocol:grpc", "protocol:grpc-web", "clock_update", "event:lease_lost"],
+                "capabilities": ["protocol:connect", "protocol:grpc-web", "clock_update", "event:lease_lost"],
             }
         if cmd == "connect":
             protocol = args.get("protocol") or "connect"
-            if protocol not in ("connect", "grpc", "grpc-web"):
+            if protocol not in ("connect", "grpc-web"):
                 raise CommandError("unsupported", f"protocol {protocol}")
             cid = self.next_id("c")
             self.clients[cid] = AsyncClient(arg_str(args, "addr"), protocol=protocol)

@@ -460,7 +460,7 @@ async def test_list_and_watch(client: AsyncClient) -> None:
     assert events == ["acquired:a", "acquired:b", "released:a", "released:b"]
 
 
-@pytest.mark.parametrize("protocol", ["grpc-web", "grpc"])
+@pytest.mark.parametrize("protocol", ["grpc-web"])
 async def test_other_protocols(addr: str, protocol: str) -> None:
     async with AsyncClient(addr, protocol=protocol) as c:  # type: ignore[arg-type]
         g = await c.acquire(key(protocol), ttl=5)

@@ -7,10 +7,12 @@ import asyncio
 import os
 import random
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Generator
 from typing import Any, Callable, Literal, Optional, TypeVar, Union
 
+import pyqwest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from connectrpc.protocol import ProtocolType
@@ -32,7 +34,13 @@ from .errors import (
 from .hlc import Clock, Timestamp
 from .lock.v1 import lock_pb2
 from .lock.v1.lock_connect import LockServiceClient
+from ._transport import HttpxTransport
 from .types import BackendInfo, EventType, LockEvent, LockState, ServerInfo
+
+if sys.version_info >= (3, 11):
+    from asyncio import timeout as _timeout
+else:
+    from async_timeout import timeout as _timeout
 
 T = TypeVar("T")
 
@@ -40,8 +48,8 @@ DEFAULT_TTL = 15.0
 DEFAULT_RETRY_BUDGET = 2.0
 DEFAULT_REQUEST_TIMEOUT = 10.0
 
-Protocol = Literal["connect", "grpc", "grpc-web"]
-_PROTOCOLS = {"connect": ProtocolType.CONNECT, "grpc": ProtocolType.GRPC, "grpc-web": ProtocolType.GRPC_WEB}
+Protocol = Literal["connect", "grpc-web"]
+_PROTOCOLS = {"connect": ProtocolType.CONNECT, "grpc-web": ProtocolType.GRPC_WEB}
 
 _EVENT_TYPES: dict[int, EventType] = {
     lock_pb2.EVENT_TYPE_SYNCED: "synced",
@@ -106,7 +114,9 @@ class AsyncClient:
         """
         Args:
             address: base URL of the server, e.g. ``http://127.0.0.1:7410``.
-            protocol: ``connect`` (default), ``grpc`` or ``grpc-web``.
+            protocol: ``connect`` (default) or ``grpc-web`` (gRPC needs HTTP/2
+                trailers, which the HTTP stack does not read; the server
+                answers all three on one port).
             holder: label shown to others while this client holds a lock.
             default_ttl: lease length when a call gives none.
             retry_budget: how long calls other than acquire retry on
@@ -119,11 +129,16 @@ class AsyncClient:
         """
         if protocol not in _PROTOCOLS:
             raise InvalidArgumentError(f"holdfast: protocol {protocol!r}: use one of {sorted(_PROTOCOLS)}")
-        self._rpc = LockServiceClient(
-            address.rstrip("/"),
-            protocol=_PROTOCOLS[protocol],
-            send_compression=None,
-            interceptors=interceptors,
+        self._transport = HttpxTransport()
+        self._rpc = _BoundedStub(
+            LockServiceClient(
+                address.rstrip("/"),
+                protocol=_PROTOCOLS[protocol],
+                send_compression=None,
+                accept_compression=(),
+                interceptors=interceptors,
+                http_client=pyqwest.Client(self._transport),
+            )
         )
         self.clock = clock or Clock(max_offset=0.5 if max_clock_offset is None else max_clock_offset)
         """The client's Hybrid Logical Clock: ticked for every request, merged with every server stamp."""
@@ -152,6 +167,7 @@ class AsyncClient:
         guards = list(self._guards)
         await asyncio.gather(*(g._close_for_client(self._retry_budget) for g in guards))
         await self._rpc.close()
+        await self._transport.aclose()
 
     def lock(
         self,
@@ -215,6 +231,7 @@ class AsyncClient:
             try:
                 res = await self._rpc.acquire(req, timeout_ms=_timeout_ms(remaining + self._request_timeout))
             except Exception as e:  # noqa: BLE001 - mapped below
+                _reraise_cancellation(e)
                 err = from_connect_error(e, f"acquire {key!r}")
                 # A failed acquire has an unknown outcome; if the server did
                 # grant it, nobody renews that lease and it expires.
@@ -251,6 +268,7 @@ class AsyncClient:
                 timeout_ms=_timeout_ms(self._request_timeout),
             )
         except Exception as e:  # noqa: BLE001
+            _reraise_cancellation(e)
             # Still valid on the safe clock: hand it out, the watchdog renews at once.
             if time.monotonic() < sent_at + ttl:
                 return sent_at
@@ -306,6 +324,7 @@ class AsyncClient:
                 raise asyncio.CancelledError() from e
             raise from_connect_error(e, "watch") from e
         except Exception as e:  # noqa: BLE001
+            _reraise_cancellation(e)
             raise from_connect_error(e, "watch") from e
 
     async def server_info(self) -> ServerInfo:
@@ -361,6 +380,7 @@ class AsyncClient:
             try:
                 return await call(_timeout_ms(self._request_timeout))
             except Exception as e:  # noqa: BLE001
+                _reraise_cancellation(e)
                 err = from_connect_error(e, what)
                 pause = _backoff(attempt)
                 attempt += 1
@@ -368,6 +388,59 @@ class AsyncClient:
                     await asyncio.sleep(pause)
                     continue
                 raise err from e
+
+
+class _BoundedStub:
+    """The generated stub with each call bounded by our own timeout.
+
+    connectrpc bounds a unary call with asyncio.wait_for, which on Python
+    3.10 and 3.11 swallows a cancellation that arrives as the call completes:
+    a watchdog cancelled at that moment would renew on forever, and
+    asyncio.run would wait for it at exit. asyncio.timeout (async_timeout
+    before 3.11) does not lose it."""
+
+    def __init__(self, stub: LockServiceClient) -> None:
+        self._stub = stub
+
+    async def acquire(self, req: lock_pb2.AcquireRequest, *, timeout_ms: int) -> lock_pb2.AcquireResponse:
+        return await _bounded(self._stub.acquire(req), timeout_ms)
+
+    async def extend(self, req: lock_pb2.ExtendRequest, *, timeout_ms: int) -> lock_pb2.ExtendResponse:
+        return await _bounded(self._stub.extend(req), timeout_ms)
+
+    async def release(self, req: lock_pb2.ReleaseRequest, *, timeout_ms: int) -> lock_pb2.ReleaseResponse:
+        return await _bounded(self._stub.release(req), timeout_ms)
+
+    async def inspect(self, req: lock_pb2.InspectRequest, *, timeout_ms: int) -> lock_pb2.InspectResponse:
+        return await _bounded(self._stub.inspect(req), timeout_ms)
+
+    async def list(self, req: lock_pb2.ListRequest, *, timeout_ms: int) -> lock_pb2.ListResponse:
+        return await _bounded(self._stub.list(req), timeout_ms)
+
+    async def get_server_info(self, req: lock_pb2.GetServerInfoRequest, *, timeout_ms: int) -> lock_pb2.GetServerInfoResponse:
+        return await _bounded(self._stub.get_server_info(req), timeout_ms)
+
+    def watch(self, req: lock_pb2.WatchRequest) -> AsyncIterator[lock_pb2.WatchEvent]:
+        return self._stub.watch(req)
+
+    async def close(self) -> None:
+        await self._stub.close()
+
+
+async def _bounded(call: Awaitable[T], timeout_ms: int) -> T:
+    try:
+        async with _timeout(timeout_ms / 1000):
+            try:
+                return await call
+            except ConnectError as e:
+                # connectrpc turns the task's cancellation into a canceled
+                # ConnectError; the timeout (our own cancellation) and a
+                # caller's cancel both need the CancelledError itself.
+                if e.code == Code.CANCELED and isinstance(e.__cause__, asyncio.CancelledError):
+                    raise e.__cause__ from None
+                raise
+    except asyncio.TimeoutError as e:
+        raise ConnectError(Code.DEADLINE_EXCEEDED, f"no answer within {timeout_ms} ms") from e
 
 
 class LockContext:
@@ -595,6 +668,7 @@ class AsyncGuard:
                     req, timeout_ms=_timeout_ms(max(0.0, min(left, self._client._request_timeout)))
                 )
             except Exception as e:  # noqa: BLE001 - mapped below
+                _reraise_cancellation(e)
                 err = from_connect_error(e, f"release {self.key!r}")
                 if not (is_retryable(err) or isinstance(err, DeadlineExceededError)):
                     raise err from e
@@ -688,6 +762,7 @@ class AsyncGuard:
                         await self._extend_once(self._ttl, sent_at, _timeout_ms(min(remaining, self._ttl / 3)))
                         break
                     except Exception as e:  # noqa: BLE001
+                        _reraise_cancellation(e)
                         if self._state != "held" or self._stopping:
                             return
                         # Any error short of the server's extended=false must
@@ -767,6 +842,15 @@ class AsyncGuard:
         if self._lost_error is not None:
             raise self._lost_error
         raise LockReleasedError(self.key)
+
+
+def _reraise_cancellation(err: BaseException) -> None:
+    """connectrpc reports the cancellation of the task running a call as a
+    ``canceled`` ConnectError; give the task its CancelledError back, so
+    that cancelling a call (or asyncio.run ending a watchdog) is never taken
+    for a failed attempt and retried."""
+    if isinstance(err, ConnectError) and err.code == Code.CANCELED and isinstance(err.__cause__, asyncio.CancelledError):
+        raise asyncio.CancelledError() from err
 
 
 def _current_task() -> Optional[asyncio.Task[Any]]:
