@@ -52,6 +52,21 @@ test-sdk-ts: build sdk-codegen-tools ## TypeScript SDK tests (node --test) again
 test-sdk-python: build sdk-codegen-tools ## Python SDK tests (pytest) against a real holdfast serve
 	scripts/with-server.sh timeout 600 bash -c 'cd sdk-python && .venv/bin/python -m pytest -q -o faulthandler_timeout=120'
 
+.PHONY: dist-python
+# Out of tree: `python -m build` writes the sdist into dist/python and builds
+# the wheel from it in a temporary directory; the pinned hatchling (from
+# sdk-python/.venv) writes no build/ or *.egg-info into sdk-python.
+dist-python: sdk-codegen-tools ## the Python SDK's wheel and sdist in dist/python/
+	rm -rf $(CURDIR)/dist/python
+	cd sdk-python && .venv/bin/python -m build --no-isolation --outdir $(CURDIR)/dist/python .
+	@left=$$(git status --porcelain --ignored -- sdk-python | grep -E '(^|/)(build/|[^/]*\.egg-info/?)$$' || true); \
+		if [ -n "$$left" ]; then echo "dist-python: the build wrote into sdk-python: $$left" >&2; exit 1; fi
+	@ls -l $(CURDIR)/dist/python
+
+.PHONY: test-release-python
+test-release-python: build dist-python ## the Python wheel from dist/ in fresh venvs (3.10, 3.11) outside the checkout, against a real holdfast serve
+	scripts/release/test-python.sh $(CURDIR)/dist
+
 .PHONY: build
 build: web-build ## build holdfast and the plugin binaries into bin/ (the live view first: it is embedded)
 	go build -o $(BIN)/ ./server/cmd/holdfast ./plugins/memory/cmd/holdfast-backend-memory ./conformance/cmd/holdfast-conformance \
