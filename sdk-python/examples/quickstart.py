@@ -23,7 +23,7 @@ async def main() -> None:
             print(f"extended: {guard.remaining():.1f} s left")
 
             try:
-                await client.acquire("examples/report", ttl=10)
+                await client.acquire("examples/report", ttl=10, wait=0)
             except holdfast.NotAcquiredError as e:
                 print(f"as expected, not acquired: held by {e.current.holder if e.current else '?'}")
         print("released at the end of the block")

@@ -8,15 +8,20 @@ HOLDFAST_REQUIRE_SERVICES=1 (set by `make test`), in which case they fail.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Optional, Union
 
+import pyqwest
 import pytest
 
 import holdfast
+import holdfast.testing
+from holdfast._transport import HttpxTransport
+from holdfast.lock.v1.lock_connect import LockServiceClient
 
 ADDR = os.environ.get("HOLDFAST_ADDR")
 SERVER_PID: Optional[int] = int(os.environ["HOLDFAST_SERVER_PID"]) if os.environ.get("HOLDFAST_SERVER_PID") else None
@@ -30,6 +35,17 @@ def addr() -> str:
             pytest.fail(msg)
         pytest.skip(msg)
     return ADDR
+
+
+@pytest.fixture(scope="session")
+def server_binary() -> str:
+    """The holdfast binary for tests that start servers of their own."""
+    try:
+        return holdfast.testing.find_binary()
+    except holdfast.testing.ServerStartError as e:
+        if os.environ.get("HOLDFAST_REQUIRE_SERVICES") == "1":
+            pytest.fail(str(e))
+        pytest.skip(str(e))
 
 
 @pytest.fixture
@@ -60,3 +76,14 @@ async def eventually(what: str, cond: Callable[[], Union[bool, Awaitable[bool]]]
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def raw_client(addr: str) -> AsyncIterator[LockServiceClient]:
+    """The generated client, without the SDK, for what a test does behind
+    the SDK's back (on the SDK's transport: pyqwest's own aborts at exit)."""
+    transport = HttpxTransport()
+    try:
+        yield LockServiceClient(addr, http_client=pyqwest.Client(transport), send_compression=None)
+    finally:
+        await transport.aclose()

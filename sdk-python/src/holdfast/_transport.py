@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator, Sequence
-from typing import Union
+from typing import Optional, Union
 
 import httpx
 import pyqwest
+
+from .errors import InvalidArgumentError
 
 # Headers that describe the body as it travelled; the body handed to the
 # Connect runtime is the decoded one.
@@ -75,3 +77,39 @@ async def _body(resp: httpx.Response) -> AsyncIterator[bytes]:
             yield chunk
     finally:
         await resp.aclose()
+
+
+def tls_verify(
+    *,
+    https: bool,
+    ca_file: Optional[str],
+    cert_file: Optional[str],
+    key_file: Optional[str],
+    ssl_context: Optional[ssl.SSLContext],
+) -> Union[ssl.SSLContext, bool]:
+    """What to verify an https:// server with: ``ssl_context`` as given, or a
+    context trusting ``ca_file`` (default: httpx's trust store) and
+    presenting ``cert_file``/``key_file`` (mTLS). Files are read here, so a
+    missing or malformed one is an InvalidArgumentError naming it."""
+    files = {"ca_file": ca_file, "cert_file": cert_file, "key_file": key_file}
+    given = [name for name, v in files.items() if v is not None]
+    if (given or ssl_context is not None) and not https:
+        raise InvalidArgumentError(f"holdfast: {', '.join(given) or 'ssl_context'}: TLS options need an https:// address")
+    if ssl_context is not None:
+        if given:
+            raise InvalidArgumentError(f"holdfast: give ssl_context or {', '.join(given)}, not both")
+        return ssl_context
+    if (cert_file is None) != (key_file is None):
+        raise InvalidArgumentError("holdfast: cert_file and key_file go together (a client certificate and its key)")
+    if not given:
+        return True
+    try:
+        ctx = ssl.create_default_context(cafile=ca_file) if ca_file is not None else httpx.create_ssl_context()
+    except (OSError, ssl.SSLError) as e:
+        raise InvalidArgumentError(f"holdfast: ca_file {ca_file!r}: {e}") from e
+    if cert_file is not None:
+        try:
+            ctx.load_cert_chain(cert_file, key_file)
+        except (OSError, ssl.SSLError) as e:
+            raise InvalidArgumentError(f"holdfast: cert_file {cert_file!r} / key_file {key_file!r}: {e}") from e
+    return ctx
