@@ -87,10 +87,14 @@ run: build ## run the server on the embedded memory backend at 127.0.0.1:7410
 	$(BIN)/holdfast serve
 
 .PHONY: lint
-lint: tools ## buf lint, gofmt, go vet, and each module built alone (GOWORK=off)
+lint: tools lint-python ## buf lint, gofmt, go vet, and each module built alone (GOWORK=off); lint-python
 	$(BIN)/buf lint
 	@out=$$(gofmt -l $(GO_MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(GO_MODULES); do echo "vet $$m"; (cd $$m && go vet ./... && GOWORK=off go build ./... && GOWORK=off go vet ./...); done
+
+.PHONY: lint-python
+lint-python: sdk-codegen-tools ## ruff (lint and format check) and mypy --strict over sdk-python (pinned in its hashed lock)
+	cd sdk-python && .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
 
 .PHONY: test-go
 # The SDK matrix (every SDK on memory, Go on every backend) is

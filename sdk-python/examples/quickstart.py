@@ -8,6 +8,7 @@ import holdfast
 
 
 async def main() -> None:
+    """Takes, extends and releases examples/report, then again with the blocking client."""
     addr = os.environ.get("HOLDFAST_ADDR", "http://127.0.0.1:7410")
     async with holdfast.AsyncClient(addr, holder="quickstart") as client:
         # The guard's watchdog renews the 10 s lease about every 3 s.
@@ -29,9 +30,8 @@ async def main() -> None:
         print("released at the end of the block")
 
     # The blocking client does the same from plain threads.
-    with holdfast.Client(addr) as sync_client:
-        with sync_client.lock("examples/report", ttl=10) as guard:
-            print(f"sync client holds token {guard.fencing_token} (watermark was {watermark})")
+    with holdfast.Client(addr) as sync_client, sync_client.lock("examples/report", ttl=10) as guard:
+        print(f"sync client holds token {guard.fencing_token} (watermark was {watermark})")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Optional, Union
 
 import pyqwest
 import pytest
@@ -24,7 +23,7 @@ from holdfast._transport import HttpxTransport
 from holdfast.lock.v1.lock_connect import LockServiceClient
 
 ADDR = os.environ.get("HOLDFAST_ADDR")
-SERVER_PID: Optional[int] = int(os.environ["HOLDFAST_SERVER_PID"]) if os.environ.get("HOLDFAST_SERVER_PID") else None
+SERVER_PID: int | None = int(os.environ["HOLDFAST_SERVER_PID"]) if os.environ.get("HOLDFAST_SERVER_PID") else None
 
 
 @pytest.fixture
@@ -64,7 +63,7 @@ def key(name: str) -> str:
     return f"py/{name}/{secrets.token_hex(6)}"
 
 
-async def eventually(what: str, cond: Callable[[], Union[bool, Awaitable[bool]]], timeout: float = 5.0) -> None:
+async def eventually(what: str, cond: Callable[[], bool | Awaitable[bool]], timeout: float = 5.0) -> None:
     """Polls cond until it holds or the deadline passes."""
     deadline = time.monotonic() + timeout
     while True:

@@ -28,9 +28,9 @@ from holdfast import (
     RunResult,
     UnavailableError,
 )
+from holdfast.lock.v1 import lock_pb2
 
 from .conftest import SERVER_PID, eventually, key, raw_client
-from holdfast.lock.v1 import lock_pb2
 
 
 class CountCalls:
@@ -203,9 +203,7 @@ async def test_a_hung_server_is_unavailable_after_the_retry_budget(addr: str) ->
 # ---- lease events and logs ----
 
 
-async def test_lease_events_reach_the_listener_and_the_log(
-    addr: str, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_lease_events_reach_the_listener_and_the_log(addr: str, caplog: pytest.LogCaptureFixture) -> None:
     events: list[LeaseEvent] = []
     caplog.set_level(logging.DEBUG, logger="holdfast")
     async with AsyncClient(addr, on_lease_event=events.append) as c:
@@ -385,7 +383,9 @@ async def test_the_guard_is_poisoned_the_margin_before_the_server_frees_the_key(
         assert g.lost_error is not None and g.lost_error.reason == "expired"
         assert lost_at - sent >= 1.5, "not before TTL - margin"
         st = await other.inspect(k)
-        assert st is not None and st.fencing_token == g._fencing_token, "the server still holds it when the guard gives up"
+        assert st is not None and st.fencing_token == g._fencing_token, (
+            "the server still holds it when the guard gives up"
+        )
 
 
 # ---- the blocking client: parity ----
@@ -430,3 +430,36 @@ def test_blocking_acquire_without_wait_queues(addr: str, sync_client: holdfast.C
         t.join(5)
         assert got and got[0].held
         got[0].unlock()
+
+
+async def test_closing_the_client_ends_a_waiting_acquire_with_client_closed(addr: str, client: AsyncClient) -> None:
+    k = key("close-waiting")
+    g = await client.acquire(k, ttl=10)
+    c = AsyncClient(addr)
+    waiting = asyncio.ensure_future(c.acquire(k, ttl=5, wait=20))
+    await eventually("the waiter to queue", lambda: _is(waiters(client, k), 1))
+    t0 = time.monotonic()
+    await c.close()
+    with pytest.raises(holdfast.ClientClosedError) as ei:
+        await asyncio.wait_for(waiting, 5)
+    assert ei.value.code == "client_closed" and time.monotonic() - t0 < 2
+    await g.unlock()
+
+
+@pytest.mark.skipif(SERVER_PID is None, reason="HOLDFAST_SERVER_PID unset (run through scripts/with-server.sh)")
+async def test_unlock_of_an_unreachable_server_is_unavailable_after_the_retry_budget(addr: str) -> None:
+    assert SERVER_PID is not None
+    async with AsyncClient(addr, retry_budget=0.5) as c:
+        g = await c.acquire(key("unlock-budget"), ttl=5)
+        os.kill(SERVER_PID, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(UnavailableError):
+                await g.unlock()
+            took = time.monotonic() - t0
+        finally:
+            os.kill(SERVER_PID, signal.SIGCONT)
+        assert 0.4 <= took < 3, took
+        assert g.held, "still held (without renewals) until its local expiry"
+        await g.unlock()
+        assert not g.held and not g.lost.is_set()

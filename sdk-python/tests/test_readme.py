@@ -31,7 +31,17 @@ def test_snippet_runs(snippet: str, addr: str, server_binary: str, tmp_path: Pat
     env.pop("HOLDFAST_TOKEN", None)
     if "def test_" in code:
         (tmp_path / "test_snippet.py").write_text(code)
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "asyncio_mode=auto", "test_snippet.py"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "asyncio_mode=auto",
+            "test_snippet.py",
+        ]
     else:
         cmd = [sys.executable, "-c", code]
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)

@@ -4,6 +4,7 @@ from the client's side, plus errors, waiting, watch and the blocking client."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import socket
@@ -11,6 +12,8 @@ import threading
 import time
 
 import pytest
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
 
 import holdfast
 from holdfast import (
@@ -24,8 +27,6 @@ from holdfast import (
     UnavailableError,
     validate_write,
 )
-from connectrpc.code import Code
-from connectrpc.errors import ConnectError
 from holdfast.lock.v1 import lock_pb2
 
 from .conftest import SERVER_PID, eventually, key, raw_client
@@ -133,7 +134,7 @@ async def test_promise4_fencing_increases(client: AsyncClient, other: AsyncClien
     await eventually("takeover after expiry", take)
     tokens.append(nxt[0].fencing_token)
     watermark = validate_write(nxt[0].fencing_token, watermark)
-    assert all(a < b for a, b in zip(tokens, tokens[1:])), tokens
+    assert all(a < b for a, b in itertools.pairwise(tokens)), tokens
     with pytest.raises(holdfast.StaleTokenError):
         validate_write(old_token, watermark)
     await nxt[0].unlock()
@@ -227,7 +228,7 @@ def _lose_first_release(c: AsyncClient, when: str) -> None:
             await real(req)
         raise ConnectError(Code.UNAVAILABLE, "connection reset (test)")
 
-    c._rpc.stub.release = release  # type: ignore[method-assign]
+    c._rpc.stub.release = release  # type: ignore[method-assign,assignment]
 
 
 async def test_retried_release_answered_false_is_release_unconfirmed(addr: str, other: AsyncClient) -> None:
@@ -259,11 +260,15 @@ async def test_async_with_raises_when_the_lease_was_lost_in_the_block(client: As
         async with client.lock(k, ttl=10, watchdog=False) as g:
             await _release_behind_its_back(addr, g)
     assert ei.value.reason == "rejected"
+
     # The block's own exception wins over the loss.
-    with pytest.raises(RuntimeError, match="boom"):
+    async def block_that_raises() -> None:
         async with client.lock(k, ttl=10, watchdog=False) as g:
             await _release_behind_its_back(addr, g)
             raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await block_that_raises()
 
 
 @pytest.mark.skipif(SERVER_PID is None, reason="HOLDFAST_SERVER_PID unset (run through scripts/with-server.sh)")
@@ -337,7 +342,7 @@ async def test_promise6_hlc(client: AsyncClient, other: AsyncClient, addr: str) 
         assert not c.clock.last() < g.stamp, "the client merged the server's stamps"
         stamps.append(g.stamp)
         await g.unlock()
-    assert all(a < b for a, b in zip(stamps, stamps[1:])), stamps
+    assert all(a < b for a, b in itertools.pairwise(stamps)), stamps
     info = await client.server_info()
     ahead = int(info.max_clock_offset / 2 * 1e9)
     async with AsyncClient(addr, clock=Clock(physical=lambda: time.time_ns() + ahead)) as skewed:
@@ -439,13 +444,13 @@ async def test_list_and_watch(client: AsyncClient) -> None:
             if ev.type == "synced":
                 synced.set()
             elif ev.state is not None:
-                events.append(f"{ev.type}:{ev.state.key[len(prefix):]}")
+                events.append(f"{ev.type}:{ev.state.key[len(prefix) :]}")
 
     task = asyncio.ensure_future(watch())
     await asyncio.wait_for(synced.wait(), 5)
     a = await client.acquire(prefix + "a", ttl=5)
     b = await client.acquire(prefix + "b", ttl=5)
-    listed = [s.key[len(prefix):] async for s in client.list(prefix, page_size=1)]
+    listed = [s.key[len(prefix) :] async for s in client.list(prefix, page_size=1)]
     assert listed == ["a", "b"]
     await a.unlock()
     await b.unlock()

@@ -4,6 +4,7 @@ servers started with the matching flags (holdfast.testing.run_server)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ import trustme
 import holdfast
 from holdfast.testing import HoldfastServer, run_server
 
-from .conftest import key
+from .conftest import eventually, key
 from .test_behaviour import CountCalls
 
 TOKEN = "py-transport-test-token-0123456789"
@@ -71,16 +72,16 @@ async def test_tls_with_a_custom_ca(tls_server: HoldfastServer, certs: dict[str,
         s.acquire(key("tls-sync"), ttl=5).unlock()
     # Without the CA the server's certificate is not trusted.
     async with holdfast.AsyncClient(tls_server.address, retry_budget=0.3) as c:
-        with pytest.raises(holdfast.UnavailableError, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+        with pytest.raises(holdfast.UnavailableError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
             await c.inspect(key("tls"))
 
 
 async def test_mtls_client_certificate(mtls_server: HoldfastServer, certs: dict[str, str]) -> None:
-    mine = {"ca_file": certs["ca"], "cert_file": certs["client_cert"], "key_file": certs["client_key"]}
-    async with holdfast.AsyncClient(mtls_server.address, **mine) as c:
+    ca, cert, key_file = certs["ca"], certs["client_cert"], certs["client_key"]
+    async with holdfast.AsyncClient(mtls_server.address, ca_file=ca, cert_file=cert, key_file=key_file) as c:
         g = await c.acquire(key("mtls"), ttl=5)
         await g.unlock()
-    with holdfast.Client(mtls_server.address, **mine) as s:
+    with holdfast.Client(mtls_server.address, ca_file=ca, cert_file=cert, key_file=key_file) as s:
         s.acquire(key("mtls-sync"), ttl=5).unlock()
     async with holdfast.AsyncClient(mtls_server.address, ca_file=certs["ca"], retry_budget=0.3) as c:
         with pytest.raises(holdfast.UnavailableError):
@@ -127,3 +128,27 @@ async def test_headers_and_interceptors(auth_server: HoldfastServer) -> None:
     assert sync_counter.calls[:1] == ["Acquire"]
     with pytest.raises(holdfast.InvalidArgumentError, match="not both"):
         holdfast.AsyncClient(auth_server.address, headers=headers, bearer_token=TOKEN)
+
+
+async def test_no_wait_set_queues_past_the_servers_max_wait(server_binary: str) -> None:
+    # A server refuses a wait above its --max-wait: the SDK learns the cap
+    # (GetServerInfo's max_wait) and re-sends Acquires of at most that.
+    with run_server("--max-wait", "1s", binary=server_binary) as server:
+        counter = CountCalls()
+        async with (
+            holdfast.AsyncClient(server.address) as holder,
+            holdfast.AsyncClient(server.address, interceptors=[counter]) as waiter,
+        ):
+            k = key("max-wait")
+            g = await holder.acquire(k, ttl=10)
+            waiting = asyncio.ensure_future(waiter.acquire(k, ttl=10))
+            await eventually(
+                "two waits of the server's max_wait, after it refused a longer one",
+                lambda: counter.calls[:2] == ["Acquire", "GetServerInfo"] and counter.calls.count("Acquire") >= 3,
+                10,
+            )
+            assert not waiting.done()
+            await g.unlock()
+            got = await asyncio.wait_for(waiting, 5)
+            assert got.held
+            await got.unlock()

@@ -10,8 +10,18 @@ import re
 import pytest
 
 import holdfast
-from holdfast import Backoff, Clock, ClockOffsetError, ExpiryMargin, InvalidArgumentError, RunResult, StaleTokenError, Timestamp, validate_write
-from holdfast import _durations
+from holdfast import (
+    Backoff,
+    Clock,
+    ClockOffsetError,
+    ExpiryMargin,
+    InvalidArgumentError,
+    RunResult,
+    StaleTokenError,
+    Timestamp,
+    _durations,
+    validate_write,
+)
 from holdfast._address import base_url
 
 
@@ -123,7 +133,8 @@ def test_addresses(address: str, url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "address", ["", "localhost", "ftp://x:1", "http://:7410", "127.0.0.1:99999", "http://h:1/path", " 127.0.0.1:7410", "h:1?q"]
+    "address",
+    ["", "localhost", "ftp://x:1", "http://:7410", "127.0.0.1:99999", "http://h:1/path", " 127.0.0.1:7410", "h:1?q"],
 )
 def test_bad_addresses_name_the_address(address: str) -> None:
     with pytest.raises(InvalidArgumentError, match=re.escape(repr(address))):

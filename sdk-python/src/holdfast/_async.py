@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Generator, Mapping, Sequence
-from typing import Any, Callable, Literal, Optional, TypeVar, Union
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
+from typing import Any, Literal, TypeVar
 
 import pyqwest
 from connectrpc.code import Code
@@ -69,14 +70,16 @@ def default_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def request_headers(bearer_token: Optional[str], headers: Optional[Mapping[str, str]]) -> list[tuple[str, str]]:
+def request_headers(bearer_token: str | None, headers: Mapping[str, str] | None) -> list[tuple[str, str]]:
     """The headers every request carries: the caller's, and the bearer token."""
     out: list[tuple[str, str]] = []
     for name, value in (headers or {}).items():
         if not isinstance(name, str) or not isinstance(value, str) or not name:
             raise InvalidArgumentError(f"holdfast: headers: {name!r}: {value!r}: names and values must be strings")
         if bearer_token is not None and name.lower() == "authorization":
-            raise InvalidArgumentError("holdfast: headers: give the token as bearer_token or an Authorization header, not both")
+            raise InvalidArgumentError(
+                "holdfast: headers: give the token as bearer_token or an Authorization header, not both"
+            )
         out.append((name, value))
     if bearer_token is not None:
         if not isinstance(bearer_token, str) or not bearer_token or any(c in bearer_token for c in "\r\n "):
@@ -88,7 +91,7 @@ def request_headers(bearer_token: Optional[str], headers: Optional[Mapping[str, 
 class _Held:
     """An acquire's answer when the key stayed held."""
 
-    def __init__(self, current: Optional[LockState]) -> None:
+    def __init__(self, current: LockState | None) -> None:
         self.current = current
 
 
@@ -107,22 +110,22 @@ class AsyncClient:
         address: str,
         *,
         protocol: Protocol = "connect",
-        holder: Optional[str] = None,
+        holder: str | None = None,
         default_ttl: Duration = DEFAULT_TTL,
         retry_budget: Duration = DEFAULT_RETRY_BUDGET,
         request_timeout: Duration = DEFAULT_REQUEST_TIMEOUT,
-        backoff: Optional[Backoff] = None,
-        expiry_margin: Optional[ExpiryMargin] = None,
-        max_clock_offset: Optional[Duration] = None,
-        clock: Optional[Clock] = None,
-        bearer_token: Optional[str] = None,
-        headers: Optional[Mapping[str, str]] = None,
-        ca_file: Optional[str] = None,
-        cert_file: Optional[str] = None,
-        key_file: Optional[str] = None,
-        ssl_context: Optional[ssl.SSLContext] = None,
+        backoff: Backoff | None = None,
+        expiry_margin: ExpiryMargin | None = None,
+        max_clock_offset: Duration | None = None,
+        clock: Clock | None = None,
+        bearer_token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
         interceptors: Sequence[Interceptor] = (),
-        on_lease_event: Optional[LeaseEventListener] = None,
+        on_lease_event: LeaseEventListener | None = None,
     ) -> None:
         """
         Args:
@@ -162,12 +165,18 @@ class AsyncClient:
             )
         url = base_url(address)
         verify = tls_verify(
-            https=url.startswith("https://"), ca_file=ca_file, cert_file=cert_file, key_file=key_file, ssl_context=ssl_context
+            https=url.startswith("https://"),
+            ca_file=ca_file,
+            cert_file=cert_file,
+            key_file=key_file,
+            ssl_context=ssl_context,
         )
         self._default_ttl = _durations.ttl(default_ttl, "default_ttl")
         retry_budget_s = _durations.positive("retry_budget", retry_budget)
         request_timeout_s = _durations.positive("request_timeout", request_timeout)
-        offset = DEFAULT_MAX_OFFSET if max_clock_offset is None else _durations.seconds("max_clock_offset", max_clock_offset)
+        offset = (
+            DEFAULT_MAX_OFFSET if max_clock_offset is None else _durations.seconds("max_clock_offset", max_clock_offset)
+        )
         if holder is not None and not isinstance(holder, str):
             raise InvalidArgumentError(f"holdfast: holder: {holder!r} is not a string")
         self._holder = holder if holder is not None else default_holder()
@@ -181,8 +190,15 @@ class AsyncClient:
             interceptors=interceptors,
             http_client=pyqwest.Client(self._transport),
         )
-        self._rpc = Rpc(stub, retry_budget=retry_budget_s, request_timeout=request_timeout_s, backoff=backoff or Backoff())
-        self._session = Session(self._rpc, clock or Clock(max_offset=offset), expiry_margin or ExpiryMargin(), on_lease_event)
+        self._rpc = Rpc(
+            stub, retry_budget=retry_budget_s, request_timeout=request_timeout_s, backoff=backoff or Backoff()
+        )
+        self._session = Session(
+            self._rpc, clock or Clock(max_offset=offset), expiry_margin or ExpiryMargin(), on_lease_event
+        )
+        # The longest wait one Acquire asks for: lowered to the server's
+        # max_wait once a server refused a longer one.
+        self._max_server_wait = MAX_SERVER_WAIT
         self._closed = False
 
     @property
@@ -207,6 +223,7 @@ class AsyncClient:
         self._closed = True
         guards = list(self._session.guards)
         await asyncio.gather(*(g._close_for_client(self._rpc.retry_budget) for g in guards))
+        self._rpc.closed = True
         await self._rpc.close()
         await self._transport.aclose()
 
@@ -216,9 +233,9 @@ class AsyncClient:
         self,
         key: str,
         *,
-        ttl: Optional[Duration] = None,
-        wait: Optional[Duration] = None,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
         watchdog: bool = True,
     ) -> LockContext:
         """A lock on key: ``async with client.lock(k, ttl=10) as guard:`` holds
@@ -230,9 +247,9 @@ class AsyncClient:
         self,
         key: str,
         *,
-        ttl: Optional[Duration] = None,
-        wait: Optional[Duration] = None,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
         watchdog: bool = True,
     ) -> AsyncGuard:
         """Takes the lease on key.
@@ -252,10 +269,10 @@ class AsyncClient:
         self,
         key: str,
         *,
-        ttl: Optional[Duration] = None,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        holder: str | None = None,
         watchdog: bool = True,
-    ) -> Optional[AsyncGuard]:
+    ) -> AsyncGuard | None:
         """Exactly one attempt, never queueing: the guard, or None when the
         key is held. (``inspect`` says who holds it.)"""
         got = await self._acquire(key, ttl, 0.0, holder, watchdog)
@@ -266,9 +283,9 @@ class AsyncClient:
         key: str,
         fn: Callable[[AsyncGuard], Awaitable[T]],
         *,
-        ttl: Optional[Duration] = None,
-        wait: Optional[Duration] = None,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
     ) -> T:
         """Runs ``await fn(guard)`` under the lock (acquired as acquire()
         does) and releases it afterwards; a lease lost during fn raises its
@@ -281,8 +298,8 @@ class AsyncClient:
         key: str,
         fn: Callable[[AsyncGuard], Awaitable[T]],
         *,
-        ttl: Optional[Duration] = None,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        holder: str | None = None,
     ) -> RunResult:
         """Skip if held: one attempt at the lock; held, ``fn`` is not called
         and the answer is ``RunResult(ran=False)``. Free, ``await fn(guard)``
@@ -302,14 +319,14 @@ class AsyncClient:
         *,
         max_runtime: Duration,
         run: Callable[[int], Awaitable[T]],
-        ttl: Optional[Duration] = None,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        holder: str | None = None,
     ) -> RunResult:
         """A scheduled job that runs on one server at a time
         (docs/recipes/scheduled-jobs.md): one attempt at the lock, and
         ``RunResult(ran=False)`` without calling ``run`` when another server
         holds it. Otherwise ``await run(fencing_token)`` runs under a lease of
-        ``ttl`` (default 1.5 × max_runtime; it must be longer than
+        ``ttl`` (default 1.5 x max_runtime; it must be longer than
         max_runtime) with the watchdog on, and is cancelled when the lease is
         lost (LeaseLostError) or at max_runtime (DeadlineExceededError); the
         lease is released afterwards. A lease lost during the run always
@@ -349,8 +366,8 @@ class AsyncClient:
         return RunResult(True, job.result())
 
     async def _acquire(
-        self, key: str, ttl: Optional[Duration], wait: Optional[float], holder: Optional[str], watchdog: bool
-    ) -> Union[AsyncGuard, _Held]:
+        self, key: str, ttl: Duration | None, wait: float | None, holder: str | None, watchdog: bool
+    ) -> AsyncGuard | _Held:
         """The acquire loop. wait None: until acquired or cancelled; 0: one
         attempt; d: until d has passed. Transport failures and
         ``unavailable`` are retried with the backoff while the current run
@@ -369,21 +386,30 @@ class AsyncClient:
         failing_since = start  # the first attempt of the current run of failures
         attempt = 0
         while True:
+            self._check_open()
             sent_at = time.monotonic()
-            server_wait = MAX_SERVER_WAIT if deadline is None else min(MAX_SERVER_WAIT, max(0.0, deadline - sent_at))
+            cap = self._max_server_wait
+            server_wait = cap if deadline is None else min(cap, max(0.0, deadline - sent_at))
             budget_end = failing_since + rpc.retry_budget
             if deadline is not None and wait:
                 budget_end = min(budget_end, deadline)
-            req = lock_pb2.AcquireRequest(key=key, ttl=to_duration(lease_ttl), holder=label, client_stamp=self._session.stamp())
+            req = lock_pb2.AcquireRequest(
+                key=key, ttl=to_duration(lease_ttl), holder=label, client_stamp=self._session.stamp()
+            )
             if server_wait > 0:
                 req.wait.CopyFrom(to_duration(server_wait))
             try:
                 res = await rpc.attempt(
-                    what, lambda: rpc.stub.acquire(req), server_wait + min(rpc.request_timeout, budget_end - sent_at)
+                    what,
+                    functools.partial(rpc.stub.acquire, req),
+                    server_wait + min(rpc.request_timeout, budget_end - sent_at),
                 )
             except HoldfastError as err:
                 # A failed acquire has an unknown outcome; if the server did
                 # grant it, nobody renews that lease and it expires.
+                refused_wait = isinstance(err, InvalidArgumentError) and server_wait > 0
+                if refused_wait and await self._learn_max_wait(server_wait):
+                    continue
                 if not is_retryable(err):
                     raise
                 await rpc.pause(what, err, attempt, failing_since, budget_end)
@@ -404,7 +430,18 @@ class AsyncClient:
                 return _Held(current)
             # The server's wait ended before ours: queue again.
 
-    async def _confirm(self, lease: lock_pb2.Lease, sent_at: float) -> Optional[float]:
+    async def _learn_max_wait(self, refused: float) -> bool:
+        """After an Acquire asking for ``refused`` seconds of waiting was
+        answered invalid_argument: whether the server's max_wait is shorter
+        (then every later Acquire asks for at most that). A server refuses a
+        wait above its --max-wait rather than capping it."""
+        info = await self.server_info()
+        if 0 < info.max_wait < refused:
+            self._max_server_wait = info.max_wait
+            return True
+        return False
+
+    async def _confirm(self, lease: lock_pb2.Lease, sent_at: float) -> float | None:
         """A lease whose Acquire answer came late (after a server-side wait)
         started on the server somewhere between sent_at and now: counting
         from sent_at, little or none of it may be left. One Extend sent now
@@ -415,7 +452,9 @@ class AsyncClient:
             return sent_at
         now = time.monotonic()
         rpc = self._rpc
-        req = lock_pb2.ExtendRequest(key=lease.key, owner_token=lease.owner_token, ttl=lease.ttl, client_stamp=self._session.stamp())
+        req = lock_pb2.ExtendRequest(
+            key=lease.key, owner_token=lease.owner_token, ttl=lease.ttl, client_stamp=self._session.stamp()
+        )
         try:
             res = await rpc.attempt(f"acquire {lease.key!r}", lambda: rpc.stub.extend(req), rpc.request_timeout)
         except HoldfastError:
@@ -431,7 +470,7 @@ class AsyncClient:
 
     # ---- reading ----
 
-    async def inspect(self, key: str) -> Optional[LockState]:
+    async def inspect(self, key: str) -> LockState | None:
         """Who holds key (None when free), without its owner token."""
         self._check_open()
         rpc = self._rpc
@@ -446,7 +485,7 @@ class AsyncClient:
         token = ""
         while True:
             req = lock_pb2.ListRequest(prefix=prefix, page_size=page_size, page_token=token)
-            res = await rpc.call(f"list {prefix!r}", lambda: rpc.stub.list(req))
+            res = await rpc.call(f"list {prefix!r}", functools.partial(rpc.stub.list, req))
             self._session.merge(res.server_stamp)
             for s in res.locks:
                 yield LockState.from_proto(s)
@@ -454,7 +493,7 @@ class AsyncClient:
             if not token:
                 return
 
-    async def watch(self, *, key: Optional[str] = None, prefix: Optional[str] = None) -> AsyncIterator[LockEvent]:
+    async def watch(self, *, key: str | None = None, prefix: str | None = None) -> AsyncIterator[LockEvent]:
         """Streams acquisitions, releases and expiries of one key or of every
         key under a prefix. The first event is "synced"."""
         self._check_open()
@@ -498,6 +537,7 @@ class AsyncClient:
                 fair=b.fair,
             ),
             max_clock_offset=from_duration(res.max_clock_offset),
+            max_wait=from_duration(res.max_wait),
             stamp=Timestamp.from_proto(res.server_stamp),
         )
 
@@ -523,7 +563,7 @@ class LockContext:
         self._client = client
         self._key = key
         self._opts = opts
-        self._guard: Optional[AsyncGuard] = None
+        self._guard: AsyncGuard | None = None
 
     def __await__(self) -> Generator[Any, None, AsyncGuard]:
         return self._client.acquire(self._key, **self._opts).__await__()
@@ -532,6 +572,6 @@ class LockContext:
         self._guard = await self._client.acquire(self._key, **self._opts)
         return self._guard
 
-    async def __aexit__(self, exc_type: Optional[type[BaseException]], *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if self._guard is not None:
             await self._guard._exit(exc_type is not None)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import datetime
 import math
-from typing import Optional, Union
 
 from .errors import InvalidArgumentError
 
-Duration = Union[int, float, datetime.timedelta]
+Duration = int | float | datetime.timedelta
 """Seconds as an int or float, or a datetime.timedelta."""
 
 MIN_TTL = 0.1
@@ -53,7 +52,7 @@ def ttl(value: object, field: str = "ttl") -> float:
     return s
 
 
-def wait(value: object) -> Optional[float]:
+def wait(value: object) -> float | None:
     """How long an acquire queues: None (until acquired or cancelled), 0
     (one attempt) or a finite positive duration."""
     if value is None:

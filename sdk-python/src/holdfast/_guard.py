@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import time
-from typing import Any, Callable, Literal, Optional
+from collections.abc import Callable
+from typing import Any, Literal
 
 from google.protobuf import duration_pb2
 
@@ -37,14 +40,16 @@ class Session:
     expiry margin, the event listener and the set of guards still held (which
     ``close`` releases)."""
 
-    def __init__(self, rpc: Rpc, clock: Clock, expiry_margin: ExpiryMargin, on_lease_event: Optional[LeaseEventListener]) -> None:
+    def __init__(
+        self, rpc: Rpc, clock: Clock, expiry_margin: ExpiryMargin, on_lease_event: LeaseEventListener | None
+    ) -> None:
         self.rpc = rpc
         self.clock = clock
         self.expiry_margin = expiry_margin
         self.on_lease_event = on_lease_event
         self.guards: set[AsyncGuard] = set()
 
-    def merge(self, p: Optional[lock_pb2.HlcTimestamp]) -> None:
+    def merge(self, p: lock_pb2.HlcTimestamp | None) -> None:
         """Merges a server stamp into the clock. One further ahead than the
         max offset is not merged: adopting it would make this client's next
         stamps look too far ahead to every other server; the answer that
@@ -52,12 +57,10 @@ class Session:
         ts = Timestamp.from_proto(p)
         if ts.is_zero():
             return
-        try:
+        with contextlib.suppress(ClockOffsetError):
             self.clock.update(ts)
-        except ClockOffsetError:
-            pass
 
-    def stamp(self) -> Optional[lock_pb2.HlcTimestamp]:
+    def stamp(self) -> lock_pb2.HlcTimestamp | None:
         """A client stamp for a request: the clock, ticked."""
         return self.clock.now().to_proto()
 
@@ -88,11 +91,11 @@ class AsyncGuard:
         self._ttl = from_duration(lease.ttl)
         self._valid_from = valid_from
         self._state: Literal["held", "lost", "released"] = "held"
-        self._lost_error: Optional[LeaseLostError] = None
+        self._lost_error: LeaseLostError | None = None
         self._callbacks: list[LostCallback] = []
         self._done_hooks: list[Callable[[], None]] = []
         self._renewals = 0
-        self._last_err: Optional[HoldfastError] = None
+        self._last_err: HoldfastError | None = None
         self._unlock_lock = asyncio.Lock()  # serialises unlock() and close
         self._tidied = False  # the best-effort release after an "expired" loss was sent
         self.lost = asyncio.Event()
@@ -100,10 +103,10 @@ class AsyncGuard:
         self.done = asyncio.Event()
         """Set when the guard stops holding: lost or released."""
         loop = asyncio.get_running_loop()
-        self._expiry: Optional[asyncio.TimerHandle] = None
+        self._expiry: asyncio.TimerHandle | None = None
         self._arm_expiry(loop)
         session.guards.add(self)
-        self._task: Optional[asyncio.Task[None]] = loop.create_task(self._watchdog()) if watchdog else None
+        self._task: asyncio.Task[None] | None = loop.create_task(self._watchdog()) if watchdog else None
 
     # ---- public surface ----
 
@@ -128,7 +131,7 @@ class AsyncGuard:
         return self._state == "held"
 
     @property
-    def lost_error(self) -> Optional[LeaseLostError]:
+    def lost_error(self) -> LeaseLostError | None:
         """The loss, once the lease is lost; None while held or after unlock."""
         return self._lost_error
 
@@ -165,7 +168,7 @@ class AsyncGuard:
         else:
             self._done_hooks.append(hook)
 
-    async def extend(self, ttl: Optional[_durations.Duration] = None) -> None:
+    async def extend(self, ttl: _durations.Duration | None = None) -> None:
         """Renews the lease for ttl (default: its current TTL) from now,
         retrying ``unavailable`` until the local expiry. Raises LeaseLostError
         once the lease is lost (poisoning the guard, reason ``rejected``, when
@@ -197,10 +200,12 @@ class AsyncGuard:
         the LeaseLostError (reason ``rejected``, ``expired``,
         ``client_closed`` or ``release_unconfirmed``): never a quiet
         success. ``unavailable`` and timeouts are retried with the backoff
-        until the local expiry (after which the server frees the key by
-        itself and unlock raises the loss, reason ``expired``). unlock()
-        after a successful unlock() is a no-op; after one that failed for
-        another reason (a non-retryable error) it may be called again."""
+        for the retry budget (then UnavailableError: the guard holds, without
+        renewals, until its local expiry, and unlock may be called again), or
+        until the local expiry if that comes first (the server frees the key
+        by itself then, and unlock raises the loss, reason ``expired``).
+        unlock() after a successful unlock() is a no-op; after one that
+        failed for another reason it may be called again."""
         async with self._unlock_lock:
             await self._stop_watchdog()
             self._check_expiry()
@@ -209,12 +214,12 @@ class AsyncGuard:
             if self._lost_error is not None:
                 await self._release_after_loss()
                 raise self._lost_error
-            await self._release(self._expires_at())
+            await self._release(time.monotonic() + self._session.rpc.retry_budget)
 
     async def __aenter__(self) -> AsyncGuard:
         return self
 
-    async def __aexit__(self, exc_type: Optional[type[BaseException]], *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         await self._exit(exc_type is not None)
 
     # ---- internals ----
@@ -226,10 +231,8 @@ class AsyncGuard:
         if not failed:
             await self.unlock()
             return
-        try:
+        with contextlib.suppress(HoldfastError):
             await self.unlock()
-        except HoldfastError:
-            pass
 
     async def _close_for_client(self, budget: float) -> None:
         """AsyncClient.close: release if still held; a guard not released
@@ -239,10 +242,9 @@ class AsyncGuard:
             self._check_expiry()
             if self._state != "held":
                 return
-            try:
+            # A failure is said by the loss below; the lease expires on the server.
+            with contextlib.suppress(HoldfastError):
                 await self._release(min(self._expires_at(), time.monotonic() + budget))
-            except HoldfastError:
-                pass  # the loss below says it; the lease expires on the server
             self._poison("client_closed")
 
     async def _stop_watchdog(self) -> None:
@@ -258,9 +260,11 @@ class AsyncGuard:
     async def _release(self, deadline: float) -> None:
         """Sends Release until the server answers, the deadline passes, or
         the local expiry passes (a release after it is moot: the key frees
-        itself). Returns once released; raises the LeaseLostError, or a
+        itself). Returns once released; raises the LeaseLostError, the
+        exhausted-budget UnavailableError when the deadline came first, or a
         non-retryable error (the guard then still holds until expiry)."""
         rpc = self._session.rpc
+        start = time.monotonic()
         # in_doubt: an earlier attempt failed in transit and may have reached
         # the server; a later released=false then does not prove a loss.
         in_doubt = False
@@ -268,21 +272,27 @@ class AsyncGuard:
         while True:
             self._raise_if_not_held()
             left = min(deadline, self._expires_at()) - time.monotonic()
-            req = lock_pb2.ReleaseRequest(key=self.key, owner_token=self._owner_token, client_stamp=self._session.stamp())
+            req = lock_pb2.ReleaseRequest(
+                key=self.key, owner_token=self._owner_token, client_stamp=self._session.stamp()
+            )
             try:
                 res = await rpc.attempt(
-                    f"release {self.key!r}", lambda: rpc.stub.release(req), min(left, rpc.request_timeout)
+                    f"release {self.key!r}", functools.partial(rpc.stub.release, req), min(left, rpc.request_timeout)
                 )
             except HoldfastError as err:
                 if not is_retryable(err):
                     raise
                 in_doubt = True
                 self._last_err = err
-                pause = min(rpc.backoff.delay(attempt), min(deadline, self._expires_at()) - time.monotonic())
+                left = min(deadline, self._expires_at()) - time.monotonic()
+                pause = rpc.backoff.delay(attempt)
                 attempt += 1
-                if pause <= 0:
+                if pause >= left:
+                    if left > 0:
+                        await asyncio.sleep(left)
                     self._raise_if_not_held()  # past the local expiry: "expired"
-                    raise  # the caller's deadline (close's budget) ran out first
+                    # The caller's deadline (the retry budget) ran out first.
+                    raise rpc.exhausted(f"release {self.key!r}", err, time.monotonic() - start) from err
                 await asyncio.sleep(pause)
                 continue
             self._session.merge(res.server_stamp)
@@ -308,12 +318,14 @@ class AsyncGuard:
         rpc = self._session.rpc
         req = lock_pb2.ReleaseRequest(key=self.key, owner_token=self._owner_token, client_stamp=self._session.stamp())
         try:
-            res = await rpc.attempt(f"release {self.key!r}", lambda: rpc.stub.release(req), min(self._ttl, rpc.request_timeout))
+            res = await rpc.attempt(
+                f"release {self.key!r}", lambda: rpc.stub.release(req), min(self._ttl, rpc.request_timeout)
+            )
             self._session.merge(res.server_stamp)
         except HoldfastError:
             pass  # best effort: the lease expires by itself
 
-    async def _extend_once(self, ttl: float, sent_at: float, timeout: Optional[float] = None) -> bool:
+    async def _extend_once(self, ttl: float, sent_at: float, timeout: float | None = None) -> bool:
         """One Extend sent at sent_at; True when it renewed the lease. An
         answer of extended=false, or one that arrives after the local expiry,
         poisons the guard (and answers False)."""
@@ -405,7 +417,7 @@ class AsyncGuard:
         self._lost_error = err
         self._finish("lost", err)
 
-    def _finish(self, state: Literal["lost", "released"], err: Optional[LeaseLostError]) -> None:
+    def _finish(self, state: Literal["lost", "released"], err: LeaseLostError | None) -> None:
         if self._state != "held":
             return  # the first end wins
         self._state = state
@@ -431,14 +443,21 @@ class AsyncGuard:
     def _emit(self, kind: LeaseEventType, **fields: Any) -> None:
         emit(
             self._session.on_lease_event,
-            LeaseEvent(type=kind, key=self.key, fencing_token=self._fencing_token, ttl=self._ttl, renewals=self._renewals, **fields),
+            LeaseEvent(
+                type=kind,
+                key=self.key,
+                fencing_token=self._fencing_token,
+                ttl=self._ttl,
+                renewals=self._renewals,
+                **fields,
+            ),
         )
 
     @staticmethod
     def _call(cb: LostCallback, err: LeaseLostError) -> None:
         try:
             cb(err)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a user's callback must not break the watchdog; logged
             logger.exception("holdfast: a lost callback of %r raised", err.key)
 
     def _check_expiry(self) -> None:
@@ -456,7 +475,7 @@ class AsyncGuard:
         raise LockReleasedError(self.key)
 
 
-def _current_task() -> Optional[asyncio.Task[Any]]:
+def _current_task() -> asyncio.Task[Any] | None:
     try:
         return asyncio.current_task()
     except RuntimeError:

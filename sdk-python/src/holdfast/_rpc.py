@@ -6,15 +6,15 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable
-from typing import Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from ._durations import fmt
 from ._options import Backoff
-from .errors import HoldfastError, UnavailableError, from_connect_error, is_retryable
+from .errors import ClientClosedError, HoldfastError, UnavailableError, from_connect_error, is_retryable
 from .lock.v1.lock_connect import LockServiceClient
 
 if sys.version_info >= (3, 11):
@@ -37,11 +37,15 @@ class Rpc:
     swallow a cancellation that arrives as the call completes.
     """
 
-    def __init__(self, stub: LockServiceClient, *, retry_budget: float, request_timeout: float, backoff: Backoff) -> None:
+    def __init__(
+        self, stub: LockServiceClient, *, retry_budget: float, request_timeout: float, backoff: Backoff
+    ) -> None:
         self.stub = stub
         self.retry_budget = retry_budget
         self.request_timeout = request_timeout
         self.backoff = backoff
+        self.closed = False
+        """Set by the client's close: a call failing after it is ClientClosedError."""
 
     async def attempt(self, what: str, call: Callable[[], Awaitable[T]], timeout: float) -> T:
         """One attempt: its answer, or a HoldfastError (a failed or timed-out
@@ -61,11 +65,20 @@ class Rpc:
                         raise e.__cause__ from None
                     raise
         except asyncio.TimeoutError as e:
+            self._raise_if_closed(e)
             raise UnavailableError(f"holdfast: {what}: no answer within {fmt(timeout)}") from e
-        except HoldfastError:
+        except HoldfastError as e:
+            self._raise_if_closed(e)
             raise
         except Exception as e:
+            self._raise_if_closed(e)
             raise from_connect_error(e, what) from e
+
+    def _raise_if_closed(self, err: BaseException) -> None:
+        # Closing the client closes its connections under the calls still
+        # in flight (a waiting acquire): they end as ClientClosedError.
+        if self.closed:
+            raise ClientClosedError() from err
 
     async def call(self, what: str, call: Callable[[], Awaitable[T]], *, deadline: float = 0.0) -> T:
         """``call`` retried while it fails with a retryable error, until the
@@ -86,19 +99,27 @@ class Rpc:
                 attempt += 1
 
     async def pause(self, what: str, err: HoldfastError, attempt: int, start: float, end: float) -> None:
-        """Sleeps the backoff before retry number ``attempt``, cut short at
-        ``end`` so that the last attempt is sent when the budget ends; raises
-        the exhausted-budget error once ``end`` has passed."""
+        """Sleeps the backoff before retry number ``attempt``. When the
+        pause would reach past ``end``, it sleeps until ``end`` and raises
+        the exhausted-budget error instead: every retry keeps its full
+        backoff, and the call gives up when its budget ends."""
+        if self.closed:
+            raise ClientClosedError() from err
         left = end - time.monotonic()
-        if left <= 0:
+        pause = self.backoff.delay(attempt)
+        if pause >= left:
+            if left > 0:
+                await asyncio.sleep(left)
             raise self.exhausted(what, err, time.monotonic() - start) from err
-        await asyncio.sleep(min(self.backoff.delay(attempt), left))
+        await asyncio.sleep(pause)
 
     @staticmethod
     def exhausted(what: str, last: HoldfastError, spent: float) -> UnavailableError:
         """The error of a call whose retries ran out: unavailable, with the
         last failure's message (and as the cause)."""
-        return UnavailableError(f"holdfast: {what}: server unavailable, gave up after {fmt(round(spent, 2))}: {last.message}")
+        return UnavailableError(
+            f"holdfast: {what}: server unavailable, gave up after {fmt(round(spent, 2))}: {last.message}"
+        )
 
     async def close(self) -> None:
         """Closes the stub."""

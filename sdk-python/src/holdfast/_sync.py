@@ -10,8 +10,8 @@ import contextlib
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
-from typing import Any, Callable, Optional, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from connectrpc.interceptor import Interceptor
 
@@ -85,22 +85,22 @@ class Client:
         address: str,
         *,
         protocol: Protocol = "connect",
-        holder: Optional[str] = None,
+        holder: str | None = None,
         default_ttl: Duration = DEFAULT_TTL,
         retry_budget: Duration = DEFAULT_RETRY_BUDGET,
         request_timeout: Duration = DEFAULT_REQUEST_TIMEOUT,
-        backoff: Optional[Backoff] = None,
-        expiry_margin: Optional[ExpiryMargin] = None,
-        max_clock_offset: Optional[Duration] = None,
-        clock: Optional[Clock] = None,
-        bearer_token: Optional[str] = None,
-        headers: Optional[Mapping[str, str]] = None,
-        ca_file: Optional[str] = None,
-        cert_file: Optional[str] = None,
-        key_file: Optional[str] = None,
-        ssl_context: Optional[ssl.SSLContext] = None,
+        backoff: Backoff | None = None,
+        expiry_margin: ExpiryMargin | None = None,
+        max_clock_offset: Duration | None = None,
+        clock: Clock | None = None,
+        bearer_token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
         interceptors: Sequence[Interceptor] = (),
-        on_lease_event: Optional[LeaseEventListener] = None,
+        on_lease_event: LeaseEventListener | None = None,
     ) -> None:
         """Takes AsyncClient's arguments (see there)."""
         self._loop = _LoopThread()
@@ -160,9 +160,9 @@ class Client:
         self,
         key: str,
         *,
-        ttl: Optional[Duration] = None,
-        wait: Optional[Duration] = None,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
         watchdog: bool = True,
     ) -> Guard:
         """Acquires the lock as acquire() does; use the guard as a context
@@ -173,9 +173,9 @@ class Client:
         self,
         key: str,
         *,
-        ttl: Optional[Duration] = None,
-        wait: Optional[Duration] = None,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
         watchdog: bool = True,
     ) -> Guard:
         """Takes the lease on key. ``wait=None`` (the default) blocks until it
@@ -184,7 +184,9 @@ class Client:
         server's queue."""
 
         async def acquire() -> Guard:
-            return Guard(self._loop, await self._async.acquire(key, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog))
+            return Guard(
+                self._loop, await self._async.acquire(key, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
+            )
 
         return self._loop.run(acquire())
 
@@ -192,14 +194,14 @@ class Client:
         self,
         key: str,
         *,
-        ttl: Optional[Duration] = None,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        holder: str | None = None,
         watchdog: bool = True,
-    ) -> Optional[Guard]:
+    ) -> Guard | None:
         """Exactly one attempt, never queueing: the guard, or None when the
         key is held."""
 
-        async def attempt() -> Optional[Guard]:
+        async def attempt() -> Guard | None:
             got = await self._async.try_acquire(key, ttl=ttl, holder=holder, watchdog=watchdog)
             return None if got is None else Guard(self._loop, got)
 
@@ -210,9 +212,9 @@ class Client:
         key: str,
         fn: Callable[[Guard], T],
         *,
-        ttl: Optional[Duration] = None,
-        wait: Optional[Duration] = None,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
     ) -> T:
         """Runs fn(guard) under the lock (acquired as acquire() does) and
         releases it afterwards; a lease lost during fn raises its
@@ -225,8 +227,8 @@ class Client:
         key: str,
         fn: Callable[[Guard], T],
         *,
-        ttl: Optional[Duration] = None,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        holder: str | None = None,
     ) -> RunResult:
         """Skip if held: one attempt at the lock; held, ``fn`` is not called
         and the answer is ``RunResult(ran=False)``. Free, ``fn(guard)`` runs
@@ -246,14 +248,14 @@ class Client:
         *,
         max_runtime: Duration,
         run: Callable[[int, threading.Event], T],
-        ttl: Optional[Duration] = None,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        holder: str | None = None,
     ) -> RunResult:
         """A scheduled job that runs on one server at a time
         (docs/recipes/scheduled-jobs.md), as AsyncClient.run_scheduled: held
         elsewhere, ``RunResult(ran=False)`` without calling ``run``.
         Otherwise ``run(fencing_token, stop)`` runs in this thread under a
-        lease of ``ttl`` (default 1.5 × max_runtime, longer than
+        lease of ``ttl`` (default 1.5 x max_runtime, longer than
         max_runtime); ``stop`` (a threading.Event) is set when the lease is
         lost or at max_runtime, and the run should return then. Afterwards the
         lease is released: a lost lease raises LeaseLostError, a run that
@@ -290,7 +292,7 @@ class Client:
             )
         return RunResult(True, value)
 
-    def inspect(self, key: str) -> Optional[LockState]:
+    def inspect(self, key: str) -> LockState | None:
         """Who holds key (None when free), without its owner token."""
         return self._loop.run(self._async.inspect(key))
 
@@ -302,7 +304,7 @@ class Client:
 
         return iter(self._loop.run(collect()))
 
-    def watch(self, *, key: Optional[str] = None, prefix: Optional[str] = None) -> WatchStream:
+    def watch(self, *, key: str | None = None, prefix: str | None = None) -> WatchStream:
         """Streams acquisitions, releases and expiries of one key or of every
         key under a prefix (first event "synced"); iterate it, and close it
         (or use it as a context manager) when done."""
@@ -398,7 +400,7 @@ class Guard:
         return self._loop.run(get())
 
     @property
-    def lost_error(self) -> Optional[LeaseLostError]:
+    def lost_error(self) -> LeaseLostError | None:
         """The loss, once the lease is lost."""
         return self._inner.lost_error
 
@@ -421,7 +423,7 @@ class Guard:
         lease is lost (at once if it already was); it must not call the client."""
         self._loop.loop.call_soon_threadsafe(self._inner.add_lost_callback, cb)
 
-    def extend(self, ttl: Optional[Duration] = None) -> None:
+    def extend(self, ttl: Duration | None = None) -> None:
         """Renews the lease (as AsyncGuard.extend)."""
         self._loop.run(self._inner.extend(ttl))
 
@@ -434,7 +436,6 @@ class Guard:
     def __enter__(self) -> Guard:
         return self
 
-    def __exit__(self, exc_type: Optional[type[BaseException]], *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         # A loss raises its LeaseLostError, unless the block itself raised.
         self._loop.run(self._inner._exit(exc_type is not None))
-

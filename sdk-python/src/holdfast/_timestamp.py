@@ -4,7 +4,6 @@ that plain result types can carry stamps without importing the clock."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from .lock.v1 import lock_pb2
 
@@ -40,14 +39,14 @@ class Timestamp:
     def __str__(self) -> str:
         return f"{self.wall_time_ns}.{self.logical}"
 
-    def to_proto(self) -> Optional[lock_pb2.HlcTimestamp]:
+    def to_proto(self) -> lock_pb2.HlcTimestamp | None:
         """Wire form; the zero stamp becomes None (an unset field)."""
         if self.is_zero():
             return None
         return lock_pb2.HlcTimestamp(wall_time_ns=self.wall_time_ns, logical=self.logical)
 
     @staticmethod
-    def from_proto(p: Optional[lock_pb2.HlcTimestamp]) -> Timestamp:
+    def from_proto(p: lock_pb2.HlcTimestamp | None) -> Timestamp:
         """Converts a wire stamp; None is the zero stamp."""
         if p is None:
             return ZERO

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator, Sequence
-from typing import Optional, Union
 
 import httpx
 import pyqwest
@@ -42,7 +41,7 @@ class HttpxTransport:
     trust store).
     """
 
-    def __init__(self, *, headers: Sequence[tuple[str, str]] = (), verify: Union[ssl.SSLContext, bool] = True) -> None:
+    def __init__(self, *, headers: Sequence[tuple[str, str]] = (), verify: ssl.SSLContext | bool = True) -> None:
         self._headers = tuple(headers)
         # The Connect runtime bounds every call itself (asyncio timeouts), so
         # httpx's own timeouts stay off; connections are not capped because a
@@ -82,11 +81,11 @@ async def _body(resp: httpx.Response) -> AsyncIterator[bytes]:
 def tls_verify(
     *,
     https: bool,
-    ca_file: Optional[str],
-    cert_file: Optional[str],
-    key_file: Optional[str],
-    ssl_context: Optional[ssl.SSLContext],
-) -> Union[ssl.SSLContext, bool]:
+    ca_file: str | None,
+    cert_file: str | None,
+    key_file: str | None,
+    ssl_context: ssl.SSLContext | None,
+) -> ssl.SSLContext | bool:
     """What to verify an https:// server with: ``ssl_context`` as given, or a
     context trusting ``ca_file`` (default: httpx's trust store) and
     presenting ``cert_file``/``key_file`` (mTLS). Files are read here, so a
@@ -94,7 +93,9 @@ def tls_verify(
     files = {"ca_file": ca_file, "cert_file": cert_file, "key_file": key_file}
     given = [name for name, v in files.items() if v is not None]
     if (given or ssl_context is not None) and not https:
-        raise InvalidArgumentError(f"holdfast: {', '.join(given) or 'ssl_context'}: TLS options need an https:// address")
+        raise InvalidArgumentError(
+            f"holdfast: {', '.join(given) or 'ssl_context'}: TLS options need an https:// address"
+        )
     if ssl_context is not None:
         if given:
             raise InvalidArgumentError(f"holdfast: give ssl_context or {', '.join(given)}, not both")

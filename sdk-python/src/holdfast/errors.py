@@ -11,7 +11,7 @@ Branch on the class or the code, never on the message.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -46,7 +46,7 @@ class HoldfastError(Exception):
 
     code: str = "unknown"
 
-    def __init__(self, message: str, code: Optional[str] = None) -> None:
+    def __init__(self, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
@@ -60,7 +60,7 @@ class NotAcquiredError(HoldfastError):
 
     code = "not_acquired"
 
-    def __init__(self, key: str, current: Optional[LockState], waited: Optional[float] = None) -> None:
+    def __init__(self, key: str, current: LockState | None, waited: float | None = None) -> None:
         msg = f"holdfast: lock {key!r} not acquired"
         if waited:
             msg += f" within the wait of {waited:g}s"
@@ -82,7 +82,7 @@ class LeaseLostError(HoldfastError):
 
     code = "lease_lost"
 
-    def __init__(self, key: str, reason: LeaseLostReason, fencing_token: Optional[int] = None) -> None:
+    def __init__(self, key: str, reason: LeaseLostReason, fencing_token: int | None = None) -> None:
         token = "" if fencing_token is None else f" (fencing token {fencing_token})"
         super().__init__(f"holdfast: lease on {key!r}{token} lost: {_REASON_TEXT.get(reason, reason)}")
         self.key = key

@@ -16,8 +16,9 @@ quiet. A listener that raises is logged and never stops the watchdog.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional
+from typing import Literal
 
 from ._durations import fmt
 from .errors import HoldfastError, LeaseLostReason
@@ -39,21 +40,21 @@ class LeaseEvent:
     """The lease's TTL in seconds."""
     renewals: int
     """Successful renewals so far."""
-    latency: Optional[float] = None
+    latency: float | None = None
     """``renewed``: seconds from sending the renewal to its answer."""
-    error: Optional[HoldfastError] = None
+    error: HoldfastError | None = None
     """``renewal_failed``: the attempt's error; ``lost``: the loss itself
     (a LeaseLostError, whose ``__cause__`` is the last renewal error)."""
-    remaining: Optional[float] = None
+    remaining: float | None = None
     """``renewal_failed``: seconds left to the local expiry."""
-    reason: Optional[LeaseLostReason] = None
+    reason: LeaseLostReason | None = None
     """``lost``: why."""
 
 
 LeaseEventListener = Callable[[LeaseEvent], None]
 
 
-def emit(listener: Optional[LeaseEventListener], event: LeaseEvent) -> None:
+def emit(listener: LeaseEventListener | None, event: LeaseEvent) -> None:
     """Logs the event and hands it to the listener, which must not break the
     caller (the watchdog): whatever it raises is logged."""
     _log(event)
@@ -71,18 +72,31 @@ def _log(ev: LeaseEvent) -> None:
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "holdfast: lease on %r (fencing token %d) renewed: %d renewals, ttl %s, %s",
-                ev.key, ev.fencing_token, ev.renewals, fmt(ev.ttl), fmt(ev.latency or 0.0), extra=extra,
+                ev.key,
+                ev.fencing_token,
+                ev.renewals,
+                fmt(ev.ttl),
+                fmt(ev.latency or 0.0),
+                extra=extra,
             )
     elif ev.type == "renewal_failed":
         logger.warning(
             "holdfast: renewing the lease on %r (fencing token %d) failed, retrying with %s left: %s",
-            ev.key, ev.fencing_token, fmt(ev.remaining or 0.0), ev.error, extra=extra,
+            ev.key,
+            ev.fencing_token,
+            fmt(ev.remaining or 0.0),
+            ev.error,
+            extra=extra,
         )
     elif ev.type == "lost":
         cause = ev.error.__cause__ if ev.error is not None else None
         logger.warning(
             "holdfast: lease on %r (fencing token %d) lost (%s)%s",
-            ev.key, ev.fencing_token, ev.reason, f": {cause}" if cause else "", extra=extra,
+            ev.key,
+            ev.fencing_token,
+            ev.reason,
+            f": {cause}" if cause else "",
+            extra=extra,
         )
     else:
         logger.debug("holdfast: lease on %r (fencing token %d) released", ev.key, ev.fencing_token, extra=extra)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from ._timestamp import ZERO, Timestamp
 from .errors import ClockOffsetError
@@ -33,7 +33,7 @@ class Clock:
 
     def __init__(
         self,
-        physical: Optional[Callable[[], int]] = None,
+        physical: Callable[[], int] | None = None,
         max_offset: float = DEFAULT_MAX_OFFSET,
     ) -> None:
         """

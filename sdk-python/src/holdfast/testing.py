@@ -136,7 +136,9 @@ def _await_ready(proc: subprocess.Popen[str], timeout: float, log: IO[str]) -> s
         while True:
             line = lines.get(timeout=timeout)
             if line is None:
-                raise ServerStartError(f"holdfast.testing: the server exited ({proc.wait()}) before it was ready{_tail(log)}")
+                raise ServerStartError(
+                    f"holdfast.testing: the server exited ({proc.wait()}) before it was ready{_tail(log)}"
+                )
             if line.startswith(READY_PREFIX):
                 return line[len(READY_PREFIX) :].split()[0]
     except queue.Empty:

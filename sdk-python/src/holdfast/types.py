@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Optional
+from typing import Any, Literal, NamedTuple
 
 from ._timestamp import Timestamp
 from .lock.v1 import lock_pb2
@@ -18,7 +18,7 @@ class LockState:
     fencing_token: int
     holder: str
     """Free-text label the holder gave at acquire."""
-    expires_at: Optional[_dt.datetime]
+    expires_at: _dt.datetime | None
     """The server's view of the expiry; informational only."""
     stamp: Timestamp
     """HLC stamp of the holder's acquisition."""
@@ -63,6 +63,8 @@ class ServerInfo:
     backend: BackendInfo
     max_clock_offset: float
     """Seconds a client stamp may be ahead of the server's clock."""
+    max_wait: float
+    """The longest wait (seconds) one Acquire may ask this server for (0: not said)."""
     stamp: Timestamp
 
 
@@ -74,7 +76,7 @@ class LockEvent:
     """One event of a watch stream."""
 
     type: EventType
-    state: Optional[LockState]
+    state: LockState | None
     """The lock the event is about; None for "synced"."""
     stamp: Timestamp
 
