@@ -4,10 +4,13 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 BIN        := $(CURDIR)/bin
-GO_MODULES := proto core server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance plugins/example chaos
+DIST       := $(CURDIR)/dist
+# The release version of every Go module and SDK package (make set-version).
+RELEASE_VERSION := $(shell cat $(CURDIR)/VERSION)
+GO_MODULES := proto core harness server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance plugins/example chaos
 # Modules whose tests need no external service; the etcd, Redis and PostgreSQL
 # plugins run in test-etcd, test-redis and test-postgres with their servers.
-GO_UNIT_MODULES := proto core server plugins/memory sdk-go conformance plugins/example
+GO_UNIT_MODULES := proto core harness server plugins/memory sdk-go conformance plugins/example
 GO_TEST    ?= go test -race -count=1 -timeout 15m
 # Binaries the tests drive as real subprocesses.
 export HOLDFAST_BIN_DIR := $(BIN)
@@ -20,8 +23,8 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## build the pinned code generators into bin/
-	@cd tools && GOWORK=off GOBIN=$(BIN) go install tool
+tools: ## build the pinned code generators and the release tool (holdfast-release) into bin/
+	@cd tools && GOWORK=off GOBIN=$(BIN) go install tool && GOWORK=off go build -o $(BIN)/holdfast-release ./release
 
 .PHONY: generate
 generate: tools sdk-codegen-tools ## regenerate code from proto/ (Go, TypeScript, Python)
@@ -57,15 +60,15 @@ test-sdk-python: build sdk-codegen-tools ## Python SDK tests (pytest) against a 
 # the wheel from it in a temporary directory; the pinned hatchling (from
 # sdk-python/.venv) writes no build/ or *.egg-info into sdk-python.
 dist-python: sdk-codegen-tools ## the Python SDK's wheel and sdist in dist/python/
-	rm -rf $(CURDIR)/dist/python
-	cd sdk-python && .venv/bin/python -m build --no-isolation --outdir $(CURDIR)/dist/python .
+	rm -rf $(DIST)/python
+	cd sdk-python && .venv/bin/python -m build --no-isolation --outdir $(DIST)/python .
 	@left=$$(git status --porcelain --ignored -- sdk-python | grep -E '(^|/)(build/|[^/]*\.egg-info/?)$$' || true); \
 		if [ -n "$$left" ]; then echo "dist-python: the build wrote into sdk-python: $$left" >&2; exit 1; fi
-	@ls -l $(CURDIR)/dist/python
+	@ls -l $(DIST)/python
 
 .PHONY: test-release-python
 test-release-python: build dist-python ## the Python wheel from dist/ in fresh venvs (3.10, 3.11) outside the checkout, against a real holdfast serve
-	scripts/release/test-python.sh $(CURDIR)/dist
+	scripts/release/test-python.sh $(DIST)
 
 .PHONY: build
 build: web-build ## build holdfast and the plugin binaries into bin/ (the live view first: it is embedded)
@@ -86,11 +89,36 @@ test-web: build ## live view end to end: headless Chromium (Playwright) against 
 run: build ## run the server on the embedded memory backend at 127.0.0.1:7410
 	$(BIN)/holdfast serve
 
+# The protos as last released, as a buf image: `buf breaking` compares the
+# working tree with it, so that holdfast.lock.v1 (the public API) and
+# holdfast.backend.v1 (the contract with third-party plugins) change only
+# compatibly. There is no release yet: until the first one, it holds the
+# protos as they will first ship. The release process runs
+# `make proto-baseline` when it tags a release and commits the result; in
+# between, it is the promise made to clients and plugin authors.
+PROTO_BASELINE := buf.released.yaml
+
 .PHONY: lint
-lint: tools lint-python ## buf lint, gofmt, go vet, and each module built alone (GOWORK=off); lint-python
+# golangci-lint (.golangci.yml: staticcheck, errcheck, revive, errorlint and
+# more, with gofmt) over the workspace modules in one run, then bench and tools
+# (outside go.work) on their own. Each module is also built and vetted alone
+# (GOWORK=off), from its own go.mod and go.sum, so go.work cannot hide a
+# missing requirement; its siblings come from this checkout through a
+# temporary go.mod (holdfast-release standalone; CONTRIBUTING.md says why).
+lint: tools lint-python ## buf lint and buf breaking (against $(PROTO_BASELINE)), golangci-lint over every Go module, each module built alone (GOWORK=off), one version everywhere; lint-python
 	$(BIN)/buf lint
-	@out=$$(gofmt -l $(GO_MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@for m in $(GO_MODULES); do echo "vet $$m"; (cd $$m && go vet ./... && GOWORK=off go build ./... && GOWORK=off go vet ./...); done
+	$(BIN)/buf breaking --against $(PROTO_BASELINE)
+	@out=$$(gofmt -l scripts/release); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(BIN)/holdfast-release check
+	$(BIN)/golangci-lint run $(addprefix ./,$(addsuffix /...,$(GO_MODULES)))
+	cd bench && GOWORK=off $(BIN)/golangci-lint run ./...
+	cd tools && GOWORK=off $(BIN)/golangci-lint run ./...
+	@for m in $(GO_MODULES); do echo "build and vet $$m alone"; \
+		$(BIN)/holdfast-release standalone $$m -- go build ./... && $(BIN)/holdfast-release standalone $$m -- go vet ./...; done
+
+.PHONY: proto-baseline
+proto-baseline: tools ## record the protos as released ($(PROTO_BASELINE)), the baseline of buf breaking: run when tagging a release
+	$(BIN)/buf build --exclude-source-info -o $(PROTO_BASELINE)
 
 .PHONY: lint-python
 lint-python: sdk-codegen-tools ## ruff (lint and format check) and mypy --strict over sdk-python (pinned in its hashed lock)
@@ -107,7 +135,7 @@ test-go: build ## go test -race across the Go modules that need no external serv
 .PHONY: test
 # Every suite, service-free first. Each backend target starts its own
 # throwaway server and stops it by PID.
-TEST_SUITES := test-go fuzz-smoke test-example test-etcd test-redis test-postgres test-sdk-conformance test-chaos test-sdk-ts test-sdk-python test-web bench-smoke
+TEST_SUITES := test-go fuzz-smoke test-example test-etcd test-redis test-postgres test-sdk-conformance test-chaos test-sdk-ts test-sdk-python test-web bench-smoke test-release
 test: setup check-generated lint build ## set up and run the whole test suite (what CI runs)
 	@for t in $(TEST_SUITES); do echo "===== make $$t"; $(MAKE) --no-print-directory $$t; done
 	@echo "make test: all suites passed ($(TEST_SUITES))"
@@ -179,8 +207,8 @@ bench: build ## benchmarks against the direct clients, ratios measured in the sa
 
 # module:package:FuzzTarget, each run for FUZZTIME (go test runs one fuzz
 # target at a time); the seed corpora are in each package's testdata/fuzz.
-FUZZ_TARGETS := plugins/memory:./enginetest:FuzzAcquireValidation plugins/memory:./enginetest:FuzzRequestValidation \
-	core:./pluginhost:FuzzDecodeResponses server:./internal/auth:FuzzAuthorize server:./internal/auth:FuzzTokensFile
+FUZZ_TARGETS := core:./engine:FuzzAcquireValidation core:./engine:FuzzRequestValidation \
+	core:./internal/wire:FuzzDecodeResponses server:./internal/auth:FuzzAuthorize server:./internal/auth:FuzzTokensFile
 FUZZTIME ?= 10s
 
 .PHONY: fuzz-smoke
@@ -192,6 +220,59 @@ fuzz-smoke: ## run each fuzz target for FUZZTIME (default 10s): request validati
 bench-smoke: ## a short run of make bench, so it cannot rot
 	$(MAKE) bench BENCH_FLAGS="-duration 200ms -hot-duration 500ms -footprint-locks 2000 -footprint-waiters 500 -footprint-loop 2000"
 
+.PHONY: set-version
+set-version: tools ## make every go.mod, go.work, version constant and SDK manifest say VERSION (or TO=X.Y.Z: write VERSION first)
+	$(BIN)/holdfast-release set-version $(TO)
+
+.PHONY: tidy
+tidy: tools ## go mod tidy every module on its own (GOWORK=off, siblings from this checkout)
+	@for m in $(GO_MODULES); do echo "tidy $$m"; $(BIN)/holdfast-release tidy $$m; done
+
+# ---- release: dist/ holds what a release publishes (CONTRIBUTING.md) ----
+
+# module directory:command, for dist/bin.
+DIST_COMMANDS := server:holdfast plugins/memory:holdfast-backend-memory plugins/etcd:holdfast-backend-etcd \
+	plugins/redis:holdfast-backend-redis plugins/postgres:holdfast-backend-postgres \
+	plugins/example:holdfast-backend-example conformance:holdfast-conformance
+DIST_PLATFORMS := linux/amd64 linux/arm64 darwin/arm64
+# The SDK packages' targets (sdk-ts, sdk-python); dist runs each one defined.
+DIST_SDK_TARGETS := dist-npm dist-python
+
+.PHONY: dist
+dist: dist-goproxy dist-bin dist-sdk ## write the release into dist/: goproxy/ (Go modules), bin/ (binaries + SHA256SUMS), npm/, python/
+	@echo "dist: release $(RELEASE_VERSION) in $(DIST)"
+
+.PHONY: dist-goproxy
+dist-goproxy: tools ## dist/goproxy: a file-system Go module proxy with every shipped module at VERSION
+	$(BIN)/holdfast-release goproxy -out $(DIST)/goproxy
+
+.PHONY: dist-bin
+# Each command is built from its own module's go.mod (GOWORK=off, the
+# dependency versions `go install …@vVERSION` selects), statically, without
+# local paths, with the live view embedded.
+dist-bin: tools web-build ## dist/bin: holdfast, every plugin and holdfast-conformance for linux/amd64, linux/arm64, darwin/arm64, with SHA256SUMS
+	rm -rf $(DIST)/bin
+	@for p in $(DIST_PLATFORMS); do for c in $(DIST_COMMANDS); do \
+		os=$${p%/*}; arch=$${p#*/}; dir=$${c%%:*}; cmd=$${c#*:}; echo "dist-bin: $$os/$$arch $$cmd"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(BIN)/holdfast-release standalone $$dir -- \
+			go build -trimpath -o $(DIST)/bin/$$os-$$arch/$$cmd ./cmd/$$cmd || exit 1; \
+	done; done
+	cd $(DIST)/bin && sha256sum */* > SHA256SUMS && cat SHA256SUMS
+
+.PHONY: dist-sdk
+dist-sdk: ## dist/npm and dist/python, through the SDK packages' own targets (skipped, saying so, while one is not defined)
+	@for t in $(DIST_SDK_TARGETS); do \
+		if grep -qE "^$$t:" $(MAKEFILE_LIST); then $(MAKE) --no-print-directory $$t || exit 1; \
+		else echo "dist: no '$$t' target yet: skipping it (dist/$${t#dist-} not written)"; fi; done
+
+.PHONY: test-release
+# What a release's users do, from fresh projects outside the checkout, with
+# only dist/ and the public registries (scripts/release/). It needs the module
+# proxy and the SDK packages, not the cross-compiled binaries.
+test-release: dist-goproxy dist-sdk ## install the release from dist/ into fresh projects and use it (Go; npm and Python when their scripts exist)
+	cd tools && GOWORK=off $(GO_TEST) ./release
+	scripts/release/test-release.sh $(DIST)
+
 .PHONY: clean
 clean: ## remove build outputs
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)

@@ -53,7 +53,7 @@ func readRSS(p *process) (rss, error) {
 			return rss{}, errors.New("the server did not log its plugin_pid")
 		}
 	}
-	s, err := rssKiB(p.cmd.Process.Pid)
+	s, err := rssKiB(p.PID())
 	if err != nil {
 		return rss{}, err
 	}

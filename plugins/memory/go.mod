@@ -3,13 +3,14 @@ module github.com/holdfast/holdfast/plugins/memory
 go 1.26.0
 
 require (
-	github.com/holdfast/holdfast/core v0.0.0
-	github.com/holdfast/holdfast/proto v0.0.0
+	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/proto v0.1.0
 )
 
 require (
 	github.com/fatih/color v1.13.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/google/pprof v0.0.0-20260402051712-545e8a4df936 // indirect
 	github.com/hashicorp/go-hclog v1.6.3 // indirect
 	github.com/hashicorp/go-plugin v1.8.0 // indirect
 	github.com/hashicorp/yamux v0.1.2 // indirect
@@ -21,14 +22,7 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/grpc v1.85.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-require (
-	go.uber.org/goleak v1.3.0
-	google.golang.org/protobuf v1.36.12
-)
-
-replace (
-	github.com/holdfast/holdfast/core => ../../core
-	github.com/holdfast/holdfast/proto => ../../proto
-)
+require go.uber.org/goleak v1.3.0

@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/backend/backendserver"
 	"github.com/holdfast/holdfast/plugins/memory"
 	"github.com/holdfast/holdfast/server/internal/tracing"
 )
@@ -99,9 +99,9 @@ func newBackend() *cobra.Command {
 			if err != nil {
 				tr = tracing.Off()
 			}
-			backend.Serve(memory.Open, // does not return
-				backend.WithGRPCServerOptions(tr.ServerOptions()...),
-				backend.WithOnExit(func() {
+			backendserver.Serve(memory.Open, // does not return
+				backendserver.WithGRPCServerOptions(tr.ServerOptions()...),
+				backendserver.WithOnExit(func() {
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 					defer cancel()
 					_ = tr.Shutdown(ctx)

@@ -20,7 +20,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/core/pluginhost"
 	"github.com/holdfast/holdfast/proto/hlc"
@@ -61,7 +60,7 @@ type serveOptions struct {
 	maxWatchStreams              int
 	maxWatchStreamsPerConn       int
 
-	pprofAddr string // debugging: net/http/pprof for the server and its plugin
+	pprofAddr string // debugging: pprof profiles of the server and its plugin
 
 	metricsAddr  string // Prometheus /metrics (observe.go); off when empty
 	otlpEndpoint string // OpenTelemetry spans by OTLP/HTTP; off when empty
@@ -125,7 +124,7 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.DurationVar(&o.maxRequestDuration, "max-request-duration", 0, "server deadline on each unary call; must exceed --max-wait (0: --max-wait plus 1m)")
 	f.IntVar(&o.maxWatchStreams, "max-watch-streams", 10000, "open Watch streams on this server before Watch answers resource_exhausted")
 	f.IntVar(&o.maxWatchStreamsPerConn, "max-watch-streams-per-connection", 100, "open Watch streams on one client connection before Watch answers resource_exhausted")
-	f.StringVar(&o.pprofAddr, "pprof-addr", "", "debugging: serve net/http/pprof (with block and mutex profiles) on this host:port, and the plugin's on a free port of the same host (both logged as \"pprof serving\"); off when empty")
+	f.StringVar(&o.pprofAddr, "pprof-addr", "", "debugging: serve pprof profiles (/debug/pprof/, with block and mutex profiles) on this host:port, and the plugin's on a free port of the same host (both logged as \"pprof serving\"); off when empty")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics on this separate host:port, e.g. 127.0.0.1:9410 (off when empty)")
 	f.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "export OpenTelemetry spans by OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (off when empty, unless OTEL_EXPORTER_OTLP_ENDPOINT is set)")
 	return cmd
@@ -236,15 +235,6 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	startCtx, cancel := context.WithTimeout(ctx, o.startTimeout)
 	defer cancel()
 	log.Info("starting backend plugin", "backend", plug.name, "path", plug.path)
-	var plugEnv []string
-	if o.pprofAddr != "" {
-		a, err := httpserver.StartPprof(o.pprofAddr, log)
-		if err != nil {
-			return fmt.Errorf("--pprof-addr %s: %w", o.pprofAddr, err)
-		}
-		host, _, _ := net.SplitHostPort(a.String())
-		plugEnv = append(plugEnv, backend.PprofAddrEnv+"="+net.JoinHostPort(host, "0"))
-	}
 	pcfg := pluginhost.Config{
 		Name:    plug.name,
 		Path:    plug.path,
@@ -252,7 +242,14 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 		Options: opts,
 		SHA256:  pin,
 		Logger:  log,
-		Env:     plugEnv,
+	}
+	if o.pprofAddr != "" {
+		a, err := httpserver.StartPprof(o.pprofAddr, log)
+		if err != nil {
+			return fmt.Errorf("--pprof-addr %s: %w", o.pprofAddr, err)
+		}
+		host, _, _ := net.SplitHostPort(a.String())
+		pcfg.PprofAddr = net.JoinHostPort(host, "0")
 	}
 	ob.plugin(&pcfg)
 	host, err := pluginhost.Start(startCtx, pcfg)
