@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
-import signal
 import socket
 import threading
 import time
@@ -29,7 +27,7 @@ from holdfast import (
 )
 from holdfast.lock.v1 import lock_pb2
 
-from .conftest import SERVER_PID, eventually, key, raw_client
+from .conftest import SERVER_PID, eventually, key, paused_server, raw_client
 
 
 async def test_acquire_contention_release(client: AsyncClient, other: AsyncClient) -> None:
@@ -278,11 +276,8 @@ async def test_promise5_no_renewal_by_expiry_poisons(client: AsyncClient, other:
     ttl = 0.5
     g = await client.acquire(k, ttl=ttl)
     token = g.fencing_token
-    os.kill(SERVER_PID, signal.SIGSTOP)
-    try:
+    with paused_server():
         await asyncio.wait_for(g.lost.wait(), 3 * ttl)
-    finally:
-        os.kill(SERVER_PID, signal.SIGCONT)
     assert g.lost_error is not None and g.lost_error.reason == "expired"
     with pytest.raises(LeaseLostError):
         _ = g.fencing_token
@@ -307,13 +302,10 @@ async def test_promise5_short_pause_does_not_drop_the_lease(client: AsyncClient,
     g = await client.acquire(k, ttl=2.0)
     await eventually("a first renewal", lambda: g.renewals >= 1)
     r0 = g.renewals
-    os.kill(SERVER_PID, signal.SIGSTOP)
-    try:
+    with paused_server():
         # The stimulus, not a synchronisation: at least one renewal (every
         # ~0.67 s) meets the paused server.
         await asyncio.sleep(0.8)
-    finally:
-        os.kill(SERVER_PID, signal.SIGCONT)
     await eventually("renewals to resume", lambda: g.renewals > r0 + 1, 3)
     assert g.held, g.lost_error
     st = await other.inspect(k)

@@ -98,6 +98,10 @@ class AsyncGuard:
         self._last_err: HoldfastError | None = None
         self._unlock_lock = asyncio.Lock()  # serialises unlock() and close
         self._tidied = False  # the best-effort release after an "expired" loss was sent
+        # A release attempt failed in transit (in this unlock or an earlier
+        # one) and may have reached the server: a later released=false then
+        # does not prove a loss.
+        self._release_in_doubt = False
         self.lost = asyncio.Event()
         """Set when the lease is lost (not when it is released by unlock)."""
         self.done = asyncio.Event()
@@ -265,9 +269,6 @@ class AsyncGuard:
         non-retryable error (the guard then still holds until expiry)."""
         rpc = self._session.rpc
         start = time.monotonic()
-        # in_doubt: an earlier attempt failed in transit and may have reached
-        # the server; a later released=false then does not prove a loss.
-        in_doubt = False
         attempt = 0
         while True:
             self._raise_if_not_held()
@@ -282,7 +283,7 @@ class AsyncGuard:
             except HoldfastError as err:
                 if not is_retryable(err):
                     raise
-                in_doubt = True
+                self._release_in_doubt = True
                 self._last_err = err
                 left = min(deadline, self._expires_at()) - time.monotonic()
                 pause = rpc.backoff.delay(attempt)
@@ -303,7 +304,7 @@ class AsyncGuard:
                 if self._lost_error is not None:
                     raise self._lost_error
                 return
-            self._poison("release_unconfirmed" if in_doubt else "rejected")
+            self._poison("release_unconfirmed" if self._release_in_doubt else "rejected")
             self._raise_if_not_held()
             return
 
