@@ -206,3 +206,36 @@ def test_run_result_is_a_named_tuple() -> None:
     ran, value = RunResult(True, 7)
     assert ran and value == 7
     assert RunResult(False) == (False, None)
+
+
+def test_the_package_has_no_import_cycles() -> None:
+    """Every intra-package import, TYPE_CHECKING ones included, forms a DAG."""
+    import ast
+    from pathlib import Path
+
+    root = Path(holdfast.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in root.glob("*.py"):
+        mod = path.stem
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    deps.add(node.module.split(".")[0])
+                else:
+                    deps.update(a.name for a in node.names)
+        graph[mod] = {d for d in deps if (root / f"{d}.py").exists() and d != mod}
+
+    def visit(mod: str, stack: list[str], done: set[str]) -> None:
+        if mod in stack:
+            pytest.fail(f"import cycle: {' -> '.join([*stack[stack.index(mod) :], mod])}")
+        if mod in done:
+            return
+        for dep in sorted(graph[mod]):
+            visit(dep, [*stack, mod], done)
+        done.add(mod)
+
+    done: set[str] = set()
+    for mod in sorted(graph):
+        visit(mod, [], done)
+    assert {"errors", "hlc", "types"} <= graph.keys()
