@@ -48,6 +48,16 @@ sdk-codegen-tools: ## install the pinned TS/Python generators (npm ci in sdk-ts,
 test-sdk-ts: build sdk-codegen-tools ## TypeScript SDK tests (node --test) against a real holdfast serve
 	scripts/with-server.sh timeout 600 bash -c 'cd sdk-ts && npm test'
 
+.PHONY: dist-npm
+dist-npm: ## the TypeScript SDK's npm tarball in dist/npm/ (npm pack; its prepack builds dist/esm and dist/cjs)
+	bash scripts/setup.d/40-node.sh
+	rm -rf dist/npm && mkdir -p dist/npm
+	cd sdk-ts && npm pack --pack-destination $(CURDIR)/dist/npm
+
+.PHONY: test-release-npm
+test-release-npm: build dist-npm ## install the npm tarball in a fresh project outside the checkout; take a lock from ESM, CommonJS and TypeScript (no DOM lib)
+	scripts/release/test-npm.sh dist
+
 .PHONY: test-sdk-python
 test-sdk-python: build sdk-codegen-tools ## Python SDK tests (pytest) against a real holdfast serve
 	scripts/with-server.sh timeout 600 bash -c 'cd sdk-python && .venv/bin/python -m pytest -q -o faulthandler_timeout=120'

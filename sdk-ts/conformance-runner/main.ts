@@ -138,11 +138,12 @@ async function handle(cmd: string, args: Record<string, unknown>): Promise<unkno
       const c = client(args);
       const key = str(args, "key");
       const opts = {
-        ttlMs: num(args, "ttl_ms"),
-        waitMs: args.try ? 0 : num(args, "wait_ms"),
+        ttl: num(args, "ttl_ms"),
+        wait: num(args, "wait_ms"),
         ...(typeof args.holder === "string" && args.holder !== "" ? { holder: args.holder } : {}),
       };
-      const g = await c.acquire(key, opts);
+      const g = args.try ? await c.tryAcquire(key, opts) : await c.acquire(key, opts);
+      if (!g) throw new CommandError("not_acquired", `lock ${JSON.stringify(key)} is held`);
       const id = `g${++seq}`;
       guards.set(id, g);
       g.signal.addEventListener(
