@@ -82,10 +82,18 @@ run: build ## run the server on the embedded memory backend at 127.0.0.1:7410
 	$(BIN)/holdfast serve
 
 .PHONY: lint
-lint: tools ## buf lint, gofmt, go vet, and each module built alone (GOWORK=off)
+lint: tools ## buf lint, gofmt, go vet, each module built alone (GOWORK=off), and lint-ts
 	$(BIN)/buf lint
 	@out=$$(gofmt -l $(GO_MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(GO_MODULES); do echo "vet $$m"; (cd $$m && go vet ./... && GOWORK=off go build ./... && GOWORK=off go vet ./...); done
+	$(MAKE) --no-print-directory lint-ts
+
+.PHONY: lint-ts
+lint-ts: ## eslint (typescript-eslint, strict) and tsc --strict for sdk-ts and web; no import cycles in the SDK; its shipped typings compiled without the DOM lib
+	bash scripts/setup.d/40-node.sh
+	bash scripts/setup.d/60-web.sh
+	cd sdk-ts && npm run lint
+	cd web && npm run lint
 
 .PHONY: test-go
 # The SDK matrix (every SDK on memory, Go on every backend) is

@@ -249,8 +249,8 @@ lines.on("line", (line) => {
   // Each command runs on its own: a lock that waits on the server must not
   // hold up the unlock that frees it.
   const p = handle(req.cmd, args).then(
-    (result) => write({ id: req.id, result: result ?? {} }),
-    (err: unknown) => write({ id: req.id, error: { kind: kindOf(err), message: err instanceof Error ? err.message : String(err) } }),
+    (result) => { write({ id: req.id, result: result ?? {} }); },
+    (err: unknown) => { write({ id: req.id, error: { kind: kindOf(err), message: err instanceof Error ? err.message : String(err) } }); },
   );
   inFlight.add(p);
   void p.finally(() => inFlight.delete(p));

@@ -13,6 +13,7 @@ const guard = await client.lock("reports/daily").ttl("30s").acquire();
 // refuses older ones (a holder that overran its lease).
 let watermark = 0n;
 watermark = validateWrite(guard.fencingToken(), watermark);
+console.log(`write accepted; the resource's watermark is now ${watermark}`);
 
 // wait(0): one attempt; a held key answers NotAcquiredError with the holder.
 try {

@@ -29,7 +29,7 @@ function backendInfoFromProto(p: PbBackendInfo | undefined): BackendInfo {
   };
 }
 
-const eventTypes: Record<number, LockEventType> = {
+const eventTypes: Partial<Record<EventType, LockEventType>> = {
   [EventType.SYNCED]: "synced",
   [EventType.ACQUIRED]: "acquired",
   [EventType.RELEASED]: "released",

@@ -42,7 +42,7 @@ const codeNames: Record<Code, ErrorCode> = {
 export function fromConnectError(err: unknown, what: string): HoldfastError {
   if (err instanceof HoldfastError) return err;
   const ce = ConnectError.from(err);
-  let code = codeNames[ce.code] ?? "unknown";
+  let code = codeNames[ce.code];
   if (code === "unknown" && ce.cause instanceof TypeError) code = "unavailable";
   const message = `holdfast: ${what}: ${ce.rawMessage || code}`;
   const opts = { cause: err };

@@ -16,7 +16,7 @@ export type Duration = number | string;
 /** The shortest TTL the SDK accepts: the watchdog renews at TTL/3. */
 export const MIN_TTL_MS = 100;
 
-const unitMs: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
+const unitMs: Partial<Record<string, number>> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
 const part = /(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)/y;
 
 const numberHint = " (TypeScript durations are milliseconds)";
@@ -33,7 +33,7 @@ export function parseDuration(field: string, value: Duration): number {
     return value;
   }
   if (typeof value !== "string") {
-    throw new InvalidArgumentError(`holdfast: ${field}: ${JSON.stringify(value) ?? String(value)} is not a duration; ${formatHint}`);
+    throw new InvalidArgumentError(`holdfast: ${field}: ${String(value)} is not a duration; ${formatHint}`);
   }
   const text = value.trim();
   let sign = 1;
@@ -49,7 +49,7 @@ export function parseDuration(field: string, value: Duration): number {
     part.lastIndex = at;
     const m = part.exec(rest);
     if (!m) break;
-    ms += Number(m[1]) * unitMs[m[2]!]!;
+    ms += Number(m[1]) * (unitMs[m[2]] ?? NaN);
     at = part.lastIndex;
   }
   if (rest === "" || at !== rest.length) {

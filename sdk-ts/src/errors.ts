@@ -157,9 +157,6 @@ export class ResourceExhaustedError extends HoldfastError {
 /** Any other failure the server reported (`failed_precondition`, `unimplemented`, `internal`, `unknown`, ...). */
 export class ServerError extends HoldfastError {
   override readonly name = "ServerError";
-  constructor(message: string, options: { code: ErrorCode; cause?: unknown }) {
-    super(message, options);
-  }
 }
 
 export { HoldfastError, type ErrorCode };

@@ -53,6 +53,12 @@ export class Guard {
   #unlockChain: Promise<unknown> = Promise.resolve();
   /** Whether the best-effort release after an unconfirmed loss was sent. */
   #tidied = false;
+  /**
+   * Whether a Release failed in transit (it may have reached the server):
+   * a later released=false, in this unlock() or a later one, then does not
+   * prove a loss.
+   */
+  #releaseInDoubt = false;
 
   private constructor(session: Session, lease: Lease, holder: string, validFrom: number, watchdog: boolean) {
     this.#session = session;
@@ -194,9 +200,10 @@ export class Guard {
     this.#stop.abort(new LockReleasedError(this.key));
     this.#checkExpiry();
     if (this.#state === "released") return;
-    if (this.#state === "lost") {
+    const lost = this.#lostError;
+    if (lost) {
       await this.#releaseAfterLoss();
-      throw this.#lostError!;
+      throw lost;
     }
     await this.#release(monotonicNow() + this.#session.settings.retryBudgetMs);
   }
@@ -210,23 +217,27 @@ export class Guard {
   async #release(deadline: number): Promise<void> {
     const session = this.#session;
     const what = `release ${JSON.stringify(this.key)}`;
-    // inDoubt: an earlier attempt failed in transit and may have reached
-    // the server; a later released=false then does not prove a loss.
-    let inDoubt = false;
     for (let attempt = 0; ; attempt++) {
       this.#throwIfNotHeld();
       const until = Math.min(deadline, this.#expiresAt());
-      let res: Awaited<ReturnType<Session["rpc"]["release"]>> | undefined;
-      let err: HoldfastError | undefined;
+      let res: Awaited<ReturnType<Session["rpc"]["release"]>>;
       try {
         res = await session.rpc.release(
           { key: this.key, ownerToken: this.#ownerToken, clientStamp: session.clock.now().toProto() },
           session.callOptions(until - monotonicNow()),
         );
       } catch (e) {
-        err = fromConnectError(e, what);
+        const err = fromConnectError(e, what);
+        if (!isTransient(err)) throw err;
+        this.#releaseInDoubt = true;
+        this.#lastErr = err;
+        if (!(await session.backoffWithin(attempt, Math.min(deadline, this.#expiresAt())))) {
+          this.#throwIfNotHeld(); // past the local expiry: "expired"
+          throw exhausted(err, what, formatDuration(session.settings.retryBudgetMs)); // the budget ran out first
+        }
+        continue;
       }
-      if (res) {
+      {
         session.merge(res.serverStamp);
         if (res.released) {
           this.#finish("released", new LockReleasedError(this.key));
@@ -236,16 +247,9 @@ export class Guard {
           if (this.#lostError) throw this.#lostError;
           return;
         }
-        this.#poison(inDoubt ? "release_unconfirmed" : "rejected");
+        this.#poison(this.#releaseInDoubt ? "release_unconfirmed" : "rejected");
         this.#throwIfNotHeld();
         return;
-      }
-      if (!isTransient(err!)) throw err;
-      inDoubt = true;
-      this.#lastErr = err;
-      if (!(await session.backoffWithin(attempt, Math.min(deadline, this.#expiresAt())))) {
-        this.#throwIfNotHeld(); // past the local expiry: "expired"
-        throw exhausted(err!, what, formatDuration(session.settings.retryBudgetMs)); // the budget ran out first
       }
     }
   }
@@ -318,10 +322,10 @@ export class Guard {
   async #watchdog(): Promise<void> {
     const stop = this.#stop.signal;
     const session = this.#session;
-    while (this.#state === "held" && !stop.aborted) {
+    while (this.#watching()) {
       // Renew a third of the TTL after the last successful renewal was sent.
       if (!(await sleep(this.#validFrom + this.#ttlMs / 3 - monotonicNow(), stop, true))) return;
-      for (let attempt = 0; this.#state === "held" && !stop.aborted; attempt++) {
+      for (let attempt = 0; this.#watching(); attempt++) {
         const sentAt = monotonicNow();
         const remaining = this.#expiresAt() - sentAt;
         if (remaining <= 0) {
@@ -335,7 +339,7 @@ export class Guard {
           await this.#extendOnce(this.#ttlMs, sentAt, { timeoutMs: Math.max(1, Math.ceil(Math.min(remaining, this.#ttlMs / 3))), signal: stop });
           break;
         } catch (e) {
-          if (this.#state !== "held" || stop.aborted) return;
+          if (!this.#watching()) return;
           // Any error short of the server's extended=false must not drop a
           // lease that is still valid: retry until it runs out (the expiry
           // timer poisons the guard then, "expired", with this error as the
@@ -348,6 +352,15 @@ export class Guard {
         }
       }
     }
+  }
+
+  /**
+   * Whether the watchdog should go on: the guard holds and was not stopped.
+   * A method, so that the compiler takes no check of it as settled across
+   * the awaits between them.
+   */
+  #watching(): boolean {
+    return this.#state === "held" && !this.#stop.signal.aborted;
   }
 
   #armExpiry(): void {

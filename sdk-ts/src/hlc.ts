@@ -98,7 +98,7 @@ export class ClockOffsetError extends HoldfastError {
     readonly aheadNs: bigint,
     readonly maxOffsetMs: number,
   ) {
-    super(`holdfast: hlc: stamp ${remote} is ${aheadNs}ns ahead of the local clock, more than the max offset ${maxOffsetMs}ms`, {
+    super(`holdfast: hlc: stamp ${remote.toString()} is ${aheadNs}ns ahead of the local clock, more than the max offset ${maxOffsetMs}ms`, {
       code: "clock_offset",
     });
   }

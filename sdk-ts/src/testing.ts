@@ -85,8 +85,14 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
   const child = spawn(bin, ["serve", "--addr", "127.0.0.1:0", ...(options.args ?? [])], {
     stdio: ["ignore", "pipe", inherit ? "inherit" : "pipe"],
   });
+  const { pid, stdout } = child;
+  if (pid === undefined || !stdout) throw new Error(`holdfast/testing: ${bin} did not start`);
   killOnExit(child);
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const exited = new Promise<void>((resolve) => {
+    child.once("exit", () => {
+      resolve();
+    });
+  });
   // The last few KiB of the server's logs, for the error when it fails to start.
   let logTail = "";
   child.stderr?.on("data", (chunk: Buffer) => {
@@ -96,8 +102,10 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
   let address: string;
   try {
     address = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no readiness line within ${readyTimeoutMs}ms`)), readyTimeoutMs);
-      const lines = createInterface({ input: child.stdout! });
+      const timer = setTimeout(() => {
+        reject(new Error(`no readiness line within ${readyTimeoutMs}ms`));
+      }, readyTimeoutMs);
+      const lines = createInterface({ input: stdout });
       lines.on("line", (line) => {
         const m = readyLine.exec(line);
         if (!m) return;
@@ -105,7 +113,7 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
         lines.removeAllListeners("line");
         // Keep reading, so that the server never blocks on a full pipe.
         lines.on("line", () => undefined);
-        resolve(m[1]!);
+        resolve(m[1]);
       });
       child.once("error", (e) => {
         clearTimeout(timer);
@@ -141,9 +149,13 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
   };
   return {
     address: `${tls ? "https" : "http"}://${address}`,
-    pid: child.pid!,
-    pause: () => void child.kill("SIGSTOP"),
-    resume: () => void child.kill("SIGCONT"),
+    pid,
+    pause: () => {
+      child.kill("SIGSTOP");
+    },
+    resume: () => {
+      child.kill("SIGCONT");
+    },
     stop,
     [Symbol.asyncDispose]: stop,
   };

@@ -36,7 +36,10 @@ export function unref(t: ReturnType<typeof setTimeout>): void {
  */
 export function sleep(ms: number, signal?: AbortSignal, background = false): Promise<boolean> {
   return new Promise((resolve) => {
-    if (signal?.aborted) return resolve(false);
+    if (signal?.aborted) {
+      resolve(false);
+      return;
+    }
     const onAbort = () => {
       clearTimeout(timer);
       resolve(false);

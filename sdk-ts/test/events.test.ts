@@ -19,7 +19,7 @@ describe("lease events and logs", { skip: needsServer }, () => {
     await eventually("two renewals", () => g.renewals >= 2);
     const renewed = events.filter((e) => e.type === "renewed");
     assert.ok(renewed.length >= 2);
-    const first = renewed[0]!;
+    const first = renewed[0];
     assert.ok(first.type === "renewed");
     assert.equal(first.key, k);
     assert.equal(first.fencingToken, g.fencingToken());

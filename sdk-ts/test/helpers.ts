@@ -46,8 +46,8 @@ export async function eventually(what: string, cond: () => boolean | Promise<boo
 /** Resolves when signal aborts (with its reason), or rejects after timeoutMs. */
 export function aborted(signal: AbortSignal, timeoutMs: number): Promise<unknown> {
   return new Promise((resolve, reject) => {
-    if (signal.aborted) return resolve(signal.reason);
-    const t = setTimeout(() => reject(new Error(`signal not aborted within ${timeoutMs}ms`)), timeoutMs);
+    if (signal.aborted) { resolve(signal.reason); return; }
+    const t = setTimeout(() => { reject(new Error(`signal not aborted within ${timeoutMs}ms`)); }, timeoutMs);
     signal.addEventListener("abort", () => {
       clearTimeout(t);
       resolve(signal.reason);
@@ -60,7 +60,7 @@ export async function closedPort(): Promise<number> {
   return new Promise<number>((resolve) => {
     const s = createServer().listen(0, "127.0.0.1", () => {
       const p = (s.address() as { port: number }).port;
-      s.close(() => resolve(p));
+      s.close(() => { resolve(p); });
     });
   });
 }
@@ -133,7 +133,7 @@ export function makeCerts(): Certs {
     serverKey: f("server.key"),
     clientCert: f("client.pem"),
     clientKey: f("client.key"),
-    remove: () => rmSync(dir, { recursive: true, force: true }),
+    remove: () => { rmSync(dir, { recursive: true, force: true }); },
   };
 }
 

@@ -17,7 +17,7 @@ import { addr, holdfastBin, makeCerts, needsBinary, needsServer, recordingLogger
 // build-test/test/readme.test.js -> sdk-ts/
 const pkg = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const readme = readFileSync(join(pkg, "README.md"), "utf8");
-const snippets = new Map([...readme.matchAll(/<!-- snippet: (\S+) -->\n```js\n([\s\S]*?)```/g)].map((m) => [m[1]!, m[2]!]));
+const snippets = new Map([...readme.matchAll(/<!-- snippet: (\S+) -->\n```js\n([\s\S]*?)```/g)].map((m) => [m[1], m[2]]));
 // Inside the package, so that "@holdfast/sdk" resolves to it by name.
 const dir = join(pkg, "build-test", "readme");
 
@@ -30,8 +30,12 @@ async function runSnippet(name: string, env: Record<string, string>, nodeArgs: s
   mkdirSync(dir, { recursive: true });
   const file = join(dir, name);
   writeFileSync(file, code);
+  // As a user runs it: not as a child of this test runner (which node:test
+  // tells its children through NODE_TEST_CONTEXT, changing what they print).
+  const userEnv: Record<string, string | undefined> = { ...process.env, ...env };
+  delete userEnv.NODE_TEST_CONTEXT;
   try {
-    const { stdout } = await run(process.execPath, [...nodeArgs, file], { env: { ...process.env, ...env }, timeout: 60_000 });
+    const { stdout } = await run(process.execPath, [...nodeArgs, file], { env: userEnv, timeout: 60_000 });
     return stdout;
   } catch (e) {
     const err = e as { stdout?: string; stderr?: string };

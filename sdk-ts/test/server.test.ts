@@ -220,7 +220,7 @@ describe("against a real server", { skip: needsServer }, () => {
     });
     tokens.push(next!.fencingToken());
     watermark = validateWrite(next!.fencingToken(), watermark);
-    for (let i = 1; i < tokens.length; i++) assert.ok(tokens[i]! > tokens[i - 1]!, `tokens ${tokens.join(",")}`);
+    for (let i = 1; i < tokens.length; i++) assert.ok(tokens[i] > tokens[i - 1], `tokens ${tokens.join(",")}`);
     // The stale holder's write is refused at the resource.
     assert.throws(() => validateWrite(oldToken, watermark));
     await next!.unlock();
@@ -326,12 +326,12 @@ describe("against a real server", { skip: needsServer }, () => {
       const c = i % 2 ? other : client;
       const sent = c.clock.last();
       const g = await c.lock(k).ttl(5_000).acquire();
-      assert.ok(g.stamp.after(sent), `lease stamp ${g.stamp} not after client stamp ${sent}`);
+      assert.ok(g.stamp.after(sent), `lease stamp ${g.stamp.toString()} not after client stamp ${sent.toString()}`);
       assert.ok(!c.clock.last().before(g.stamp), "the client merged the server's stamps");
       stamps.push(g.stamp);
       await g.unlock();
     }
-    for (let i = 1; i < stamps.length; i++) assert.ok(stamps[i]!.after(stamps[i - 1]!), stamps.join(" "));
+    for (let i = 1; i < stamps.length; i++) assert.ok(stamps[i].after(stamps[i - 1]), stamps.join(" "));
     // A client stamp far ahead of the server's clock moves the next lease past it.
     const info = await client.serverInfo();
     const ahead = BigInt(Math.floor(info.maxClockOffsetMs / 2)) * 1_000_000n;
@@ -339,7 +339,7 @@ describe("against a real server", { skip: needsServer }, () => {
     const sent = skewed.clock.now();
     const g = await skewed.lock(k).ttl(5_000).acquire();
     assert.ok(g.stamp.after(sent));
-    assert.ok(g.stamp.after(stamps[stamps.length - 1]!));
+    assert.ok(g.stamp.after(stamps[stamps.length - 1]));
     await g.unlock();
     await skewed.close();
   });

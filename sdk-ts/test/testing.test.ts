@@ -11,7 +11,7 @@ async function withEnv<T>(vars: Record<string, string | undefined>, fn: () => Pr
   const saved = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
   const apply = (v: Record<string, string | undefined>) => {
     for (const [k, val] of Object.entries(v)) {
-      if (val === undefined) delete process.env[k];
+      if (val === undefined) Reflect.deleteProperty(process.env, k);
       else process.env[k] = val;
     }
   };

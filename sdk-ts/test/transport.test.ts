@@ -25,7 +25,7 @@ describe("transport options", { skip: needsBinary }, () => {
   before(() => {
     certs = makeCerts();
   });
-  after(() => certs?.remove());
+  after(() => { certs?.remove(); });
 
   describe("bearer token", () => {
     let server: TestServer;
@@ -52,7 +52,7 @@ describe("transport options", { skip: needsBinary }, () => {
     });
 
     it("bearerToken is sent as Authorization: Bearer, as a string or from a function", async () => {
-      for (const bearerToken of [token, async () => token]) {
+      for (const bearerToken of [token, () => Promise.resolve(token)]) {
         const c = createClient(server.address, { ...quiet, bearerToken });
         const g = await c.lock(key("token")).ttl("5s").acquire();
         await g.unlock();
@@ -92,7 +92,7 @@ describe("transport options", { skip: needsBinary }, () => {
 
     it("without the CA the server's certificate is not trusted", async () => {
       const c = createClient(server.address, { ...quiet, retryBudget: "300ms" });
-      await assert.rejects(c.lock(key("tls-untrusted")).tryAcquire(), (e: unknown) => e instanceof HoldfastError && /certificate/i.test(String(e.cause ?? e.message)));
+      await assert.rejects(c.lock(key("tls-untrusted")).tryAcquire(), (e: unknown) => e instanceof HoldfastError && /certificate/i.test(e.cause instanceof Error ? e.cause.message : e.message));
       await c.close();
     });
 

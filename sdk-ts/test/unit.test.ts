@@ -36,7 +36,7 @@ describe("hlc", () => {
     const b = c.now();
     pt = 500n; // the wall clock jumped back
     const d = c.now();
-    assert.ok(a.before(b) && b.before(d), `${a} < ${b} < ${d}`);
+    assert.ok(a.before(b) && b.before(d), `${a.toString()} < ${b.toString()} < ${d.toString()}`);
     pt = 2_000n;
     assert.deepEqual(c.now(), new Timestamp(2_000n, 0));
   });
@@ -125,7 +125,7 @@ describe("backoff", () => {
     const b = BackoffPolicy.from();
     const ceilings = [50, 100, 200, 400, 800, 1_000, 1_000, 1_000];
     for (let attempt = 0; attempt < ceilings.length; attempt++) {
-      const d = ceilings[attempt]!;
+      const d = ceilings[attempt];
       for (let i = 0; i < 200; i++) {
         const got = b.delay(attempt);
         assert.ok(got >= d / 2 && got <= d, `attempt ${attempt}: ${got} outside [${d / 2}, ${d}]`);
