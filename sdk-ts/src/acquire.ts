@@ -14,13 +14,6 @@ import type { Session } from "./session.js";
 import type { LockState } from "./types.js";
 import { dateFromTimestamp, durationFromMs, monotonicNow, msFromDuration, sleep } from "./util.js";
 
-/**
- * One waiting Acquire asks the server to wait at most this long; an
- * unbounded (or longer) wait then queues again. Requeuing moves the caller
- * to the back of the server's queue, so it is long (the Go SDK's value).
- */
-const MAX_SERVER_WAIT_MS = 5 * 60_000;
-
 export function lockStateFromProto(p: PbLockState | undefined): LockState | undefined {
   if (!p) return undefined;
   return {
@@ -66,7 +59,7 @@ export async function acquireLease(session: Session, key: string, options: Acqui
     signal?.throwIfAborted();
     const left = deadline - monotonicNow();
     if (answered && left <= 0) return { current };
-    const serverWaitMs = waitMs === 0 ? 0 : Math.min(MAX_SERVER_WAIT_MS, Math.max(0, left));
+    const serverWaitMs = waitMs === 0 ? 0 : Math.min(session.serverWaitCapMs(), Math.max(0, left));
     const budgetLeft = failures === 0 ? settings.retryBudgetMs : settings.retryBudgetMs - (monotonicNow() - streakStart);
     const sentAt = monotonicNow();
     let res: AcquireResponse;
@@ -84,6 +77,9 @@ export async function acquireLease(session: Session, key: string, options: Acqui
     } catch (e) {
       signal?.throwIfAborted();
       const err = fromConnectError(e, what);
+      // A wait the SDK chose (a chunk of a long or unbounded one) that the
+      // server refused: ask again for at most the server's max_wait.
+      if (err instanceof InvalidArgumentError && serverWaitMs > 0 && (await session.learnMaxWait(serverWaitMs))) continue;
       if (!isTransient(err)) throw err;
       // An acquire that failed in flight has an unknown outcome; if the
       // server did grant it, nobody renews that lease and it expires.

@@ -146,6 +146,7 @@ export class Client {
       version: res.version,
       backend: backendInfoFromProto(res.backend),
       maxClockOffsetMs: msFromDuration(res.maxClockOffset),
+      maxWaitMs: msFromDuration(res.maxWait),
       stamp: Timestamp.fromProto(res.serverStamp),
     };
   }

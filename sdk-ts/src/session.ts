@@ -12,7 +12,7 @@ import { LockService } from "./gen/holdfast/lock/v1/lock_pb.js";
 import { ClockOffsetError, Timestamp } from "./hlc.js";
 import type { Settings } from "./options.js";
 import type { LeaseEvent } from "./types.js";
-import { monotonicNow, sleep } from "./util.js";
+import { monotonicNow, msFromDuration, sleep } from "./util.js";
 
 export type Rpc = RpcClient<typeof LockService>;
 
@@ -23,10 +23,21 @@ export interface Closable {
 
 const eventLevels = { renewed: "debug", renewal_failed: "warn", lost: "warn", released: "debug" } as const;
 
+/**
+ * One waiting Acquire asks the server to wait at most this long; a longer
+ * (or unbounded) wait then queues again. Requeuing moves the caller to the
+ * back of the server's queue, so it is long (the Go SDK's value). A server
+ * whose --max-wait is shorter refuses it; the client then learns the
+ * server's max_wait and asks for at most that.
+ */
+const MAX_SERVER_WAIT_MS = 5 * 60_000;
+
 export class Session {
   readonly rpc: Rpc;
   readonly open = new Set<Closable>();
   closed = false;
+  /** The server's max_wait, once a refused wait made the client ask (undefined: not asked yet; 0: the server does not say). */
+  #maxWaitMs: number | undefined;
 
   constructor(
     transport: Transport,
@@ -70,6 +81,28 @@ export class Session {
     } catch (e) {
       this.settings.logger.error("onLeaseEvent listener threw", { event: type, key: event.key, error: e });
     }
+  }
+
+  /** The longest wait one Acquire asks the server for. */
+  serverWaitCapMs(): number {
+    return this.#maxWaitMs ? Math.min(MAX_SERVER_WAIT_MS, this.#maxWaitMs) : MAX_SERVER_WAIT_MS;
+  }
+
+  /**
+   * Called when the server refused (invalid_argument) a waiting Acquire
+   * that asked for waitMs: whether the server's max_wait (GetServerInfo) is
+   * shorter, so that the acquisition re-sends asking for at most that.
+   */
+  async learnMaxWait(waitMs: number): Promise<boolean> {
+    if (this.#maxWaitMs === undefined) {
+      try {
+        const res = await this.retrying("server info", (opts) => this.rpc.getServerInfo({}, opts));
+        this.#maxWaitMs = msFromDuration(res.maxWait);
+      } catch {
+        return false;
+      }
+    }
+    return this.#maxWaitMs > 0 && this.#maxWaitMs < waitMs;
   }
 
   /** The timeout of one attempt: the request timeout, within what is left of the call's budget. */

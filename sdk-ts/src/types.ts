@@ -54,6 +54,8 @@ export interface ServerInfo {
   version: string;
   backend: BackendInfo;
   maxClockOffsetMs: number;
+  /** The longest wait one Acquire may ask for (the server's --max-wait; 0 when the server does not say). */
+  maxWaitMs: number;
   stamp: Timestamp;
 }
 

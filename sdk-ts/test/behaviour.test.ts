@@ -4,7 +4,7 @@
 // scripts/with-server.sh, and servers of the test's own (startServer).
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { createClient as createConnectClient } from "@connectrpc/connect";
+import { createClient as createConnectClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
 import {
@@ -177,6 +177,39 @@ describe("acquiring (docs/sdk-behaviour.md)", { skip: needsServer }, () => {
     assert.equal(g.renewals, 0);
     await g.unlock();
     assert.equal(g.remainingMs(), 0);
+  });
+});
+
+describe("a server whose --max-wait is shorter than the SDK's waits", { skip: needsBinary }, () => {
+  it("an acquire with no wait set learns the server's max_wait and re-sends, staying queued until acquired", async () => {
+    await using server = await startServer({ bin: holdfastBin, args: ["--max-wait", "1s"] });
+    const quiet = { logger: recordingLogger() };
+    const holder = createClient(server.address, quiet);
+    let acquires = 0;
+    const count: Interceptor = (next) => (req) => {
+      if (req.method.name === "Acquire") acquires++;
+      return next(req);
+    };
+    const waiter = createClient(server.address, { ...quiet, interceptors: [count] });
+    const k = key("max-wait");
+    const held = await holder.lock(k).ttl("10s").acquire();
+    let settled = false;
+    const waiting = waiter
+      .lock(k)
+      .ttl("5s")
+      .acquire()
+      .finally(() => (settled = true));
+    // The first Acquire asks for 5 minutes and is refused; then each asks
+    // for 1 s and is answered not-acquired after it: at least 3 re-sends.
+    await eventually("the waiter to re-send past the server's max wait", () => acquires >= 4, 10_000);
+    assert.equal(settled, false, "the waiter gave up");
+    assert.equal((await waiter.serverInfo()).maxWaitMs, 1_000);
+    await held.unlock();
+    const g = await waiting;
+    assert.ok(g.held);
+    await g.unlock();
+    await holder.close();
+    await waiter.close();
   });
 });
 
