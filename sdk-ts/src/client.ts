@@ -10,7 +10,8 @@ import { EventType, type BackendInfo as PbBackendInfo } from "./gen/holdfast/loc
 import { Guard, runUnder } from "./guard.js";
 import type { Clock } from "./hlc.js";
 import { Timestamp } from "./hlc.js";
-import { LockBuilder } from "./lock-builder.js";
+import { LockBuilder, type RunResult } from "./lock-builder.js";
+import { runScheduled, type ScheduledJob } from "./scheduled.js";
 import type { AcquireOptions } from "./options.js";
 import type { Session } from "./session.js";
 import type { BackendInfo, LockEvent, LockEventType, LockState, ServerInfo } from "./types.js";
@@ -86,6 +87,18 @@ export class Client {
    */
   async withLock<T>(key: string, options: AcquireOptions, fn: (guard: Guard) => Promise<T> | T): Promise<T> {
     return runUnder(await this.acquire(key, options), fn);
+  }
+
+  /**
+   * A scheduled job that must run on one process at a time
+   * (docs/recipes/scheduled-jobs.md): one attempt at job.key; held, the job
+   * is skipped (`{ ran: false }`); free, job.run(signal, fencingToken) runs
+   * under a lease longer than job.maxRuntime (default 1.5 ×), its signal
+   * aborting at maxRuntime or when the lease is lost, and the lock is
+   * released after it (`{ ran: true, value }`).
+   */
+  runScheduled<T>(job: ScheduledJob<T>): Promise<RunResult<T>> {
+    return runScheduled(this.#session, job);
   }
 
   /** Who holds key (undefined when free), without its owner token. */

@@ -2,6 +2,7 @@
 export { Client } from "./client.js";
 export { Guard } from "./guard.js";
 export { LockBuilder, type RunResult } from "./lock-builder.js";
+export type { ScheduledJob } from "./scheduled.js";
 export type { AcquireOptions, ClientOptions, Interceptor } from "./options.js";
 export { DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_RETRY_BUDGET_MS, DEFAULT_TTL_MS } from "./options.js";
 export type { Backoff, ExpiryMargin } from "./backoff.js";

@@ -45,7 +45,7 @@ async function runSnippet(name: string, env: Record<string, string>, nodeArgs: s
 
 describe("README snippets", () => {
   it("every snippet the tests know is in the README, and the quick start is examples/quickstart.mjs", () => {
-    assert.deepEqual([...snippets.keys()].sort(), ["auth.mjs", "events.mjs", "quickstart.mjs", "skip-if-held.mjs", "testing.test.mjs"]);
+    assert.deepEqual([...snippets.keys()].sort(), ["auth.mjs", "events.mjs", "quickstart.mjs", "scheduled.mjs", "skip-if-held.mjs", "testing.test.mjs"]);
     const example = readFileSync(join(pkg, "examples", "quickstart.mjs"), "utf8");
     assert.ok(example.endsWith(snippets.get("quickstart.mjs")!), "examples/quickstart.mjs differs from the README's quick start");
   });
@@ -63,6 +63,18 @@ describe("README snippets", () => {
       const g = await c.lock("jobs/nightly-report").ttl("1m").acquire();
       try {
         assert.match(await runSnippet("skip-if-held.mjs", { HOLDFAST_ADDR: addr! }), /skipped/);
+      } finally {
+        await g.unlock();
+        await c.close();
+      }
+    });
+
+    it("scheduled jobs: runs when free, skips while another server runs it", async () => {
+      assert.match(await runSnippet("scheduled.mjs", { HOLDFAST_ADDR: addr! }), /^report written with fencing token \d+$/m);
+      const c = createClient(addr!, { logger: recordingLogger() });
+      const g = await c.lock("jobs/nightly-report").ttl("1m").acquire();
+      try {
+        assert.match(await runSnippet("scheduled.mjs", { HOLDFAST_ADDR: addr! }), /another server runs jobs\/nightly-report/);
       } finally {
         await g.unlock();
         await c.close();

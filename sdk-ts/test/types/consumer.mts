@@ -30,5 +30,11 @@ export async function use(server: TestServer): Promise<RunResult<bigint>> {
     await using started = await startServer({ args: ["--max-ttl", "1h"] });
     void started.pid;
   }
+  const scheduled: RunResult<string> = await client.runScheduled({
+    key: "jobs/k",
+    maxRuntime: "1m",
+    run: (signal: AbortSignal, token: bigint) => (signal.aborted ? "" : token.toString()),
+  });
+  void scheduled;
   return client.lock("k").runIfFree((g) => g.fencingToken());
 }
