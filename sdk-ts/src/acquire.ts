@@ -5,7 +5,7 @@
 
 import { exhausted, fromConnectError, isTransient } from "./connect-errors.js";
 import { checkTtl, checkWait, formatDuration } from "./duration.js";
-import { HoldfastError, InvalidArgumentError, NotAcquiredError } from "./errors.js";
+import { ClientClosedError, HoldfastError, InvalidArgumentError, NotAcquiredError } from "./errors.js";
 import type { AcquireResponse, Lease, LockState as PbLockState } from "./gen/holdfast/lock/v1/lock_pb.js";
 import { Guard } from "./guard.js";
 import { Timestamp } from "./hlc.js";
@@ -35,7 +35,8 @@ export type Mode = "wait" | "try";
  * for the whole wait). `unavailable` answers and timed-out attempts are
  * retried with the backoff for at most the retry budget in a row, and never
  * past a bounded wait; then it throws the `unavailable` error. An aborted
- * signal rejects with the signal's reason and cancels the server-side wait.
+ * signal rejects with the signal's reason and cancels the server-side wait;
+ * closing the client rejects with ClientClosedError.
  */
 export async function acquireLease(session: Session, key: string, options: AcquireOptions, mode: Mode): Promise<Guard | { current: LockState | undefined }> {
   session.checkOpen();
@@ -49,14 +50,15 @@ export async function acquireLease(session: Session, key: string, options: Acqui
   }
   const waitMs = mode === "try" ? 0 : options.wait === undefined ? Infinity : checkWait(options.wait);
   const holder = options.holder ?? settings.holder;
-  const signal = options.signal;
+  // The caller's signal, and the client's close: either ends the acquisition.
+  const signal = options.signal ? AbortSignal.any([options.signal, session.closingSignal]) : session.closingSignal;
   const what = `acquire ${JSON.stringify(key)}`;
   const deadline = monotonicNow() + waitMs;
   let current: LockState | undefined;
   let failures = 0;
   let streakStart = 0;
   for (let answered = false; ; ) {
-    signal?.throwIfAborted();
+    signal.throwIfAborted();
     const left = deadline - monotonicNow();
     if (answered && left <= 0) return { current };
     const serverWaitMs = waitMs === 0 ? 0 : Math.min(session.serverWaitCapMs(), Math.max(0, left));
@@ -75,7 +77,7 @@ export async function acquireLease(session: Session, key: string, options: Acqui
         { timeoutMs: Math.ceil(serverWaitMs) + session.attemptTimeoutMs(budgetLeft), signal },
       );
     } catch (e) {
-      signal?.throwIfAborted();
+      signal.throwIfAborted();
       const err = fromConnectError(e, what);
       // A wait the SDK chose (a chunk of a long or unbounded one) that the
       // server refused: ask again for at most the server's max_wait.
@@ -88,7 +90,7 @@ export async function acquireLease(session: Session, key: string, options: Acqui
       // bounded wait, whichever comes first.
       const giveUpAt = Math.min(streakStart + settings.retryBudgetMs, waitMs > 0 ? deadline : Infinity);
       const retry = await session.backoffWithin(failures - 1, giveUpAt, signal);
-      signal?.throwIfAborted();
+      signal.throwIfAborted();
       if (!retry) throw exhausted(err, what, formatDuration(settings.retryBudgetMs));
       continue;
     }
@@ -98,7 +100,15 @@ export async function acquireLease(session: Session, key: string, options: Acqui
     if (res.acquired && res.lease) {
       session.merge(res.lease.stamp);
       const validFrom = await confirm(session, res.lease, sentAt, what);
-      if (validFrom !== undefined) return Guard.start(session, res.lease, holder, validFrom, options.watchdog ?? true);
+      if (validFrom !== undefined) {
+        const guard = Guard.start(session, res.lease, holder, validFrom, options.watchdog ?? true);
+        if (session.closed) {
+          // Closed while the answer was on its way: give the lease back.
+          await guard.closeForClient(settings.retryBudgetMs);
+          throw new ClientClosedError();
+        }
+        return guard;
+      }
       current = undefined;
     } else {
       current = lockStateFromProto(res.current);
@@ -109,7 +119,7 @@ export async function acquireLease(session: Session, key: string, options: Acqui
     // answer, spaced so as not to spin.
     if (monotonicNow() - sentAt < serverWaitMs / 2) {
       const pause = Math.min(settings.backoff.delay(0), Math.max(0, deadline - monotonicNow()));
-      if (!(await sleep(pause, signal))) signal?.throwIfAborted();
+      if (!(await sleep(pause, signal))) signal.throwIfAborted();
     }
   }
 }

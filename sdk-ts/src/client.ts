@@ -174,7 +174,7 @@ export class Client {
   async close(): Promise<void> {
     const s = this.#session;
     if (s.closed) return;
-    s.closed = true;
+    s.close();
     await Promise.all([...s.open].map((g) => g.closeForClient(s.settings.retryBudgetMs)));
   }
 

@@ -35,7 +35,8 @@ const MAX_SERVER_WAIT_MS = 5 * 60_000;
 export class Session {
   readonly rpc: Rpc;
   readonly open = new Set<Closable>();
-  closed = false;
+  /** Aborted, with a ClientClosedError, when the client closes: ends acquisitions in flight. */
+  readonly #closing = new AbortController();
   /** The server's max_wait, once a refused wait made the client ask (undefined: not asked yet; 0: the server does not say). */
   #maxWaitMs: number | undefined;
 
@@ -48,6 +49,20 @@ export class Session {
 
   get clock() {
     return this.settings.clock;
+  }
+
+  get closed(): boolean {
+    return this.#closing.signal.aborted;
+  }
+
+  /** Marks the client closed: acquisitions in flight end with ClientClosedError. */
+  close(): void {
+    this.#closing.abort(new ClientClosedError());
+  }
+
+  /** Aborts when the client closes. */
+  get closingSignal(): AbortSignal {
+    return this.#closing.signal;
   }
 
   checkOpen(): void {

@@ -8,6 +8,7 @@ import { createClient as createConnectClient, type Interceptor } from "@connectr
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
 import {
+  ClientClosedError,
   InvalidArgumentError,
   LeaseLostError,
   NotAcquiredError,
@@ -69,6 +70,18 @@ describe("acquiring (docs/sdk-behaviour.md)", { skip: needsServer }, () => {
     const ac = new AbortController();
     ac.abort(new Error("too late"));
     await assert.rejects(a.lock(key("pre-aborted")).signal(ac.signal).acquire(), /too late/);
+  });
+
+  it("closing the client ends a waiting acquire with ClientClosedError", async () => {
+    const k = key("close-ends-wait");
+    const held = await a.lock(k).ttl("10s").acquire();
+    const c = createClient(addr!, { logger: recordingLogger() });
+    const waiting = c.lock(k).ttl("5s").acquire();
+    await eventually("the waiter to queue", async () => (await waitersOn(a, k)) === 1);
+    await c.close();
+    await assert.rejects(waiting, (e: unknown) => e instanceof ClientClosedError && e.code === "client_closed");
+    await eventually("the waiter to leave the server's queue", async () => (await waitersOn(a, k)) === 0, 2_000);
+    await held.unlock();
   });
 
   it("wait(0) makes exactly one attempt: held answers the not-acquired error with the holder", async () => {
