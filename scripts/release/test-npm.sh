@@ -11,8 +11,9 @@
 #   - and from a node:test file using @holdfast/sdk/testing, which starts
 #     its own server from HOLDFAST_BIN.
 # The server is $HOLDFAST_ADDR when set, else $HOLDFAST_BIN_DIR/holdfast
-# (default bin/ of this checkout) started on 127.0.0.1:0 by
-# scripts/with-server.sh and stopped by its PID.
+# (default bin/ of this checkout; built for the run when missing) started on
+# 127.0.0.1:0 by scripts/with-server.sh and stopped by its PID. The testing
+# helper finds that binary on PATH.
 set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 DIST_DIR" >&2; exit 2; }
 
@@ -25,8 +26,20 @@ tarball=${tarballs[0]}
 export HOLDFAST_BIN_DIR=${HOLDFAST_BIN_DIR:-$root/bin}
 
 if [ -z "${HOLDFAST_ADDR:-}" ]; then
-	exec "$root/scripts/with-server.sh" "$0" "$1"
+	built=""
+	if [ ! -x "$HOLDFAST_BIN_DIR/holdfast" ]; then
+		# No bin/holdfast (make test-release on a fresh clone): build one for this run.
+		built=$(mktemp -d)
+		echo "test-npm: building holdfast into $built" >&2
+		(cd "$root" && go build -o "$built/" ./server/cmd/holdfast)
+		export HOLDFAST_BIN_DIR=$built
+	fi
+	status=0
+	"$root/scripts/with-server.sh" "$0" "$1" || status=$?
+	[ -z "$built" ] || rm -rf "$built"
+	exit "$status"
 fi
+[ -x "$HOLDFAST_BIN_DIR/holdfast" ] || { echo "test-npm: no $HOLDFAST_BIN_DIR/holdfast for @holdfast/sdk/testing (set HOLDFAST_BIN_DIR)" >&2; exit 1; }
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -123,5 +136,6 @@ node cjs.cjs
 npx tsc -p ts
 node ts/out/app.mjs
 node ts/out/app.cjs
-HOLDFAST_BIN="$HOLDFAST_BIN_DIR/holdfast" node --test testing.test.mjs
+# The helper finds holdfast on PATH, as in a user's project.
+PATH="$HOLDFAST_BIN_DIR:$PATH" node --test testing.test.mjs
 echo "test-npm: ESM, CommonJS, TypeScript (lib ES2022, no skipLibCheck; ESM and CommonJS) and @holdfast/sdk/testing all took a lock"
