@@ -61,7 +61,7 @@ function killOnExit(child: ChildProcess): void {
 }
 
 /** The binary to run: the option, $HOLDFAST_BIN, or `holdfast` on PATH. */
-export function findHoldfast(bin?: string): string {
+function findHoldfast(bin?: string): string {
   const chosen = bin ?? process.env.HOLDFAST_BIN;
   if (chosen) return chosen;
   for (const dir of (process.env.PATH ?? "").split(delimiter)) {
