@@ -150,15 +150,20 @@ export class Session {
   }
 
   /**
-   * Sleeps the backoff before retry number attempt, but not past deadline
-   * (monotonic ms). Resolves to whether a retry may still go: false once the
-   * deadline is reached (give up) or signal aborted. So a call that keeps
-   * failing gives up at its deadline, not a backoff step before it.
+   * Sleeps the backoff before retry number attempt. Resolves to whether the
+   * retry may go: false when signal aborted, or when the pause would end
+   * past deadline (monotonic ms), after sleeping until the deadline instead.
+   * So a call that keeps failing gives up at its deadline, not a backoff
+   * step before it, and no retry ever follows a pause cut short.
    */
   async backoffWithin(attempt: number, deadline: number, signal?: AbortSignal): Promise<boolean> {
     const left = deadline - monotonicNow();
     if (left <= 0) return false;
-    if (!(await sleep(Math.min(this.settings.backoff.delay(attempt), left), signal))) return false;
-    return deadline - monotonicNow() > 0;
+    const pause = this.settings.backoff.delay(attempt);
+    if (pause >= left) {
+      await sleep(left, signal);
+      return false;
+    }
+    return sleep(pause, signal);
   }
 }

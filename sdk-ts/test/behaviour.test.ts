@@ -303,6 +303,27 @@ describe("an unreachable server (docs/sdk-behaviour.md)", () => {
     await c.close();
   });
 
+  it("retries are spaced by the backoff: [d/2, d] for d = 50 ms doubling to 1 s, none cut short before giving up", async () => {
+    const sent: number[] = [];
+    const record: Interceptor = (next) => (req) => {
+      sent.push(performance.now());
+      return next(req);
+    };
+    const c = createClient(`http://127.0.0.1:${await closedPort()}`, { retryBudget: "2500ms", interceptors: [record], logger: recordingLogger() });
+    const t0 = performance.now();
+    await assert.rejects(c.inspect("k"), UnavailableError);
+    const took = performance.now() - t0;
+    await c.close();
+    assert.ok(took >= 2_400 && took < 4_000, `gave up after ${took}ms for a 2.5s budget`);
+    assert.ok(sent.length >= 5, `only ${sent.length} attempts`);
+    for (let i = 1; i < sent.length; i++) {
+      const d = Math.min(50 * 2 ** (i - 1), 1_000);
+      const gap = sent[i] - sent[i - 1];
+      // A refused connection fails in well under a millisecond; 2 ms covers timer rounding.
+      assert.ok(gap >= d / 2 - 2, `pause ${i} was ${gap}ms, want at least ${d / 2}ms (d=${d}ms): ${sent.map((t) => Math.round(t - t0)).join(", ")}`);
+    }
+  });
+
   it("a bounded wait shorter than the budget bounds the retries", async () => {
     const c = createClient(`http://127.0.0.1:${await closedPort()}`, { logger: recordingLogger() });
     const t0 = performance.now();
