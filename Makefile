@@ -51,9 +51,34 @@ sdk-codegen-tools: ## install the pinned TS/Python generators (npm ci in sdk-ts,
 test-sdk-ts: build sdk-codegen-tools ## TypeScript SDK tests (node --test) against a real holdfast serve
 	scripts/with-server.sh timeout 600 bash -c 'cd sdk-ts && npm test'
 
+.PHONY: dist-npm
+dist-npm: ## the TypeScript SDK's npm tarball in dist/npm/ (npm pack; its prepack builds dist/esm and dist/cjs)
+	bash scripts/setup.d/40-node.sh
+	rm -rf dist/npm && mkdir -p dist/npm
+	cd sdk-ts && npm pack --pack-destination $(CURDIR)/dist/npm
+
+.PHONY: test-release-npm
+test-release-npm: build dist-npm ## install the npm tarball in a fresh project outside the checkout; take a lock from ESM, CommonJS and TypeScript (no DOM lib)
+	scripts/release/test-npm.sh dist
+
 .PHONY: test-sdk-python
 test-sdk-python: build sdk-codegen-tools ## Python SDK tests (pytest) against a real holdfast serve
 	scripts/with-server.sh timeout 600 bash -c 'cd sdk-python && .venv/bin/python -m pytest -q -o faulthandler_timeout=120'
+
+.PHONY: dist-python
+# Out of tree: `python -m build` writes the sdist into dist/python and builds
+# the wheel from it in a temporary directory; the pinned hatchling (from
+# sdk-python/.venv) writes no build/ or *.egg-info into sdk-python.
+dist-python: sdk-codegen-tools ## the Python SDK's wheel and sdist in dist/python/
+	rm -rf $(DIST)/python
+	cd sdk-python && .venv/bin/python -m build --no-isolation --outdir $(DIST)/python .
+	@left=$$(git status --porcelain --ignored -- sdk-python | grep -E '(^|/)(build/|[^/]*\.egg-info/?)$$' || true); \
+		if [ -n "$$left" ]; then echo "dist-python: the build wrote into sdk-python: $$left" >&2; exit 1; fi
+	@ls -l $(DIST)/python
+
+.PHONY: test-release-python
+test-release-python: build dist-python ## the Python wheel from dist/ in fresh venvs (3.10, 3.11) outside the checkout, against a real holdfast serve
+	scripts/release/test-python.sh $(DIST)
 
 .PHONY: build
 build: web-build ## build holdfast and the plugin binaries into bin/ (the live view first: it is embedded)
@@ -90,7 +115,7 @@ PROTO_BASELINE := buf.released.yaml
 # (GOWORK=off), from its own go.mod and go.sum, so go.work cannot hide a
 # missing requirement; its siblings come from this checkout through a
 # temporary go.mod (holdfast-release standalone; CONTRIBUTING.md says why).
-lint: tools ## buf lint and buf breaking (against $(PROTO_BASELINE)), golangci-lint over every Go module, each module built alone (GOWORK=off), one version everywhere
+lint: tools ## buf lint and buf breaking (against $(PROTO_BASELINE)), golangci-lint over every Go module, each module built alone (GOWORK=off), one version everywhere, lint-ts and lint-python
 	$(BIN)/buf lint
 	$(BIN)/buf breaking --against $(PROTO_BASELINE)
 	@out=$$(gofmt -l scripts/release); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -100,10 +125,23 @@ lint: tools ## buf lint and buf breaking (against $(PROTO_BASELINE)), golangci-l
 	cd tools && GOWORK=off $(BIN)/golangci-lint run ./...
 	@for m in $(GO_MODULES); do echo "build and vet $$m alone"; \
 		$(BIN)/holdfast-release standalone $$m -- go build ./... && $(BIN)/holdfast-release standalone $$m -- go vet ./...; done
+	$(MAKE) --no-print-directory lint-ts
+	$(MAKE) --no-print-directory lint-python
 
 .PHONY: proto-baseline
 proto-baseline: tools ## record the protos as released ($(PROTO_BASELINE)), the baseline of buf breaking: run when tagging a release
 	$(BIN)/buf build --exclude-source-info -o $(PROTO_BASELINE)
+
+.PHONY: lint-ts
+lint-ts: ## eslint (typescript-eslint, strict) and tsc --strict for sdk-ts and web; no import cycles in the SDK; its shipped typings compiled without the DOM lib
+	bash scripts/setup.d/40-node.sh
+	bash scripts/setup.d/60-web.sh
+	cd sdk-ts && npm run lint
+	cd web && npm run lint
+
+.PHONY: lint-python
+lint-python: sdk-codegen-tools ## ruff (lint and format check) and mypy --strict over sdk-python (pinned in its hashed lock)
+	cd sdk-python && .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
 
 .PHONY: test-go
 # The SDK matrix (every SDK on every backend) is test-sdk-conformance's:
