@@ -1,22 +1,15 @@
 package conformance
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/holdfast/holdfast/conformance/sdkrunner"
+	"github.com/holdfast/holdfast/harness"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 )
@@ -31,15 +24,15 @@ var _ = describeSDK("behaviour table: transport", Label("sdk-behaviour", "transp
 			Skip("the suite tests a server given by address; it needs to start one with TLS and tokens (use Config.Serve)")
 		}
 		dir := GinkgoT().TempDir()
-		pki := newTestPKI(dir)
+		pki := harness.WriteMutualTLS(GinkgoT(), dir)
 		const token = "conformance-bearer-token-0123456789"
 		sum := sha256.Sum256([]byte(token))
 		tokens := filepath.Join(dir, "tokens.yaml")
 		Expect(os.WriteFile(tokens, fmt.Appendf(nil, "- name: conformance\n  sha256: %s\n  prefixes: [\"tls/\"]\n", hex.EncodeToString(sum[:])), 0o600)).To(Succeed())
-		s, err := sc.StartServerWith(ctx, "--tls-cert", pki.serverCert, "--tls-key", pki.serverKey, "--tls-client-ca", pki.caCert, "--auth-tokens", tokens)
+		s, err := sc.StartServerWith(ctx, "--tls-cert", pki.ServerCertFile, "--tls-key", pki.ServerKeyFile, "--tls-client-ca", pki.CAFile, "--auth-tokens", tokens)
 		Expect(err).NotTo(HaveOccurred())
 		url := "https://" + s.Addr
-		full := sdkrunner.ConnectArgs{Addr: url, CAFile: pki.caCert, CertFile: pki.clientCert, KeyFile: pki.clientKey, BearerToken: token}
+		full := sdkrunner.ConnectArgs{Addr: url, CAFile: pki.CAFile, CertFile: pki.ClientCertFile, KeyFile: pki.ClientKeyFile, BearerToken: token}
 
 		c := sc.ConnectWith(ctx, sc.Adapter, full)
 		l := c.MustLock(ctx, "tls/"+sc.Key("sdk-transport"), sc.LongTTL())
@@ -79,61 +72,3 @@ var _ = describeSDK("behaviour table: transport", Label("sdk-behaviour", "transp
 		}
 	}, SpecTimeout(30*time.Second))
 })
-
-// testPKI is a CA, a server certificate for 127.0.0.1 and a client
-// certificate, as PEM files.
-type testPKI struct {
-	caCert, serverCert, serverKey, clientCert, clientKey string
-}
-
-func newTestPKI(dir string) testPKI {
-	GinkgoHelper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	Expect(err).NotTo(HaveOccurred())
-	ca := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "holdfast conformance CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	Expect(err).NotTo(HaveOccurred())
-	ca, err = x509.ParseCertificate(caDER)
-	Expect(err).NotTo(HaveOccurred())
-	p := testPKI{caCert: filepath.Join(dir, "ca.pem")}
-	writePEM(p.caCert, "CERTIFICATE", caDER)
-	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		Expect(err).NotTo(HaveOccurred())
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial),
-			Subject:      pkix.Name{CommonName: name},
-			NotBefore:    time.Now().Add(-time.Hour),
-			NotAfter:     time.Now().Add(24 * time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-			IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-			DNSNames:     []string{"localhost"},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		Expect(err).NotTo(HaveOccurred())
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		Expect(err).NotTo(HaveOccurred())
-		certFile, keyFile := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-		writePEM(certFile, "CERTIFICATE", der)
-		writePEM(keyFile, "PRIVATE KEY", keyDER)
-		return certFile, keyFile
-	}
-	p.serverCert, p.serverKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
-	p.clientCert, p.clientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
-	return p
-}
-
-func writePEM(path, typ string, der []byte) {
-	GinkgoHelper()
-	b := pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
-	Expect(os.WriteFile(path, b, 0o600)).To(Succeed())
-}

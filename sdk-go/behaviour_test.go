@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/proto/hlc"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
@@ -378,12 +380,16 @@ func TestTLSWithCustomCAAndClientCertificate(t *testing.T) {
 	p := &fakePeer{clock: hlc.NewClock(nil, -1), unhang: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.Handle(lockv1connect.NewLockServiceHandler(p))
-	caPEM, certFile, keyFile, serverCert, serverKey, _ := writeTestPKI(t, t.TempDir())
-	serverPair, err := tls.LoadX509KeyPair(serverCert, serverKey)
+	pki := harness.WriteMutualTLS(t, t.TempDir())
+	serverPair, err := tls.LoadX509KeyPair(pki.ServerCertFile, pki.ServerKeyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clientCert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	clientCert, err := tls.LoadX509KeyPair(pki.ClientCertFile, pki.ClientKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(pki.CAFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,3 @@ func StartTestServer(t testing.TB, args ...string) (addr string, stop func()) {
 	s := startServer(t, "127.0.0.1:0", args...)
 	return s.addr, s.stop
 }
-
-// WriteTestPKI is writeTestPKI, for the external tests.
-var WriteTestPKI = writeTestPKI

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast/holdfast/harness"
 	holdfast "github.com/holdfast/holdfast/sdk-go"
 )
 
@@ -126,14 +127,19 @@ func TestREADMEQuickStart(t *testing.T) {
 
 func TestREADMEAuth(t *testing.T) {
 	dir := t.TempDir()
-	caPEM, certFile, keyFile, serverCert, serverKey, caFile := holdfast.WriteTestPKI(t, dir)
+	pki := harness.WriteMutualTLS(t, dir)
+	caPEM, err := os.ReadFile(pki.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := pki.ClientCertFile, pki.ClientKeyFile
 	const token = "readme-example-token-0123456789"
 	sum := sha256.Sum256([]byte(token))
 	tokens := filepath.Join(dir, "tokens.yaml")
 	if err := os.WriteFile(tokens, fmt.Appendf(nil, "- name: readme\n  sha256: %s\n  prefixes: [\"billing/\"]\n", hex.EncodeToString(sum[:])), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr, _ := holdfast.StartTestServer(t, "--tls-cert", serverCert, "--tls-key", serverKey, "--tls-client-ca", caFile, "--auth-tokens", tokens)
+	addr, _ := holdfast.StartTestServer(t, "--tls-cert", pki.ServerCertFile, "--tls-key", pki.ServerKeyFile, "--tls-client-ca", pki.CAFile, "--auth-tokens", tokens)
 	client, err := connectWithTLSAndToken("https://"+addr, caPEM, certFile, keyFile, token)
 	if err != nil {
 		t.Fatal(err)
