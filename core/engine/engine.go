@@ -119,11 +119,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer is told of outcomes, for metrics (nil: nobody).
 	Observer Observer
+	// Batch tunes how concurrent calls are carried to a backend that
+	// batches (batch.go).
+	Batch BatchConfig
 }
 
 // Engine serves the lock API on one backend. It is safe for concurrent use.
 type Engine struct {
 	b     backend.Backend
+	calls *batcher // Acquire, Release and Extend on b, batched when b can
 	cfg   Config
 	clock *hlc.Clock
 	q     *waitq.Queues
@@ -195,6 +199,7 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 		callers:   make(map[string]int),
 	}
 	e.closing, e.cancelAll = context.WithCancel(context.Background())
+	e.calls = newBatcher(e, cfg.Batch)
 	watchCtx, stop := context.WithCancel(context.Background())
 	e.stopWatch = stop
 	e.wg.Add(1)
@@ -373,7 +378,7 @@ func (e *Engine) tryAs(ctx context.Context, key string, ttl time.Duration, holde
 	callCtx, cancel := e.detached(ctx)
 	defer cancel()
 	start := time.Now()
-	res, err := e.b.Acquire(callCtx, backend.AcquireRequest{
+	res, err := e.calls.Acquire(callCtx, backend.AcquireRequest{
 		Key: key, OwnerToken: token, TTL: ttl, Holder: holder, Stamp: e.clock.Now(), WaiterID: waiterID,
 	})
 	if err != nil {
@@ -407,7 +412,7 @@ func (e *Engine) tryAs(ctx context.Context, key string, ttl time.Duration, holde
 func (e *Engine) releaseDetached(ctx context.Context, key, token string) {
 	callCtx, cancel := e.detached(ctx)
 	defer cancel()
-	ok, err := e.b.Release(callCtx, backend.ReleaseRequest{Key: key, OwnerToken: token, Stamp: e.clock.Now()})
+	ok, err := e.calls.Release(callCtx, backend.ReleaseRequest{Key: key, OwnerToken: token, Stamp: e.clock.Now()})
 	if err != nil {
 		e.log.Warn("could not release a lease the caller no longer wants; it will expire at its TTL",
 			"key", key, "err", err)
@@ -486,7 +491,7 @@ func (e *Engine) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lock
 	if err := e.merge(req.GetClientStamp()); err != nil {
 		return nil, err
 	}
-	ok, err := e.b.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: req.GetOwnerToken(), Stamp: e.clock.Now()})
+	ok, err := e.calls.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: req.GetOwnerToken(), Stamp: e.clock.Now()})
 	if err != nil {
 		return nil, backendErr(ctx, "release", err)
 	}
@@ -527,7 +532,7 @@ func (e *Engine) Extend(ctx context.Context, req *lockv1.ExtendRequest) (*lockv1
 	if err := e.merge(req.GetClientStamp()); err != nil {
 		return nil, err
 	}
-	res, err := e.b.Extend(ctx, backend.ExtendRequest{Key: key, OwnerToken: req.GetOwnerToken(), TTL: ttl, Stamp: e.clock.Now()})
+	res, err := e.calls.Extend(ctx, backend.ExtendRequest{Key: key, OwnerToken: req.GetOwnerToken(), TTL: ttl, Stamp: e.clock.Now()})
 	if err != nil {
 		return nil, backendErr(ctx, "extend", err)
 	}

@@ -139,6 +139,7 @@ type Host struct {
 var (
 	_ backend.Backend     = (*Host)(nil)
 	_ backend.FairBackend = (*Host)(nil)
+	_ backend.BatchBackend = (*Host)(nil)
 	_ io.Closer           = (*Host)(nil)
 )
 
@@ -150,6 +151,7 @@ type generation struct {
 	process *os.Process
 	pid     int
 	info    backend.Info
+	batch   bool // the plugin serves the batch calls (Info.batch)
 }
 
 // Start launches the plugin, reads its Info, and supervises it until Close.
@@ -450,6 +452,7 @@ func (h *Host) launch() (*generation, error) {
 		}
 		return nil, fmt.Errorf("pluginhost: %s did not start: Info: %w", h.cfg.Name, err)
 	}
+	g.batch = resp.GetBatch()
 	if g.info, err = wire.FromInfoResponse(resp); err != nil {
 		h.kill(g)
 		return nil, fmt.Errorf("pluginhost: %s did not start: %w", h.cfg.Name, err)

@@ -121,7 +121,7 @@ type Backend struct {
 }
 
 var (
-	_ backend.Backend            = (*Backend)(nil)
+	_ backend.BatchBackend       = (*Backend)(nil)
 	_ interface{ Close() error } = (*Backend)(nil)
 )
 
@@ -261,13 +261,7 @@ func (b *Backend) remove(e *entry) {
 
 // Acquire implements backend.Backend.
 func (b *Backend) Acquire(_ context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
-	if err := checkKey(req.Key); err != nil {
-		return backend.AcquireResult{}, err
-	}
-	if req.OwnerToken == "" {
-		return backend.AcquireResult{}, fmt.Errorf("%w: owner_token must not be empty", backend.ErrInvalidArgument)
-	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := checkAcquire(req); err != nil {
 		return backend.AcquireResult{}, err
 	}
 	b.mu.Lock()
@@ -275,11 +269,25 @@ func (b *Backend) Acquire(_ context.Context, req backend.AcquireRequest) (backen
 	if b.closed {
 		return backend.AcquireResult{}, ErrClosed
 	}
-	now := time.Now()
+	return b.acquireLocked(req, time.Now()), nil
+}
+
+func checkAcquire(req backend.AcquireRequest) error {
+	if err := checkKey(req.Key); err != nil {
+		return err
+	}
+	if req.OwnerToken == "" {
+		return fmt.Errorf("%w: owner_token must not be empty", backend.ErrInvalidArgument)
+	}
+	return checkTTL(req.TTL)
+}
+
+// acquireLocked decides one valid Acquire. b.mu must be held.
+func (b *Backend) acquireLocked(req backend.AcquireRequest, now time.Time) backend.AcquireResult {
 	var last hlc.Timestamp
 	if e := b.locks[req.Key]; e != nil {
 		if now.Before(e.expires) {
-			return backend.AcquireResult{Acquired: false, Record: e.record(now)}, nil
+			return backend.AcquireResult{Acquired: false, Record: e.record(now)}
 		}
 		last = e.stamp // taken over after expiry: its stamp is at hand
 		b.expire(e, now)
@@ -297,7 +305,7 @@ func (b *Backend) Acquire(_ context.Context, req backend.AcquireRequest) (backen
 	b.rearm(e)
 	rec := e.record(now)
 	b.emit(backend.Event{Type: backend.EventAcquired, Record: rec})
-	return backend.AcquireResult{Acquired: true, Record: rec}, nil
+	return backend.AcquireResult{Acquired: true, Record: rec}
 }
 
 // rearm wakes the reaper when e became the earliest expiry. b.mu must be held.
@@ -321,22 +329,23 @@ func (b *Backend) Release(_ context.Context, req backend.ReleaseRequest) (bool, 
 	if b.closed {
 		return false, ErrClosed
 	}
-	now := time.Now()
+	return b.releaseLocked(req, time.Now()), nil
+}
+
+// releaseLocked decides one valid Release. b.mu must be held.
+func (b *Backend) releaseLocked(req backend.ReleaseRequest, now time.Time) bool {
 	e := b.live(req.Key, now)
 	if e == nil || e.token != req.OwnerToken || req.OwnerToken == "" {
-		return false, nil
+		return false
 	}
 	b.remove(e)
 	b.emit(backend.Event{Type: backend.EventReleased, Record: e.record(now)})
-	return true, nil
+	return true
 }
 
 // Extend implements backend.Backend. The record keeps its acquisition stamp.
 func (b *Backend) Extend(_ context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
-	if err := checkKey(req.Key); err != nil {
-		return backend.ExtendResult{}, err
-	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := checkExtend(req); err != nil {
 		return backend.ExtendResult{}, err
 	}
 	b.mu.Lock()
@@ -344,15 +353,63 @@ func (b *Backend) Extend(_ context.Context, req backend.ExtendRequest) (backend.
 	if b.closed {
 		return backend.ExtendResult{}, ErrClosed
 	}
-	now := time.Now()
+	return b.extendLocked(req, time.Now()), nil
+}
+
+func checkExtend(req backend.ExtendRequest) error {
+	if err := checkKey(req.Key); err != nil {
+		return err
+	}
+	return checkTTL(req.TTL)
+}
+
+// extendLocked decides one valid Extend. b.mu must be held.
+func (b *Backend) extendLocked(req backend.ExtendRequest, now time.Time) backend.ExtendResult {
 	e := b.live(req.Key, now)
 	if e == nil || e.token != req.OwnerToken || req.OwnerToken == "" {
-		return backend.ExtendResult{}, nil
+		return backend.ExtendResult{}
 	}
 	e.expires = now.Add(req.TTL)
 	heap.Fix(&b.expiries, e.index)
 	b.rearm(e)
-	return backend.ExtendResult{Extended: true, Record: e.record(now)}, nil
+	return backend.ExtendResult{Extended: true, Record: e.record(now)}
+}
+
+// AcquireBatch implements backend.BatchBackend: every item under one
+// acquisition of the mutex, each decided as Acquire decides it.
+func (b *Backend) AcquireBatch(_ context.Context, reqs []backend.AcquireRequest) ([]backend.Outcome[backend.AcquireResult], error) {
+	return batch(b, reqs, checkAcquire, b.acquireLocked)
+}
+
+// ReleaseBatch implements backend.BatchBackend.
+func (b *Backend) ReleaseBatch(_ context.Context, reqs []backend.ReleaseRequest) ([]backend.Outcome[bool], error) {
+	return batch(b, reqs, func(r backend.ReleaseRequest) error { return checkKey(r.Key) }, b.releaseLocked)
+}
+
+// ExtendBatch implements backend.BatchBackend.
+func (b *Backend) ExtendBatch(_ context.Context, reqs []backend.ExtendRequest) ([]backend.Outcome[backend.ExtendResult], error) {
+	return batch(b, reqs, checkExtend, b.extendLocked)
+}
+
+// batch checks each request, then decides the valid ones under one
+// acquisition of the mutex, in order.
+func batch[Req, Res any](b *Backend, reqs []Req, check func(Req) error, decide func(Req, time.Time) Res) ([]backend.Outcome[Res], error) {
+	out := make([]backend.Outcome[Res], len(reqs))
+	for i, r := range reqs {
+		out[i].Err = check(r)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	now := time.Now()
+	for i, r := range reqs {
+		if out[i].Err == nil {
+			out[i].Value = decide(r, now)
+		}
+	}
+	return out, nil
 }
 
 // Get implements backend.Backend.

@@ -27,6 +27,8 @@ func FuzzDecodeResponses(f *testing.F) {
 		&backendv1.ListResponse{Records: []*backendv1.Record{rec}},
 		&backendv1.WatchResponse{Type: backendv1.EventType_EVENT_TYPE_ACQUIRED, Record: rec},
 		&backendv1.InfoResponse{Name: "x"},
+		&backendv1.AcquireBatchResponse{Items: []*backendv1.AcquireOutcome{{Result: &backendv1.AcquireResponse{Acquired: true, Record: rec}}}},
+		&backendv1.ExtendBatchResponse{Items: []*backendv1.ExtendOutcome{{Error: &backendv1.ItemError{Code: backendv1.ItemErrorCode_ITEM_ERROR_CODE_UNAVAILABLE}}}},
 	} {
 		b, _ := proto.Marshal(m)
 		f.Add(uint8(kind), b, "k", "", uint16(10))
@@ -43,7 +45,7 @@ func FuzzDecodeResponses(f *testing.F) {
 				t.Fatalf("accepted record %+v (asked about %q)", r, wantKey)
 			}
 		}
-		switch kind % 6 {
+		switch kind % 8 {
 		case 0:
 			var m backendv1.AcquireResponse
 			if proto.Unmarshal(data, &m) != nil {
@@ -126,6 +128,52 @@ func FuzzDecodeResponses(f *testing.F) {
 			if info.MinTTL < 0 || info.MaxTTL < 0 || info.TTLGranularity < 0 || (info.MaxTTL > 0 && info.MinTTL > info.MaxTTL) {
 				t.Fatalf("accepted info %+v", info)
 			}
+		case 6:
+			var m backendv1.AcquireBatchResponse
+			if proto.Unmarshal(data, &m) != nil {
+				return
+			}
+			// As many requests as the page size says, all for key.
+			reqs := make([]backend.AcquireRequest, pageSize%8)
+			for i := range reqs {
+				reqs[i].Key = key
+			}
+			outs, err := FromAcquireBatchResponse(&m, reqs, "p")
+			if refused(err) {
+				return
+			}
+			if len(outs) != len(reqs) {
+				t.Fatalf("accepted %d outcomes for %d requests", len(outs), len(reqs))
+			}
+			for _, o := range outs {
+				if o.Err == nil && (o.Value.Acquired || o.Value.Record.Key != "") {
+					check(o.Value.Record, key)
+				}
+			}
+		case 7:
+			var m backendv1.ExtendBatchResponse
+			if proto.Unmarshal(data, &m) != nil {
+				return
+			}
+			reqs := make([]backend.ExtendRequest, pageSize%8)
+			for i := range reqs {
+				reqs[i].Key = key
+			}
+			outs, err := FromExtendBatchResponse(&m, reqs, "p")
+			if refused(err) {
+				return
+			}
+			if len(outs) != len(reqs) {
+				t.Fatalf("accepted %d outcomes for %d requests", len(outs), len(reqs))
+			}
+			for _, o := range outs {
+				if o.Err != nil && !errors.Is(o.Err, backend.ErrUnavailable) && !errors.Is(o.Err, backend.ErrInvalidArgument) {
+					t.Fatalf("item error %v is neither unavailable nor invalid_argument", o.Err)
+				}
+				if o.Err == nil && o.Value.Extended {
+					check(o.Value.Record, key)
+				}
+			}
 		}
 	})
 }
@@ -161,6 +209,18 @@ func TestDecodeRefusesNonsense(t *testing.T) {
 			return err
 		}(),
 		"event of no type": func() error { _, err := FromWatchResponse(&backendv1.WatchResponse{}, ""); return err }(),
+		"batch with too few outcomes": func() error {
+			_, err := FromReleaseBatchResponse(&backendv1.ReleaseBatchResponse{}, []backend.ReleaseRequest{{Key: "k"}}, "p")
+			return err
+		}(),
+		"batch item with neither result nor error": func() error {
+			_, err := FromAcquireBatchResponse(&backendv1.AcquireBatchResponse{Items: []*backendv1.AcquireOutcome{{}}}, []backend.AcquireRequest{{Key: "k"}}, "p")
+			return err
+		}(),
+		"batch item for another key": func() error {
+			_, err := FromExtendBatchResponse(&backendv1.ExtendBatchResponse{Items: []*backendv1.ExtendOutcome{{Result: &backendv1.ExtendResponse{Extended: true, Record: rec("x")}}}}, []backend.ExtendRequest{{Key: "k"}}, "p")
+			return err
+		}(),
 	} {
 		if !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "malformed") {
 			t.Errorf("%s: %v, want a malformed-answer error wrapping ErrUnavailable", name, err)

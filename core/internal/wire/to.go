@@ -29,7 +29,8 @@ func ToRecord(r backend.Record) *backendv1.Record {
 // ToInfoResponse encodes what a backend promises. fair says whether the
 // backend keeps the queue that Info.Fair promises (it implements
 // backend.FairBackend): a backend without it is not fair, whatever it says.
-func ToInfoResponse(info backend.Info, fair bool) *backendv1.InfoResponse {
+// batch says whether it serves the batch calls (backend.BatchBackend).
+func ToInfoResponse(info backend.Info, fair, batch bool) *backendv1.InfoResponse {
 	return &backendv1.InfoResponse{
 		Name:           info.Name,
 		Version:        info.Version,
@@ -39,6 +40,7 @@ func ToInfoResponse(info backend.Info, fair bool) *backendv1.InfoResponse {
 		MinTtl:         durationpb.New(info.MinTTL),
 		MaxTtl:         durationpb.New(info.MaxTTL),
 		Fair:           info.Fair && fair,
+		Batch:          batch,
 	}
 }
 

@@ -58,9 +58,9 @@ func TestRoundTrip(t *testing.T) {
 		same("Event "+ev.Type.String(), []any{got, err}, []any{ev, nil})
 	}
 	info := backend.Info{Name: "x", Version: "1", Shared: true, Durable: true, TTLGranularity: time.Millisecond, MinTTL: time.Second, MaxTTL: time.Hour, Fair: true}
-	gotInfo, err := FromInfoResponse(ToInfoResponse(info, true))
+	gotInfo, err := FromInfoResponse(ToInfoResponse(info, true, false))
 	same("Info", []any{gotInfo, err}, []any{info, nil})
-	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, false)); gotInfo.Fair {
+	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, false, false)); gotInfo.Fair {
 		t.Error("a backend without the queue calls was reported fair")
 	}
 	if ToStamp(hlc.Timestamp{}) != nil {

@@ -146,6 +146,13 @@ func authorize(p *Principal, msg any) (allow func(string) bool, err error) {
 		return nil, p.write("Release", r.GetKey())
 	case *lockv1.ExtendRequest:
 		return nil, p.write("Extend", r.GetKey())
+	case *lockv1.ExtendBatchRequest:
+		for _, it := range r.GetItems() {
+			if err := p.write("ExtendBatch", it.GetKey()); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
 	case *lockv1.InspectRequest:
 		return nil, p.read(r.GetKey())
 	case *lockv1.ListRequest:

@@ -87,6 +87,55 @@ func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{0}
 }
 
+type ItemErrorCode int32
+
+const (
+	ItemErrorCode_ITEM_ERROR_CODE_UNSPECIFIED      ItemErrorCode = 0
+	ItemErrorCode_ITEM_ERROR_CODE_INVALID_ARGUMENT ItemErrorCode = 1
+	ItemErrorCode_ITEM_ERROR_CODE_UNAVAILABLE      ItemErrorCode = 2
+)
+
+// Enum value maps for ItemErrorCode.
+var (
+	ItemErrorCode_name = map[int32]string{
+		0: "ITEM_ERROR_CODE_UNSPECIFIED",
+		1: "ITEM_ERROR_CODE_INVALID_ARGUMENT",
+		2: "ITEM_ERROR_CODE_UNAVAILABLE",
+	}
+	ItemErrorCode_value = map[string]int32{
+		"ITEM_ERROR_CODE_UNSPECIFIED":      0,
+		"ITEM_ERROR_CODE_INVALID_ARGUMENT": 1,
+		"ITEM_ERROR_CODE_UNAVAILABLE":      2,
+	}
+)
+
+func (x ItemErrorCode) Enum() *ItemErrorCode {
+	p := new(ItemErrorCode)
+	*p = x
+	return p
+}
+
+func (x ItemErrorCode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ItemErrorCode) Descriptor() protoreflect.EnumDescriptor {
+	return file_holdfast_backend_v1_backend_proto_enumTypes[1].Descriptor()
+}
+
+func (ItemErrorCode) Type() protoreflect.EnumType {
+	return &file_holdfast_backend_v1_backend_proto_enumTypes[1]
+}
+
+func (x ItemErrorCode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ItemErrorCode.Descriptor instead.
+func (ItemErrorCode) EnumDescriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{1}
+}
+
 type Stamp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WallTimeNs    int64                  `protobuf:"varint,1,opt,name=wall_time_ns,json=wallTimeNs,proto3" json:"wall_time_ns,omitempty"`
@@ -272,8 +321,10 @@ type InfoResponse struct {
 	MinTtl         *durationpb.Duration   `protobuf:"bytes,6,opt,name=min_ttl,json=minTtl,proto3" json:"min_ttl,omitempty"`
 	MaxTtl         *durationpb.Duration   `protobuf:"bytes,7,opt,name=max_ttl,json=maxTtl,proto3" json:"max_ttl,omitempty"`
 	Fair           bool                   `protobuf:"varint,8,opt,name=fair,proto3" json:"fair,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The backend serves AcquireBatch, ReleaseBatch and ExtendBatch.
+	Batch         bool `protobuf:"varint,9,opt,name=batch,proto3" json:"batch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -358,6 +409,13 @@ func (x *InfoResponse) GetMaxTtl() *durationpb.Duration {
 func (x *InfoResponse) GetFair() bool {
 	if x != nil {
 		return x.Fair
+	}
+	return false
+}
+
+func (x *InfoResponse) GetBatch() bool {
+	if x != nil {
+		return x.Batch
 	}
 	return false
 }
@@ -1315,6 +1373,483 @@ func (*DequeueResponse) Descriptor() ([]byte, []int) {
 	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
+// ItemError is why one item of a batch has no outcome: the store could not
+// decide it (the others' outcomes stand).
+type ItemError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// INVALID_ARGUMENT or UNAVAILABLE, as the single call would answer.
+	Code          ItemErrorCode `protobuf:"varint,1,opt,name=code,proto3,enum=holdfast.backend.v1.ItemErrorCode" json:"code,omitempty"`
+	Message       string        `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ItemError) Reset() {
+	*x = ItemError{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ItemError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ItemError) ProtoMessage() {}
+
+func (x *ItemError) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
+func (*ItemError) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ItemError) GetCode() ItemErrorCode {
+	if x != nil {
+		return x.Code
+	}
+	return ItemErrorCode_ITEM_ERROR_CODE_UNSPECIFIED
+}
+
+func (x *ItemError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type AcquireBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*AcquireRequest      `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireBatchRequest) Reset() {
+	*x = AcquireBatchRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireBatchRequest) ProtoMessage() {}
+
+func (x *AcquireBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireBatchRequest.ProtoReflect.Descriptor instead.
+func (*AcquireBatchRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AcquireBatchRequest) GetItems() []*AcquireRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type AcquireBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per request item, in order.
+	Items         []*AcquireOutcome `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireBatchResponse) Reset() {
+	*x = AcquireBatchResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireBatchResponse) ProtoMessage() {}
+
+func (x *AcquireBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireBatchResponse.ProtoReflect.Descriptor instead.
+func (*AcquireBatchResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *AcquireBatchResponse) GetItems() []*AcquireOutcome {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type AcquireOutcome struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset when error is set.
+	Result        *AcquireResponse `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	Error         *ItemError       `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireOutcome) Reset() {
+	*x = AcquireOutcome{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireOutcome) ProtoMessage() {}
+
+func (x *AcquireOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireOutcome.ProtoReflect.Descriptor instead.
+func (*AcquireOutcome) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *AcquireOutcome) GetResult() *AcquireResponse {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *AcquireOutcome) GetError() *ItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type ReleaseBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*ReleaseRequest      `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseBatchRequest) Reset() {
+	*x = ReleaseBatchRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseBatchRequest) ProtoMessage() {}
+
+func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseBatchRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseBatchRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ReleaseBatchRequest) GetItems() []*ReleaseRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type ReleaseBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*ReleaseOutcome      `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseBatchResponse) Reset() {
+	*x = ReleaseBatchResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseBatchResponse) ProtoMessage() {}
+
+func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseBatchResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseBatchResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ReleaseBatchResponse) GetItems() []*ReleaseOutcome {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type ReleaseOutcome struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Released      bool                   `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
+	Error         *ItemError             `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseOutcome) Reset() {
+	*x = ReleaseOutcome{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseOutcome) ProtoMessage() {}
+
+func (x *ReleaseOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseOutcome.ProtoReflect.Descriptor instead.
+func (*ReleaseOutcome) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ReleaseOutcome) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+func (x *ReleaseOutcome) GetError() *ItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type ExtendBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*ExtendRequest       `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendBatchRequest) Reset() {
+	*x = ExtendBatchRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendBatchRequest) ProtoMessage() {}
+
+func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendBatchRequest.ProtoReflect.Descriptor instead.
+func (*ExtendBatchRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ExtendBatchRequest) GetItems() []*ExtendRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type ExtendBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*ExtendOutcome       `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendBatchResponse) Reset() {
+	*x = ExtendBatchResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendBatchResponse) ProtoMessage() {}
+
+func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendBatchResponse.ProtoReflect.Descriptor instead.
+func (*ExtendBatchResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ExtendBatchResponse) GetItems() []*ExtendOutcome {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type ExtendOutcome struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *ExtendResponse        `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	Error         *ItemError             `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendOutcome) Reset() {
+	*x = ExtendOutcome{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendOutcome) ProtoMessage() {}
+
+func (x *ExtendOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendOutcome.ProtoReflect.Descriptor instead.
+func (*ExtendOutcome) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ExtendOutcome) GetResult() *ExtendResponse {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *ExtendOutcome) GetError() *ItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 var File_holdfast_backend_v1_backend_proto protoreflect.FileDescriptor
 
 const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
@@ -1332,7 +1867,7 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x127\n" +
 	"\tremaining\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tremaining\x120\n" +
 	"\x05stamp\x18\x06 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\"\r\n" +
-	"\vInfoRequest\"\xae\x02\n" +
+	"\vInfoRequest\"\xc4\x02\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
@@ -1341,7 +1876,8 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x0fttl_granularity\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0ettlGranularity\x122\n" +
 	"\amin_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06minTtl\x122\n" +
 	"\amax_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06maxTtl\x12\x12\n" +
-	"\x04fair\x18\b \x01(\bR\x04fair\"\xd7\x01\n" +
+	"\x04fair\x18\b \x01(\bR\x04fair\x12\x14\n" +
+	"\x05batch\x18\t \x01(\bR\x05batch\"\xd7\x01\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
@@ -1401,13 +1937,41 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x0eDequeueRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
 	"\twaiter_id\x18\x02 \x01(\tR\bwaiterId\"\x11\n" +
-	"\x0fDequeueResponse*\x88\x01\n" +
+	"\x0fDequeueResponse\"]\n" +
+	"\tItemError\x126\n" +
+	"\x04code\x18\x01 \x01(\x0e2\".holdfast.backend.v1.ItemErrorCodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"P\n" +
+	"\x13AcquireBatchRequest\x129\n" +
+	"\x05items\x18\x01 \x03(\v2#.holdfast.backend.v1.AcquireRequestR\x05items\"Q\n" +
+	"\x14AcquireBatchResponse\x129\n" +
+	"\x05items\x18\x01 \x03(\v2#.holdfast.backend.v1.AcquireOutcomeR\x05items\"\x84\x01\n" +
+	"\x0eAcquireOutcome\x12<\n" +
+	"\x06result\x18\x01 \x01(\v2$.holdfast.backend.v1.AcquireResponseR\x06result\x124\n" +
+	"\x05error\x18\x02 \x01(\v2\x1e.holdfast.backend.v1.ItemErrorR\x05error\"P\n" +
+	"\x13ReleaseBatchRequest\x129\n" +
+	"\x05items\x18\x01 \x03(\v2#.holdfast.backend.v1.ReleaseRequestR\x05items\"Q\n" +
+	"\x14ReleaseBatchResponse\x129\n" +
+	"\x05items\x18\x01 \x03(\v2#.holdfast.backend.v1.ReleaseOutcomeR\x05items\"b\n" +
+	"\x0eReleaseOutcome\x12\x1a\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\x124\n" +
+	"\x05error\x18\x02 \x01(\v2\x1e.holdfast.backend.v1.ItemErrorR\x05error\"N\n" +
+	"\x12ExtendBatchRequest\x128\n" +
+	"\x05items\x18\x01 \x03(\v2\".holdfast.backend.v1.ExtendRequestR\x05items\"O\n" +
+	"\x13ExtendBatchResponse\x128\n" +
+	"\x05items\x18\x01 \x03(\v2\".holdfast.backend.v1.ExtendOutcomeR\x05items\"\x82\x01\n" +
+	"\rExtendOutcome\x12;\n" +
+	"\x06result\x18\x01 \x01(\v2#.holdfast.backend.v1.ExtendResponseR\x06result\x124\n" +
+	"\x05error\x18\x02 \x01(\v2\x1e.holdfast.backend.v1.ItemErrorR\x05error*\x88\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x03\x12\x15\n" +
-	"\x11EVENT_TYPE_SYNCED\x10\x042\xde\x06\n" +
+	"\x11EVENT_TYPE_SYNCED\x10\x04*w\n" +
+	"\rItemErrorCode\x12\x1f\n" +
+	"\x1bITEM_ERROR_CODE_UNSPECIFIED\x10\x00\x12$\n" +
+	" ITEM_ERROR_CODE_INVALID_ARGUMENT\x10\x01\x12\x1f\n" +
+	"\x1bITEM_ERROR_CODE_UNAVAILABLE\x10\x022\x90\t\n" +
 	"\x0eBackendService\x12M\n" +
 	"\x04Info\x12 .holdfast.backend.v1.InfoRequest\x1a!.holdfast.backend.v1.InfoResponse\"\x00\x12V\n" +
 	"\aAcquire\x12#.holdfast.backend.v1.AcquireRequest\x1a$.holdfast.backend.v1.AcquireResponse\"\x00\x12V\n" +
@@ -1418,7 +1982,10 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x05Watch\x12!.holdfast.backend.v1.WatchRequest\x1a\".holdfast.backend.v1.WatchResponse\"\x000\x01\x12V\n" +
 	"\aEnqueue\x12#.holdfast.backend.v1.EnqueueRequest\x1a$.holdfast.backend.v1.EnqueueResponse\"\x00\x12Y\n" +
 	"\bWaitTurn\x12$.holdfast.backend.v1.WaitTurnRequest\x1a%.holdfast.backend.v1.WaitTurnResponse\"\x00\x12V\n" +
-	"\aDequeue\x12#.holdfast.backend.v1.DequeueRequest\x1a$.holdfast.backend.v1.DequeueResponse\"\x00BBZ@github.com/holdfast/holdfast/proto/holdfast/backend/v1;backendv1b\x06proto3"
+	"\aDequeue\x12#.holdfast.backend.v1.DequeueRequest\x1a$.holdfast.backend.v1.DequeueResponse\"\x00\x12e\n" +
+	"\fAcquireBatch\x12(.holdfast.backend.v1.AcquireBatchRequest\x1a).holdfast.backend.v1.AcquireBatchResponse\"\x00\x12e\n" +
+	"\fReleaseBatch\x12(.holdfast.backend.v1.ReleaseBatchRequest\x1a).holdfast.backend.v1.ReleaseBatchResponse\"\x00\x12b\n" +
+	"\vExtendBatch\x12'.holdfast.backend.v1.ExtendBatchRequest\x1a(.holdfast.backend.v1.ExtendBatchResponse\"\x00BBZ@github.com/holdfast/holdfast/proto/holdfast/backend/v1;backendv1b\x06proto3"
 
 var (
 	file_holdfast_backend_v1_backend_proto_rawDescOnce sync.Once
@@ -1432,78 +1999,107 @@ func file_holdfast_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_holdfast_backend_v1_backend_proto_rawDescData
 }
 
-var file_holdfast_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_holdfast_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_holdfast_backend_v1_backend_proto_goTypes = []any{
 	(EventType)(0),                // 0: holdfast.backend.v1.EventType
-	(*Stamp)(nil),                 // 1: holdfast.backend.v1.Stamp
-	(*Record)(nil),                // 2: holdfast.backend.v1.Record
-	(*InfoRequest)(nil),           // 3: holdfast.backend.v1.InfoRequest
-	(*InfoResponse)(nil),          // 4: holdfast.backend.v1.InfoResponse
-	(*AcquireRequest)(nil),        // 5: holdfast.backend.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 6: holdfast.backend.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 7: holdfast.backend.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 8: holdfast.backend.v1.ReleaseResponse
-	(*ExtendRequest)(nil),         // 9: holdfast.backend.v1.ExtendRequest
-	(*ExtendResponse)(nil),        // 10: holdfast.backend.v1.ExtendResponse
-	(*GetRequest)(nil),            // 11: holdfast.backend.v1.GetRequest
-	(*GetResponse)(nil),           // 12: holdfast.backend.v1.GetResponse
-	(*ListRequest)(nil),           // 13: holdfast.backend.v1.ListRequest
-	(*ListResponse)(nil),          // 14: holdfast.backend.v1.ListResponse
-	(*WatchRequest)(nil),          // 15: holdfast.backend.v1.WatchRequest
-	(*WatchResponse)(nil),         // 16: holdfast.backend.v1.WatchResponse
-	(*EnqueueRequest)(nil),        // 17: holdfast.backend.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),       // 18: holdfast.backend.v1.EnqueueResponse
-	(*WaitTurnRequest)(nil),       // 19: holdfast.backend.v1.WaitTurnRequest
-	(*WaitTurnResponse)(nil),      // 20: holdfast.backend.v1.WaitTurnResponse
-	(*DequeueRequest)(nil),        // 21: holdfast.backend.v1.DequeueRequest
-	(*DequeueResponse)(nil),       // 22: holdfast.backend.v1.DequeueResponse
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(ItemErrorCode)(0),            // 1: holdfast.backend.v1.ItemErrorCode
+	(*Stamp)(nil),                 // 2: holdfast.backend.v1.Stamp
+	(*Record)(nil),                // 3: holdfast.backend.v1.Record
+	(*InfoRequest)(nil),           // 4: holdfast.backend.v1.InfoRequest
+	(*InfoResponse)(nil),          // 5: holdfast.backend.v1.InfoResponse
+	(*AcquireRequest)(nil),        // 6: holdfast.backend.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 7: holdfast.backend.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 8: holdfast.backend.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 9: holdfast.backend.v1.ReleaseResponse
+	(*ExtendRequest)(nil),         // 10: holdfast.backend.v1.ExtendRequest
+	(*ExtendResponse)(nil),        // 11: holdfast.backend.v1.ExtendResponse
+	(*GetRequest)(nil),            // 12: holdfast.backend.v1.GetRequest
+	(*GetResponse)(nil),           // 13: holdfast.backend.v1.GetResponse
+	(*ListRequest)(nil),           // 14: holdfast.backend.v1.ListRequest
+	(*ListResponse)(nil),          // 15: holdfast.backend.v1.ListResponse
+	(*WatchRequest)(nil),          // 16: holdfast.backend.v1.WatchRequest
+	(*WatchResponse)(nil),         // 17: holdfast.backend.v1.WatchResponse
+	(*EnqueueRequest)(nil),        // 18: holdfast.backend.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),       // 19: holdfast.backend.v1.EnqueueResponse
+	(*WaitTurnRequest)(nil),       // 20: holdfast.backend.v1.WaitTurnRequest
+	(*WaitTurnResponse)(nil),      // 21: holdfast.backend.v1.WaitTurnResponse
+	(*DequeueRequest)(nil),        // 22: holdfast.backend.v1.DequeueRequest
+	(*DequeueResponse)(nil),       // 23: holdfast.backend.v1.DequeueResponse
+	(*ItemError)(nil),             // 24: holdfast.backend.v1.ItemError
+	(*AcquireBatchRequest)(nil),   // 25: holdfast.backend.v1.AcquireBatchRequest
+	(*AcquireBatchResponse)(nil),  // 26: holdfast.backend.v1.AcquireBatchResponse
+	(*AcquireOutcome)(nil),        // 27: holdfast.backend.v1.AcquireOutcome
+	(*ReleaseBatchRequest)(nil),   // 28: holdfast.backend.v1.ReleaseBatchRequest
+	(*ReleaseBatchResponse)(nil),  // 29: holdfast.backend.v1.ReleaseBatchResponse
+	(*ReleaseOutcome)(nil),        // 30: holdfast.backend.v1.ReleaseOutcome
+	(*ExtendBatchRequest)(nil),    // 31: holdfast.backend.v1.ExtendBatchRequest
+	(*ExtendBatchResponse)(nil),   // 32: holdfast.backend.v1.ExtendBatchResponse
+	(*ExtendOutcome)(nil),         // 33: holdfast.backend.v1.ExtendOutcome
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 35: google.protobuf.Duration
 }
 var file_holdfast_backend_v1_backend_proto_depIdxs = []int32{
-	23, // 0: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 1: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
-	1,  // 2: holdfast.backend.v1.Record.stamp:type_name -> holdfast.backend.v1.Stamp
-	24, // 3: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
-	24, // 4: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
-	24, // 5: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
-	24, // 6: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 7: holdfast.backend.v1.AcquireRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	2,  // 8: holdfast.backend.v1.AcquireResponse.record:type_name -> holdfast.backend.v1.Record
-	1,  // 9: holdfast.backend.v1.ReleaseRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	24, // 10: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 11: holdfast.backend.v1.ExtendRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	2,  // 12: holdfast.backend.v1.ExtendResponse.record:type_name -> holdfast.backend.v1.Record
-	2,  // 13: holdfast.backend.v1.GetResponse.record:type_name -> holdfast.backend.v1.Record
-	2,  // 14: holdfast.backend.v1.ListResponse.records:type_name -> holdfast.backend.v1.Record
+	34, // 0: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
+	35, // 1: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
+	2,  // 2: holdfast.backend.v1.Record.stamp:type_name -> holdfast.backend.v1.Stamp
+	35, // 3: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
+	35, // 4: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
+	35, // 5: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
+	35, // 6: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 7: holdfast.backend.v1.AcquireRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	3,  // 8: holdfast.backend.v1.AcquireResponse.record:type_name -> holdfast.backend.v1.Record
+	2,  // 9: holdfast.backend.v1.ReleaseRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	35, // 10: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 11: holdfast.backend.v1.ExtendRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	3,  // 12: holdfast.backend.v1.ExtendResponse.record:type_name -> holdfast.backend.v1.Record
+	3,  // 13: holdfast.backend.v1.GetResponse.record:type_name -> holdfast.backend.v1.Record
+	3,  // 14: holdfast.backend.v1.ListResponse.records:type_name -> holdfast.backend.v1.Record
 	0,  // 15: holdfast.backend.v1.WatchResponse.type:type_name -> holdfast.backend.v1.EventType
-	2,  // 16: holdfast.backend.v1.WatchResponse.record:type_name -> holdfast.backend.v1.Record
-	3,  // 17: holdfast.backend.v1.BackendService.Info:input_type -> holdfast.backend.v1.InfoRequest
-	5,  // 18: holdfast.backend.v1.BackendService.Acquire:input_type -> holdfast.backend.v1.AcquireRequest
-	7,  // 19: holdfast.backend.v1.BackendService.Release:input_type -> holdfast.backend.v1.ReleaseRequest
-	9,  // 20: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
-	11, // 21: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
-	13, // 22: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
-	15, // 23: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
-	17, // 24: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
-	19, // 25: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
-	21, // 26: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
-	4,  // 27: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
-	6,  // 28: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
-	8,  // 29: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
-	10, // 30: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
-	12, // 31: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
-	14, // 32: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
-	16, // 33: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
-	18, // 34: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
-	20, // 35: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
-	22, // 36: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
-	27, // [27:37] is the sub-list for method output_type
-	17, // [17:27] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	3,  // 16: holdfast.backend.v1.WatchResponse.record:type_name -> holdfast.backend.v1.Record
+	1,  // 17: holdfast.backend.v1.ItemError.code:type_name -> holdfast.backend.v1.ItemErrorCode
+	6,  // 18: holdfast.backend.v1.AcquireBatchRequest.items:type_name -> holdfast.backend.v1.AcquireRequest
+	27, // 19: holdfast.backend.v1.AcquireBatchResponse.items:type_name -> holdfast.backend.v1.AcquireOutcome
+	7,  // 20: holdfast.backend.v1.AcquireOutcome.result:type_name -> holdfast.backend.v1.AcquireResponse
+	24, // 21: holdfast.backend.v1.AcquireOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	8,  // 22: holdfast.backend.v1.ReleaseBatchRequest.items:type_name -> holdfast.backend.v1.ReleaseRequest
+	30, // 23: holdfast.backend.v1.ReleaseBatchResponse.items:type_name -> holdfast.backend.v1.ReleaseOutcome
+	24, // 24: holdfast.backend.v1.ReleaseOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	10, // 25: holdfast.backend.v1.ExtendBatchRequest.items:type_name -> holdfast.backend.v1.ExtendRequest
+	33, // 26: holdfast.backend.v1.ExtendBatchResponse.items:type_name -> holdfast.backend.v1.ExtendOutcome
+	11, // 27: holdfast.backend.v1.ExtendOutcome.result:type_name -> holdfast.backend.v1.ExtendResponse
+	24, // 28: holdfast.backend.v1.ExtendOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	4,  // 29: holdfast.backend.v1.BackendService.Info:input_type -> holdfast.backend.v1.InfoRequest
+	6,  // 30: holdfast.backend.v1.BackendService.Acquire:input_type -> holdfast.backend.v1.AcquireRequest
+	8,  // 31: holdfast.backend.v1.BackendService.Release:input_type -> holdfast.backend.v1.ReleaseRequest
+	10, // 32: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
+	12, // 33: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
+	14, // 34: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
+	16, // 35: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
+	18, // 36: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
+	20, // 37: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
+	22, // 38: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
+	25, // 39: holdfast.backend.v1.BackendService.AcquireBatch:input_type -> holdfast.backend.v1.AcquireBatchRequest
+	28, // 40: holdfast.backend.v1.BackendService.ReleaseBatch:input_type -> holdfast.backend.v1.ReleaseBatchRequest
+	31, // 41: holdfast.backend.v1.BackendService.ExtendBatch:input_type -> holdfast.backend.v1.ExtendBatchRequest
+	5,  // 42: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
+	7,  // 43: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
+	9,  // 44: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
+	11, // 45: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
+	13, // 46: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
+	15, // 47: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
+	17, // 48: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
+	19, // 49: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
+	21, // 50: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
+	23, // 51: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
+	26, // 52: holdfast.backend.v1.BackendService.AcquireBatch:output_type -> holdfast.backend.v1.AcquireBatchResponse
+	29, // 53: holdfast.backend.v1.BackendService.ReleaseBatch:output_type -> holdfast.backend.v1.ReleaseBatchResponse
+	32, // 54: holdfast.backend.v1.BackendService.ExtendBatch:output_type -> holdfast.backend.v1.ExtendBatchResponse
+	42, // [42:55] is the sub-list for method output_type
+	29, // [29:42] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_holdfast_backend_v1_backend_proto_init() }
@@ -1516,8 +2112,8 @@ func file_holdfast_backend_v1_backend_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_holdfast_backend_v1_backend_proto_rawDesc), len(file_holdfast_backend_v1_backend_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   22,
+			NumEnums:      2,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

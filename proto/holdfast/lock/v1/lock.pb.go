@@ -827,6 +827,295 @@ func (x *ExtendResponse) GetServerStamp() *HlcTimestamp {
 	return nil
 }
 
+type ExtendBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 1000 leases. A key may appear more than once (each item is
+	// answered on its own).
+	Items         []*ExtendBatchItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	ClientStamp   *HlcTimestamp      `protobuf:"bytes,2,opt,name=client_stamp,json=clientStamp,proto3" json:"client_stamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendBatchRequest) Reset() {
+	*x = ExtendBatchRequest{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendBatchRequest) ProtoMessage() {}
+
+func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendBatchRequest.ProtoReflect.Descriptor instead.
+func (*ExtendBatchRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ExtendBatchRequest) GetItems() []*ExtendBatchItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *ExtendBatchRequest) GetClientStamp() *HlcTimestamp {
+	if x != nil {
+		return x.ClientStamp
+	}
+	return nil
+}
+
+// ExtendBatchItem is one lease to renew: the fields of an ExtendRequest.
+type ExtendBatchItem struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Key        string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	OwnerToken string                 `protobuf:"bytes,2,opt,name=owner_token,json=ownerToken,proto3" json:"owner_token,omitempty"`
+	// New lease length, counted from now.
+	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendBatchItem) Reset() {
+	*x = ExtendBatchItem{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendBatchItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendBatchItem) ProtoMessage() {}
+
+func (x *ExtendBatchItem) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendBatchItem.ProtoReflect.Descriptor instead.
+func (*ExtendBatchItem) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ExtendBatchItem) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ExtendBatchItem) GetOwnerToken() string {
+	if x != nil {
+		return x.OwnerToken
+	}
+	return ""
+}
+
+func (x *ExtendBatchItem) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type ExtendBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per item, in the request's order.
+	Results       []*ExtendBatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	ServerStamp   *HlcTimestamp        `protobuf:"bytes,2,opt,name=server_stamp,json=serverStamp,proto3" json:"server_stamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendBatchResponse) Reset() {
+	*x = ExtendBatchResponse{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendBatchResponse) ProtoMessage() {}
+
+func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendBatchResponse.ProtoReflect.Descriptor instead.
+func (*ExtendBatchResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ExtendBatchResponse) GetResults() []*ExtendBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *ExtendBatchResponse) GetServerStamp() *HlcTimestamp {
+	if x != nil {
+		return x.ServerStamp
+	}
+	return nil
+}
+
+type ExtendBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the item's owner_token no longer holds its key; that lease is
+	// lost. Meaningless when error is set.
+	Extended bool `protobuf:"varint,1,opt,name=extended,proto3" json:"extended,omitempty"`
+	// The renewed lease, when extended.
+	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// Set when the server could not decide this item (the store was out of
+	// reach for its key): the lease is neither renewed nor lost; retry it.
+	// The other items' answers stand.
+	Error         *ItemError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendBatchResult) Reset() {
+	*x = ExtendBatchResult{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendBatchResult) ProtoMessage() {}
+
+func (x *ExtendBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendBatchResult.ProtoReflect.Descriptor instead.
+func (*ExtendBatchResult) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ExtendBatchResult) GetExtended() bool {
+	if x != nil {
+		return x.Extended
+	}
+	return false
+}
+
+func (x *ExtendBatchResult) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *ExtendBatchResult) GetError() *ItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// ItemError is why one item of a batch was not decided.
+type ItemError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A Connect code name, such as "unavailable".
+	Code          string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ItemError) Reset() {
+	*x = ItemError{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ItemError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ItemError) ProtoMessage() {}
+
+func (x *ItemError) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
+func (*ItemError) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ItemError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *ItemError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type InspectRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -836,7 +1125,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[10]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +1137,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[10]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +1150,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -883,7 +1172,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[11]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1184,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[11]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1197,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -947,7 +1236,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[12]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1248,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[12]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1261,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1008,7 +1297,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[13]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1309,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[13]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1322,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListResponse) GetLocks() []*LockState {
@@ -1070,7 +1359,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1371,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1384,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchRequest) GetTarget() isWatchRequest_Target {
@@ -1154,7 +1443,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1455,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1468,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchResponse) GetType() EventType {
@@ -1211,7 +1500,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1512,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1525,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 type GetServerInfoResponse struct {
@@ -1256,7 +1545,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1557,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1570,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetServerInfoResponse) GetVersion() string {
@@ -1382,7 +1671,25 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\x0eExtendResponse\x12\x1a\n" +
 	"\bextended\x18\x01 \x01(\bR\bextended\x12-\n" +
 	"\x05lease\x18\x02 \x01(\v2\x17.holdfast.lock.v1.LeaseR\x05lease\x12A\n" +
-	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\"\n" +
+	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\x90\x01\n" +
+	"\x12ExtendBatchRequest\x127\n" +
+	"\x05items\x18\x01 \x03(\v2!.holdfast.lock.v1.ExtendBatchItemR\x05items\x12A\n" +
+	"\fclient_stamp\x18\x02 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vclientStamp\"q\n" +
+	"\x0fExtendBatchItem\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
+	"\vowner_token\x18\x02 \x01(\tR\n" +
+	"ownerToken\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x97\x01\n" +
+	"\x13ExtendBatchResponse\x12=\n" +
+	"\aresults\x18\x01 \x03(\v2#.holdfast.lock.v1.ExtendBatchResultR\aresults\x12A\n" +
+	"\fserver_stamp\x18\x02 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\x91\x01\n" +
+	"\x11ExtendBatchResult\x12\x1a\n" +
+	"\bextended\x18\x01 \x01(\bR\bextended\x12-\n" +
+	"\x05lease\x18\x02 \x01(\v2\x17.holdfast.lock.v1.LeaseR\x05lease\x121\n" +
+	"\x05error\x18\x03 \x01(\v2\x1b.holdfast.lock.v1.ItemErrorR\x05error\"9\n" +
+	"\tItemError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\"\n" +
 	"\x0eInspectRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"\x9b\x01\n" +
 	"\x0fInspectResponse\x12\x12\n" +
@@ -1418,11 +1725,12 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x03\x12\x15\n" +
-	"\x11EVENT_TYPE_SYNCED\x10\x042\xd6\x04\n" +
+	"\x11EVENT_TYPE_SYNCED\x10\x042\xb4\x05\n" +
 	"\vLockService\x12P\n" +
 	"\aAcquire\x12 .holdfast.lock.v1.AcquireRequest\x1a!.holdfast.lock.v1.AcquireResponse\"\x00\x12P\n" +
 	"\aRelease\x12 .holdfast.lock.v1.ReleaseRequest\x1a!.holdfast.lock.v1.ReleaseResponse\"\x00\x12M\n" +
-	"\x06Extend\x12\x1f.holdfast.lock.v1.ExtendRequest\x1a .holdfast.lock.v1.ExtendResponse\"\x00\x12S\n" +
+	"\x06Extend\x12\x1f.holdfast.lock.v1.ExtendRequest\x1a .holdfast.lock.v1.ExtendResponse\"\x00\x12\\\n" +
+	"\vExtendBatch\x12$.holdfast.lock.v1.ExtendBatchRequest\x1a%.holdfast.lock.v1.ExtendBatchResponse\"\x00\x12S\n" +
 	"\aInspect\x12 .holdfast.lock.v1.InspectRequest\x1a!.holdfast.lock.v1.InspectResponse\"\x03\x90\x02\x01\x12J\n" +
 	"\x04List\x12\x1d.holdfast.lock.v1.ListRequest\x1a\x1e.holdfast.lock.v1.ListResponse\"\x03\x90\x02\x01\x12L\n" +
 	"\x05Watch\x12\x1e.holdfast.lock.v1.WatchRequest\x1a\x1f.holdfast.lock.v1.WatchResponse\"\x000\x01\x12e\n" +
@@ -1441,7 +1749,7 @@ func file_holdfast_lock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_holdfast_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_holdfast_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_holdfast_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_holdfast_lock_v1_lock_proto_goTypes = []any{
 	(EventType)(0),                // 0: holdfast.lock.v1.EventType
 	(*HlcTimestamp)(nil),          // 1: holdfast.lock.v1.HlcTimestamp
@@ -1454,68 +1762,82 @@ var file_holdfast_lock_v1_lock_proto_goTypes = []any{
 	(*ReleaseResponse)(nil),       // 8: holdfast.lock.v1.ReleaseResponse
 	(*ExtendRequest)(nil),         // 9: holdfast.lock.v1.ExtendRequest
 	(*ExtendResponse)(nil),        // 10: holdfast.lock.v1.ExtendResponse
-	(*InspectRequest)(nil),        // 11: holdfast.lock.v1.InspectRequest
-	(*InspectResponse)(nil),       // 12: holdfast.lock.v1.InspectResponse
-	(*ListRequest)(nil),           // 13: holdfast.lock.v1.ListRequest
-	(*ListResponse)(nil),          // 14: holdfast.lock.v1.ListResponse
-	(*WatchRequest)(nil),          // 15: holdfast.lock.v1.WatchRequest
-	(*WatchResponse)(nil),         // 16: holdfast.lock.v1.WatchResponse
-	(*GetServerInfoRequest)(nil),  // 17: holdfast.lock.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil), // 18: holdfast.lock.v1.GetServerInfoResponse
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*ExtendBatchRequest)(nil),    // 11: holdfast.lock.v1.ExtendBatchRequest
+	(*ExtendBatchItem)(nil),       // 12: holdfast.lock.v1.ExtendBatchItem
+	(*ExtendBatchResponse)(nil),   // 13: holdfast.lock.v1.ExtendBatchResponse
+	(*ExtendBatchResult)(nil),     // 14: holdfast.lock.v1.ExtendBatchResult
+	(*ItemError)(nil),             // 15: holdfast.lock.v1.ItemError
+	(*InspectRequest)(nil),        // 16: holdfast.lock.v1.InspectRequest
+	(*InspectResponse)(nil),       // 17: holdfast.lock.v1.InspectResponse
+	(*ListRequest)(nil),           // 18: holdfast.lock.v1.ListRequest
+	(*ListResponse)(nil),          // 19: holdfast.lock.v1.ListResponse
+	(*WatchRequest)(nil),          // 20: holdfast.lock.v1.WatchRequest
+	(*WatchResponse)(nil),         // 21: holdfast.lock.v1.WatchResponse
+	(*GetServerInfoRequest)(nil),  // 22: holdfast.lock.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil), // 23: holdfast.lock.v1.GetServerInfoResponse
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
 }
 var file_holdfast_lock_v1_lock_proto_depIdxs = []int32{
-	19, // 0: holdfast.lock.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	20, // 1: holdfast.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 0: holdfast.lock.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	25, // 1: holdfast.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: holdfast.lock.v1.Lease.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	20, // 3: holdfast.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 3: holdfast.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 4: holdfast.lock.v1.LockState.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	19, // 5: holdfast.lock.v1.BackendInfo.ttl_granularity:type_name -> google.protobuf.Duration
-	19, // 6: holdfast.lock.v1.BackendInfo.min_ttl:type_name -> google.protobuf.Duration
-	19, // 7: holdfast.lock.v1.BackendInfo.max_ttl:type_name -> google.protobuf.Duration
-	19, // 8: holdfast.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	19, // 9: holdfast.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	24, // 5: holdfast.lock.v1.BackendInfo.ttl_granularity:type_name -> google.protobuf.Duration
+	24, // 6: holdfast.lock.v1.BackendInfo.min_ttl:type_name -> google.protobuf.Duration
+	24, // 7: holdfast.lock.v1.BackendInfo.max_ttl:type_name -> google.protobuf.Duration
+	24, // 8: holdfast.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	24, // 9: holdfast.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 10: holdfast.lock.v1.AcquireRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	2,  // 11: holdfast.lock.v1.AcquireResponse.lease:type_name -> holdfast.lock.v1.Lease
 	3,  // 12: holdfast.lock.v1.AcquireResponse.current:type_name -> holdfast.lock.v1.LockState
 	1,  // 13: holdfast.lock.v1.AcquireResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	1,  // 14: holdfast.lock.v1.ReleaseRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	1,  // 15: holdfast.lock.v1.ReleaseResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	19, // 16: holdfast.lock.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	24, // 16: holdfast.lock.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 17: holdfast.lock.v1.ExtendRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	2,  // 18: holdfast.lock.v1.ExtendResponse.lease:type_name -> holdfast.lock.v1.Lease
 	1,  // 19: holdfast.lock.v1.ExtendResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	3,  // 20: holdfast.lock.v1.InspectResponse.state:type_name -> holdfast.lock.v1.LockState
-	1,  // 21: holdfast.lock.v1.InspectResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	3,  // 22: holdfast.lock.v1.ListResponse.locks:type_name -> holdfast.lock.v1.LockState
-	1,  // 23: holdfast.lock.v1.ListResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	0,  // 24: holdfast.lock.v1.WatchResponse.type:type_name -> holdfast.lock.v1.EventType
-	3,  // 25: holdfast.lock.v1.WatchResponse.state:type_name -> holdfast.lock.v1.LockState
-	1,  // 26: holdfast.lock.v1.WatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	4,  // 27: holdfast.lock.v1.GetServerInfoResponse.backend:type_name -> holdfast.lock.v1.BackendInfo
-	1,  // 28: holdfast.lock.v1.GetServerInfoResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	19, // 29: holdfast.lock.v1.GetServerInfoResponse.max_clock_offset:type_name -> google.protobuf.Duration
-	19, // 30: holdfast.lock.v1.GetServerInfoResponse.max_wait:type_name -> google.protobuf.Duration
-	5,  // 31: holdfast.lock.v1.LockService.Acquire:input_type -> holdfast.lock.v1.AcquireRequest
-	7,  // 32: holdfast.lock.v1.LockService.Release:input_type -> holdfast.lock.v1.ReleaseRequest
-	9,  // 33: holdfast.lock.v1.LockService.Extend:input_type -> holdfast.lock.v1.ExtendRequest
-	11, // 34: holdfast.lock.v1.LockService.Inspect:input_type -> holdfast.lock.v1.InspectRequest
-	13, // 35: holdfast.lock.v1.LockService.List:input_type -> holdfast.lock.v1.ListRequest
-	15, // 36: holdfast.lock.v1.LockService.Watch:input_type -> holdfast.lock.v1.WatchRequest
-	17, // 37: holdfast.lock.v1.LockService.GetServerInfo:input_type -> holdfast.lock.v1.GetServerInfoRequest
-	6,  // 38: holdfast.lock.v1.LockService.Acquire:output_type -> holdfast.lock.v1.AcquireResponse
-	8,  // 39: holdfast.lock.v1.LockService.Release:output_type -> holdfast.lock.v1.ReleaseResponse
-	10, // 40: holdfast.lock.v1.LockService.Extend:output_type -> holdfast.lock.v1.ExtendResponse
-	12, // 41: holdfast.lock.v1.LockService.Inspect:output_type -> holdfast.lock.v1.InspectResponse
-	14, // 42: holdfast.lock.v1.LockService.List:output_type -> holdfast.lock.v1.ListResponse
-	16, // 43: holdfast.lock.v1.LockService.Watch:output_type -> holdfast.lock.v1.WatchResponse
-	18, // 44: holdfast.lock.v1.LockService.GetServerInfo:output_type -> holdfast.lock.v1.GetServerInfoResponse
-	38, // [38:45] is the sub-list for method output_type
-	31, // [31:38] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	12, // 20: holdfast.lock.v1.ExtendBatchRequest.items:type_name -> holdfast.lock.v1.ExtendBatchItem
+	1,  // 21: holdfast.lock.v1.ExtendBatchRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	24, // 22: holdfast.lock.v1.ExtendBatchItem.ttl:type_name -> google.protobuf.Duration
+	14, // 23: holdfast.lock.v1.ExtendBatchResponse.results:type_name -> holdfast.lock.v1.ExtendBatchResult
+	1,  // 24: holdfast.lock.v1.ExtendBatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	2,  // 25: holdfast.lock.v1.ExtendBatchResult.lease:type_name -> holdfast.lock.v1.Lease
+	15, // 26: holdfast.lock.v1.ExtendBatchResult.error:type_name -> holdfast.lock.v1.ItemError
+	3,  // 27: holdfast.lock.v1.InspectResponse.state:type_name -> holdfast.lock.v1.LockState
+	1,  // 28: holdfast.lock.v1.InspectResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	3,  // 29: holdfast.lock.v1.ListResponse.locks:type_name -> holdfast.lock.v1.LockState
+	1,  // 30: holdfast.lock.v1.ListResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	0,  // 31: holdfast.lock.v1.WatchResponse.type:type_name -> holdfast.lock.v1.EventType
+	3,  // 32: holdfast.lock.v1.WatchResponse.state:type_name -> holdfast.lock.v1.LockState
+	1,  // 33: holdfast.lock.v1.WatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	4,  // 34: holdfast.lock.v1.GetServerInfoResponse.backend:type_name -> holdfast.lock.v1.BackendInfo
+	1,  // 35: holdfast.lock.v1.GetServerInfoResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	24, // 36: holdfast.lock.v1.GetServerInfoResponse.max_clock_offset:type_name -> google.protobuf.Duration
+	24, // 37: holdfast.lock.v1.GetServerInfoResponse.max_wait:type_name -> google.protobuf.Duration
+	5,  // 38: holdfast.lock.v1.LockService.Acquire:input_type -> holdfast.lock.v1.AcquireRequest
+	7,  // 39: holdfast.lock.v1.LockService.Release:input_type -> holdfast.lock.v1.ReleaseRequest
+	9,  // 40: holdfast.lock.v1.LockService.Extend:input_type -> holdfast.lock.v1.ExtendRequest
+	11, // 41: holdfast.lock.v1.LockService.ExtendBatch:input_type -> holdfast.lock.v1.ExtendBatchRequest
+	16, // 42: holdfast.lock.v1.LockService.Inspect:input_type -> holdfast.lock.v1.InspectRequest
+	18, // 43: holdfast.lock.v1.LockService.List:input_type -> holdfast.lock.v1.ListRequest
+	20, // 44: holdfast.lock.v1.LockService.Watch:input_type -> holdfast.lock.v1.WatchRequest
+	22, // 45: holdfast.lock.v1.LockService.GetServerInfo:input_type -> holdfast.lock.v1.GetServerInfoRequest
+	6,  // 46: holdfast.lock.v1.LockService.Acquire:output_type -> holdfast.lock.v1.AcquireResponse
+	8,  // 47: holdfast.lock.v1.LockService.Release:output_type -> holdfast.lock.v1.ReleaseResponse
+	10, // 48: holdfast.lock.v1.LockService.Extend:output_type -> holdfast.lock.v1.ExtendResponse
+	13, // 49: holdfast.lock.v1.LockService.ExtendBatch:output_type -> holdfast.lock.v1.ExtendBatchResponse
+	17, // 50: holdfast.lock.v1.LockService.Inspect:output_type -> holdfast.lock.v1.InspectResponse
+	19, // 51: holdfast.lock.v1.LockService.List:output_type -> holdfast.lock.v1.ListResponse
+	21, // 52: holdfast.lock.v1.LockService.Watch:output_type -> holdfast.lock.v1.WatchResponse
+	23, // 53: holdfast.lock.v1.LockService.GetServerInfo:output_type -> holdfast.lock.v1.GetServerInfoResponse
+	46, // [46:54] is the sub-list for method output_type
+	38, // [38:46] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_holdfast_lock_v1_lock_proto_init() }
@@ -1523,7 +1845,7 @@ func file_holdfast_lock_v1_lock_proto_init() {
 	if File_holdfast_lock_v1_lock_proto != nil {
 		return
 	}
-	file_holdfast_lock_v1_lock_proto_msgTypes[14].OneofWrappers = []any{
+	file_holdfast_lock_v1_lock_proto_msgTypes[19].OneofWrappers = []any{
 		(*WatchRequest_Key)(nil),
 		(*WatchRequest_Prefix)(nil),
 	}
@@ -1533,7 +1855,7 @@ func file_holdfast_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_holdfast_lock_v1_lock_proto_rawDesc), len(file_holdfast_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file holdfast/lock/v1/lock.proto.
  */
 export const file_holdfast_lock_v1_lock: GenFile = /*@__PURE__*/
-  fileDesc("Chtob2xkZmFzdC9sb2NrL3YxL2xvY2sucHJvdG8SEGhvbGRmYXN0LmxvY2sudjEiNQoMSGxjVGltZXN0YW1wEhQKDHdhbGxfdGltZV9ucxgBIAEoAxIPCgdsb2dpY2FsGAIgASgNIscBCgVMZWFzZRILCgNrZXkYASABKAkSEwoLb3duZXJfdG9rZW4YAiABKAkSFQoNZmVuY2luZ190b2tlbhgDIAEoBBImCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCKvAQoJTG9ja1N0YXRlEgsKA2tleRgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgEEg4KBmhvbGRlchgDIAEoCRIuCgpleHBpcmVzX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCgVzdGFtcBgFIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wEg8KB3dhaXRlcnMYBiABKA0i5wEKC0JhY2tlbmRJbmZvEgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIOCgZzaGFyZWQYAyABKAgSDwoHZHVyYWJsZRgEIAEoCBIyCg90dGxfZ3JhbnVsYXJpdHkYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWluX3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgdtYXhfdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBGZhaXIYCCABKAgitAEKDkFjcXVpcmVSZXF1ZXN0EgsKA2tleRgBIAEoCRImCgN0dGwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZob2xkZXIYBCABKAkSNAoMY2xpZW50X3N0YW1wGAUgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAirwEKD0FjcXVpcmVSZXNwb25zZRIQCghhY3F1aXJlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USLAoHY3VycmVudBgDIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEjQKDHNlcnZlcl9zdGFtcBgEIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wImgKDlJlbGVhc2VSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRI0CgxjbGllbnRfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCJZCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgSNAoMc2VydmVyX3N0YW1wGAIgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAijwEKDUV4dGVuZFJlcXVlc3QSCwoDa2V5GAEgASgJEhMKC293bmVyX3Rva2VuGAIgASgJEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI0CgxjbGllbnRfc3RhbXAYBCABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCKAAQoORXh0ZW5kUmVzcG9uc2USEAoIZXh0ZW5kZWQYASABKAgSJgoFbGVhc2UYAiABKAsyFy5ob2xkZmFzdC5sb2NrLnYxLkxlYXNlEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIh0KDkluc3BlY3RSZXF1ZXN0EgsKA2tleRgBIAEoCSKBAQoPSW5zcGVjdFJlc3BvbnNlEgwKBGhlbGQYASABKAgSKgoFc3RhdGUYAiABKAsyGy5ob2xkZmFzdC5sb2NrLnYxLkxvY2tTdGF0ZRI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCJECgtMaXN0UmVxdWVzdBIOCgZwcmVmaXgYASABKAkSEQoJcGFnZV9zaXplGAIgASgNEhIKCnBhZ2VfdG9rZW4YAyABKAkiiQEKDExpc3RSZXNwb25zZRIqCgVsb2NrcxgBIAMoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCI5CgxXYXRjaFJlcXVlc3QSDQoDa2V5GAEgASgJSAASEAoGcHJlZml4GAIgASgJSABCCAoGdGFyZ2V0IpwBCg1XYXRjaFJlc3BvbnNlEikKBHR5cGUYASABKA4yGy5ob2xkZmFzdC5sb2NrLnYxLkV2ZW50VHlwZRIqCgVzdGF0ZRgCIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IvABChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIuCgdiYWNrZW5kGAIgASgLMh0uaG9sZGZhc3QubG9jay52MS5CYWNrZW5kSW5mbxI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIzChBtYXhfY2xvY2tfb2Zmc2V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEisKCG1heF93YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uKogBCglFdmVudFR5cGUSGgoWRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEhcKE0VWRU5UX1RZUEVfQUNRVUlSRUQQARIXChNFVkVOVF9UWVBFX1JFTEVBU0VEEAISFgoSRVZFTlRfVFlQRV9FWFBJUkVEEAMSFQoRRVZFTlRfVFlQRV9TWU5DRUQQBDLOBAoLTG9ja1NlcnZpY2USTgoHQWNxdWlyZRIgLmhvbGRmYXN0LmxvY2sudjEuQWNxdWlyZVJlcXVlc3QaIS5ob2xkZmFzdC5sb2NrLnYxLkFjcXVpcmVSZXNwb25zZRJOCgdSZWxlYXNlEiAuaG9sZGZhc3QubG9jay52MS5SZWxlYXNlUmVxdWVzdBohLmhvbGRmYXN0LmxvY2sudjEuUmVsZWFzZVJlc3BvbnNlEksKBkV4dGVuZBIfLmhvbGRmYXN0LmxvY2sudjEuRXh0ZW5kUmVxdWVzdBogLmhvbGRmYXN0LmxvY2sudjEuRXh0ZW5kUmVzcG9uc2USUwoHSW5zcGVjdBIgLmhvbGRmYXN0LmxvY2sudjEuSW5zcGVjdFJlcXVlc3QaIS5ob2xkZmFzdC5sb2NrLnYxLkluc3BlY3RSZXNwb25zZSIDkAIBEkoKBExpc3QSHS5ob2xkZmFzdC5sb2NrLnYxLkxpc3RSZXF1ZXN0Gh4uaG9sZGZhc3QubG9jay52MS5MaXN0UmVzcG9uc2UiA5ACARJKCgVXYXRjaBIeLmhvbGRmYXN0LmxvY2sudjEuV2F0Y2hSZXF1ZXN0Gh8uaG9sZGZhc3QubG9jay52MS5XYXRjaFJlc3BvbnNlMAESZQoNR2V0U2VydmVySW5mbxImLmhvbGRmYXN0LmxvY2sudjEuR2V0U2VydmVySW5mb1JlcXVlc3QaJy5ob2xkZmFzdC5sb2NrLnYxLkdldFNlcnZlckluZm9SZXNwb25zZSIDkAIBQjxaOmdpdGh1Yi5jb20vaG9sZGZhc3QvaG9sZGZhc3QvcHJvdG8vaG9sZGZhc3QvbG9jay92MTtsb2NrdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chtob2xkZmFzdC9sb2NrL3YxL2xvY2sucHJvdG8SEGhvbGRmYXN0LmxvY2sudjEiNQoMSGxjVGltZXN0YW1wEhQKDHdhbGxfdGltZV9ucxgBIAEoAxIPCgdsb2dpY2FsGAIgASgNIscBCgVMZWFzZRILCgNrZXkYASABKAkSEwoLb3duZXJfdG9rZW4YAiABKAkSFQoNZmVuY2luZ190b2tlbhgDIAEoBBImCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCKvAQoJTG9ja1N0YXRlEgsKA2tleRgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgEEg4KBmhvbGRlchgDIAEoCRIuCgpleHBpcmVzX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCgVzdGFtcBgFIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wEg8KB3dhaXRlcnMYBiABKA0i5wEKC0JhY2tlbmRJbmZvEgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIOCgZzaGFyZWQYAyABKAgSDwoHZHVyYWJsZRgEIAEoCBIyCg90dGxfZ3JhbnVsYXJpdHkYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWluX3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgdtYXhfdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBGZhaXIYCCABKAgitAEKDkFjcXVpcmVSZXF1ZXN0EgsKA2tleRgBIAEoCRImCgN0dGwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZob2xkZXIYBCABKAkSNAoMY2xpZW50X3N0YW1wGAUgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAirwEKD0FjcXVpcmVSZXNwb25zZRIQCghhY3F1aXJlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USLAoHY3VycmVudBgDIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEjQKDHNlcnZlcl9zdGFtcBgEIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wImgKDlJlbGVhc2VSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRI0CgxjbGllbnRfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCJZCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgSNAoMc2VydmVyX3N0YW1wGAIgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAijwEKDUV4dGVuZFJlcXVlc3QSCwoDa2V5GAEgASgJEhMKC293bmVyX3Rva2VuGAIgASgJEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI0CgxjbGllbnRfc3RhbXAYBCABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCKAAQoORXh0ZW5kUmVzcG9uc2USEAoIZXh0ZW5kZWQYASABKAgSJgoFbGVhc2UYAiABKAsyFy5ob2xkZmFzdC5sb2NrLnYxLkxlYXNlEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wInwKEkV4dGVuZEJhdGNoUmVxdWVzdBIwCgVpdGVtcxgBIAMoCzIhLmhvbGRmYXN0LmxvY2sudjEuRXh0ZW5kQmF0Y2hJdGVtEjQKDGNsaWVudF9zdGFtcBgCIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIlsKD0V4dGVuZEJhdGNoSXRlbRILCgNrZXkYASABKAkSEwoLb3duZXJfdG9rZW4YAiABKAkSJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoEBChNFeHRlbmRCYXRjaFJlc3BvbnNlEjQKB3Jlc3VsdHMYASADKAsyIy5ob2xkZmFzdC5sb2NrLnYxLkV4dGVuZEJhdGNoUmVzdWx0EjQKDHNlcnZlcl9zdGFtcBgCIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wInkKEUV4dGVuZEJhdGNoUmVzdWx0EhAKCGV4dGVuZGVkGAEgASgIEiYKBWxlYXNlGAIgASgLMhcuaG9sZGZhc3QubG9jay52MS5MZWFzZRIqCgVlcnJvchgDIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuSXRlbUVycm9yIioKCUl0ZW1FcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiHQoOSW5zcGVjdFJlcXVlc3QSCwoDa2V5GAEgASgJIoEBCg9JbnNwZWN0UmVzcG9uc2USDAoEaGVsZBgBIAEoCBIqCgVzdGF0ZRgCIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIkQKC0xpc3RSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRIRCglwYWdlX3NpemUYAiABKA0SEgoKcGFnZV90b2tlbhgDIAEoCSKJAQoMTGlzdFJlc3BvbnNlEioKBWxvY2tzGAEgAygLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIjkKDFdhdGNoUmVxdWVzdBINCgNrZXkYASABKAlIABIQCgZwcmVmaXgYAiABKAlIAEIICgZ0YXJnZXQinAEKDVdhdGNoUmVzcG9uc2USKQoEdHlwZRgBIAEoDjIbLmhvbGRmYXN0LmxvY2sudjEuRXZlbnRUeXBlEioKBXN0YXRlGAIgASgLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSNAoMc2VydmVyX3N0YW1wGAMgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAiFgoUR2V0U2VydmVySW5mb1JlcXVlc3Qi8AEKFUdldFNlcnZlckluZm9SZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgJEi4KB2JhY2tlbmQYAiABKAsyHS5ob2xkZmFzdC5sb2NrLnYxLkJhY2tlbmRJbmZvEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wEjMKEG1heF9jbG9ja19vZmZzZXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKwoIbWF4X3dhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24qiAEKCUV2ZW50VHlwZRIaChZFVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASFwoTRVZFTlRfVFlQRV9BQ1FVSVJFRBABEhcKE0VWRU5UX1RZUEVfUkVMRUFTRUQQAhIWChJFVkVOVF9UWVBFX0VYUElSRUQQAxIVChFFVkVOVF9UWVBFX1NZTkNFRBAEMqoFCgtMb2NrU2VydmljZRJOCgdBY3F1aXJlEiAuaG9sZGZhc3QubG9jay52MS5BY3F1aXJlUmVxdWVzdBohLmhvbGRmYXN0LmxvY2sudjEuQWNxdWlyZVJlc3BvbnNlEk4KB1JlbGVhc2USIC5ob2xkZmFzdC5sb2NrLnYxLlJlbGVhc2VSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5SZWxlYXNlUmVzcG9uc2USSwoGRXh0ZW5kEh8uaG9sZGZhc3QubG9jay52MS5FeHRlbmRSZXF1ZXN0GiAuaG9sZGZhc3QubG9jay52MS5FeHRlbmRSZXNwb25zZRJaCgtFeHRlbmRCYXRjaBIkLmhvbGRmYXN0LmxvY2sudjEuRXh0ZW5kQmF0Y2hSZXF1ZXN0GiUuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaFJlc3BvbnNlElMKB0luc3BlY3QSIC5ob2xkZmFzdC5sb2NrLnYxLkluc3BlY3RSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5JbnNwZWN0UmVzcG9uc2UiA5ACARJKCgRMaXN0Eh0uaG9sZGZhc3QubG9jay52MS5MaXN0UmVxdWVzdBoeLmhvbGRmYXN0LmxvY2sudjEuTGlzdFJlc3BvbnNlIgOQAgESSgoFV2F0Y2gSHi5ob2xkZmFzdC5sb2NrLnYxLldhdGNoUmVxdWVzdBofLmhvbGRmYXN0LmxvY2sudjEuV2F0Y2hSZXNwb25zZTABEmUKDUdldFNlcnZlckluZm8SJi5ob2xkZmFzdC5sb2NrLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0GicuaG9sZGZhc3QubG9jay52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2UiA5ACAUI8WjpnaXRodWIuY29tL2hvbGRmYXN0L2hvbGRmYXN0L3Byb3RvL2hvbGRmYXN0L2xvY2svdjE7bG9ja3YxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * HlcTimestamp is a Hybrid Logical Clock reading (Kulkarni et al. 2014):
@@ -420,6 +420,148 @@ export const ExtendResponseSchema: GenMessage<ExtendResponse> = /*@__PURE__*/
   messageDesc(file_holdfast_lock_v1_lock, 9);
 
 /**
+ * @generated from message holdfast.lock.v1.ExtendBatchRequest
+ */
+export type ExtendBatchRequest = Message<"holdfast.lock.v1.ExtendBatchRequest"> & {
+  /**
+   * 1 to 1000 leases. A key may appear more than once (each item is
+   * answered on its own).
+   *
+   * @generated from field: repeated holdfast.lock.v1.ExtendBatchItem items = 1;
+   */
+  items: ExtendBatchItem[];
+
+  /**
+   * @generated from field: holdfast.lock.v1.HlcTimestamp client_stamp = 2;
+   */
+  clientStamp?: HlcTimestamp | undefined;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.ExtendBatchRequest.
+ * Use `create(ExtendBatchRequestSchema)` to create a new message.
+ */
+export const ExtendBatchRequestSchema: GenMessage<ExtendBatchRequest> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 10);
+
+/**
+ * ExtendBatchItem is one lease to renew: the fields of an ExtendRequest.
+ *
+ * @generated from message holdfast.lock.v1.ExtendBatchItem
+ */
+export type ExtendBatchItem = Message<"holdfast.lock.v1.ExtendBatchItem"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * @generated from field: string owner_token = 2;
+   */
+  ownerToken: string;
+
+  /**
+   * New lease length, counted from now.
+   *
+   * @generated from field: google.protobuf.Duration ttl = 3;
+   */
+  ttl?: Duration | undefined;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.ExtendBatchItem.
+ * Use `create(ExtendBatchItemSchema)` to create a new message.
+ */
+export const ExtendBatchItemSchema: GenMessage<ExtendBatchItem> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 11);
+
+/**
+ * @generated from message holdfast.lock.v1.ExtendBatchResponse
+ */
+export type ExtendBatchResponse = Message<"holdfast.lock.v1.ExtendBatchResponse"> & {
+  /**
+   * One per item, in the request's order.
+   *
+   * @generated from field: repeated holdfast.lock.v1.ExtendBatchResult results = 1;
+   */
+  results: ExtendBatchResult[];
+
+  /**
+   * @generated from field: holdfast.lock.v1.HlcTimestamp server_stamp = 2;
+   */
+  serverStamp?: HlcTimestamp | undefined;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.ExtendBatchResponse.
+ * Use `create(ExtendBatchResponseSchema)` to create a new message.
+ */
+export const ExtendBatchResponseSchema: GenMessage<ExtendBatchResponse> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 12);
+
+/**
+ * @generated from message holdfast.lock.v1.ExtendBatchResult
+ */
+export type ExtendBatchResult = Message<"holdfast.lock.v1.ExtendBatchResult"> & {
+  /**
+   * False when the item's owner_token no longer holds its key; that lease is
+   * lost. Meaningless when error is set.
+   *
+   * @generated from field: bool extended = 1;
+   */
+  extended: boolean;
+
+  /**
+   * The renewed lease, when extended.
+   *
+   * @generated from field: holdfast.lock.v1.Lease lease = 2;
+   */
+  lease?: Lease | undefined;
+
+  /**
+   * Set when the server could not decide this item (the store was out of
+   * reach for its key): the lease is neither renewed nor lost; retry it.
+   * The other items' answers stand.
+   *
+   * @generated from field: holdfast.lock.v1.ItemError error = 3;
+   */
+  error?: ItemError | undefined;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.ExtendBatchResult.
+ * Use `create(ExtendBatchResultSchema)` to create a new message.
+ */
+export const ExtendBatchResultSchema: GenMessage<ExtendBatchResult> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 13);
+
+/**
+ * ItemError is why one item of a batch was not decided.
+ *
+ * @generated from message holdfast.lock.v1.ItemError
+ */
+export type ItemError = Message<"holdfast.lock.v1.ItemError"> & {
+  /**
+   * A Connect code name, such as "unavailable".
+   *
+   * @generated from field: string code = 1;
+   */
+  code: string;
+
+  /**
+   * @generated from field: string message = 2;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.ItemError.
+ * Use `create(ItemErrorSchema)` to create a new message.
+ */
+export const ItemErrorSchema: GenMessage<ItemError> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 14);
+
+/**
  * @generated from message holdfast.lock.v1.InspectRequest
  */
 export type InspectRequest = Message<"holdfast.lock.v1.InspectRequest"> & {
@@ -434,7 +576,7 @@ export type InspectRequest = Message<"holdfast.lock.v1.InspectRequest"> & {
  * Use `create(InspectRequestSchema)` to create a new message.
  */
 export const InspectRequestSchema: GenMessage<InspectRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 10);
+  messageDesc(file_holdfast_lock_v1_lock, 15);
 
 /**
  * @generated from message holdfast.lock.v1.InspectResponse
@@ -463,7 +605,7 @@ export type InspectResponse = Message<"holdfast.lock.v1.InspectResponse"> & {
  * Use `create(InspectResponseSchema)` to create a new message.
  */
 export const InspectResponseSchema: GenMessage<InspectResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 11);
+  messageDesc(file_holdfast_lock_v1_lock, 16);
 
 /**
  * @generated from message holdfast.lock.v1.ListRequest
@@ -497,7 +639,7 @@ export type ListRequest = Message<"holdfast.lock.v1.ListRequest"> & {
  * Use `create(ListRequestSchema)` to create a new message.
  */
 export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 12);
+  messageDesc(file_holdfast_lock_v1_lock, 17);
 
 /**
  * @generated from message holdfast.lock.v1.ListResponse
@@ -526,7 +668,7 @@ export type ListResponse = Message<"holdfast.lock.v1.ListResponse"> & {
  * Use `create(ListResponseSchema)` to create a new message.
  */
 export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 13);
+  messageDesc(file_holdfast_lock_v1_lock, 18);
 
 /**
  * @generated from message holdfast.lock.v1.WatchRequest
@@ -559,7 +701,7 @@ export type WatchRequest = Message<"holdfast.lock.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 14);
+  messageDesc(file_holdfast_lock_v1_lock, 19);
 
 /**
  * @generated from message holdfast.lock.v1.WatchResponse
@@ -589,7 +731,7 @@ export type WatchResponse = Message<"holdfast.lock.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 15);
+  messageDesc(file_holdfast_lock_v1_lock, 20);
 
 /**
  * @generated from message holdfast.lock.v1.GetServerInfoRequest
@@ -602,7 +744,7 @@ export type GetServerInfoRequest = Message<"holdfast.lock.v1.GetServerInfoReques
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 16);
+  messageDesc(file_holdfast_lock_v1_lock, 21);
 
 /**
  * @generated from message holdfast.lock.v1.GetServerInfoResponse
@@ -645,7 +787,7 @@ export type GetServerInfoResponse = Message<"holdfast.lock.v1.GetServerInfoRespo
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 17);
+  messageDesc(file_holdfast_lock_v1_lock, 22);
 
 /**
  * EventType says what happened to a lock.
@@ -724,6 +866,20 @@ export const LockService: GenService<{
     methodKind: "unary";
     input: typeof ExtendRequestSchema;
     output: typeof ExtendResponseSchema;
+  },
+  /**
+   * ExtendBatch renews many leases in one call, each on its own, as Extend
+   * would: an item whose owner_token no longer holds its key answers
+   * extended=false and changes nothing, and the others are renewed. It is
+   * how a client renews every lease it holds at the cost of one call (the
+   * SDKs' watchdogs use it); it is not a transaction over its items.
+   *
+   * @generated from rpc holdfast.lock.v1.LockService.ExtendBatch
+   */
+  extendBatch: {
+    methodKind: "unary";
+    input: typeof ExtendBatchRequestSchema;
+    output: typeof ExtendBatchResponseSchema;
   },
   /**
    * Inspect reports who holds key, without its owner token.
