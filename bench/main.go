@@ -63,13 +63,13 @@ type report struct {
 	// concurrency 1: half the p50 difference between the engine calling
 	// the memory plugin process and the engine on the memory backend in
 	// process (an Acquire+Release makes two backend calls).
-	PluginHopMicros float64    `json:"plugin_hop_us_per_call,omitempty"`
-	HotKey          []hotKey   `json:"hot_key"`
+	PluginHopMicros float64      `json:"plugin_hop_us_per_call,omitempty"`
+	HotKey          []hotKey     `json:"hot_key"`
 	Footprint       *footprint   `json:"footprint,omitempty"`
 	Renewal         []renewalRow `json:"renewal,omitempty"`
 	ListLoad        *listLoad    `json:"list_load,omitempty"`
 	Targets         []target     `json:"targets"`
-	Skipped         []string   `json:"skipped,omitempty"`
+	Skipped         []string     `json:"skipped,omitempty"`
 }
 
 func main() {

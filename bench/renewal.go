@@ -45,11 +45,11 @@ type renewalRow struct {
 	PerSec    float64       `json:"renewals_per_sec"`
 	RPCPerSec float64       `json:"rpcs_per_sec"`
 	// Latency of one renewal RPC (a whole batch for ExtendBatch), µs.
-	P50    float64 `json:"p50_us"`
-	P99    float64 `json:"p99_us"`
+	P50 float64 `json:"p50_us"`
+	P99 float64 `json:"p99_us"`
 	// Missed renewals over the whole run (holding the locks included).
-	Missed int     `json:"missed"`
-	Errors int     `json:"errors"`
+	Missed int `json:"missed"`
+	Errors int `json:"errors"`
 	// CPU of the server and of its plugin process over the window, in %
 	// of one core.
 	ServerCPU float64 `json:"server_cpu_percent"`

@@ -347,4 +347,3 @@ func TestAQueuedReleaseThatGivesUpIsNotSent(t *testing.T) {
 		t.Fatal("a release whose caller gave up while it was queued was sent anyway")
 	}
 }
-
