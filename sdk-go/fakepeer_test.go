@@ -47,6 +47,16 @@ type fakePeer struct {
 	clientStamps []hlc.Timestamp
 	current      *lockv1.LockState
 	errCode      connect.Code
+
+	// ExtendBatch: served only when batch is set (else unimplemented, as an
+	// older server answers); batchMode applies to the whole call, rejectKeys
+	// answer extended=false and itemErrKeys an item error (while their count
+	// is above zero; -1: always).
+	batch       bool
+	batchMode   peerMode
+	batchSizes  []int
+	rejectKeys  map[string]bool
+	itemErrKeys map[string]int
 }
 
 type peerMode int
@@ -105,6 +115,7 @@ func (p *fakePeer) snapshot() fakePeer {
 		extendOK:    append([]time.Time(nil), p.extendOK...),
 		extendTTLs:  append([]time.Duration(nil), p.extendTTLs...),
 		releases:    p.releases,
+		batchSizes:  append([]int(nil), p.batchSizes...),
 	}
 }
 
@@ -211,6 +222,41 @@ func (p *fakePeer) Extend(ctx context.Context, req *lockv1.ExtendRequest) (*lock
 		Lease:       &lockv1.Lease{Key: req.GetKey(), OwnerToken: req.GetOwnerToken(), Ttl: req.GetTtl()},
 		ServerStamp: p.clock.Now().ToProto(),
 	}, nil
+}
+
+func (p *fakePeer) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchRequest) (*lockv1.ExtendBatchResponse, error) {
+	p.mu.Lock()
+	if !p.batch {
+		p.mu.Unlock()
+		return nil, connect.NewError(connect.CodeUnimplemented, errString("an older server"))
+	}
+	p.batchSizes = append(p.batchSizes, len(req.GetItems()))
+	p.record(callHeader(ctx), req.GetClientStamp())
+	mode := p.batchMode
+	p.mu.Unlock()
+	if handled, err := p.behave(ctx, mode); handled {
+		return nil, err
+	}
+	resp := &lockv1.ExtendBatchResponse{ServerStamp: p.clock.Now().ToProto()}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, it := range req.GetItems() {
+		var r *lockv1.ExtendBatchResult
+		switch n := p.itemErrKeys[it.GetKey()]; {
+		case p.rejectKeys[it.GetKey()]:
+			r = &lockv1.ExtendBatchResult{}
+		case n != 0:
+			if n > 0 {
+				p.itemErrKeys[it.GetKey()] = n - 1
+			}
+			r = &lockv1.ExtendBatchResult{Error: &lockv1.ItemError{Code: "unavailable", Message: "that part of the store is down"}}
+		default:
+			p.extendOK = append(p.extendOK, time.Now())
+			r = &lockv1.ExtendBatchResult{Extended: true, Lease: &lockv1.Lease{Key: it.GetKey(), OwnerToken: it.GetOwnerToken(), Ttl: it.GetTtl()}}
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	return resp, nil
 }
 
 func (p *fakePeer) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
