@@ -134,6 +134,9 @@ func run(ctx context.Context) error {
 	}
 
 	for _, b := range strings.Split(*backends, ",") {
+		if strings.TrimSpace(b) == "" {
+			continue
+		}
 		skipped, err := benchBackend(ctx, strings.TrimSpace(b), conc, echoRows, &rep)
 		if err != nil {
 			return fmt.Errorf("%s: %w", b, err)

@@ -66,12 +66,12 @@ type Guard struct {
 
 func newGuard(c *Client, holder string, lease *lockv1.Lease, sent time.Time, ttl time.Duration) *Guard {
 	g := &Guard{
-		c:            c,
-		key:          lease.GetKey(),
-		owner:        lease.GetOwnerToken(),
-		holder:       holder,
-		fencing:      lease.GetFencingToken(),
-		stamp:        hlc.FromProto(lease.GetStamp()),
+		c:         c,
+		key:       lease.GetKey(),
+		owner:     lease.GetOwnerToken(),
+		holder:    holder,
+		fencing:   lease.GetFencingToken(),
+		stamp:     hlc.FromProto(lease.GetStamp()),
 		sem:       make(chan struct{}, 1),
 		unlockSem: make(chan struct{}, 1),
 		ttl:       ttl,
