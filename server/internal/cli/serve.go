@@ -28,6 +28,7 @@ import (
 	"github.com/holdfast/holdfast/server/internal/config"
 	"github.com/holdfast/holdfast/server/internal/httpserver"
 	"github.com/holdfast/holdfast/server/internal/limits"
+	"github.com/holdfast/holdfast/server/internal/paging"
 	"github.com/holdfast/holdfast/server/internal/tlsconfig"
 	"github.com/holdfast/holdfast/server/internal/ui"
 )
@@ -56,6 +57,7 @@ type serveOptions struct {
 
 	tlsCert, tlsKey, tlsClientCA string
 	authTokens                   string
+	pageTokenKeyFile             string // secret shared by servers whose List page tokens must work on each other
 	corsOrigins                  []string // browser origins allowed to call the API (CORS); none: off
 	maxRequestDuration           time.Duration
 	maxWatchStreams              int
@@ -121,6 +123,7 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert; re-read when it changes")
 	f.StringVar(&o.tlsClientCA, "tls-client-ca", "", "require client certificates signed by a CA in this PEM file (mTLS)")
 	f.StringVar(&o.authTokens, "auth-tokens", "", "require bearer tokens from this YAML/JSON file, each limited to key prefixes (see README, Security)")
+	f.StringVar(&o.pageTokenKeyFile, "page-token-key-file", "", "seal List page tokens with a key derived from this file's secret (at least 32 bytes); give servers behind one load balancer the same file (default: a key of this process, so a token works only on the server that issued it)")
 	f.StringArrayVar(&o.corsOrigins, "cors-origin", nil, `let web pages from this origin call the API from a browser (Connect, gRPC-Web), e.g. https://app.example.com; repeatable; "*" allows any (off by default)`)
 	f.DurationVar(&o.maxRequestDuration, "max-request-duration", 0, "server deadline on each unary call; must exceed --max-wait (0: --max-wait plus 1m)")
 	f.IntVar(&o.maxWatchStreams, "max-watch-streams", 10000, "open Watch streams on this server before Watch answers resource_exhausted")
@@ -364,6 +367,13 @@ func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
 		}
 		opts = append(opts, httpserver.WithCORS(o.corsOrigins...))
 		log.Info("CORS enabled: browsers on these origins may call the API", "origins", o.corsOrigins)
+	}
+	if o.pageTokenKeyFile != "" {
+		pages, err := paging.LoadSealer(o.pageTokenKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--page-token-key-file: %w", err)
+		}
+		opts = append(opts, httpserver.WithPageTokens(pages))
 	}
 	var icpt []connect.Interceptor
 	if o.authTokens != "" {

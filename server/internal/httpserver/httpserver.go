@@ -23,6 +23,7 @@ import (
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
 	"github.com/holdfast/holdfast/server/internal/api"
+	"github.com/holdfast/holdfast/server/internal/paging"
 	"github.com/holdfast/holdfast/server/internal/ui"
 )
 
@@ -53,6 +54,7 @@ type options struct {
 	tls          *tls.Config
 	interceptors []connect.Interceptor
 	corsOrigins  []string
+	pages        *paging.Sealer
 }
 
 // WithTLS serves TLS with cfg (HTTP/2 by ALPN and HTTP/1.1; no h2c).
@@ -63,6 +65,10 @@ func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
 func WithInterceptors(i ...connect.Interceptor) Option {
 	return func(o *options) { o.interceptors = append(o.interceptors, i...) }
 }
+
+// WithPageTokens seals List page tokens with s (default: a key of this
+// process only; see package paging).
+func WithPageTokens(s *paging.Sealer) Option { return func(o *options) { o.pages = s } }
 
 // WithCORS lets web pages from these origins ("https://app.example.com";
 // "*" for any; rs/cors wildcards such as "https://*.example.com") call the
@@ -95,7 +101,7 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option)
 		opt(&o)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(lockv1connect.NewLockServiceHandler(api.New(e),
+	mux.Handle(lockv1connect.NewLockServiceHandler(api.New(e, o.pages),
 		connect.WithReadMaxBytes(MaxMessageBytes),
 		// Lock messages are a few hundred bytes: gzip would cost more CPU
 		// (a compressor reset per response) than it saves on the wire.
