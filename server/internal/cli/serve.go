@@ -57,7 +57,7 @@ type serveOptions struct {
 
 	tlsCert, tlsKey, tlsClientCA string
 	authTokens                   string
-	pageTokenKeyFile             string // secret shared by servers whose List page tokens must work on each other
+	pageTokenKeyFile             string   // secret shared by servers whose List page tokens must work on each other
 	corsOrigins                  []string // browser origins allowed to call the API (CORS); none: off
 	maxRequestDuration           time.Duration
 	maxWatchStreams              int
