@@ -73,13 +73,9 @@ func toConnect(err error) error {
 	return connect.NewError(Code(err), errors.New(err.Error()))
 }
 
-// Acquire implements LockServiceHandler.
-// The caller is the client's connection (its remote address), which bounds
-// the waiters one connection may queue.
+// Acquire implements LockServiceHandler. (What one caller may hold and
+// queue is bounded per caller by package limits.)
 func (h *Handler) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
-	if ci, ok := connect.CallInfoForHandlerContext(ctx); ok && ci.Peer().Addr != "" {
-		ctx = engine.WithCaller(ctx, ci.Peer().Addr)
-	}
 	resp, err := h.e.Acquire(ctx, req)
 	return resp, toConnect(err)
 }

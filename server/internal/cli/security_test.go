@@ -14,7 +14,7 @@ import (
 func TestSecurityOptions(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	// No TLS and no tokens: only the limits, with the derived deadline.
-	opts, err := security(serveOptions{addr: "127.0.0.1:0", maxWait: time.Hour, maxWatchStreams: 1, maxWatchStreamsPerConn: 1}, log)
+	opts, err := security(serveOptions{addr: "127.0.0.1:0", maxWait: time.Hour, maxWatchStreams: 1, maxWatchStreamsPerClient: 1}, log)
 	if err != nil || len(opts) != 1 {
 		t.Fatalf("defaults: %d options, %v", len(opts), err)
 	}
@@ -25,7 +25,8 @@ func TestSecurityOptions(t *testing.T) {
 		"key without cert":         {serveOptions{tlsKey: "k.pem", maxWait: time.Minute}, "--tls-cert and --tls-key go together"},
 		"client CA without a cert": {serveOptions{tlsClientCA: "ca.pem", maxWait: time.Minute}, "--tls-cert and --tls-key go together"},
 		"deadline below wait":      {serveOptions{maxWait: time.Hour, maxRequestDuration: time.Minute}, "is not above --max-wait"},
-		"negative stream limit":    {serveOptions{maxWait: time.Minute, maxWatchStreams: -1}, "must not be negative"},
+		"negative stream limit":    {serveOptions{maxWait: time.Minute, maxWatchStreams: -1}, "--max-watch-streams: -1 is negative"},
+		"negative lock limit":      {serveOptions{maxWait: time.Minute, maxLocksPerClient: -1}, "--max-locks-per-client: -1 is negative"},
 		"empty CORS origin":        {serveOptions{maxWait: time.Minute, corsOrigins: []string{""}}, "--cors-origin: empty origin"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -33,6 +34,35 @@ func TestSecurityOptions(t *testing.T) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// The per-connection spellings still work, with a warning, and now count
+// per client.
+func TestDeprecatedPerConnectionFlags(t *testing.T) {
+	cmd := newServe("test", io.Discard, io.Discard)
+	fs := cmd.Flags()
+	if err := fs.Parse([]string{"--max-waiters-per-connection", "7"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"HOLDFAST_MAX_WATCH_STREAMS_PER_CONNECTION": "3"}
+	if err := config.Apply(fs, "", func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	o := serveOptions{}
+	o.maxWaitersPerClient, _ = fs.GetInt("max-waiters-per-client")
+	o.oldMaxWaitersPerConn, _ = fs.GetInt("max-waiters-per-connection")
+	o.maxWatchStreamsPerClient, _ = fs.GetInt("max-watch-streams-per-client")
+	o.oldMaxWatchStreamsPerConn, _ = fs.GetInt("max-watch-streams-per-connection")
+	deprecatedFlags(&o, slog.New(slog.NewTextHandler(&logs, nil)))
+	if o.maxWaitersPerClient != 7 || o.maxWatchStreamsPerClient != 3 {
+		t.Fatalf("per client: %d waiters, %d streams; want 7 and 3", o.maxWaitersPerClient, o.maxWatchStreamsPerClient)
+	}
+	for _, want := range []string{"--max-waiters-per-connection is deprecated: use --max-waiters-per-client", "--max-watch-streams-per-connection is deprecated"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log does not say %q:\n%s", want, logs.String())
+		}
 	}
 }
 

@@ -33,27 +33,33 @@ import (
 	"github.com/holdfast/holdfast/server/internal/ui"
 )
 
+// Per-client defaults of the deprecated per-connection flags too.
+const (
+	defaultMaxWaitersPerClient      = 1024
+	defaultMaxWatchStreamsPerClient = 100
+)
+
 // DefaultAddr is where `holdfast serve` listens without --addr: loopback
 // only, so a server started by hand is not reachable from the network.
 const DefaultAddr = "127.0.0.1:7410"
 
 // serveOptions are the flags of `holdfast serve`.
 type serveOptions struct {
-	addr              string
-	backend           string
-	backendOpts       []string
-	backendSHA256     string
-	config            string
-	maxTTL            time.Duration
-	maxWait           time.Duration
-	maxClockOffset    time.Duration
-	maxWaitersPerKey  int
-	maxWaiters        int
-	maxWaitersPerConn int
-	startTimeout      time.Duration
-	shutdownTimeout   time.Duration
-	logLevel          string
-	logFormat         string
+	addr                string
+	backend             string
+	backendOpts         []string
+	backendSHA256       string
+	config              string
+	maxTTL              time.Duration
+	maxWait             time.Duration
+	maxClockOffset      time.Duration
+	maxWaitersPerKey    int
+	maxWaiters          int
+	maxWaitersPerClient int
+	startTimeout        time.Duration
+	shutdownTimeout     time.Duration
+	logLevel            string
+	logFormat           string
 
 	tlsCert, tlsKey, tlsClientCA string
 	authTokens                   string
@@ -61,7 +67,12 @@ type serveOptions struct {
 	corsOrigins                  []string // browser origins allowed to call the API (CORS); none: off
 	maxRequestDuration           time.Duration
 	maxWatchStreams              int
-	maxWatchStreamsPerConn       int
+	maxWatchStreamsPerClient     int
+	maxLocks, maxLocksPerClient  int
+
+	// Deprecated spellings, from when these bounds counted per TCP
+	// connection (which bounds nothing: HTTP/2 clients open more).
+	oldMaxWaitersPerConn, oldMaxWatchStreamsPerConn int
 
 	pprofAddr string // debugging: net/http/pprof for the server and its plugin
 
@@ -114,7 +125,9 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.DurationVar(&o.maxClockOffset, "max-clock-offset", hlc.DefaultMaxOffset, "refuse client HLC stamps further ahead of the server's clock than this")
 	f.IntVar(&o.maxWaitersPerKey, "max-waiters-per-key", 1024, "waiters queued per key before Acquire answers resource_exhausted")
 	f.IntVar(&o.maxWaiters, "max-waiters", 65536, "waiters queued on this server before Acquire answers resource_exhausted")
-	f.IntVar(&o.maxWaitersPerConn, "max-waiters-per-connection", engine.DefaultMaxWaitersPerCaller, "waiters queued by one client connection before Acquire answers resource_exhausted")
+	f.IntVar(&o.maxWaitersPerClient, "max-waiters-per-client", defaultMaxWaitersPerClient, "waiting Acquires one client (a token, or without --auth-tokens a client address) may have at once before Acquire answers resource_exhausted (a token's max_waiters overrides it)")
+	f.IntVar(&o.maxLocks, "max-locks", 100000, "locks held through this server (and Acquires in progress) before Acquire answers resource_exhausted; 0: unbounded")
+	f.IntVar(&o.maxLocksPerClient, "max-locks-per-client", 10000, "locks one client (a token, or a client address) may hold through this server, with its Acquires in progress; a token's max_locks overrides it; 0: unbounded")
 	f.DurationVar(&o.startTimeout, "start-timeout", 30*time.Second, "how long to wait for the backend to start")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -127,7 +140,11 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.StringArrayVar(&o.corsOrigins, "cors-origin", nil, `let web pages from this origin call the API from a browser (Connect, gRPC-Web), e.g. https://app.example.com; repeatable; "*" allows any (off by default)`)
 	f.DurationVar(&o.maxRequestDuration, "max-request-duration", 0, "server deadline on each unary call; must exceed --max-wait (0: --max-wait plus 1m)")
 	f.IntVar(&o.maxWatchStreams, "max-watch-streams", 10000, "open Watch streams on this server before Watch answers resource_exhausted")
-	f.IntVar(&o.maxWatchStreamsPerConn, "max-watch-streams-per-connection", 100, "open Watch streams on one client connection before Watch answers resource_exhausted")
+	f.IntVar(&o.maxWatchStreamsPerClient, "max-watch-streams-per-client", defaultMaxWatchStreamsPerClient, "open Watch streams of one client (a token, or a client address) before Watch answers resource_exhausted (a token's max_watch_streams overrides it)")
+	f.IntVar(&o.oldMaxWaitersPerConn, "max-waiters-per-connection", defaultMaxWaitersPerClient, "deprecated: --max-waiters-per-client")
+	f.IntVar(&o.oldMaxWatchStreamsPerConn, "max-watch-streams-per-connection", defaultMaxWatchStreamsPerClient, "deprecated: --max-watch-streams-per-client")
+	_ = f.MarkHidden("max-waiters-per-connection")
+	_ = f.MarkHidden("max-watch-streams-per-connection")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "debugging: serve net/http/pprof (with block and mutex profiles) on this host:port, and the plugin's on a free port of the same host (both logged as \"pprof serving\"); off when empty")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics on this separate host:port, e.g. 127.0.0.1:9410 (off when empty)")
 	f.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "export OpenTelemetry spans by OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (off when empty, unless OTEL_EXPORTER_OTLP_ENDPOINT is set)")
@@ -206,6 +223,7 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	if err != nil {
 		return err
 	}
+	deprecatedFlags(&o, log)
 	opts, err := parseBackendOpts(o.backendOpts)
 	if err != nil {
 		return err
@@ -269,15 +287,14 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	defer host.Close()
 
 	eng, err := engine.New(startCtx, host, engine.Config{
-		Version:             version,
-		MaxTTL:              o.maxTTL,
-		MaxWait:             o.maxWait,
-		MaxClockOffset:      o.maxClockOffset,
-		MaxWaitersPerKey:    o.maxWaitersPerKey,
-		MaxWaiters:          o.maxWaiters,
-		MaxWaitersPerCaller: o.maxWaitersPerConn,
-		Logger:              log.With("component", "engine"),
-		Observer:            ob.observer(),
+		Version:          version,
+		MaxTTL:           o.maxTTL,
+		MaxWait:          o.maxWait,
+		MaxClockOffset:   o.maxClockOffset,
+		MaxWaitersPerKey: o.maxWaitersPerKey,
+		MaxWaiters:       o.maxWaiters,
+		Logger:           log.With("component", "engine"),
+		Observer:         ob.observer(),
 	})
 	if err != nil {
 		if ctx.Err() != nil { // SIGTERM/SIGINT during start-up: a clean stop
@@ -347,6 +364,28 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	return nil
 }
 
+// deprecatedFlags carries the per-connection spellings of two bounds over
+// to their per-client flags (when those were left at their defaults), with
+// a warning: they now count per client.
+func deprecatedFlags(o *serveOptions, log *slog.Logger) {
+	for _, d := range []struct {
+		old, now string
+		from, to *int
+		def      int
+	}{
+		{"max-waiters-per-connection", "max-waiters-per-client", &o.oldMaxWaitersPerConn, &o.maxWaitersPerClient, defaultMaxWaitersPerClient},
+		{"max-watch-streams-per-connection", "max-watch-streams-per-client", &o.oldMaxWatchStreamsPerConn, &o.maxWatchStreamsPerClient, defaultMaxWatchStreamsPerClient},
+	} {
+		if *d.from == d.def {
+			continue
+		}
+		log.Warn("--"+d.old+" is deprecated: use --"+d.now+" (the bound now counts per client, not per TCP connection)", "value", *d.from)
+		if *d.to == d.def {
+			*d.to = *d.from
+		}
+	}
+}
+
 // security builds the TLS, authentication and limit options of the HTTP
 // server from the flags. Bad files refuse to start.
 func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
@@ -387,9 +426,12 @@ func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
 		log.Warn("serving without TLS or tokens on a non-loopback address: anyone who reaches it can take and watch every lock", "addr", o.addr)
 	}
 	lim := limits.Config{
-		MaxRequestDuration: o.maxRequestDuration,
-		MaxStreams:         o.maxWatchStreams,
-		MaxStreamsPerConn:  o.maxWatchStreamsPerConn,
+		MaxRequestDuration:  o.maxRequestDuration,
+		MaxStreams:          o.maxWatchStreams,
+		MaxLocks:            o.maxLocks,
+		MaxLocksPerClient:   o.maxLocksPerClient,
+		MaxWaitersPerClient: o.maxWaitersPerClient,
+		MaxStreamsPerClient: o.maxWatchStreamsPerClient,
 	}
 	if lim.MaxRequestDuration == 0 {
 		lim.MaxRequestDuration = o.maxWait + time.Minute
