@@ -9,13 +9,15 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/server/internal/config"
+	"github.com/holdfast/holdfast/server/internal/httpserver"
 )
 
 func TestSecurityOptions(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	// No TLS and no tokens: only the limits, with the derived deadline.
+	// No TLS and no tokens: only the limits (the interceptors, with the
+	// derived deadline, and the connection-level bounds).
 	opts, err := security(serveOptions{addr: "127.0.0.1:0", maxWait: time.Hour, maxWatchStreams: 1, maxWatchStreamsPerClient: 1}, log)
-	if err != nil || len(opts) != 1 {
+	if err != nil || len(opts) != 2 {
 		t.Fatalf("defaults: %d options, %v", len(opts), err)
 	}
 	for name, tc := range map[string]struct {
@@ -28,6 +30,7 @@ func TestSecurityOptions(t *testing.T) {
 		"negative stream limit":    {serveOptions{maxWait: time.Minute, maxWatchStreams: -1}, "--max-watch-streams: -1 is negative"},
 		"negative lock limit":      {serveOptions{maxWait: time.Minute, maxLocksPerClient: -1}, "--max-locks-per-client: -1 is negative"},
 		"empty CORS origin":        {serveOptions{maxWait: time.Minute, corsOrigins: []string{""}}, "--cors-origin: empty origin"},
+		"negative body timeout":    {serveOptions{maxWait: time.Minute, conn: httpserver.Limits{BodyTimeout: -time.Second}}, "--body-timeout: -1s is negative"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := security(tc.o, log); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -80,7 +83,7 @@ func TestIsLoopback(t *testing.T) {
 func TestCORSOriginFlag(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	opts, err := security(serveOptions{addr: "127.0.0.1:0", maxWait: time.Hour, corsOrigins: []string{"https://app.example.com"}}, log)
-	if err != nil || len(opts) != 2 {
+	if err != nil || len(opts) != 3 {
 		t.Fatalf("with --cors-origin: %d options (want CORS and the limits), %v", len(opts), err)
 	}
 	// Like every flag: repeatable on the command line, several values in

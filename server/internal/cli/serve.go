@@ -74,6 +74,8 @@ type serveOptions struct {
 	// connection (which bounds nothing: HTTP/2 clients open more).
 	oldMaxWaitersPerConn, oldMaxWatchStreamsPerConn int
 
+	conn httpserver.Limits // connection-level bounds: timeouts, connection caps
+
 	pprofAddr string // debugging: net/http/pprof for the server and its plugin
 
 	metricsAddr  string // Prometheus /metrics (observe.go); off when empty
@@ -145,6 +147,13 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.IntVar(&o.oldMaxWatchStreamsPerConn, "max-watch-streams-per-connection", defaultMaxWatchStreamsPerClient, "deprecated: --max-watch-streams-per-client")
 	_ = f.MarkHidden("max-waiters-per-connection")
 	_ = f.MarkHidden("max-watch-streams-per-connection")
+	dl := httpserver.DefaultLimits()
+	f.DurationVar(&o.conn.HeaderTimeout, "header-timeout", dl.HeaderTimeout, "a request's headers (and the TLS handshake) must arrive within this, or the connection is closed")
+	f.DurationVar(&o.conn.BodyTimeout, "body-timeout", dl.BodyTimeout, "a request's body must arrive whole within this, or the call answers deadline_exceeded and the connection (HTTP/1.1) or stream (HTTP/2) is dropped")
+	f.DurationVar(&o.conn.WriteTimeout, "write-timeout", dl.WriteTimeout, "each response message (a Watch event included) must be taken by the client within this, or its stream (HTTP/2) or connection (HTTP/1.1) is dropped")
+	f.DurationVar(&o.conn.IdleTimeout, "idle-timeout", dl.IdleTimeout, "close a connection with no request (HTTP/1.1) or no open stream (HTTP/2) for this long")
+	f.IntVar(&o.conn.MaxConnections, "max-connections", dl.MaxConnections, "open connections before new ones are closed at once; keep it below the file descriptor limit (ulimit -n); 0: unbounded")
+	f.IntVar(&o.conn.MaxConnectionsPerClient, "max-connections-per-client", dl.MaxConnectionsPerClient, "open connections from one client address (an IP, an IPv6 /64) before its new ones are closed at once; 0: unbounded")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "debugging: serve net/http/pprof (with block and mutex profiles) on this host:port, and the plugin's on a free port of the same host (both logged as \"pprof serving\"); off when empty")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics on this separate host:port, e.g. 127.0.0.1:9410 (off when empty)")
 	f.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "export OpenTelemetry spans by OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (off when empty, unless OTEL_EXPORTER_OTLP_ENDPOINT is set)")
@@ -439,6 +448,15 @@ func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
 	if err := limits.Check(lim, o.maxWait); err != nil {
 		return nil, err
 	}
+	for name, d := range map[string]time.Duration{"--header-timeout": o.conn.HeaderTimeout, "--body-timeout": o.conn.BodyTimeout, "--write-timeout": o.conn.WriteTimeout, "--idle-timeout": o.conn.IdleTimeout} {
+		if d < 0 {
+			return nil, fmt.Errorf("%s: %s is negative (0 is no timeout)", name, d)
+		}
+	}
+	if o.conn.MaxConnections < 0 || o.conn.MaxConnectionsPerClient < 0 {
+		return nil, fmt.Errorf("--max-connections, --max-connections-per-client: must not be negative (0 is unbounded)")
+	}
+	opts = append(opts, httpserver.WithLimits(o.conn))
 	icpt = append(icpt, limits.New(lim))
 	return append(opts, httpserver.WithInterceptors(icpt...)), nil
 }

@@ -2,12 +2,20 @@
 // gRPC-Web over HTTP/1.1 and cleartext HTTP/2 (h2c), with gRPC health
 // checking and server reflection beside LockService. With WithTLS it serves
 // HTTP/2 (ALPN h2) and HTTP/1.1 over TLS instead, and h2c is off.
+//
+// Clients are bounded below the API too (Limits, package httpguard): open
+// connections in total and per client address, a deadline on request
+// headers, on request bodies and on each response write, and an idle
+// timeout; the http.Server's own error lines (a failed TLS handshake per
+// connection) reach the log at a bounded rate.
 package httpserver
 
 import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,6 +31,7 @@ import (
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
 	"github.com/holdfast/holdfast/server/internal/api"
+	"github.com/holdfast/holdfast/server/internal/httpguard"
 	"github.com/holdfast/holdfast/server/internal/paging"
 	"github.com/holdfast/holdfast/server/internal/ui"
 )
@@ -40,6 +49,7 @@ type Server struct {
 	health *grpchealth.StaticChecker
 	ln     net.Listener
 	served chan error
+	errLog *httpguard.LogWriter
 
 	mu       sync.Mutex
 	stopping bool          // health stays NOT_SERVING from now on
@@ -51,11 +61,46 @@ type Server struct {
 type Option func(*options)
 
 type options struct {
+	limits       Limits
 	tls          *tls.Config
 	interceptors []connect.Interceptor
 	corsOrigins  []string
 	pages        *paging.Sealer
 }
+
+// Limits are the connection-level bounds; a zero field is off (unbounded,
+// or no deadline).
+type Limits struct {
+	// HeaderTimeout bounds reading a request's headers (and, with TLS,
+	// the handshake).
+	HeaderTimeout time.Duration
+	// BodyTimeout bounds reading a request's body, from its handler's start.
+	BodyTimeout time.Duration
+	// WriteTimeout bounds each response write (a stream message, a flush).
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection with no request (HTTP/1.1)
+	// or no open stream (HTTP/2) for this long.
+	IdleTimeout time.Duration
+	// MaxConnections and MaxConnectionsPerClient cap open connections, in
+	// total and from one client address.
+	MaxConnections, MaxConnectionsPerClient int
+}
+
+// DefaultLimits are the bounds Start uses without WithLimits (and the
+// defaults of holdfast serve's flags).
+func DefaultLimits() Limits {
+	return Limits{
+		HeaderTimeout:           10 * time.Second,
+		BodyTimeout:             10 * time.Second,
+		WriteTimeout:            10 * time.Second,
+		IdleTimeout:             2 * time.Minute,
+		MaxConnections:          10000,
+		MaxConnectionsPerClient: 1000,
+	}
+}
+
+// WithLimits replaces DefaultLimits.
+func WithLimits(l Limits) Option { return func(o *options) { o.limits = l } }
 
 // WithTLS serves TLS with cfg (HTTP/2 by ALPN and HTTP/1.1; no h2c).
 func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
@@ -96,10 +141,7 @@ func withCORS(h http.Handler, origins []string) http.Handler {
 // Handler builds the mux: LockService, grpc.health.v1, reflection and the
 // live view (package ui) at /ui/.
 func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option) http.Handler {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newOptions(opts)
 	mux := http.NewServeMux()
 	mux.Handle(lockv1connect.NewLockServiceHandler(api.New(e, o.pages),
 		connect.WithReadMaxBytes(MaxMessageBytes),
@@ -118,23 +160,44 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option)
 	// The live view's static files are public; its API calls carry the
 	// user's token through the interceptors above.
 	mux.Handle(ui.Path, ui.Handler())
+	var h http.Handler = mux
 	if len(o.corsOrigins) > 0 {
-		return withCORS(mux, o.corsOrigins)
+		h = withCORS(h, o.corsOrigins)
 	}
-	return mux
+	return httpguard.Handler(h, httpguard.Timeouts{Body: o.limits.BodyTimeout, Write: o.limits.WriteTimeout})
 }
+
+func newOptions(opts []Option) options {
+	o := options{limits: DefaultLimits()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// errorLogBurst lines of the http.Server's error log pass per
+// errorLogInterval; the others are counted.
+const (
+	errorLogBurst    = 5
+	errorLogInterval = 10 * time.Second
+)
 
 // Start listens on addr (host:port; port 0 picks a free one) and serves in
 // the background.
 func Start(addr string, e *engine.Engine, log *slog.Logger, opts ...Option) (*Server, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	ln, err := net.Listen("tcp", addr)
+	o := newOptions(opts)
+	raw, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
+	errLog := httpguard.NewLogWriter(slog.NewLogLogger(log.Handler(), slog.LevelWarn).Writer(), errorLogBurst, errorLogInterval)
+	var ln net.Listener = httpguard.Limit(raw, o.limits.MaxConnections, o.limits.MaxConnectionsPerClient, func(client string, total bool) {
+		if total {
+			fmt.Fprintf(errLog, "closed a connection from %s: %d connections open (the server's --max-connections)\n", client, o.limits.MaxConnections)
+		} else {
+			fmt.Fprintf(errLog, "closed a connection from %s: %d connections open from it (the server's --max-connections-per-client)\n", client, o.limits.MaxConnectionsPerClient)
+		}
+	})
 	health := grpchealth.NewStaticChecker(lockv1connect.LockServiceName)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
@@ -149,12 +212,13 @@ func Start(addr string, e *engine.Engine, log *slog.Logger, opts ...Option) (*Se
 			Handler:           Handler(e, health, opts...),
 			TLSConfig:         o.tls,
 			Protocols:         protocols,
-			ReadHeaderTimeout: 10 * time.Second,
+			ReadHeaderTimeout: o.limits.HeaderTimeout,
 			// Idle keep-alive connections are closed after a while; open
 			// streams (Watch, a waiting Acquire) are not idle.
-			IdleTimeout: 5 * time.Minute,
-			ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			IdleTimeout: o.limits.IdleTimeout,
+			ErrorLog:    stdlog.New(errLog, "", 0),
 		},
+		errLog:  errLog,
 		health:  health,
 		ln:      ln,
 		served:  make(chan error, 1),
@@ -233,5 +297,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if serr := <-s.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		return serr
 	}
+	_ = s.errLog.Flush()
 	return err
 }
