@@ -2,10 +2,9 @@ package limits
 
 import (
 	"context"
-	"net"
-	"net/netip"
 
 	"github.com/holdfast/holdfast/server/internal/auth"
+	"github.com/holdfast/holdfast/server/internal/httpguard"
 )
 
 // caller is who a call counts against, and its bounds.
@@ -40,26 +39,7 @@ func (i *Interceptor) caller(ctx context.Context, peer string) caller {
 		}
 		return c
 	}
-	addr := clientAddress(peer)
+	addr := httpguard.ClientAddress(peer)
 	c.id, c.who = "address "+addr, "this client address ("+addr+")"
 	return c
-}
-
-// clientAddress is the part of a peer address ("IP:port") that names one
-// client: the IP, or the /64 of an IPv6 address.
-func clientAddress(peer string) string {
-	host, _, err := net.SplitHostPort(peer)
-	if err != nil {
-		host = peer
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return host
-	}
-	ip = ip.Unmap().WithZone("")
-	if ip.Is6() {
-		p, _ := ip.Prefix(64)
-		return p.String()
-	}
-	return ip.String()
 }
