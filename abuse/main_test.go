@@ -3,6 +3,7 @@ package abuse
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -145,9 +146,10 @@ func tokensFile(t *testing.T, tokens ...token) string {
 
 // clientOpts says how a test client reaches the server.
 type clientOpts struct {
-	bearer string // sent as Authorization: Bearer
-	from   string // local IP to dial from (another 127/8 address stands for another client); "" is 127.0.0.1
-	http1  bool   // Connect JSON over HTTP/1.1 instead of gRPC over h2c
+	bearer string      // sent as Authorization: Bearer
+	from   string      // local IP to dial from (another 127/8 address stands for another client); "" is 127.0.0.1
+	http1  bool        // Connect JSON over HTTP/1.1 instead of gRPC over h2c
+	tls    *tls.Config // HTTPS (HTTP/2 by ALPN) instead of cleartext
 }
 
 type bearer struct {
@@ -177,12 +179,15 @@ func dialer(from string) *net.Dialer {
 // at the end of the test.
 func transport(t *testing.T, o clientOpts) *http.Transport {
 	protocols := new(http.Protocols)
-	if o.http1 {
+	switch {
+	case o.http1:
 		protocols.SetHTTP1(true)
-	} else {
+	case o.tls != nil:
+		protocols.SetHTTP2(true)
+	default:
 		protocols.SetUnencryptedHTTP2(true)
 	}
-	tr := &http.Transport{Protocols: protocols, DialContext: dialer(o.from).DialContext, MaxIdleConnsPerHost: 64}
+	tr := &http.Transport{Protocols: protocols, DialContext: dialer(o.from).DialContext, MaxIdleConnsPerHost: 64, TLSClientConfig: o.tls}
 	t.Cleanup(tr.CloseIdleConnections)
 	return tr
 }
@@ -195,7 +200,11 @@ func client(t *testing.T, s *harness.Server, o clientOpts) lockv1connect.LockSer
 	} else {
 		opts = append(opts, connect.WithProtoJSON())
 	}
-	return lockv1connect.NewLockServiceClient(&http.Client{Transport: bearer{o.bearer, transport(t, o)}}, s.URL, opts...)
+	url := s.URL
+	if o.tls != nil {
+		url = "https://" + s.Addr
+	}
+	return lockv1connect.NewLockServiceClient(&http.Client{Transport: bearer{o.bearer, transport(t, o)}}, url, opts...)
 }
 
 // probe is the normal client whose latency each test compares.

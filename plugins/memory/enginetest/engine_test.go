@@ -164,7 +164,17 @@ func TestValidation(t *testing.T) {
 			_, err := e.Acquire(ctx, &lockv1.AcquireRequest{Key: "k", Ttl: &durationpb.Duration{Seconds: 1, Nanos: -5}})
 			return err
 		}, []string{"ttl:", "not a valid duration"}},
+		{"ttl beyond time.Duration", func() error {
+			_, err := e.Acquire(ctx, &lockv1.AcquireRequest{Key: "k", Ttl: &durationpb.Duration{Seconds: 9999999999}})
+			return err
+		}, []string{"ttl: 9999999999s exceeds the maximum 24h"}},
 		{"wait negative", func() error { _, err := e.Acquire(ctx, acq("k", time.Second, -time.Second)); return err }, []string{"wait: -1s is negative", "minimum is 0s"}},
+		{"wait below time.Duration", func() error {
+			r := acq("k", time.Second, 0)
+			r.Wait = &durationpb.Duration{Seconds: -9999999999, Nanos: -500000000}
+			_, err := e.Acquire(ctx, r)
+			return err
+		}, []string{"wait: -9999999999.5s is negative"}},
 		{"wait too long", func() error { _, err := e.Acquire(ctx, acq("k", time.Second, 2*time.Minute)); return err }, []string{"wait: 2m exceeds the maximum 1m"}},
 		{"holder too long", func() error {
 			r := acq("k", time.Second, 0)

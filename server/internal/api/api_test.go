@@ -245,6 +245,8 @@ func TestRawHTTP(t *testing.T) {
 		{"bad UTF-8 key in protobuf", "application/proto", "\x0a\x02\xff\xfe", "key"},
 		{"bad UTF-8 key in JSON", "application/json", "{\"key\": \"\xff\xfe\", \"ttl\": \"1s\"}", "key"},
 		{"valid JSON, bad ttl", "application/json", `{"key": "k", "ttl": "108000s"}`, "ttl: 30h exceeds the maximum 24h"},
+		{"unknown JSON field", "application/json", `{"key": "k", "ttl": "1s", "wiat": "5s"}`, `"wiat": unknown field; AcquireRequest has key, ttl, wait, holder, clientStamp`},
+		{"unknown proto field name in JSON", "application/json", `{"key": "k", "ttl": "1s", "client_stamp": {}, "owner_token": "x"}`, `"owner_token": unknown field`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, m := post(t, f.http1, url, tc.contentType, []byte(tc.body))

@@ -27,6 +27,7 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"github.com/rs/cors"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
@@ -154,17 +155,43 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option)
 		connect.WithInterceptors(o.interceptors...),
 	))
 	mux.Handle(grpchealth.NewHandler(health))
+	// connectrpc.com/grpchealth serves Check and Watch; reflection
+	// describes grpc.health.v1.Health with List too, so List is served
+	// here rather than answering unimplemented.
+	mux.Handle(healthListProcedure, connect.NewUnaryHandler(healthListProcedure, healthList(health)))
 	reflector := grpcreflect.NewStaticReflector(lockv1connect.LockServiceName, grpchealth.HealthV1ServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	// The live view's static files are public; its API calls carry the
 	// user's token through the interceptors above.
 	mux.Handle(ui.Path, ui.Handler())
-	var h http.Handler = mux
+	h := checkFraming(mux)
 	if len(o.corsOrigins) > 0 {
 		h = withCORS(h, o.corsOrigins)
 	}
 	return httpguard.Handler(h, httpguard.Timeouts{Body: o.limits.BodyTimeout, Write: o.limits.WriteTimeout})
+}
+
+// healthListProcedure is grpc.health.v1.Health's List.
+const healthListProcedure = "/" + grpchealth.HealthV1ServiceName + "/List"
+
+// healthServices are the services health reports on: the server as a
+// whole ("") and LockService.
+var healthServices = []string{"", lockv1connect.LockServiceName}
+
+// healthList answers grpc.health.v1.Health/List from the checker.
+func healthList(health *grpchealth.StaticChecker) func(context.Context, *connect.Request[healthpb.HealthListRequest]) (*connect.Response[healthpb.HealthListResponse], error) {
+	return func(ctx context.Context, _ *connect.Request[healthpb.HealthListRequest]) (*connect.Response[healthpb.HealthListResponse], error) {
+		out := &healthpb.HealthListResponse{Statuses: map[string]*healthpb.HealthCheckResponse{}}
+		for _, name := range healthServices {
+			st, err := health.Check(ctx, &grpchealth.CheckRequest{Service: name})
+			if err != nil {
+				return nil, err
+			}
+			out.Statuses[name] = &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_ServingStatus(st.Status)}
+		}
+		return connect.NewResponse(out), nil
+	}
 }
 
 func newOptions(opts []Option) options {
@@ -269,8 +296,9 @@ func (s *Server) setStatus(serving bool) {
 	if !serving || s.stopping {
 		status = grpchealth.StatusNotServing
 	}
-	s.health.SetStatus("", status)
-	s.health.SetStatus(lockv1connect.LockServiceName, status)
+	for _, name := range healthServices {
+		s.health.SetStatus(name, status)
+	}
 }
 
 // SetNotServing makes grpc health report NOT_SERVING for good (the first
