@@ -4,6 +4,9 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 BIN        := $(CURDIR)/bin
+DIST       := $(CURDIR)/dist
+# The release version of every Go module and SDK package (make set-version).
+RELEASE_VERSION := $(shell cat $(CURDIR)/VERSION)
 GO_MODULES := proto core server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance plugins/example chaos abuse
 # Modules whose tests need no external service; the etcd, Redis and PostgreSQL
 # plugins run in test-etcd, test-redis and test-postgres with their servers.
@@ -20,8 +23,8 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## build the pinned code generators into bin/
-	@cd tools && GOWORK=off GOBIN=$(BIN) go install tool
+tools: ## build the pinned code generators and the release tool (holdfast-release) into bin/
+	@cd tools && GOWORK=off GOBIN=$(BIN) go install tool && GOWORK=off go build -o $(BIN)/holdfast-release ./release
 
 .PHONY: generate
 generate: tools sdk-codegen-tools ## regenerate code from proto/ (Go, TypeScript, Python)
@@ -72,10 +75,17 @@ run: build ## run the server on the embedded memory backend at 127.0.0.1:7410
 	$(BIN)/holdfast serve
 
 .PHONY: lint
-lint: tools ## buf lint, gofmt, go vet, and each module built alone (GOWORK=off)
+# Each module is also built and vetted alone (GOWORK=off), from its own
+# go.mod and go.sum, so go.work cannot hide a missing requirement; its
+# siblings come from this checkout through a temporary go.mod
+# (holdfast-release standalone; CONTRIBUTING.md says why).
+lint: tools ## buf lint, gofmt, go vet, each module built alone (GOWORK=off), one version everywhere
 	$(BIN)/buf lint
-	@out=$$(gofmt -l $(GO_MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@for m in $(GO_MODULES); do echo "vet $$m"; (cd $$m && go vet ./... && GOWORK=off go build ./... && GOWORK=off go vet ./...); done
+	@out=$$(gofmt -l $(GO_MODULES) tools scripts/release); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(BIN)/holdfast-release check
+	@for m in $(GO_MODULES); do echo "vet $$m"; (cd $$m && go vet ./...) && \
+		$(BIN)/holdfast-release standalone $$m -- go build ./... && $(BIN)/holdfast-release standalone $$m -- go vet ./...; done
+	cd tools && GOWORK=off go vet ./release
 
 .PHONY: test-go
 # The SDK matrix (every SDK on memory, Go on every backend) is
@@ -88,7 +98,7 @@ test-go: build ## go test -race across the Go modules that need no external serv
 .PHONY: test
 # Every suite, service-free first. Each backend target starts its own
 # throwaway server and stops it by PID.
-TEST_SUITES := test-go fuzz-smoke test-example test-etcd test-redis test-postgres test-sdk-conformance test-chaos test-abuse test-sdk-ts test-sdk-python test-web bench-smoke
+TEST_SUITES := test-go fuzz-smoke test-example test-etcd test-redis test-postgres test-sdk-conformance test-chaos test-abuse test-sdk-ts test-sdk-python test-web bench-smoke test-release
 test: setup check-generated lint build ## set up and run the whole test suite (what CI runs)
 	@for t in $(TEST_SUITES); do echo "===== make $$t"; $(MAKE) --no-print-directory $$t; done
 	@echo "make test: all suites passed ($(TEST_SUITES))"
@@ -180,6 +190,59 @@ fuzz-smoke: ## run each fuzz target for FUZZTIME (default 10s): request validati
 bench-smoke: ## a short run of make bench, so it cannot rot
 	$(MAKE) bench BENCH_FLAGS="-duration 200ms -hot-duration 500ms -footprint-locks 2000 -footprint-waiters 500 -footprint-loop 2000"
 
+.PHONY: set-version
+set-version: tools ## make every go.mod, go.work, version constant and SDK manifest say VERSION (or TO=X.Y.Z: write VERSION first)
+	$(BIN)/holdfast-release set-version $(TO)
+
+.PHONY: tidy
+tidy: tools ## go mod tidy every module on its own (GOWORK=off, siblings from this checkout)
+	@for m in $(GO_MODULES); do echo "tidy $$m"; $(BIN)/holdfast-release tidy $$m; done
+
+# ---- release: dist/ holds what a release publishes (CONTRIBUTING.md) ----
+
+# module directory:command, for dist/bin.
+DIST_COMMANDS := server:holdfast plugins/memory:holdfast-backend-memory plugins/etcd:holdfast-backend-etcd \
+	plugins/redis:holdfast-backend-redis plugins/postgres:holdfast-backend-postgres \
+	plugins/example:holdfast-backend-example conformance:holdfast-conformance
+DIST_PLATFORMS := linux/amd64 linux/arm64 darwin/arm64
+# The SDK packages' targets (sdk-ts, sdk-python); dist runs each one defined.
+DIST_SDK_TARGETS := dist-npm dist-python
+
+.PHONY: dist
+dist: dist-goproxy dist-bin dist-sdk ## write the release into dist/: goproxy/ (Go modules), bin/ (binaries + SHA256SUMS), npm/, python/
+	@echo "dist: release $(RELEASE_VERSION) in $(DIST)"
+
+.PHONY: dist-goproxy
+dist-goproxy: tools ## dist/goproxy: a file-system Go module proxy with every shipped module at VERSION
+	$(BIN)/holdfast-release goproxy -out $(DIST)/goproxy
+
+.PHONY: dist-bin
+# Each command is built from its own module's go.mod (GOWORK=off, the
+# dependency versions `go install …@vVERSION` selects), statically, without
+# local paths, with the live view embedded.
+dist-bin: tools web-build ## dist/bin: holdfast, every plugin and holdfast-conformance for linux/amd64, linux/arm64, darwin/arm64, with SHA256SUMS
+	rm -rf $(DIST)/bin
+	@for p in $(DIST_PLATFORMS); do for c in $(DIST_COMMANDS); do \
+		os=$${p%/*}; arch=$${p#*/}; dir=$${c%%:*}; cmd=$${c#*:}; echo "dist-bin: $$os/$$arch $$cmd"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(BIN)/holdfast-release standalone $$dir -- \
+			go build -trimpath -o $(DIST)/bin/$$os-$$arch/$$cmd ./cmd/$$cmd || exit 1; \
+	done; done
+	cd $(DIST)/bin && sha256sum */* > SHA256SUMS && cat SHA256SUMS
+
+.PHONY: dist-sdk
+dist-sdk: ## dist/npm and dist/python, through the SDK packages' own targets (skipped, saying so, while one is not defined)
+	@for t in $(DIST_SDK_TARGETS); do \
+		if grep -qE "^$$t:" $(MAKEFILE_LIST); then $(MAKE) --no-print-directory $$t || exit 1; \
+		else echo "dist: no '$$t' target yet: skipping it (dist/$${t#dist-} not written)"; fi; done
+
+.PHONY: test-release
+# What a release's users do, from fresh projects outside the checkout, with
+# only dist/ and the public registries (scripts/release/). It needs the module
+# proxy and the SDK packages, not the cross-compiled binaries.
+test-release: dist-goproxy dist-sdk ## install the release from dist/ into fresh projects and use it (Go; npm and Python when their scripts exist)
+	cd tools && GOWORK=off $(GO_TEST) ./release
+	scripts/release/test-release.sh $(DIST)
+
 .PHONY: clean
 clean: ## remove build outputs
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)

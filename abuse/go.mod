@@ -2,18 +2,10 @@ module github.com/holdfast/holdfast/abuse
 
 go 1.26.0
 
-replace (
-	github.com/holdfast/holdfast/conformance => ../conformance
-	github.com/holdfast/holdfast/core => ../core
-	github.com/holdfast/holdfast/plugins/memory => ../plugins/memory
-	github.com/holdfast/holdfast/proto => ../proto
-	github.com/holdfast/holdfast/sdk-go => ../sdk-go
-)
-
 require (
 	connectrpc.com/connect v1.21.1
-	github.com/holdfast/holdfast/conformance v0.0.0-00010101000000-000000000000
-	github.com/holdfast/holdfast/proto v0.0.0
+	github.com/holdfast/holdfast/conformance v0.1.0
+	github.com/holdfast/holdfast/proto v0.1.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

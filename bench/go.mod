@@ -5,9 +5,9 @@ go 1.26.0
 require (
 	connectrpc.com/connect v1.21.1
 	github.com/bsm/redislock v0.9.4
-	github.com/holdfast/holdfast/core v0.0.0
-	github.com/holdfast/holdfast/plugins/memory v0.0.0
-	github.com/holdfast/holdfast/proto v0.0.0
+	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/plugins/memory v0.1.0
+	github.com/holdfast/holdfast/proto v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.7.3

@@ -2,26 +2,18 @@ module github.com/holdfast/holdfast/chaos
 
 go 1.26.0
 
-replace (
-	github.com/holdfast/holdfast/conformance => ../conformance
-	github.com/holdfast/holdfast/core => ../core
-	github.com/holdfast/holdfast/plugins/memory => ../plugins/memory
-	github.com/holdfast/holdfast/proto => ../proto
-	github.com/holdfast/holdfast/sdk-go => ../sdk-go
-)
-
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	go.uber.org/goleak v1.3.0
 )
 
 require (
-	github.com/holdfast/holdfast/conformance v0.0.0
-	github.com/holdfast/holdfast/sdk-go v0.0.0
+	github.com/holdfast/holdfast/conformance v0.1.0
+	github.com/holdfast/holdfast/sdk-go v0.1.0
 )
 
 require (
 	connectrpc.com/connect v1.21.1 // indirect
-	github.com/holdfast/holdfast/proto v0.0.0 // indirect
+	github.com/holdfast/holdfast/proto v0.1.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

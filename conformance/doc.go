@@ -1,6 +1,6 @@
 // Package conformance is holdfast's shared conformance suite: the promises of
-// DESIGN.md written once as ginkgo specs and checked against every backend
-// and every server.
+// docs/promises.md (numbered 1 to 8 there and in the specs) written once as
+// ginkgo specs and checked against every backend and every server.
 //
 // It has three levels:
 //

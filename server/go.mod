@@ -8,10 +8,10 @@ require (
 	connectrpc.com/grpchealth v1.5.0
 	connectrpc.com/grpcreflect v1.3.1
 	connectrpc.com/otelconnect v0.10.0
-	github.com/holdfast/holdfast/core v0.0.0
-	github.com/holdfast/holdfast/plugins/memory v0.0.0
-	github.com/holdfast/holdfast/proto v0.0.0
-	github.com/holdfast/holdfast/sdk-go v0.0.0
+	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/plugins/memory v0.1.0
+	github.com/holdfast/holdfast/proto v0.1.0
+	github.com/holdfast/holdfast/sdk-go v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
@@ -58,11 +58,4 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
-)
-
-replace (
-	github.com/holdfast/holdfast/core => ../core
-	github.com/holdfast/holdfast/plugins/memory => ../plugins/memory
-	github.com/holdfast/holdfast/proto => ../proto
-	github.com/holdfast/holdfast/sdk-go => ../sdk-go
 )

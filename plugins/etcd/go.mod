@@ -3,9 +3,9 @@ module github.com/holdfast/holdfast/plugins/etcd
 go 1.26.0
 
 require (
-	github.com/holdfast/holdfast/core v0.0.0
-	github.com/holdfast/holdfast/proto v0.0.0
-	github.com/holdfast/holdfast/sdk-go v0.0.0
+	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/proto v0.1.0
+	github.com/holdfast/holdfast/sdk-go v0.1.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -37,7 +37,7 @@ require (
 	github.com/hashicorp/go-hclog v1.6.3 // indirect
 	github.com/hashicorp/go-plugin v1.8.0 // indirect
 	github.com/hashicorp/yamux v0.1.2 // indirect
-	github.com/holdfast/holdfast/conformance v0.0.0
+	github.com/holdfast/holdfast/conformance v0.1.0
 	github.com/mattn/go-colorable v0.1.12 // indirect
 	github.com/mattn/go-isatty v0.0.17 // indirect
 	github.com/oklog/run v1.1.0 // indirect
@@ -50,12 +50,3 @@ require (
 	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12
 )
-
-replace (
-	github.com/holdfast/holdfast/core => ../../core
-	github.com/holdfast/holdfast/proto => ../../proto
-)
-
-replace github.com/holdfast/holdfast/conformance => ../../conformance
-
-replace github.com/holdfast/holdfast/sdk-go => ../../sdk-go

@@ -3,9 +3,9 @@ module github.com/holdfast/holdfast/plugins/example
 go 1.26.0
 
 require (
-	github.com/holdfast/holdfast/conformance v0.0.0
-	github.com/holdfast/holdfast/core v0.0.0
-	github.com/holdfast/holdfast/proto v0.0.0
+	github.com/holdfast/holdfast/conformance v0.1.0
+	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/proto v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -21,7 +21,7 @@ require (
 	github.com/hashicorp/go-hclog v1.6.3 // indirect
 	github.com/hashicorp/go-plugin v1.8.0 // indirect
 	github.com/hashicorp/yamux v0.1.2 // indirect
-	github.com/holdfast/holdfast/sdk-go v0.0.0 // indirect
+	github.com/holdfast/holdfast/sdk-go v0.1.0 // indirect
 	github.com/mattn/go-colorable v0.1.12 // indirect
 	github.com/mattn/go-isatty v0.0.17 // indirect
 	github.com/oklog/run v1.1.0 // indirect
@@ -37,12 +37,4 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/holdfast/holdfast/conformance => ../../conformance
-	github.com/holdfast/holdfast/core => ../../core
-	github.com/holdfast/holdfast/plugins/memory => ../memory
-	github.com/holdfast/holdfast/proto => ../../proto
-	github.com/holdfast/holdfast/sdk-go => ../../sdk-go
 )

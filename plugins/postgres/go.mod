@@ -4,10 +4,10 @@ go 1.26.0
 
 require (
 	connectrpc.com/connect v1.21.1
-	github.com/holdfast/holdfast/conformance v0.0.0
-	github.com/holdfast/holdfast/core v0.0.0
-	github.com/holdfast/holdfast/proto v0.0.0
-	github.com/holdfast/holdfast/sdk-go v0.0.0
+	github.com/holdfast/holdfast/conformance v0.1.0
+	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/proto v0.1.0
+	github.com/holdfast/holdfast/sdk-go v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/protobuf v1.36.12
@@ -41,15 +41,4 @@ require (
 	golang.org/x/tools v0.49.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/grpc v1.85.0 // indirect
-)
-
-replace (
-	github.com/holdfast/holdfast/core => ../../core
-	github.com/holdfast/holdfast/proto => ../../proto
-)
-
-replace (
-	github.com/holdfast/holdfast/conformance => ../../conformance
-	github.com/holdfast/holdfast/plugins/memory => ../../plugins/memory
-	github.com/holdfast/holdfast/sdk-go => ../../sdk-go
 )

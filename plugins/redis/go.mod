@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/holdfast/holdfast/core v0.0.0
-	github.com/holdfast/holdfast/proto v0.0.0
+	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/proto v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/protobuf v1.36.12
@@ -33,8 +33,8 @@ require (
 	github.com/hashicorp/go-hclog v1.6.3 // indirect
 	github.com/hashicorp/go-plugin v1.8.0 // indirect
 	github.com/hashicorp/yamux v0.1.2 // indirect
-	github.com/holdfast/holdfast/conformance v0.0.0
-	github.com/holdfast/holdfast/sdk-go v0.0.0
+	github.com/holdfast/holdfast/conformance v0.1.0
+	github.com/holdfast/holdfast/sdk-go v0.1.0
 	github.com/mattn/go-colorable v0.1.12 // indirect
 	github.com/mattn/go-isatty v0.0.17 // indirect
 	github.com/oklog/run v1.1.0 // indirect
@@ -45,12 +45,3 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/grpc v1.85.0 // indirect
 )
-
-replace (
-	github.com/holdfast/holdfast/core => ../../core
-	github.com/holdfast/holdfast/proto => ../../proto
-)
-
-replace github.com/holdfast/holdfast/sdk-go => ../../sdk-go
-
-replace github.com/holdfast/holdfast/conformance => ../../conformance

@@ -6,11 +6,9 @@ import (
 	"os"
 
 	"github.com/holdfast/holdfast/server/internal/cli"
+	"github.com/holdfast/holdfast/server/internal/version"
 )
 
-// version is set at build time: go build -ldflags "-X main.version=v1.2.3".
-var version = "dev"
-
 func main() {
-	os.Exit(cli.Main(context.Background(), version, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(cli.Main(context.Background(), version.String(), os.Args[1:], os.Stdout, os.Stderr))
 }
