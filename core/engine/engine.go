@@ -39,8 +39,10 @@
 // A waiter never waits longer than its wait nor past its caller's deadline,
 // and it is never told "acquired" for a lease nobody will use: the backend
 // call runs detached from the caller's cancellation (so its outcome is
-// known), and a lease won after the caller gave up, or whose TTL ran out
-// before the answer came back, is released again at once.
+// known) but the caller does not wait for it past its wait or deadline (a
+// frozen backend included: see acquireDetached), and a lease won after the
+// caller gave up, or whose TTL ran out before the answer came back, is
+// released again at once.
 //
 // # Shutdown
 //
@@ -137,6 +139,7 @@ type Engine struct {
 	closeOnce sync.Once
 	stopWatch context.CancelFunc
 	wg        sync.WaitGroup
+	bg        background    // calls that outlive their callers (detach.go)
 	firstSync chan struct{} // closed at the first EventSynced
 
 	callersMu sync.Mutex
@@ -221,6 +224,7 @@ func (e *Engine) Close() error {
 		e.watchMu.Unlock()
 	})
 	e.wg.Wait()
+	e.bg.Close()
 	return nil
 }
 
@@ -370,10 +374,8 @@ func (e *Engine) try(ctx context.Context, key string, ttl time.Duration, holder 
 // nobody is queued).
 func (e *Engine) tryAs(ctx context.Context, key string, ttl time.Duration, holder, waiterID string) (attempt, error) {
 	token := newOwnerToken()
-	callCtx, cancel := e.detached(ctx)
-	defer cancel()
 	start := time.Now()
-	res, err := e.b.Acquire(callCtx, backend.AcquireRequest{
+	res, err := e.acquireDetached(ctx, backend.AcquireRequest{
 		Key: key, OwnerToken: token, TTL: ttl, Holder: holder, Stamp: e.clock.Now(), WaiterID: waiterID,
 	})
 	if err != nil {
@@ -509,7 +511,10 @@ func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.
 				continue
 			}
 		}
-		a, err := e.try(ctx, key, ttl, holder)
+		a, err := e.try(waitCtx, key, ttl, holder)
+		if waitCtx.Err() != nil {
+			continue // the wait ended during the try: the select above says how
+		}
 		switch {
 		case err != nil && !errors.Is(err, ErrUnavailable):
 			return nil, err

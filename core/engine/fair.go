@@ -164,7 +164,10 @@ func (e *Engine) acquireFair(ctx context.Context, f backend.FairBackend, key str
 			}
 			atHead = true
 		}
-		a, err := e.tryAs(ctx, key, ttl, holder, id)
+		a, err := e.tryAs(waitCtx, key, ttl, holder, id)
+		if waitCtx.Err() != nil {
+			continue // the wait ended during the try: the select above says how
+		}
 		switch {
 		case err != nil && !errors.Is(err, ErrUnavailable):
 			return nil, err

@@ -494,9 +494,18 @@ func TestLeaseWonAfterCallerLeftIsReleased(t *testing.T) {
 	if !errors.Is(err, engine.ErrCanceled) {
 		t.Fatalf("err = %v, want ErrCanceled", err)
 	}
-	ins, err := e.Inspect(context.Background(), &lockv1.InspectRequest{Key: "k"})
-	if err != nil || ins.GetHeld() {
-		t.Fatalf("a lease nobody got is still held: %v %v", ins, err)
+	// The caller is not kept waiting for the release: it follows.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		ins, err := e.Inspect(context.Background(), &lockv1.InspectRequest{Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ins.GetHeld() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a lease nobody got is still held: %v", ins)
+		}
 	}
 }
 
@@ -724,5 +733,47 @@ func TestHandoffCostsOneBackendAcquire(t *testing.T) {
 	wg.Wait()
 	if got := b.acquires.Load() - before; got != n {
 		t.Fatalf("%d backend acquires for %d handoffs, want one each", got, n)
+	}
+}
+
+// A backend that stops answering (a frozen plugin) keeps no caller past its
+// wait or its deadline; what it grants after they left is given back.
+func TestAStuckBackendHoldsNoCallerPastItsWaitOrDeadline(t *testing.T) {
+	e, b := newEngine(t, engine.Config{})
+	mustAcquire(t, e, "busy", time.Minute)
+	stuck := make(chan struct{})
+	hook := func() { <-stuck }
+	b.afterHook.Store(&hook)
+	defer b.afterHook.Store(nil)
+	unstick := sync.OnceFunc(func() { close(stuck) })
+	defer unstick()
+
+	start := time.Now()
+	r, err := e.Acquire(context.Background(), acq("busy", time.Minute, 200*time.Millisecond))
+	if took := time.Since(start); err != nil || r.GetAcquired() || took > 2*time.Second {
+		t.Fatalf("a waiter (wait 200ms) on a stuck backend: %v %v after %s, want not acquired after about 200ms", r, err, took)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	_, err = e.Acquire(ctx, acq("free", time.Minute, 0))
+	if took := time.Since(start); !errors.Is(err, engine.ErrDeadlineExceeded) || took > 2*time.Second {
+		t.Fatalf("a try-once Acquire (deadline 200ms) on a stuck backend: %v after %s, want deadline exceeded after about 200ms", err, took)
+	}
+	// The backend granted "free" to a caller that has gone: once it answers,
+	// the lease is released.
+	b.afterHook.Store(nil)
+	unstick()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		ins, err := e.Inspect(context.Background(), &lockv1.InspectRequest{Key: "free"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ins.GetHeld() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a lease granted after its caller left is still held: %v", ins)
+		}
 	}
 }
