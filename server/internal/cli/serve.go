@@ -57,6 +57,7 @@ type serveOptions struct {
 	maxWaiters          int
 	maxWaitersPerClient int
 	startTimeout        time.Duration
+	pingTimeout         time.Duration // the plugin's liveness ping must answer within this
 	shutdownTimeout     time.Duration
 	logLevel            string
 	logFormat           string
@@ -131,6 +132,7 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.IntVar(&o.maxLocks, "max-locks", 100000, "locks held through this server (and Acquires in progress) before Acquire answers resource_exhausted; 0: unbounded")
 	f.IntVar(&o.maxLocksPerClient, "max-locks-per-client", 10000, "locks one client (a token, or a client address) may hold through this server, with its Acquires in progress; a token's max_locks overrides it; 0: unbounded")
 	f.DurationVar(&o.startTimeout, "start-timeout", 30*time.Second, "how long to wait for the backend to start")
+	f.DurationVar(&o.pingTimeout, "backend-ping-timeout", pluginhost.DefaultPingTimeout, "the backend plugin must answer its liveness ping (every second) within this, or it is reported down (health NOT_SERVING, holdfast_backend_up 0, calls answer unavailable) until it answers again")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json (logs go to stderr)")
@@ -283,6 +285,8 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 		SHA256:  pin,
 		Logger:  log,
 		Env:     plugEnv,
+
+		PingTimeout: o.pingTimeout,
 	}
 	ob.plugin(&pcfg)
 	host, err := pluginhost.Start(startCtx, pcfg)
