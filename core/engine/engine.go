@@ -148,7 +148,8 @@ type Engine struct {
 	watchMu  sync.Mutex
 	synced   bool
 	everSync bool
-	subs     map[*subscriber]struct{}
+	subs     subscribers
+	deliver  *deliverers // watchers take turns to send (deliver.go)
 }
 
 // New starts an engine on b: it reads b's Info, starts the one backend watch
@@ -192,7 +193,8 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 		info:      info,
 		done:      make(chan struct{}),
 		firstSync: make(chan struct{}),
-		subs:      make(map[*subscriber]struct{}),
+		subs:      newSubscribers(),
+		deliver:   newDeliverers(),
 		callers:   make(map[string]int),
 	}
 	e.closing, e.cancelAll = context.WithCancel(context.Background())
@@ -218,7 +220,7 @@ func (e *Engine) Close() error {
 		e.cancelAll()
 		e.stopWatch()
 		e.watchMu.Lock()
-		for s := range e.subs {
+		for s := range e.subs.all {
 			e.endSub(s, newErr(ErrUnavailable, "watch: the server is shutting down"))
 		}
 		e.watchMu.Unlock()

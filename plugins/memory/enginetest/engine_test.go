@@ -777,3 +777,78 @@ func TestAStuckBackendHoldsNoCallerPastItsWaitOrDeadline(t *testing.T) {
 		}
 	}
 }
+
+// A watcher that does not take its events is ended once it is more than
+// its queue behind; the others, exact-key watchers of other keys included,
+// get theirs, and nobody waits for it.
+func TestASlowWatcherIsEndedNotWaitedOn(t *testing.T) {
+	e, _ := newEngine(t, engine.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stuck := make(chan struct{})
+	var synced sync.WaitGroup
+	synced.Add(3)
+	watch := func(req *lockv1.WatchRequest, send func(*lockv1.WatchResponse) error) chan error {
+		errc := make(chan error, 1)
+		first := true
+		go func() {
+			errc <- e.Watch(ctx, req, func(r *lockv1.WatchResponse) error {
+				if first {
+					first = false
+					synced.Done()
+					return nil
+				}
+				return send(r)
+			})
+		}()
+		return errc
+	}
+	slow := watch(&lockv1.WatchRequest{Target: &lockv1.WatchRequest_Prefix{Prefix: "s/"}}, func(*lockv1.WatchResponse) error {
+		<-stuck
+		return nil
+	})
+	var got []string
+	var mu sync.Mutex
+	fast := watch(&lockv1.WatchRequest{Target: &lockv1.WatchRequest_Key{Key: "s/k"}}, func(r *lockv1.WatchResponse) error {
+		mu.Lock()
+		got = append(got, r.GetType().String())
+		mu.Unlock()
+		return nil
+	})
+	var others atomic.Int64
+	other := watch(&lockv1.WatchRequest{Target: &lockv1.WatchRequest_Key{Key: "o/k"}}, func(*lockv1.WatchResponse) error {
+		others.Add(1)
+		return nil
+	})
+	synced.Wait()
+	const rounds = 300
+	for range rounds {
+		release(t, e, mustAcquire(t, e, "s/k", time.Minute))
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n == 2*rounds {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fast watcher got %d of %d events", n, 2*rounds)
+		}
+	}
+	if others.Load() != 0 {
+		t.Fatalf("a watcher of another key got %d events", others.Load())
+	}
+	close(stuck)
+	select {
+	case err := <-slow:
+		if !errors.Is(err, engine.ErrUnavailable) || !strings.Contains(err.Error(), "behind") {
+			t.Fatalf("the slow watcher ended with %v, want unavailable (fell behind)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow watcher was never ended")
+	}
+	cancel()
+	<-fast
+	<-other
+}

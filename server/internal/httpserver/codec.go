@@ -31,16 +31,19 @@ import (
 //     fields are numbered by generated code, so there is no typo to catch,
 //     and a newer client keeps working against an older server.
 
-type protoCodec struct{}
+type protoCodec struct{ shared *sharedEncodings }
 
 func (protoCodec) Name() string { return "proto" }
 
-func (protoCodec) Marshal(m any) ([]byte, error) {
+func (c protoCodec) Marshal(m any) ([]byte, error) { return c.MarshalAppend(nil, m) }
+
+// MarshalAppend is what Connect calls (into a buffer of its pool).
+func (c protoCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	msg, ok := m.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("%T is not a proto.Message", m)
 	}
-	return proto.Marshal(msg)
+	return c.shared.appendEncoding(dst, msg, func(msg proto.Message) ([]byte, error) { return proto.Marshal(msg) })
 }
 
 func (protoCodec) Unmarshal(data []byte, m any) error {
@@ -86,16 +89,19 @@ func badUTF8Wire(desc protoreflect.MessageDescriptor, b []byte) string {
 	return ""
 }
 
-type jsonCodec struct{}
+type jsonCodec struct{ shared *sharedEncodings }
 
 func (jsonCodec) Name() string { return "json" }
 
-func (jsonCodec) Marshal(m any) ([]byte, error) {
+func (c jsonCodec) Marshal(m any) ([]byte, error) { return c.MarshalAppend(nil, m) }
+
+// MarshalAppend is what Connect calls (into a buffer of its pool).
+func (c jsonCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	msg, ok := m.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("%T is not a proto.Message", m)
 	}
-	return protojson.Marshal(msg)
+	return c.shared.appendEncoding(dst, msg, func(msg proto.Message) ([]byte, error) { return protojson.Marshal(msg) })
 }
 
 func (jsonCodec) Unmarshal(data []byte, m any) error {

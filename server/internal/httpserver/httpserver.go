@@ -150,8 +150,8 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option)
 		// (a compressor reset per response) than it saves on the wire.
 		// Large List pages are still compressed for clients that accept it.
 		connect.WithCompressMinBytes(CompressMinBytes),
-		connect.WithCodec(protoCodec{}),
-		connect.WithCodec(jsonCodec{}),
+		connect.WithCodec(protoCodec{shared: newSharedEncodings()}),
+		connect.WithCodec(jsonCodec{shared: newSharedEncodings()}),
 		connect.WithInterceptors(o.interceptors...),
 	))
 	mux.Handle(grpchealth.NewHandler(health))
