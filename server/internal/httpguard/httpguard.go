@@ -166,7 +166,9 @@ func Handler(next http.Handler, t Timeouts) http.Handler {
 			}
 		}
 		if t.Write > 0 {
-			w = &writer{ResponseWriter: w, rc: rc, limit: t.Write}
+			gw := &writer{ResponseWriter: w, rc: rc, limit: t.Write}
+			defer gw.done()
+			w = gw
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -209,35 +211,46 @@ func isTimeout(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
-// writer arms a write deadline for each write and flush, and disarms it
-// after: a client that does not take a response within the limit loses its
-// stream (HTTP/2) or connection (HTTP/1.1).
+// writer arms a write deadline while a response is being written and
+// disarms it at each flush: a client that does not take a response within
+// the limit loses its stream (HTTP/2) or connection (HTTP/1.1), while a
+// Watch with nothing to send for a long while has no deadline armed.
+// (Arming once per message, not per write, keeps the cost to two deadline
+// changes per Watch event.)
 type writer struct {
 	http.ResponseWriter
-	rc    *http.ResponseController
-	limit time.Duration
+	rc      *http.ResponseController
+	limit   time.Duration
+	armed   bool
+	expired bool // a write timed out: the deadline stays in the past
 }
 
 // Unwrap lets http.ResponseController reach the server's writer.
 func (w *writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func (w *writer) guard(op func() error) error {
-	_ = w.rc.SetWriteDeadline(time.Now().Add(w.limit))
-	err := op()
-	if err != nil && isTimeout(err) {
-		// Left expired: every later write (the server's own flush of what
-		// is buffered) fails at once instead of blocking for good.
-		return err
+func (w *writer) arm() {
+	if !w.armed && !w.expired {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.limit))
+		w.armed = true
 	}
-	_ = w.rc.SetWriteDeadline(time.Time{})
-	return err
 }
 
-func (w *writer) Write(p []byte) (n int, err error) {
-	err = w.guard(func() error {
-		n, err = w.ResponseWriter.Write(p)
-		return err
-	})
+func (w *writer) settle(err error, flushed bool) {
+	switch {
+	case err != nil && isTimeout(err):
+		// Left expired: every later write (the server's own flush of what
+		// is buffered) fails at once instead of blocking for good.
+		w.expired = true
+	case flushed && w.armed && !w.expired:
+		_ = w.rc.SetWriteDeadline(time.Time{})
+		w.armed = false
+	}
+}
+
+func (w *writer) Write(p []byte) (int, error) {
+	w.arm()
+	n, err := w.ResponseWriter.Write(p)
+	w.settle(err, false)
 	return n, err
 }
 
@@ -245,7 +258,16 @@ func (w *writer) Write(p []byte) (n int, err error) {
 func (w *writer) Flush() { _ = w.FlushError() }
 
 // FlushError is what http.ResponseController calls.
-func (w *writer) FlushError() error { return w.guard(w.rc.Flush) }
+func (w *writer) FlushError() error {
+	w.arm()
+	err := w.rc.Flush()
+	w.settle(err, true)
+	return err
+}
+
+// done arms the deadline for what the server writes after the handler
+// returns (the rest of the response it buffered).
+func (w *writer) done() { w.arm() }
 
 // LogWriter passes at most burst lines per interval to next and counts the
 // others; the count is reported with the next line that passes. It is for
