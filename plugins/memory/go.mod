@@ -24,6 +24,7 @@ require (
 )
 
 require (
+	github.com/google/btree v1.1.3
 	go.uber.org/goleak v1.3.0
 	google.golang.org/protobuf v1.36.12
 )
