@@ -156,7 +156,9 @@ test-chaos: build ## fault-injection runs on every backend, checked with porcupi
 # or ended, and a normal client's Acquire p50 during it stays within a
 # stated multiple of its idle p50; prints both per attack.
 test-abuse: build ## attacks from loopback against the real binary: each is refused, and a normal client's Acquire p50 stays near its idle p50
-	cd abuse && $(GO_TEST) ./...
+	@report=$$(mktemp); status=0; \
+	(cd abuse && HOLDFAST_ABUSE_REPORT_FILE="$$report" $(GO_TEST) ./...) || status=$$?; \
+	cat "$$report"; rm -f "$$report"; exit $$status
 
 .PHONY: chaos
 chaos: build ## longer fault-injection run: make chaos DURATION=5m [SEED=n] [BACKENDS=etcd,redis]

@@ -38,17 +38,29 @@ var report struct {
 	lines []string
 }
 
+// TestMain writes the report to $HOLDFAST_ABUSE_REPORT_FILE when it is
+// set (make test-abuse prints it: go test shows a passing package's output
+// only with -v), else to stdout.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	report.mu.Lock()
 	slices.Sort(report.lines)
+	var b strings.Builder
 	if len(report.lines) > 0 {
-		fmt.Println("normal client's Acquire p50, idle and during each attack (same client, same test):")
+		b.WriteString("normal client's Acquire p50, idle and during each attack (same client, same test):\n")
 		for _, l := range report.lines {
-			fmt.Println("  " + l)
+			b.WriteString("  " + l + "\n")
 		}
 	}
 	report.mu.Unlock()
+	if f := os.Getenv("HOLDFAST_ABUSE_REPORT_FILE"); f != "" {
+		if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "abuse report:", err)
+			code = 1
+		}
+	} else {
+		fmt.Print(b.String())
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
