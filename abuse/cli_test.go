@@ -3,6 +3,7 @@ package abuse
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -41,6 +42,8 @@ func TestCLIEscapesControlCharacters(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := client(t, s, clientOpts{from: "127.0.0.2"})
+	p := newProbe(t, s, clientOpts{}, "probe/")
+	idle := p.p50(t)
 	const evil = "evil/\x1b[2J\x1b[H\rforged\nline"
 	const evilHolder = "h\x1b]0;pwned\x07\u202e"
 	for _, k := range []struct{ key, holder string }{{evil, evilHolder}, {"evil/plain", "cron@host1"}} {
@@ -92,4 +95,18 @@ func TestCLIEscapesControlCharacters(t *testing.T) {
 		t.Fatalf("watch event: %v", err)
 	}
 	expect(t, terminalSafe(event), "holdfast watch printed control characters: %q", event)
+
+	// Keys like these taken and given back in a loop (every log line and
+	// event carries them) beside a normal client.
+	stop := during(t, func(ctx context.Context) {
+		loop(ctx, 4, func(ctx context.Context, w int) {
+			r, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: evil + string(rune('a'+w)), Ttl: durationpb.New(time.Minute), Holder: evilHolder})
+			if err == nil && r.GetAcquired() {
+				_, _ = c.Release(ctx, &lockv1.ReleaseRequest{Key: r.GetLease().GetKey(), OwnerToken: r.GetLease().GetOwnerToken()})
+			}
+		})
+	})
+	attacked := p.p50(t)
+	stop()
+	unaffected(t, "9 control characters in keys", idle, attacked, 10)
 }

@@ -78,7 +78,7 @@ func trickle(head, tail string, gap time.Duration) func(ctx context.Context, c n
 // and --max-connections close connections over the caps at once, and the
 // normal client keeps its latency throughout.
 func TestSlowClientsAndConnectionCaps(t *testing.T) {
-	s := serve(t, hardened("--body-timeout", "2s", "--header-timeout", "2s", "--idle-timeout", "1m",
+	s := serve(t, hardened("--body-timeout", "2s", "--header-timeout", "2s", "--idle-timeout", "5s",
 		"--max-connections", "300", "--max-connections-per-client", "150")...)
 	ctx := t.Context()
 	p := newProbe(t, s, clientOpts{}, "probe/")
@@ -110,31 +110,50 @@ func TestSlowClientsAndConnectionCaps(t *testing.T) {
 	unaffected(t, "3 slow bodies and headers", idle, attacked, 10)
 
 	// Keep-alive connections that each made one request: a client's 151st
-	// is closed at once, another client still connects.
+	// is closed at once, another client still connects; past 300 in all,
+	// anyone's are; an idle one is closed after --idle-timeout.
 	request := func(ctx context.Context, c net.Conn) {
 		fmt.Fprintf(c, "GET /ui/ HTTP/1.1\r\nHost: x\r\n\r\n")
 	}
-	held, waitHeld := rawConns(t, ctx, s, "127.0.0.4", 150, 3*time.Second, request)
-	over, waitOver := rawConns(t, ctx, s, "127.0.0.4", 1, 3*time.Second, request)
+	idleConn, waitIdle := rawConns(t, ctx, s, "127.0.0.7", 1, 15*time.Second, request)
+	held, waitHeld := rawConns(t, ctx, s, "127.0.0.4", 150, 4*time.Second, request)
+	over, waitOver := rawConns(t, ctx, s, "127.0.0.4", 1, 4*time.Second, request)
 	fresh := client(t, s, clientOpts{}) // a new connection of the normal client
 	if _, err := fresh.GetServerInfo(ctx, &lockv1.GetServerInfoRequest{}); err != nil {
 		t.Fatalf("a new connection of another client: %v", err)
 	}
+	crowd, waitCrowd := rawConns(t, ctx, s, "127.0.0.5", 160, 4*time.Second, request)
+	atOnce := func(closed chan time.Duration) (refused, kept int) {
+		for d := range closed {
+			switch {
+			case d < 0:
+				kept++
+			case d < time.Second:
+				refused++
+			}
+		}
+		return refused, kept
+	}
 	waitOver()
 	close(over)
-	expect(t, <-over < time.Second, "a client's connection over --max-connections-per-client was not closed at once")
+	refused, _ := atOnce(over)
+	expect(t, refused == 1, "a client's connection over --max-connections-per-client was not closed at once")
+	waitCrowd()
+	close(crowd)
+	refused, kept := atOnce(crowd)
+	expect(t, refused > 0 && refused+kept == 160 && strings.Contains(s.Logs(), "(the server's --max-connections)"),
+		"another client's 160 connections with 150 open already: %d closed at once, %d kept; want those past --max-connections 300 closed (and logged)", refused, kept)
+	t.Logf("past --max-connections: %d of 160 closed at once", refused)
 	// The 150 were kept (each answered, then idle until the read deadline).
 	waitHeld()
 	close(held)
-	kept := 0
-	for d := range held {
-		if d < 0 {
-			kept++
-		}
-	}
-	if kept != 150 {
+	if _, kept := atOnce(held); kept != 150 {
 		t.Fatalf("%d of a client's 150 keep-alive connections kept, want 150", kept)
 	}
+	waitIdle()
+	close(idleConn)
+	d := <-idleConn
+	expect(t, d >= 4*time.Second && d <= 12*time.Second, "an idle keep-alive connection was closed after %s, want about --idle-timeout 5s", d)
 }
 
 // envelope frames one message of a Connect or gRPC stream.
