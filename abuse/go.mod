@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	connectrpc.com/connect v1.21.1
-	github.com/holdfast/holdfast/conformance v0.1.0
+	github.com/holdfast/holdfast/harness v0.1.0
 	github.com/holdfast/holdfast/proto v0.1.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0

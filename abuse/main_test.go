@@ -23,7 +23,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
 )

@@ -6,6 +6,7 @@ require (
 	connectrpc.com/connect v1.21.1
 	github.com/bsm/redislock v0.9.4
 	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/harness v0.1.0
 	github.com/holdfast/holdfast/plugins/memory v0.1.0
 	github.com/holdfast/holdfast/proto v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -50,3 +51,5 @@ replace github.com/holdfast/holdfast/proto => ../proto
 replace github.com/holdfast/holdfast/core => ../core
 
 replace github.com/holdfast/holdfast/plugins/memory => ../plugins/memory
+
+replace github.com/holdfast/holdfast/harness => ../harness

@@ -301,9 +301,7 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 		}
 		rep.Throughput = append(rep.Throughput, r)
 	}
-	for _, e := range extra {
-		rep.Throughput = append(rep.Throughput, e)
-	}
+	rep.Throughput = append(rep.Throughput, extra...)
 
 	var lockers []locker
 	for range *hotWorkers {

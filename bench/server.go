@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,25 +10,23 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/holdfast/holdfast/harness"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
 )
 
 // process is a server this program started and must stop.
 type process struct {
-	cmd  *exec.Cmd
+	*harness.Server
 	addr string
-	done chan error
 
 	// From the server's log (stderr): its plugin's process id and, with
 	// -profile, where the server and the plugin serve pprof.
@@ -45,28 +43,22 @@ func (p *process) logged() (pluginPID int, serverPprof, pluginPprof string) {
 	return p.pluginPID, p.serverPprof, p.pluginPprof
 }
 
-// scanLog picks facts out of the server's text log and passes every line on
-// to w.
-func (p *process) scanLog(r io.Reader, w io.Writer) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		fmt.Fprintln(w, line)
-		p.mu.Lock()
-		if v := logField(line, "plugin_pid"); v != "" {
-			p.pluginPID, _ = strconv.Atoi(v)
-		}
-		if strings.Contains(line, "pprof serving") {
-			if logField(line, "plugin") != "" {
-				p.pluginPprof = logField(line, "addr")
-			} else {
-				p.serverPprof = logField(line, "addr")
-			}
-		}
-		p.mu.Unlock()
+// scanLine picks facts out of one line of the server's text log and passes
+// it on to w.
+func (p *process) scanLine(line string, w io.Writer) {
+	fmt.Fprintln(w, line)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v := logField(line, "plugin_pid"); v != "" {
+		p.pluginPID, _ = strconv.Atoi(v)
 	}
-	_, _ = io.Copy(io.Discard, r)
+	if strings.Contains(line, "pprof serving") {
+		if logField(line, "plugin") != "" {
+			p.pluginPprof = logField(line, "addr")
+		} else {
+			p.serverPprof = logField(line, "addr")
+		}
+	}
 }
 
 // logField is the value of key=value in a slog text line.
@@ -79,72 +71,51 @@ func logField(line, key string) string {
 	return ""
 }
 
-// startProcess runs args and waits for the readiness line that holdfast
-// (and this program's echo mode) print on stdout:
-// "holdfast serving addr=HOST:PORT ...".
+// lineWriter calls line for every complete line written to it.
+type lineWriter struct {
+	line    func(string)
+	partial []byte
+}
+
+func (w *lineWriter) Write(b []byte) (int, error) {
+	w.partial = append(w.partial, b...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		w.line(string(w.partial[:i]))
+		w.partial = w.partial[i+1:]
+	}
+}
+
+// startProcess runs name with args and waits for the readiness line that
+// holdfast (and this program's echo mode) print on stdout:
+// "holdfast serving addr=HOST:PORT ...". The process dies with this one
+// (a parent-death signal): a bench killed midway leaves no server behind.
 func startProcess(ctx context.Context, name string, args ...string) (*process, error) {
-	cmd := exec.Command(name, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	errOut, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &process{cmd: cmd, done: make(chan error, 1)}
-	var logTo io.Writer = io.Discard
+	p := &process{}
+	logTo := io.Discard
 	if *verbose {
 		logTo = os.Stderr
 	}
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		p.scanLog(errOut, logTo)
-	}()
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			line := sc.Text()
-			if strings.HasPrefix(line, "holdfast serving ") {
-				for _, f := range strings.Fields(line) {
-					if a, ok := strings.CutPrefix(f, "addr="); ok {
-						ready <- a
-					}
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, out)
-		<-logDone // Wait closes the pipes: read them to the end first
-		p.done <- cmd.Wait()
-	}()
-	select {
-	case p.addr = <-ready:
-		return p, nil
-	case err := <-p.done:
-		return nil, fmt.Errorf("%s %s exited before it was ready: %v", name, strings.Join(args, " "), err)
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("%s %s: not ready after 30s", name, strings.Join(args, " "))
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		return nil, ctx.Err()
+	hs, err := harness.Start(ctx, harness.Options{
+		Binary:        name,
+		Command:       args,
+		Stderr:        &lineWriter{line: func(l string) { p.scanLine(l, logTo) }},
+		DieWithParent: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
 	}
+	p.Server, p.addr = hs, hs.Addr
+	return p, nil
 }
 
 // stop sends SIGTERM and waits, killing the process if it lingers.
 func (p *process) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
+	if err := p.Stop(10 * time.Second); err != nil {
+		logf("stop %s: %v", p.addr, err)
 	}
 }
 

@@ -4,12 +4,9 @@ go 1.26.0
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
-	go.uber.org/goleak v1.3.0
-)
-
-require (
-	github.com/holdfast/holdfast/conformance v0.1.0
+	github.com/holdfast/holdfast/harness v0.1.0
 	github.com/holdfast/holdfast/sdk-go v0.1.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 )
 
 // Fault kinds the harness injects.
@@ -231,7 +231,7 @@ type client struct {
 	stdin  io.WriteCloser
 	events chan clientEvent
 	done   chan struct{}
-	stderr *tail
+	stderr *harness.Tail
 
 	lostWrites, lostRefused int
 }
@@ -261,7 +261,7 @@ type clientEvent struct {
 }
 
 func startClient(bin string, id int, serverURL, resourceURL string) (*client, error) {
-	c := &client{id: id, events: make(chan clientEvent, 16), done: make(chan struct{}), stderr: &tail{max: 16 << 10}}
+	c := &client{id: id, events: make(chan clientEvent, 16), done: make(chan struct{}), stderr: harness.NewTail(16 << 10)}
 	c.cmd = exec.Command(bin, "-id", fmt.Sprint(id), "-server", serverURL, "-resource", resourceURL)
 	c.cmd.Stderr = c.stderr
 	var err error
@@ -492,7 +492,7 @@ func (r *run) inject(ctx context.Context, kind string, rng *rand.Rand) error {
 	case FaultPluginKill:
 		si := rng.IntN(len(r.servers))
 		s := r.servers[si].get()
-		kids := children(s.PID())
+		kids := harness.Children(s.PID())
 		if len(kids) == 0 {
 			return fmt.Errorf("server %d (pid %d) has no plugin child", si, s.PID())
 		}
@@ -503,7 +503,7 @@ func (r *run) inject(ctx context.Context, kind string, rng *rand.Rand) error {
 		// The server relaunches it: wait for a new child.
 		var relaunched int
 		if err := pollUntil(ctx, 60*time.Second, func() bool {
-			for _, k := range children(s.PID()) {
+			for _, k := range harness.Children(s.PID()) {
 				if k != plugin {
 					relaunched = k
 					return true
@@ -562,12 +562,12 @@ func (r *run) inject(ctx context.Context, kind string, rng *rand.Rand) error {
 func (r *run) restartServer(ctx context.Context, si int) error {
 	srv := r.servers[si]
 	old := srv.get()
-	kids := children(old.PID())
+	kids := harness.Children(old.PID())
 	if err := old.Kill(); err != nil {
 		return err
 	}
 	for _, k := range kids {
-		if err := pollUntil(ctx, 10*time.Second, func() bool { return !alive(k) }, "orphaned plugin exits"); err != nil {
+		if err := pollUntil(ctx, 10*time.Second, func() bool { return !harness.Alive(k) }, "orphaned plugin exits"); err != nil {
 			r.finding("plugin pid %d outlived its killed server by 10s; killing it", k)
 			_ = syscall.Kill(k, syscall.SIGKILL)
 		}
@@ -588,28 +588,6 @@ func (r *run) restartServer(ctx context.Context, si int) error {
 }
 
 // ---- helpers ----
-
-type tail struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (b *tail) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tail) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
-}
 
 // Summary is a one-line account of a report for logs.
 func (r *Report) Summary() string {

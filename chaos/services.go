@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/holdfast/holdfast/harness"
 )
 
 // ErrServiceMissing is returned (wrapped) when the software a backend needs
@@ -214,38 +216,6 @@ func pollUntil(ctx context.Context, timeout time.Duration, cond func() bool, wha
 	return nil
 }
 
-// alive says whether pid is a running process (a zombie is not).
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command name in parentheses.
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z' && s[i+2] != 'X'
-	}
-	return true
-}
-
 func waitGone(ctx context.Context, pid int) error {
-	return pollUntil(ctx, 30*time.Second, func() bool { return !alive(pid) }, fmt.Sprintf("pid %d gone", pid))
-}
-
-// children lists the child processes of pid (from /proc/PID/task/*/children).
-func children(pid int) []int {
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	var out []int
-	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue
-		}
-		for f := range strings.FieldsSeq(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil && alive(c) {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
+	return pollUntil(ctx, 30*time.Second, func() bool { return !harness.Alive(pid) }, fmt.Sprintf("pid %d gone", pid))
 }

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/holdfast/holdfast/conformance/harness"
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/proto/hlc"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
@@ -27,7 +27,7 @@ type BackendContext struct {
 	// Info is what the plugin declared at start-up.
 	Info backend.Info
 
-	plugin   pluginProcess
+	plugin   PluginProcess
 	path     string // resolved plugin executable
 	buildDir string
 	runID    string
@@ -75,7 +75,7 @@ func (sc *BackendContext) teardown() {
 
 // StartPlugin starts another instance of the plugin under test, with the same
 // options (specs about sharing use it). The caller closes it.
-func (sc *BackendContext) StartPlugin(ctx context.Context) (pluginProcess, error) {
+func (sc *BackendContext) StartPlugin(ctx context.Context) (PluginProcess, error) {
 	return startPlugin(ctx, sc.path, sc.Config.PluginArgs, sc.Config.PluginOptions)
 }
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/holdfast/holdfast/conformance"
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 )
 
 // inTree lists the backends this package proves, each with the plugin
@@ -44,9 +44,9 @@ func pluginOptions(t *testing.T, name string) map[string]string {
 		if b.name != name {
 			continue
 		}
-		opts, err := conformance.OptionsFromEnv(b.env)
+		opts, err := harness.OptionsFromEnv(b.env)
 		if err != nil {
-			conformance.SkipOrFail(t, name+": "+err.Error())
+			harness.SkipOrFail(t, name+": "+err.Error())
 		}
 		return opts
 	}

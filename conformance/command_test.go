@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 )
 
 // The suite must catch each deliberately broken backend by the spec named

@@ -2,13 +2,12 @@ package conformance
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 )
 
 // Config is the one description of what to test and how, filled either by a
@@ -143,45 +142,4 @@ func isInTreeName(plugin string) bool {
 	}
 	_, err := os.Stat(plugin)
 	return err != nil
-}
-
-// RequireServicesEnv names the variable that turns a missing service into a
-// failure instead of a skip (`make test` sets it to 1).
-const RequireServicesEnv = "HOLDFAST_REQUIRE_SERVICES"
-
-// OptionsFromEnv builds plugin options from environment variables: each
-// entry of vars maps an option key to the variable holding its value, e.g.
-// {"endpoints": "HOLDFAST_ETCD_ENDPOINTS"}. It returns an error naming the
-// variables that are unset; callers skip on it (or fail when
-// HOLDFAST_REQUIRE_SERVICES=1, see SkipOrFail).
-func OptionsFromEnv(vars map[string]string) (map[string]string, error) {
-	opts := map[string]string{}
-	var missing []string
-	for k, v := range vars {
-		val := os.Getenv(v)
-		if val == "" {
-			missing = append(missing, v)
-			continue
-		}
-		opts[k] = val
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("environment variable(s) %s not set (start the service with scripts/<service>.sh start)", strings.Join(missing, ", "))
-	}
-	return opts, nil
-}
-
-// SkipOrFail skips the test with reason, or fails it when
-// HOLDFAST_REQUIRE_SERVICES=1 (as in `make test`), where a missing service
-// must not pass as a skip.
-func SkipOrFail(t interface {
-	Helper()
-	Skipf(string, ...any)
-	Fatalf(string, ...any)
-}, reason string) {
-	t.Helper()
-	if os.Getenv(RequireServicesEnv) == "1" {
-		t.Fatalf("%s (and %s=1)", reason, RequireServicesEnv)
-	}
-	t.Skipf("%s", reason)
 }

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	connectrpc.com/connect v1.21.1
 	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/harness v0.1.0
 	github.com/holdfast/holdfast/plugins/memory v0.1.0
 	github.com/holdfast/holdfast/proto v0.1.0
 	github.com/holdfast/holdfast/sdk-go v0.1.0

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/holdfast/holdfast/conformance"
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 	"go.uber.org/goleak"
 )
 

@@ -113,7 +113,7 @@ func (sc *SDKContext) Connect(ctx context.Context, a *sdkrunner.Adapter, url, pr
 		select {
 		case <-a.Done():
 		default:
-			_ = a.Call(ctx, sdkrunner.CmdClose, sdkrunner.ClientArgs{Client: res.Client}, nil)
+			_ = a.Call(ctx, sdkrunner.CmdClose, sdkrunner.ClientArgs{Client: res.Client}, nil) //nolint:staticcheck // S1016: two messages that share a shape, not one type
 		}
 	}, ginkgo.NodeTimeout(10*time.Second))
 	return SDKClient{A: a, ID: res.Client}

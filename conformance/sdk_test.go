@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/conformance"
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 )
 
 // The SDK matrix: the SDK-level specs, written once, run against each SDK's
@@ -127,9 +127,9 @@ func serveOptions(t *testing.T, name string) *harness.Options {
 		if b.name != name {
 			continue
 		}
-		opts, err := conformance.OptionsFromEnv(b.env)
+		opts, err := harness.OptionsFromEnv(b.env)
 		if err != nil {
-			conformance.SkipOrFail(t, name+": "+err.Error())
+			harness.SkipOrFail(t, name+": "+err.Error())
 		}
 		if b.extra != nil {
 			for k, v := range b.extra() {
@@ -171,10 +171,10 @@ func adapterCommand(t *testing.T, sdk string) []string {
 		dir := filepath.Join(root, "sdk-ts")
 		tsc := filepath.Join(dir, "node_modules", "typescript", "bin", "tsc")
 		if _, err := os.Stat(tsc); err != nil {
-			conformance.SkipOrFail(t, "sdk-ts/node_modules is missing (run scripts/setup.d/40-node.sh or make sdk-codegen-tools)")
+			harness.SkipOrFail(t, "sdk-ts/node_modules is missing (run scripts/setup.d/40-node.sh or make sdk-codegen-tools)")
 		}
 		if _, err := exec.LookPath("node"); err != nil {
-			conformance.SkipOrFail(t, "node is not installed")
+			harness.SkipOrFail(t, "node is not installed")
 		}
 		// Built with sdk-ts's own tsc and compiler settings, into a
 		// directory of this process's own under sdk-ts (so Node finds
@@ -207,7 +207,7 @@ func adapterCommand(t *testing.T, sdk string) []string {
 	case "python":
 		py := filepath.Join(root, "sdk-python", ".venv", "bin", "python")
 		if _, err := os.Stat(py); err != nil {
-			conformance.SkipOrFail(t, "sdk-python/.venv is missing (run scripts/setup.d/50-python.sh or make sdk-codegen-tools)")
+			harness.SkipOrFail(t, "sdk-python/.venv is missing (run scripts/setup.d/50-python.sh or make sdk-codegen-tools)")
 		}
 		return []string{py, filepath.Join(root, "sdk-python", "conformance_runner", "holdfast_conformance_runner.py")}
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/proto/hlc"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"

@@ -17,8 +17,8 @@ var _ = describeService("server info", Label("server-info", "sharing"), func(sc 
 		b := info.GetBackend()
 		Expect(b.GetName()).NotTo(BeEmpty())
 		Expect(info.GetServerStamp()).NotTo(BeNil())
-		if max := b.GetMaxTtl().AsDuration(); max > 0 {
-			Expect(max).To(BeNumerically(">=", b.GetMinTtl().AsDuration()))
+		if hi := b.GetMaxTtl().AsDuration(); hi > 0 {
+			Expect(hi).To(BeNumerically(">=", b.GetMinTtl().AsDuration()))
 		}
 		if s := sc.Server(); s != nil {
 			Expect(b.GetShared()).To(Equal(s.Shared), "GetServerInfo and the start-up line disagree on shared")

@@ -35,11 +35,11 @@ var _ = describeService("TTL", Label("ttl"), func(sc *ServiceContext) {
 	It("refuses a TTL outside the backend's bounds with invalid_argument naming the field, and changes nothing", Label("bad-input"), func(ctx SpecContext) {
 		key := sc.Key("ttl-bounds")
 		bad := []time.Duration{0, -time.Second}
-		if max := sc.Backend().GetMaxTtl().AsDuration(); max > 0 {
-			bad = append(bad, max+time.Second)
+		if hi := sc.Backend().GetMaxTtl().AsDuration(); hi > 0 {
+			bad = append(bad, hi+time.Second)
 		}
-		if min := sc.Backend().GetMinTtl().AsDuration(); min > time.Millisecond {
-			bad = append(bad, min/2)
+		if lo := sc.Backend().GetMinTtl().AsDuration(); lo > time.Millisecond {
+			bad = append(bad, lo/2)
 		}
 		for _, ttl := range bad {
 			_, err := sc.RPC.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(ttl)})

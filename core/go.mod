@@ -3,6 +3,7 @@ module github.com/holdfast/holdfast/core
 go 1.26.0
 
 require (
+	github.com/google/pprof v0.0.0-20260402051712-545e8a4df936
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/go-plugin v1.8.0
 	github.com/holdfast/holdfast/proto v0.1.0

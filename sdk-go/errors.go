@@ -209,7 +209,7 @@ func mapError(ctx context.Context, op string, err error) error {
 		// or Close) ended the call: that is the whole story, not a server
 		// failure. The cause (ErrClosed, say) is kept too.
 		e.kind = ctxErr
-		if cause := context.Cause(ctx); cause != ctxErr {
+		if cause := context.Cause(ctx); cause != ctxErr { //nolint:errorlint // identity: a cause other than the bare context error
 			e.ctxErr = cause
 		}
 	} else if code == connect.CodeDeadlineExceeded {

@@ -59,7 +59,11 @@ func ExampleLock_TryLock() {
 	case err != nil:
 		log.Fatal(err)
 	}
-	defer g.Unlock(context.Background())
+	defer func() {
+		if err := g.Unlock(context.Background()); err != nil {
+			log.Print(err) // the lease frees itself at its TTL
+		}
+	}()
 	fmt.Println("acquired", g.Key())
 }
 

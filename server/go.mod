@@ -8,7 +8,9 @@ require (
 	connectrpc.com/grpchealth v1.5.0
 	connectrpc.com/grpcreflect v1.3.1
 	connectrpc.com/otelconnect v0.10.0
+	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/harness v0.1.0
 	github.com/holdfast/holdfast/plugins/memory v0.1.0
 	github.com/holdfast/holdfast/proto v0.1.0
 	github.com/holdfast/holdfast/sdk-go v0.1.0
@@ -30,6 +32,8 @@ require (
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
+
+require github.com/google/pprof v0.0.0-20260402051712-545e8a4df936 // indirect
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

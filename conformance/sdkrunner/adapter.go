@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/holdfast/holdfast/harness"
 )
 
 // ErrAdapterGone is returned (wrapped) by calls to an adapter whose process
@@ -47,7 +49,7 @@ type Adapter struct {
 
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
-	logs  *tail
+	logs  *harness.Tail
 	done  chan struct{} // closed when the reader has stopped and the process exited
 
 	writeMu sync.Mutex
@@ -72,7 +74,7 @@ func Start(ctx context.Context, argv []string, opts Options) (*Adapter, error) {
 		return nil, errors.New("sdkrunner: empty adapter command line")
 	}
 	a := &Adapter{
-		logs:     &tail{max: 16 << 10},
+		logs:     harness.NewTail(16 << 10),
 		done:     make(chan struct{}),
 		pending:  map[uint64]chan Message{},
 		eventsCh: make(chan struct{}),
@@ -207,7 +209,7 @@ func (a *Adapter) Call(ctx context.Context, cmd string, args, result any) error 
 	a.writeMu.Unlock()
 	if err != nil {
 		a.forget(id)
-		return fmt.Errorf("%w: writing %s: %v%s", ErrAdapterGone, cmd, err, a.logTail())
+		return fmt.Errorf("%w: writing %s: %w%s", ErrAdapterGone, cmd, err, a.logTail())
 	}
 	select {
 	case m, ok := <-ch:
@@ -247,7 +249,8 @@ func (a *Adapter) goneErr() error {
 	a.mu.Lock()
 	rerr, werr := a.readErr, a.waitErr
 	a.mu.Unlock()
-	return fmt.Errorf("%w: %v (exit: %v)%s", ErrAdapterGone, rerr, werr, a.logTail())
+	// Either may be nil: they are told, not wrapped.
+	return fmt.Errorf("%w: %v (exit: %v)%s", ErrAdapterGone, rerr, werr, a.logTail()) //nolint:errorlint // see above
 }
 
 func (a *Adapter) logTail() string {
@@ -432,27 +435,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }

@@ -10,6 +10,7 @@ package sdkrunner
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 )
@@ -116,7 +117,7 @@ func KindOf(err error) string {
 	if err == nil {
 		return ""
 	}
-	if e, ok := err.(*Error); ok {
+	if e, ok := errors.AsType[*Error](err); ok {
 		return e.Kind
 	}
 	return KindInternal
@@ -190,11 +191,12 @@ func (s Stamp) Compare(t Stamp) int {
 
 func (s Stamp) String() string { return fmt.Sprintf("%d.%d", s.WallTimeNs, s.Logical) }
 
-// HelloArgs and HelloResult: the handshake, always the first command.
+// HelloArgs opens the handshake, always the first command.
 type HelloArgs struct {
 	ProtocolVersion int `json:"protocol_version"`
 }
 
+// HelloResult is the adapter's answer to hello.
 type HelloResult struct {
 	ProtocolVersion int `json:"protocol_version"`
 	// SDK names the implementation ("go", "typescript", "python", ...).
@@ -204,15 +206,19 @@ type HelloResult struct {
 	Capabilities []string `json:"capabilities"`
 }
 
+// ConnectArgs asks for a client of the server at Addr (connect).
 type ConnectArgs struct {
 	Addr     string `json:"addr"`
 	Protocol string `json:"protocol,omitempty"`
 }
 
+// ConnectResult names the client connect made.
 type ConnectResult struct {
 	Client string `json:"client"`
 }
 
+// LockArgs takes a lock with a client (lock): once when Try, else waiting
+// up to WaitMs.
 type LockArgs struct {
 	Client string `json:"client"`
 	Key    string `json:"key"`
@@ -222,49 +228,61 @@ type LockArgs struct {
 	Try    bool   `json:"try,omitempty"`
 }
 
+// LockResult is the guard lock made, with its fencing token and stamp.
 type LockResult struct {
 	Guard        string `json:"guard"`
 	FencingToken U64    `json:"fencing_token"`
 	Stamp        Stamp  `json:"stamp"`
 }
 
+// GuardArgs names a guard (unlock, extend, fencing_token, guard_state);
+// TTLMs is extend's new TTL.
 type GuardArgs struct {
 	Guard string `json:"guard"`
 	TTLMs int64  `json:"ttl_ms,omitempty"`
 }
 
+// FencingTokenResult answers fencing_token.
 type FencingTokenResult struct {
 	FencingToken U64 `json:"fencing_token"`
 }
 
+// GuardStateResult answers guard_state: the state and, once lost, why.
 type GuardStateResult struct {
 	State  string `json:"state"`
 	Reason string `json:"reason,omitempty"`
 }
 
+// ValidateWriteArgs asks validate_write whether a write with Token passes
+// a resource at Watermark.
 type ValidateWriteArgs struct {
 	Token     U64 `json:"token"`
 	Watermark U64 `json:"watermark"`
 }
 
+// ClientArgs names a client (clock_now, close).
 type ClientArgs struct {
 	Client string `json:"client,omitempty"`
 }
 
+// ClockResult is a client's HLC stamp (clock_now, clock_update).
 type ClockResult struct {
 	Stamp Stamp `json:"stamp"`
 }
 
+// ClockUpdateArgs merges Stamp into a client's clock (clock_update).
 type ClockUpdateArgs struct {
 	Client string `json:"client"`
 	Stamp  Stamp  `json:"stamp"`
 }
 
+// InspectArgs asks a client who holds Key (inspect).
 type InspectArgs struct {
 	Client string `json:"client"`
 	Key    string `json:"key"`
 }
 
+// LockState is a held lock as inspect reports it.
 type LockState struct {
 	FencingToken U64    `json:"fencing_token"`
 	Holder       string `json:"holder"`
@@ -272,6 +290,7 @@ type LockState struct {
 	Waiters      uint32 `json:"waiters"`
 }
 
+// InspectResult answers inspect.
 type InspectResult struct {
 	Held  bool       `json:"held"`
 	State *LockState `json:"state,omitempty"`

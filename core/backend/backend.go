@@ -1,21 +1,16 @@
-// Package backend is the one package a holdfast backend imports: the Backend
-// interface, the plain types it speaks, the sentinel errors the engine branches
-// on, and Serve, which runs a Backend as a plugin process.
+// Package backend is the contract between holdfast and a lock backend: the
+// Backend interface (and FairBackend, for a store that keeps waiters in
+// order across servers), the plain types it speaks, the sentinel errors the
+// engine branches on, and NextStamp. It imports nothing but the standard
+// library and proto/hlc, so a backend's own packages, and their tests, stay
+// free of the plugin transport.
 //
-// A backend's main is a few lines:
+// A backend runs as a plugin process through package
+// core/backend/backendserver; its main is a few lines:
 //
 //	func main() {
-//		backend.Serve(mystore.Open) // func(ctx, opts map[string]string) (backend.Backend, error)
+//		backendserver.Serve(mystore.Open) // func(ctx, opts map[string]string) (backend.Backend, error)
 //	}
-//
-// Serve reads the options (`holdfast serve --backend-opt key=value`) from
-// the environment variable OptionsEnv, calls the open function (an error
-// there is logged and ends the process with status 1; the host shows the
-// message), and serves until the host shuts the plugin down.
-//
-// The engine launches the executable through hashicorp/go-plugin (gRPC,
-// magic-cookie handshake, AutoMTLS). Nothing may be written to stdout before
-// Serve: stdout carries the handshake. Log to stderr.
 //
 // # What a backend promises
 //

@@ -34,7 +34,9 @@
 // order is only as fair as the backend (BackendInfo.fair).
 //
 // A fair backend (Info.Fair, backend.FairBackend) also keeps a queue per key
-// in the store, shared by every server: see acquireFair.
+// in the store, shared by every server: then the store's queue, not only
+// this server's, says whose turn it is (see fairTurns). Both kinds of
+// backend wait in one loop, acquireWaiting.
 //
 // A waiter never waits longer than its wait nor past its caller's deadline,
 // and it is never told "acquired" for a lease nobody will use: the backend
@@ -77,17 +79,7 @@ const (
 	DefaultMaxTTL      = 24 * time.Hour
 	DefaultMaxWait     = time.Hour
 	DefaultCallTimeout = 10 * time.Second
-
-	DefaultMaxWaitersPerCaller = 1024
 )
-
-type callerKey struct{}
-
-// WithCaller names the caller of the requests made with ctx (the server uses
-// the client connection's address), so that its waiters can be bounded.
-func WithCaller(ctx context.Context, caller string) context.Context {
-	return context.WithValue(ctx, callerKey{}, caller)
-}
 
 // Config tunes an Engine. The zero value is usable.
 type Config struct {
@@ -106,10 +98,6 @@ type Config struct {
 	// defaults). Over a bound Acquire answers resource_exhausted.
 	MaxWaitersPerKey int
 	MaxWaiters       int
-	// MaxWaitersPerCaller bounds the waiters of one caller, as named by
-	// WithCaller (the server uses the client's connection)
-	// (0: DefaultMaxWaitersPerCaller).
-	MaxWaitersPerCaller int
 	// CallTimeout bounds backend calls the engine makes detached from the
 	// caller (0: DefaultCallTimeout).
 	CallTimeout time.Duration
@@ -142,9 +130,6 @@ type Engine struct {
 	bg        background    // calls that outlive their callers (detach.go)
 	firstSync chan struct{} // closed at the first EventSynced
 
-	callersMu sync.Mutex
-	callers   map[string]int // waiters per named caller
-
 	watchMu  sync.Mutex
 	synced   bool
 	everSync bool
@@ -164,9 +149,6 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
-	}
-	if cfg.MaxWaitersPerCaller <= 0 {
-		cfg.MaxWaitersPerCaller = DefaultMaxWaitersPerCaller
 	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
@@ -195,7 +177,6 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 		firstSync: make(chan struct{}),
 		subs:      newSubscribers(),
 		deliver:   newDeliverers(),
-		callers:   make(map[string]int),
 	}
 	e.closing, e.cancelAll = context.WithCancel(context.Background())
 	watchCtx, stop := context.WithCancel(context.Background())
@@ -348,8 +329,6 @@ func (e *Engine) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lock
 	var resp *lockv1.AcquireResponse
 	if wait == 0 {
 		resp, err = e.tryOnce(ctx, key, ttl, req.GetHolder())
-	} else if f, ok := e.fair(); ok {
-		resp, err = e.acquireFair(ctx, f, key, ttl, wait, req.GetHolder())
 	} else {
 		resp, err = e.acquireWaiting(ctx, key, ttl, wait, req.GetHolder())
 	}
@@ -386,6 +365,11 @@ func (e *Engine) tryAs(ctx context.Context, key string, ttl time.Duration, holde
 	// The backend's stamp is trusted: it orders the key's chain of holders.
 	e.clock.Observe(res.Record.Stamp)
 	if !res.Acquired {
+		if res.Record.Key == "" {
+			// No holder to report: the holder is unknown, or (on a fair
+			// backend) the lock is free but another waiter has the turn.
+			return attempt{}, nil
+		}
 		rec := res.Record
 		return attempt{current: &rec}, nil
 	}
@@ -450,130 +434,6 @@ func (e *Engine) tryOnce(ctx context.Context, key string, ttl time.Duration, hol
 		return e.acquired(a), nil
 	}
 	return e.notAcquired(a.current), nil
-}
-
-// Retry delays after a backend error or a lease that came back too late;
-// errors are also retried on every wake-up.
-const (
-	minRetry = 10 * time.Millisecond
-	maxRetry = 2 * time.Second
-)
-
-func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.Duration, holder string) (*lockv1.AcquireResponse, error) {
-	if caller, ok := ctx.Value(callerKey{}).(string); ok {
-		if err := e.addCaller(caller); err != nil {
-			return nil, err
-		}
-		defer e.removeCaller(caller)
-	}
-	w, err := e.q.Join(key)
-	if err != nil {
-		return nil, newErr(ErrResourceExhausted, "wait: %v", err)
-	}
-	defer w.Leave()
-	waitCtx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-
-	var (
-		current *backend.Record
-		lastErr error
-		retry   = minRetry
-	)
-	for {
-		select {
-		case <-w.Wake():
-		case <-timer.C:
-		case <-waitCtx.Done():
-			if ctx.Err() != nil {
-				return nil, ctxErr(ctx, "acquire")
-			}
-			if lastErr != nil {
-				return nil, lastErr
-			}
-			w.Leave() // so that waiters counts the others only
-			return e.notAcquired(current), nil
-		case <-e.done:
-			return nil, newErr(ErrUnavailable, "acquire: the server is shutting down")
-		}
-		// Only the head tries. Only the head is woken or arms the timer, and
-		// a head stays head until it leaves; the check keeps that invariant
-		// local to this loop.
-		if !w.IsHead() {
-			continue
-		}
-		// The waiter before us won the lock and its release has not been
-		// seen: trying now would fail. Wait for the release, or for that
-		// lock's expiry (in case its expiry event is lost).
-		if until, held := w.HeldUntil(); held {
-			if d := time.Until(until) + e.Info().TTLGranularity; d > 0 {
-				timer.Reset(d)
-				continue
-			}
-		}
-		a, err := e.try(waitCtx, key, ttl, holder)
-		if waitCtx.Err() != nil {
-			continue // the wait ended during the try: the select above says how
-		}
-		switch {
-		case err != nil && !errors.Is(err, ErrUnavailable):
-			return nil, err
-		case err != nil:
-			// The backend is down or restarting: a resync wakes us, and so
-			// does this backoff, in case the outage never broke the watch.
-			lastErr = err
-			e.log.Debug("waiting acquire: backend call failed", "key", key, "err", err)
-			timer.Reset(retry)
-			retry = min(2*retry, maxRetry)
-		case a.acquired:
-			// The lease lasts at most ttl from now: the backend started it
-			// after this call began.
-			w.Won(a.lease.GetFencingToken(), a.lease.GetOwnerToken(), time.Now().Add(ttl))
-			return e.acquired(a), nil
-		case a.current == nil:
-			// Acquired too late to be used and given back: try again soon.
-			lastErr = nil
-			timer.Reset(retry)
-			retry = min(2*retry, maxRetry)
-		default:
-			lastErr = nil
-			// Wake at the holder's expiry on our monotonic clock, in case
-			// the expiry event is lost. Extensions push it on: the next try
-			// learns the new remaining time.
-			d := a.current.Remaining + e.Info().TTLGranularity
-			if current != nil && current.FencingToken == a.current.FencingToken && d < retry {
-				// The same holder, still there at its expected expiry: the
-				// backend expires late. Back off instead of retrying at
-				// once, so a lagging backend is never polled in a loop.
-				d = retry
-				retry = min(2*retry, maxRetry)
-			} else {
-				retry = minRetry
-			}
-			current = a.current
-			timer.Reset(max(d, time.Millisecond))
-		}
-	}
-}
-
-func (e *Engine) addCaller(caller string) error {
-	e.callersMu.Lock()
-	defer e.callersMu.Unlock()
-	if n := e.callers[caller]; n >= e.cfg.MaxWaitersPerCaller {
-		return newErr(ErrResourceExhausted, "wait: %d waiters already queued from this connection (the maximum per connection)", n)
-	}
-	e.callers[caller]++
-	return nil
-}
-
-func (e *Engine) removeCaller(caller string) {
-	e.callersMu.Lock()
-	defer e.callersMu.Unlock()
-	if e.callers[caller]--; e.callers[caller] <= 0 {
-		delete(e.callers, caller)
-	}
 }
 
 // Release gives the lease up if req.OwnerToken holds it.
@@ -718,6 +578,7 @@ func (e *Engine) GetServerInfo(context.Context, *lockv1.GetServerInfoRequest) (*
 			Fair:   info.Fair,
 		},
 		MaxClockOffset: durationpb.New(max(e.clock.MaxOffset(), 0)),
+		MaxWait:        durationpb.New(e.cfg.MaxWait),
 		ServerStamp:    e.stamp(),
 	}, nil
 }

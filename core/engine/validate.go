@@ -28,10 +28,10 @@ func checkKey(field, key string) error {
 	return checkText(field, key, MaxKeyBytes)
 }
 
-// checkText validates free text: at most max bytes of UTF-8 without NUL.
-func checkText(field, s string, max int) error {
-	if len(s) > max {
-		return invalidf("%s: %d bytes exceeds the maximum %d bytes", field, len(s), max)
+// checkText validates free text: at most limit bytes of UTF-8 without NUL.
+func checkText(field, s string, limit int) error {
+	if len(s) > limit {
+		return invalidf("%s: %d bytes exceeds the maximum %d bytes", field, len(s), limit)
 	}
 	if !utf8.ValidString(s) {
 		return invalidf("%s: must be valid UTF-8", field)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/internal/backoff"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
@@ -24,11 +25,11 @@ const subBuffer = 256
 // re-establishes it with backoff when it fails (a plugin restart ends it).
 func (e *Engine) watchLoop(ctx context.Context) {
 	defer e.wg.Done()
-	backoff := minWatchBackoff
+	retry := backoff.New(minWatchBackoff, maxWatchBackoff)
 	for {
 		err := e.b.Watch(ctx, "", func(ev backend.Event) error {
 			if ev.Type == backend.EventSynced {
-				backoff = minWatchBackoff
+				retry.Reset()
 			}
 			e.onEvent(ctx, ev)
 			return nil
@@ -37,15 +38,15 @@ func (e *Engine) watchLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		e.log.Warn("backend watch ended; re-watching", "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
+		d := retry.Next()
+		e.log.Warn("backend watch ended; re-watching", "err", err, "backoff", d)
+		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
 		}
-		backoff = min(2*backoff, maxWatchBackoff)
 	}
 }
 

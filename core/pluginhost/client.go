@@ -9,22 +9,11 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/holdfast/holdfast/core/backend"
-	"github.com/holdfast/holdfast/proto/hlc"
+	"github.com/holdfast/holdfast/core/internal/wire"
 	backendv1 "github.com/holdfast/holdfast/proto/holdfast/backend/v1"
 )
-
-// remoteError is an error the plugin returned: its message as the plugin
-// wrote it, and the sentinel its gRPC code maps to.
-type remoteError struct {
-	sentinel error
-	msg      string
-}
-
-func (e *remoteError) Error() string { return e.msg }
-func (e *remoteError) Unwrap() error { return e.sentinel }
 
 // callError maps a failed call on generation g: the plugin's death or the
 // host's close to ErrUnavailable, the caller's own context to its error,
@@ -44,16 +33,13 @@ func (h *Host) callError(ctx context.Context, g *generation, op string, err erro
 	}
 	st, ok := status.FromError(err)
 	if !ok {
-		return fmt.Errorf("%w: plugin %s: %s: %v", backend.ErrUnavailable, h.cfg.Name, op, err)
+		return fmt.Errorf("%w: plugin %s: %s: %w", backend.ErrUnavailable, h.cfg.Name, op, err)
 	}
-	switch st.Code() {
-	case codes.InvalidArgument:
-		return &remoteError{sentinel: backend.ErrInvalidArgument, msg: st.Message()}
-	case codes.DeadlineExceeded:
+	if st.Code() == codes.DeadlineExceeded {
 		// Not the caller's deadline (checked above): CallTimeout ran out.
 		return fmt.Errorf("%w: plugin %s did not answer %s within %s", backend.ErrUnavailable, h.cfg.Name, op, h.cfg.CallTimeout)
 	}
-	return &remoteError{sentinel: backend.ErrUnavailable, msg: fmt.Sprintf("plugin %s: %s", h.cfg.Name, st.Message())}
+	return wire.FromStatus(st, h.cfg.Name)
 }
 
 // unary runs one call on the current plugin, bounded by CallTimeout and
@@ -93,20 +79,13 @@ func (h *Host) Info(context.Context) (backend.Info, error) {
 func (h *Host) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
 	var resp *backendv1.AcquireResponse
 	err := h.unary(ctx, "Acquire", func(ctx context.Context, c backendv1.BackendServiceClient) (err error) {
-		resp, err = c.Acquire(ctx, &backendv1.AcquireRequest{
-			Key:        req.Key,
-			OwnerToken: req.OwnerToken,
-			Ttl:        durationpb.New(req.TTL),
-			Holder:     req.Holder,
-			Stamp:      stampToProto(req.Stamp),
-			WaiterId:   req.WaiterID,
-		})
+		resp, err = c.Acquire(ctx, wire.ToAcquireRequest(req))
 		return err
 	})
 	if err != nil {
 		return backend.AcquireResult{}, err
 	}
-	return decodeAcquire(resp, req.Key)
+	return wire.FromAcquireResponse(resp, req.Key)
 }
 
 // Enqueue implements backend.FairBackend (a plugin that is not fair
@@ -151,11 +130,7 @@ func (h *Host) Dequeue(ctx context.Context, key, waiterID string) error {
 func (h *Host) Release(ctx context.Context, req backend.ReleaseRequest) (bool, error) {
 	var released bool
 	err := h.unary(ctx, "Release", func(ctx context.Context, c backendv1.BackendServiceClient) error {
-		resp, err := c.Release(ctx, &backendv1.ReleaseRequest{
-			Key:        req.Key,
-			OwnerToken: req.OwnerToken,
-			Stamp:      stampToProto(req.Stamp),
-		})
+		resp, err := c.Release(ctx, wire.ToReleaseRequest(req))
 		released = resp.GetReleased()
 		return err
 	})
@@ -166,18 +141,13 @@ func (h *Host) Release(ctx context.Context, req backend.ReleaseRequest) (bool, e
 func (h *Host) Extend(ctx context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
 	var resp *backendv1.ExtendResponse
 	err := h.unary(ctx, "Extend", func(ctx context.Context, c backendv1.BackendServiceClient) (err error) {
-		resp, err = c.Extend(ctx, &backendv1.ExtendRequest{
-			Key:        req.Key,
-			OwnerToken: req.OwnerToken,
-			Ttl:        durationpb.New(req.TTL),
-			Stamp:      stampToProto(req.Stamp),
-		})
+		resp, err = c.Extend(ctx, wire.ToExtendRequest(req))
 		return err
 	})
 	if err != nil {
 		return backend.ExtendResult{}, err
 	}
-	return decodeExtend(resp, req.Key)
+	return wire.FromExtendResponse(resp, req.Key)
 }
 
 // Get implements backend.Backend.
@@ -190,28 +160,24 @@ func (h *Host) Get(ctx context.Context, key string) (backend.Record, bool, error
 	if err != nil {
 		return backend.Record{}, false, err
 	}
-	return decodeGet(resp, key)
+	return wire.FromGetResponse(resp, key)
 }
 
 // List implements backend.Backend.
 func (h *Host) List(ctx context.Context, req backend.ListRequest) (backend.ListPage, error) {
-	if req.PageSize < 1 || int64(req.PageSize) > int64(^uint32(0)) {
-		return backend.ListPage{}, fmt.Errorf("%w: page_size must be between 1 and %d, got %d",
-			backend.ErrInvalidArgument, ^uint32(0), req.PageSize)
+	preq, err := wire.ToListRequest(req)
+	if err != nil {
+		return backend.ListPage{}, err
 	}
 	var resp *backendv1.ListResponse
-	err := h.unary(ctx, "List", func(ctx context.Context, c backendv1.BackendServiceClient) (err error) {
-		resp, err = c.List(ctx, &backendv1.ListRequest{
-			Prefix:    req.Prefix,
-			PageSize:  uint32(req.PageSize),
-			PageToken: req.PageToken,
-		})
+	err = h.unary(ctx, "List", func(ctx context.Context, c backendv1.BackendServiceClient) (err error) {
+		resp, err = c.List(ctx, preq)
 		return err
 	})
 	if err != nil {
 		return backend.ListPage{}, err
 	}
-	return decodeList(resp, req)
+	return wire.FromListResponse(resp, req)
 }
 
 // Watch implements backend.Backend. It returns the caller's context error
@@ -244,7 +210,7 @@ func (h *Host) Watch(ctx context.Context, prefix string, send func(backend.Event
 		if err != nil {
 			return h.callError(ctx, g, "Watch", err)
 		}
-		ev, err := decodeEvent(resp, prefix)
+		ev, err := wire.FromWatchResponse(resp, prefix)
 		if err != nil {
 			return fmt.Errorf("plugin %s: %w", h.cfg.Name, err)
 		}
@@ -252,32 +218,4 @@ func (h *Host) Watch(ctx context.Context, prefix string, send func(backend.Event
 			return err
 		}
 	}
-}
-
-func eventTypeFromProto(t backendv1.EventType) backend.EventType {
-	switch t {
-	case backendv1.EventType_EVENT_TYPE_SYNCED:
-		return backend.EventSynced
-	case backendv1.EventType_EVENT_TYPE_ACQUIRED:
-		return backend.EventAcquired
-	case backendv1.EventType_EVENT_TYPE_RELEASED:
-		return backend.EventReleased
-	case backendv1.EventType_EVENT_TYPE_EXPIRED:
-		return backend.EventExpired
-	}
-	return 0
-}
-
-func stampToProto(t hlc.Timestamp) *backendv1.Stamp {
-	if t.IsZero() {
-		return nil
-	}
-	return &backendv1.Stamp{WallTimeNs: t.WallTime, Logical: t.Logical}
-}
-
-func stampFromProto(p *backendv1.Stamp) hlc.Timestamp {
-	if p == nil {
-		return hlc.Timestamp{}
-	}
-	return hlc.Timestamp{WallTime: p.GetWallTimeNs(), Logical: p.GetLogical()}
 }

@@ -20,7 +20,7 @@ func Example() {
 	}
 	h, err := pluginhost.Start(ctx, pluginhost.Config{
 		Path:   exe,
-		Args:   []string{"backend", "memory"}, // runs backend.Serve(memory.Open)
+		Args:   []string{"backend", "memory"}, // runs backendserver.Serve(memory.Open)
 		Name:   "memory",
 		Logger: slog.Default(),
 	})

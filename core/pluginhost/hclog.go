@@ -7,10 +7,9 @@ import (
 	"log/slog"
 
 	"github.com/hashicorp/go-hclog"
-)
 
-// levelTrace is hclog's trace level in slog terms.
-const levelTrace = slog.LevelDebug - 4
+	"github.com/holdfast/holdfast/core/internal/handshake"
+)
 
 // hclogAdapter is an hclog.Logger that writes to a slog.Logger. go-plugin
 // logs through it, both its own messages and the plugin's stderr JSON lines,
@@ -40,25 +39,11 @@ func (a *hclogAdapter) derive(name string, implied []any) *hclogAdapter {
 	return &hclogAdapter{base: a.base, name: name, l: l, implied: implied}
 }
 
-func slogLevel(level hclog.Level) slog.Level {
-	switch level {
-	case hclog.Trace:
-		return levelTrace
-	case hclog.Debug:
-		return slog.LevelDebug
-	case hclog.Warn:
-		return slog.LevelWarn
-	case hclog.Error:
-		return slog.LevelError
-	}
-	return slog.LevelInfo
-}
-
 func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Off {
 		return
 	}
-	sl := slogLevel(level)
+	sl := handshake.SlogLevel(level)
 	if !a.l.Enabled(context.Background(), sl) {
 		return
 	}
@@ -81,7 +66,7 @@ func (a *hclogAdapter) Warn(msg string, args ...any)  { a.Log(hclog.Warn, msg, a
 func (a *hclogAdapter) Error(msg string, args ...any) { a.Log(hclog.Error, msg, args...) }
 
 func (a *hclogAdapter) enabled(level hclog.Level) bool {
-	return a.l.Enabled(context.Background(), slogLevel(level))
+	return a.l.Enabled(context.Background(), handshake.SlogLevel(level))
 }
 
 func (a *hclogAdapter) IsTrace() bool { return a.enabled(hclog.Trace) }

@@ -2,6 +2,9 @@ package pluginhost
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,8 +42,7 @@ func TestHooks(t *testing.T) {
 				dials.Add(1)
 				return invoker(ctx, method, req, reply, cc, opts...)
 			})},
-		// The plugin reads its log level from the environment.
-		Env: []string{backend.LogLevelEnv + "=debug"},
+		LogLevel: "debug",
 	})
 	ctx := ctxT(t)
 	if _, err := h.Acquire(ctx, backend.AcquireRequest{Key: "k", OwnerToken: "t", TTL: time.Minute}); err != nil {
@@ -60,6 +62,42 @@ func TestHooks(t *testing.T) {
 		t.Fatalf("the dial option's interceptor saw %d calls", n)
 	}
 	if logs.find(map[string]string{"msg": "plugin address", "level": "DEBUG", "plugin": "hooked"}) == nil {
-		t.Fatal("Env did not reach the plugin: no debug line from it")
+		t.Fatal("LogLevel did not reach the plugin: no debug line from it")
+	}
+}
+
+// PprofAddr makes the plugin serve its profiles on a port of its own, which
+// it logs; nothing is served there unless asked for.
+func TestPprofAddr(t *testing.T) {
+	log, logs := testLogger(t)
+	start(t, Config{Logger: log, Name: "profiled", PprofAddr: "127.0.0.1:0"})
+	var rec map[string]any
+	deadline := time.Now().Add(10 * time.Second)
+	for rec == nil {
+		if rec = logs.find(map[string]string{"msg": "pprof serving", "plugin": "profiled"}); rec == nil {
+			if time.Now().After(deadline) {
+				t.Fatal(`the plugin did not log "pprof serving"`)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	addr, _ := rec["addr"].(string)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile:") {
+		t.Fatalf("the plugin's goroutine profile: %s %.200s", resp.Status, body)
+	}
+
+	// Without PprofAddr the plugin serves no profiles.
+	log2, logs2 := testLogger(t)
+	start(t, Config{Logger: log2, Name: "plain"})
+	if logs2.find(map[string]string{"msg": "pprof serving"}) != nil {
+		t.Fatal("a plugin serves its profiles unasked")
 	}
 }

@@ -5,5 +5,5 @@ package pluginhost
 import "os/exec"
 
 // setPdeathsig does nothing where the kernel has no parent-death signal;
-// backend.Serve's parent watch still ends orphaned plugins.
+// backendserver.Serve's parent watch still ends orphaned plugins.
 func setPdeathsig(*exec.Cmd) {}

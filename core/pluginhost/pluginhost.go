@@ -16,10 +16,10 @@
 // until it answers again (liveness.go).
 //
 // The plugin process gets Pdeathsig=SIGKILL (Linux) from a thread the
-// supervisor keeps locked, and backend.Serve exits when its parent changes,
+// supervisor keeps locked, and backendserver.Serve exits when its parent changes,
 // so a killed host leaves no orphans.
 //
-// The plugin's stderr (hclog JSON lines, as backend.Serve writes them) is
+// The plugin's stderr (hclog JSON lines, as backendserver.Serve writes them) is
 // folded into Config.Logger at each line's own level, with the attribute
 // plugin=Config.Name. When the first launch fails, Start's error carries
 // what the plugin said (its last error-level log line), e.g. "open backend:
@@ -55,6 +55,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/internal/backoff"
+	"github.com/holdfast/holdfast/core/internal/handshake"
+	"github.com/holdfast/holdfast/core/internal/wire"
 	backendv1 "github.com/holdfast/holdfast/proto/holdfast/backend/v1"
 )
 
@@ -73,7 +76,7 @@ type Config struct {
 	// Args are its arguments (for example {"backend", "memory"} when the
 	// holdfast binary runs itself as a plugin).
 	Args []string
-	// Options are handed to the plugin's open function (backend.OptionsEnv).
+	// Options are handed to the plugin's open function.
 	Options map[string]string
 	// SHA256, when set, pins the executable: it is checked before every
 	// launch (go-plugin SecureConfig) and a mismatch refuses to run it.
@@ -105,6 +108,14 @@ type Config struct {
 	// Env is added to the plugin's environment (KEY=value), after the
 	// host's own.
 	Env []string
+	// LogLevel is the plugin's log level (trace, debug, info, warn, error;
+	// empty: info) unless HOLDFAST_BACKEND_LOG_LEVEL is set in the host's
+	// environment, which wins. Logger filters the plugin's lines again.
+	LogLevel string
+	// PprofAddr, when set (for example 127.0.0.1:0), makes the plugin serve
+	// its profiles on that address (package pprofhttp) and log
+	// "pprof serving" with the address it listens on. A debugging aid.
+	PprofAddr string
 }
 
 // ErrClosed is returned (it wraps backend.ErrUnavailable) by calls on a
@@ -198,12 +209,18 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	// (exec keeps the last of duplicate keys); go-plugin appends its own.
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, backend.OptionsEnv+"=") {
+		if !strings.HasPrefix(kv, handshake.OptionsEnv+"=") {
 			env = append(env, kv)
 		}
 	}
 	env = append(env, cfg.Env...)
-	env = append(env, backend.OptionsEnv+"="+string(optJSON))
+	if _, set := os.LookupEnv(handshake.LogLevelEnv); !set && cfg.LogLevel != "" {
+		env = append(env, handshake.LogLevelEnv+"="+cfg.LogLevel)
+	}
+	if cfg.PprofAddr != "" {
+		env = append(env, handshake.PprofAddrEnv+"="+cfg.PprofAddr)
+	}
+	env = append(env, handshake.OptionsEnv+"="+string(optJSON))
 
 	h := &Host{
 		cfg:     cfg,
@@ -326,7 +343,7 @@ func (h *Host) supervise(first chan<- error) {
 	runtime.LockOSThread()
 	// Never unlocked: the thread ends with this goroutine, after the plugin.
 
-	backoff := h.cfg.MinBackoff
+	retry := backoff.New(h.cfg.MinBackoff, h.cfg.MaxBackoff)
 	for {
 		g, err := h.launch()
 		if first != nil {
@@ -339,11 +356,11 @@ func (h *Host) supervise(first chan<- error) {
 				return
 			}
 		} else if err != nil {
-			h.log.Error("plugin relaunch failed", "error", err, "retry_in", backoff)
-			if !h.sleep(backoff) {
+			d := retry.Next()
+			h.log.Error("plugin relaunch failed", "error", err, "retry_in", d)
+			if !h.sleep(d) {
 				return
 			}
-			backoff = min(2*backoff, h.cfg.MaxBackoff)
 			continue
 		} else {
 			h.restarts.Add(1)
@@ -359,13 +376,13 @@ func (h *Host) supervise(first chan<- error) {
 			h.setGen(nil)
 			h.kill(g) // reaps the process and go-plugin's goroutines
 			if time.Since(up) > h.cfg.MaxBackoff {
-				backoff = h.cfg.MinBackoff
+				retry.Reset()
 			}
-			h.log.Warn("plugin exited unexpectedly; relaunching", "pid", g.pid, "up_for", time.Since(up).Round(time.Millisecond), "retry_in", backoff)
-			if !h.sleep(backoff) {
+			d := retry.Next()
+			h.log.Warn("plugin exited unexpectedly; relaunching", "pid", g.pid, "up_for", time.Since(up).Round(time.Millisecond), "retry_in", d)
+			if !h.sleep(d) {
 				return
 			}
-			backoff = min(2*backoff, h.cfg.MaxBackoff)
 		case <-h.closing:
 			stopPing()
 			h.setGen(nil)
@@ -416,8 +433,8 @@ func (h *Host) launch() (*generation, error) {
 	}
 	tail := &stderrTail{}
 	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  backend.HandshakeConfig,
-		Plugins:          plugin.PluginSet{backend.PluginName: clientPlugin{}},
+		HandshakeConfig:  handshake.Config(),
+		Plugins:          plugin.PluginSet{handshake.PluginName: clientPlugin{}},
 		Cmd:              cmd,
 		SkipHostEnv:      true, // cmd.Env already has it, filtered
 		SecureConfig:     secure,
@@ -435,7 +452,7 @@ func (h *Host) launch() (*generation, error) {
 		client.Kill()
 		return nil, h.startError(err, tail)
 	}
-	raw, err := proto.Dispense(backend.PluginName)
+	raw, err := proto.Dispense(handshake.PluginName)
 	if err != nil {
 		killClient(client, cmd.Process)
 		return nil, fmt.Errorf("pluginhost: %s: dispense: %w", h.cfg.Name, err)
@@ -456,7 +473,7 @@ func (h *Host) launch() (*generation, error) {
 		}
 		return nil, fmt.Errorf("pluginhost: %s did not start: Info: %w", h.cfg.Name, err)
 	}
-	if g.info, err = decodeInfo(resp); err != nil {
+	if g.info, err = wire.FromInfoResponse(resp); err != nil {
 		h.kill(g)
 		return nil, fmt.Errorf("pluginhost: %s did not start: %w", h.cfg.Name, err)
 	}
@@ -506,7 +523,7 @@ func fileSHA256(path string) ([]byte, error) {
 	return sum.Sum(nil), nil
 }
 
-// clientPlugin is the host side of backend.PluginName.
+// clientPlugin is the host side of handshake.PluginName.
 type clientPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 }

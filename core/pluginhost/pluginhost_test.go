@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/internal/handshake"
 )
 
 // memoryPlugin is the path of the holdfast-backend-memory binary the tests
@@ -67,7 +68,7 @@ func setup() (func(), error) {
 	cmd.Dir = filepath.Join("..", "..", "plugins", "memory")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("go build holdfast-backend-memory: %v\n%s", err, out)
+		return nil, fmt.Errorf("go build holdfast-backend-memory: %w\n%s", err, out)
 	}
 	return func() { os.RemoveAll(dir) }, nil
 }
@@ -140,7 +141,7 @@ func testLogger(t *testing.T) (*slog.Logger, *logBuffer) {
 			lb.mu.Unlock()
 		}
 	})
-	return slog.New(slog.NewJSONHandler(lb, &slog.HandlerOptions{Level: levelTrace})), lb
+	return slog.New(slog.NewJSONHandler(lb, &slog.HandlerOptions{Level: handshake.LevelTrace})), lb
 }
 
 func start(t *testing.T, cfg Config) *Host {
@@ -458,9 +459,10 @@ func TestOpenFailureSurfacesPluginMessage(t *testing.T) {
 }
 
 func TestPluginLogsAreReleveled(t *testing.T) {
-	t.Setenv(backend.LogLevelEnv, "debug")
+	// The variable in the host's environment wins over Config.LogLevel.
+	t.Setenv(handshake.LogLevelEnv, "debug")
 	log, logs := testLogger(t)
-	h := start(t, Config{Logger: log, Name: "mem"})
+	h := start(t, Config{Logger: log, Name: "mem", LogLevel: "error"})
 	_ = h
 	// go-plugin's server logs "plugin address" at debug from inside the
 	// plugin process; it must arrive at DEBUG, named after the plugin.
@@ -500,7 +502,7 @@ func TestStartErrors(t *testing.T) {
 
 // helperEnv makes the test binary a helper process that starts the memory
 // plugin and then waits to be killed: "host" starts it through Start (with
-// Pdeathsig), "spawn" starts it bare (only backend.Serve's parent watch can
+// Pdeathsig), "spawn" starts it bare (only backendserver.Serve's parent watch can
 // end it). The helper prints the plugin's pid on stdout.
 const helperEnv = "PLUGINHOST_TEST_HELPER"
 
@@ -516,7 +518,8 @@ func runHelper(mode string) {
 		fmt.Println(h.PID())
 	case "spawn":
 		cmd := exec.Command(plugin)
-		cmd.Env = append(os.Environ(), backend.HandshakeConfig.MagicCookieKey+"="+backend.HandshakeConfig.MagicCookieValue)
+		hs := handshake.Config()
+		cmd.Env = append(os.Environ(), hs.MagicCookieKey+"="+hs.MagicCookieValue)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			os.Exit(1)

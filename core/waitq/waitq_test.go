@@ -96,7 +96,8 @@ func TestWakeOnlyHeadAndCollapse(t *testing.T) {
 	c, _ := q.Join("other")
 	woken(a)
 	woken(c)
-	if !q.Wake("k") || !q.Wake("k") {
+	first, second := q.Wake("k"), q.Wake("k")
+	if !first || !second {
 		t.Fatal("Wake reported no head")
 	}
 	if !woken(a) || woken(a) {

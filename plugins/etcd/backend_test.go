@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/etcd"
 	"github.com/holdfast/holdfast/plugins/etcd/internal/etcdtest"
 	"github.com/holdfast/holdfast/proto/hlc"
@@ -448,7 +449,7 @@ func TestBadOptions(t *testing.T) {
 
 func TestFencingAcrossEtcdRestartAndReopen(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, 1)
+	c := etcdtest.StartT(t, 1)
 	prefix := testPrefix(t)
 	opts := map[string]string{"prefix": prefix, "call_timeout": "1s", "dial_timeout": "2s"}
 	b := open(t, c.EndpointList(), opts)
@@ -568,12 +569,13 @@ func rawClient(t testing.TB, eps string) *clientv3.Client {
 func TestTLSAndAuth(t *testing.T) {
 	t.Parallel()
 	if _, err := etcdtest.Binary(); err != nil {
-		skipOrFail(t, err.Error())
+		harness.SkipOrFail(t, err.Error())
 	}
 	dir := t.TempDir()
-	certs, err := etcdtest.GenerateTLS(dir)
-	if err != nil {
-		t.Fatal(err)
+	files := harness.WriteMutualTLS(t, dir)
+	certs := &etcdtest.TLS{
+		CertFile: files.ServerCertFile, KeyFile: files.ServerKeyFile, CAFile: files.CAFile,
+		ClientCertAuth: true, ClientCertFile: files.ClientCertFile, ClientKeyFile: files.ClientKeyFile,
 	}
 	ctx := ctxT(t)
 	c, err := etcdtest.StartWith(ctx, dir, 1, etcdtest.Options{TLS: certs})

@@ -89,8 +89,9 @@ func New(ctx context.Context, opts map[string]string) (*Backend, error) {
 	cancel()
 	if err != nil {
 		cli.Close()
+		// %v, not %w, as in wrap: the dial timeout is not the caller's.
 		return nil, fmt.Errorf("etcd at %s did not answer within %s: %w: %v",
-			strings.Join(b.endpoints, ","), cfg.DialTimeout, backend.ErrUnavailable, err)
+			strings.Join(b.endpoints, ","), cfg.DialTimeout, backend.ErrUnavailable, err) //nolint:errorlint // see wrap
 	}
 	b.cli = cli
 	b.revoke = make(chan clientv3.LeaseID, revokeQueue)
@@ -297,5 +298,5 @@ func wrap(parent context.Context, op string, err error) error {
 	// %v, not %w: our own call timeout must read as unavailable, not as the
 	// caller's deadline (which context.DeadlineExceeded in the chain would
 	// say to the plugin server).
-	return fmt.Errorf("etcd %s: %w: %v", op, backend.ErrUnavailable, err)
+	return fmt.Errorf("etcd %s: %w: %v", op, backend.ErrUnavailable, err) //nolint:errorlint // see above
 }

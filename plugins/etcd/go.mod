@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/harness v0.1.0
 	github.com/holdfast/holdfast/proto v0.1.0
 	github.com/holdfast/holdfast/sdk-go v0.1.0
 	go.etcd.io/etcd/api/v3 v3.7.3

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/etcd"
 	"github.com/holdfast/holdfast/plugins/etcd/internal/etcdtest"
 )
@@ -45,34 +46,9 @@ func run(m *testing.M) int {
 func requireEtcd(t testing.TB) string {
 	t.Helper()
 	if sharedEndpoints == "" {
-		skipOrFail(t, fmt.Sprintf("no etcd: %s unset and none could be started: %v", etcdtest.EndpointsEnv, startErr))
+		harness.SkipOrFail(t, fmt.Sprintf("no etcd: %s unset and none could be started: %v", etcdtest.EndpointsEnv, startErr))
 	}
 	return sharedEndpoints
-}
-
-func skipOrFail(t testing.TB, reason string) {
-	t.Helper()
-	if os.Getenv("HOLDFAST_REQUIRE_SERVICES") == "1" {
-		t.Fatalf("%s (and HOLDFAST_REQUIRE_SERVICES=1)", reason)
-	}
-	t.Skip(reason)
-}
-
-// startCluster starts a private etcd of n members for a test that stops or
-// restarts them.
-func startCluster(t testing.TB, n int) *etcdtest.Cluster {
-	t.Helper()
-	if _, err := etcdtest.Binary(); err != nil {
-		skipOrFail(t, err.Error())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := etcdtest.Start(ctx, t.TempDir(), n)
-	if err != nil {
-		t.Fatalf("start etcd: %v", err)
-	}
-	t.Cleanup(c.Stop)
-	return c
 }
 
 var prefixSeq atomic.Int64

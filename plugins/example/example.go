@@ -60,9 +60,9 @@ const (
 // and saying so explicitly documents that a retry may succeed.
 var ErrClosed = fmt.Errorf("%w: example backend closed", backend.ErrUnavailable)
 
-// Open is the backend.OpenFunc that backend.Serve calls with the options of
-// `holdfast serve --backend-opt key=value`. It refuses options it does not
-// know: a typo must not run silently with defaults.
+// Open is the backendserver.OpenFunc that backendserver.Serve calls with the
+// options of `holdfast serve --backend-opt key=value`. It refuses options it
+// does not know: a typo must not run silently with defaults.
 func Open(_ context.Context, opts map[string]string) (backend.Backend, error) {
 	maxTTL := DefaultMaxTTL
 	for _, k := range slices.Sorted(maps.Keys(opts)) {
@@ -78,7 +78,7 @@ func Open(_ context.Context, opts map[string]string) (backend.Backend, error) {
 			return nil, fmt.Errorf("%w: example: unknown option %q (known: max_ttl)", backend.ErrInvalidArgument, k)
 		}
 	}
-	// backend.Serve points slog at stderr; stdout belongs to the handshake.
+	// backendserver.Serve points slog at stderr; stdout belongs to the handshake.
 	slog.Info("example backend open", "max_ttl", maxTTL.String())
 	return New(maxTTL), nil
 }
@@ -125,8 +125,8 @@ func New(maxTTL time.Duration) *Store {
 	}
 }
 
-// Close stops the expiry timers and ends every watch. backend.Serve calls it
-// (through io.Closer) when the host shuts the plugin down.
+// Close stops the expiry timers and ends every watch. backendserver.Serve
+// calls it (through io.Closer) when the host shuts the plugin down.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -16,8 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/holdfast/holdfast/conformance"
-	"github.com/holdfast/holdfast/conformance/harness"
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/example"
 )
 

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/holdfast/holdfast/conformance v0.1.0
 	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/harness v0.1.0
 	github.com/holdfast/holdfast/proto v0.1.0
 	go.uber.org/goleak v1.3.0
 )

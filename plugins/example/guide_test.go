@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 )
 
 // The guide (docs/writing-a-backend.md) quotes this package's code. Every
@@ -21,7 +21,7 @@ func TestGuideSnippetsMatchTheCode(t *testing.T) {
 	var sources strings.Builder
 	for _, f := range []string{
 		"example.go", "example_test.go", "cmd/holdfast-backend-example/main.go",
-		"../../core/backend/backend.go", "../../core/backend/serve.go",
+		"../../core/backend/backend.go", "../../core/backend/backendserver/serve.go",
 	} {
 		b, err := os.ReadFile(f)
 		if err != nil {

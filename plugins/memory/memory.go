@@ -1,6 +1,6 @@
 // Package memory is holdfast's in-memory lock backend: one process, one map,
 // one mutex. It is the embedded default of the holdfast binary and runs either
-// in-process (New) or as a plugin process (Open, through backend.Serve).
+// in-process (New) or as a plugin process (Open, through backendserver.Serve).
 //
 // # Semantics
 //
@@ -169,7 +169,7 @@ func New() *Backend {
 	return b
 }
 
-// Open is the plugin entry point (backend.Serve(memory.Open)). The memory
+// Open is the plugin entry point (backendserver.Serve(memory.Open)). The memory
 // backend takes no options; any option is refused.
 func Open(_ context.Context, opts map[string]string) (backend.Backend, error) {
 	if len(opts) > 0 {

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/holdfast/holdfast/conformance"
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/postgres/pgtest"
 )
 
@@ -65,7 +65,7 @@ func crashAndRestart(ctx context.Context, srv *pgtest.Server) error {
 	}
 	after, err := os.ReadFile(pidFile)
 	if err != nil || bytes.Equal(before, after) {
-		return fmt.Errorf("postmaster PID %q after the restart (was %q): no new process (%v)",
+		return fmt.Errorf("postmaster PID %q after the restart (was %q): no new process (%w)",
 			bytes.TrimSpace(after), bytes.TrimSpace(before), err)
 	}
 	return nil

@@ -6,6 +6,7 @@ require (
 	connectrpc.com/connect v1.21.1
 	github.com/holdfast/holdfast/conformance v0.1.0
 	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/harness v0.1.0
 	github.com/holdfast/holdfast/proto v0.1.0
 	github.com/holdfast/holdfast/sdk-go v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0

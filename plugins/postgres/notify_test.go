@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/holdfast/holdfast/conformance"
-	"github.com/holdfast/holdfast/conformance/harness"
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/postgres"
 	"github.com/holdfast/holdfast/plugins/postgres/pgtest"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
@@ -124,10 +124,10 @@ func TestNotifyContended(t *testing.T) {
 
 	// The takeover clears the mark: the next lease's release is quiet, and
 	// no acquired events are sent in this mode.
-	tok, next := acquire(t, b, "hot", time.Minute)
+	tok, _ = acquire(t, b, "hot", time.Minute)
 	release(t, b, "hot", tok)
 	// A marked lease's expiry (by the cleaner) is announced.
-	_, next = acquire(t, b, "hot", 300*time.Millisecond)
+	_, next := acquire(t, b, "hot", 300*time.Millisecond)
 	if _, lost := acquire(t, b, "hot", time.Minute); lost.Acquired {
 		t.Fatal("acquire of a held key succeeded")
 	}
@@ -138,7 +138,7 @@ func TestNotifyContended(t *testing.T) {
 	tok, res := acquire(t, b, "moved", time.Minute)
 	release(t, other, "moved", tok)
 	expect(backend.EventReleased, "moved", res.Record.FencingToken)
-	tok, res = acquire(t, other, "moved", time.Minute)
+	tok, _ = acquire(t, other, "moved", time.Minute)
 	release(t, other, "moved", tok)
 	tok, res = acquire(t, other, "moved", time.Minute)
 	release(t, b, "moved", tok)

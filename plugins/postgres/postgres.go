@@ -316,7 +316,7 @@ var (
 	_ interface{ Close() error } = (*Backend)(nil)
 )
 
-// Open is the plugin entry point: backend.Serve(postgres.Open).
+// Open is the plugin entry point: backendserver.Serve(postgres.Open).
 func Open(ctx context.Context, opts map[string]string) (backend.Backend, error) {
 	o, err := ParseOptions(opts)
 	if err != nil {

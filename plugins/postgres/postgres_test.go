@@ -460,7 +460,7 @@ func TestFencingAndStampsIncrease(t *testing.T) {
 			if ok, _ := bk.Release(ctx, backend.ReleaseRequest{Key: "f", OwnerToken: tok}); !ok {
 				t.Fatal("release")
 			}
-			tok, res = acquire(t, bk, "f", 5*time.Millisecond)
+			_, res = acquire(t, bk, "f", 5*time.Millisecond)
 			check(res)
 			eventually(t, time.Second, "expiry", func() bool { _, ok, _ := bk.Get(ctx, "f"); return !ok })
 		case 2:
@@ -488,7 +488,9 @@ func TestFencingAndStampsIncrease(t *testing.T) {
 	// Logical overflow carries into the wall time.
 	tok, _ = acquire(t, b1, "h", time.Minute)
 	top := hlc.Timestamp{WallTime: far.WallTime + 1, Logical: ^uint32(0)}
-	b1.Release(ctx, backend.ReleaseRequest{Key: "h", OwnerToken: tok, Stamp: top})
+	if ok, err := b1.Release(ctx, backend.ReleaseRequest{Key: "h", OwnerToken: tok, Stamp: top}); !ok || err != nil {
+		t.Fatalf("release with the top stamp: %v %v", ok, err)
+	}
 	_, res = acquire(t, b1, "h", time.Minute)
 	if res.Record.Stamp != (hlc.Timestamp{WallTime: top.WallTime + 1}) {
 		t.Fatalf("stamp after logical max = %s", res.Record.Stamp)
@@ -639,7 +641,9 @@ func TestWatch(t *testing.T) {
 		t.Fatal("no event after quiet pings")
 	}
 	cancel2()
-	<-done2
+	if err := <-done2; !errors.Is(err, context.Canceled) {
+		t.Fatalf("quiet watch returned %v, want context.Canceled", err)
+	}
 
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -757,7 +761,12 @@ func TestCleaner(t *testing.T) {
 	go func() {
 		done <- b.Watch(ctx, "", func(ev backend.Event) error { events <- ev; return nil })
 	}()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Watch returned %v, want context.Canceled", err)
+		}
+	}()
 	if ev := <-events; ev.Type != backend.EventSynced {
 		t.Fatalf("first event %v", ev.Type)
 	}

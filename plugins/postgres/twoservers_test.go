@@ -15,7 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/postgres/pgtest"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
@@ -27,7 +27,7 @@ import (
 var buildDir = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "holdfast-postgres-test-") })
 
 // binary returns the path of a holdfast executable: from $HOLDFAST_BIN_DIR
-// when it is there, else built from this source tree (conformance/harness
+// when it is there, else built from this source tree (package harness
 // does both, once per name).
 func binary(t *testing.T, name string) string {
 	t.Helper()
@@ -60,40 +60,6 @@ func startServer(t *testing.T, holdfast string, args ...string) *server {
 	return &server{Server: s, addr: s.Addr}
 }
 
-// fencedResource is the resource the locks protect: it accepts a write only
-// with a fencing token above every token it has seen (ValidateWrite), and
-// records overlapping critical sections.
-type fencedResource struct {
-	mu        sync.Mutex
-	watermark uint64
-	busy      bool
-	writes    int
-	rejected  int
-	overlaps  int
-}
-
-func (r *fencedResource) enter(token uint64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.busy {
-		r.overlaps++
-	}
-	r.busy = true
-	if token <= r.watermark {
-		r.rejected++
-		return false
-	}
-	r.watermark = token
-	r.writes++
-	return true
-}
-
-func (r *fencedResource) leave() {
-	r.mu.Lock()
-	r.busy = false
-	r.mu.Unlock()
-}
-
 // TestTwoServersMutualExclusion: two holdfast servers over one PostgreSQL;
 // clients spread across both contend for a few keys; every critical section
 // writes to a fenced resource. No write may be rejected and no two critical
@@ -116,9 +82,9 @@ func TestTwoServersMutualExclusion(t *testing.T) {
 		ttl     = 5 * time.Second
 		runFor  = 3 * time.Second
 	)
-	resources := make([]*fencedResource, keys)
+	resources := make([]*harness.FencedResource, keys)
 	for i := range resources {
-		resources[i] = &fencedResource{}
+		resources[i] = &harness.FencedResource{}
 	}
 	var perServer [2]atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), runFor)
@@ -145,11 +111,11 @@ func TestTwoServersMutualExclusion(t *testing.T) {
 					continue // waited a second and did not get it: try again
 				}
 				lease := acq.GetLease()
-				if resources[k].enter(lease.GetFencingToken()) {
+				if resources[k].Enter(lease.GetFencingToken()) {
 					perServer[srv].Add(1)
 				}
 				time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond) // the work
-				resources[k].leave()
+				resources[k].Leave()
 				rel, err := client.Release(context.Background(), &lockv1.ReleaseRequest{
 					Key: key, OwnerToken: lease.GetOwnerToken(),
 				})
@@ -171,10 +137,11 @@ func TestTwoServersMutualExclusion(t *testing.T) {
 	}
 	total := 0
 	for k, r := range resources {
-		if r.rejected != 0 || r.overlaps != 0 {
-			t.Errorf("key %d: %d rejected writes, %d overlapping critical sections", k, r.rejected, r.overlaps)
+		writes, rejected, overlaps := r.Counts()
+		if rejected != 0 || overlaps != 0 {
+			t.Errorf("key %d: %d rejected writes, %d overlapping critical sections", k, rejected, overlaps)
 		}
-		total += r.writes
+		total += writes
 	}
 	t.Logf("%d critical sections on %d keys in %s: %d through server 1, %d through server 2",
 		total, keys, runFor, perServer[0].Load(), perServer[1].Load())
@@ -187,7 +154,7 @@ func TestTwoServersMutualExclusion(t *testing.T) {
 	// rejected by the resource and its release is a no-op.
 	c1 := lockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+servers[0].addr)
 	c2 := lockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+servers[1].addr)
-	res := &fencedResource{}
+	res := &harness.FencedResource{}
 	stale, err := c1.Acquire(context.Background(), &lockv1.AcquireRequest{
 		Key: "mutex/paused", Ttl: durationpb.New(200 * time.Millisecond)})
 	if err != nil || !stale.GetAcquired() {
@@ -198,14 +165,14 @@ func TestTwoServersMutualExclusion(t *testing.T) {
 	if err != nil || !next.GetAcquired() {
 		t.Fatalf("successor acquire after expiry: %v %v", next, err)
 	}
-	if !res.enter(next.GetLease().GetFencingToken()) {
+	if !res.Enter(next.GetLease().GetFencingToken()) {
 		t.Fatal("successor's write rejected")
 	}
-	res.leave()
-	if res.enter(stale.GetLease().GetFencingToken()) {
+	res.Leave()
+	if res.Enter(stale.GetLease().GetFencingToken()) {
 		t.Fatal("the paused holder's stale write was accepted")
 	}
-	res.leave()
+	res.Leave()
 	rel, err := c1.Release(context.Background(), &lockv1.ReleaseRequest{
 		Key: "mutex/paused", OwnerToken: stale.GetLease().GetOwnerToken()})
 	if err != nil || rel.GetReleased() {

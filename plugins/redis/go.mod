@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/bsm/redislock v0.9.4
 	github.com/holdfast/holdfast/core v0.1.0
+	github.com/holdfast/holdfast/harness v0.1.0
 	github.com/holdfast/holdfast/proto v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0

@@ -114,7 +114,7 @@ func ParseOptions(opts map[string]string) (Options, error) {
 	for _, k := range keys {
 		v := strings.TrimSpace(opts[k])
 		if err := o.set(k, v); err != nil {
-			return Options{}, fmt.Errorf("%w: redis option %s=%q: %v", backend.ErrInvalidArgument, k, opts[k], err)
+			return Options{}, fmt.Errorf("%w: redis option %s=%q: %w", backend.ErrInvalidArgument, k, opts[k], err)
 		}
 	}
 	if len(o.Addrs) == 0 {

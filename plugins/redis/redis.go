@@ -79,7 +79,7 @@ var _ backend.Backend = (*Backend)(nil)
 
 // Open parses opts (see OptionKeys), connects and checks the connection
 // within the dial timeout, so a wrong address or wrong credentials fail
-// start-up with a clear error. It is the plugin's backend.OpenFunc.
+// start-up with a clear error. It is the plugin's backendserver.OpenFunc.
 func Open(ctx context.Context, opts map[string]string) (backend.Backend, error) {
 	o, err := ParseOptions(opts)
 	if err != nil {
@@ -92,7 +92,7 @@ func Open(ctx context.Context, opts map[string]string) (backend.Backend, error) 
 func New(ctx context.Context, o Options) (*Backend, error) {
 	tlsCfg, err := o.tlsConfig()
 	if err != nil {
-		return nil, fmt.Errorf("%w: redis: %v", backend.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: redis: %w", backend.ErrInvalidArgument, err)
 	}
 	uo := &goredis.UniversalOptions{
 		Addrs:            o.Addrs,

@@ -13,7 +13,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/redis/redistest"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
@@ -24,7 +24,7 @@ import (
 var buildDir = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "holdfast-redis-test-") })
 
 // binary returns a holdfast executable: $HOLDFAST_BIN_DIR/name when it is
-// there, else built from this source tree (conformance/harness does both).
+// there, else built from this source tree (package harness does both).
 func binary(t testing.TB, name string) string {
 	t.Helper()
 	dir, err := buildDir()
@@ -51,40 +51,6 @@ func startHoldfast(t testing.TB, args ...string) *holdfastServer {
 	t.Helper()
 	s := harness.StartT(t, harness.Options{Binary: binary(t, "holdfast"), Args: args, ReadyTimeout: time.Minute})
 	return &holdfastServer{Server: s, addr: s.Addr}
-}
-
-// fencedResource is what the locks protect: it accepts a write only with a
-// fencing token above every token it accepted before, and counts critical
-// sections that overlap.
-type fencedResource struct {
-	mu        sync.Mutex
-	watermark uint64
-	busy      bool
-	writes    int
-	rejected  int
-	overlaps  int
-}
-
-func (r *fencedResource) enter(token uint64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.busy {
-		r.overlaps++
-	}
-	r.busy = true
-	if token <= r.watermark {
-		r.rejected++
-		return false
-	}
-	r.watermark = token
-	r.writes++
-	return true
-}
-
-func (r *fencedResource) leave() {
-	r.mu.Lock()
-	r.busy = false
-	r.mu.Unlock()
 }
 
 // redisServers starts two holdfast servers on the Redis plugin over one Redis.
@@ -124,9 +90,9 @@ func TestTwoServersMutualExclusion(t *testing.T) {
 		ttl     = 5 * time.Second
 		runFor  = 3 * time.Second
 	)
-	resources := make([]*fencedResource, keys)
+	resources := make([]*harness.FencedResource, keys)
 	for i := range resources {
-		resources[i] = &fencedResource{}
+		resources[i] = &harness.FencedResource{}
 	}
 	var perServer [2]atomic.Int64
 	lc := [2]lockv1connect.LockServiceClient{lockClient(t, servers[0]), lockClient(t, servers[1])}
@@ -154,11 +120,11 @@ func TestTwoServersMutualExclusion(t *testing.T) {
 					continue
 				}
 				lease := acq.GetLease()
-				if resources[k].enter(lease.GetFencingToken()) {
+				if resources[k].Enter(lease.GetFencingToken()) {
 					perServer[srv].Add(1)
 				}
 				time.Sleep(time.Duration(rng.IntN(1500)) * time.Microsecond) // the work
-				resources[k].leave()
+				resources[k].Leave()
 				rel, err := client.Release(ctx, &lockv1.ReleaseRequest{
 					Key: key, OwnerToken: lease.GetOwnerToken(),
 				})
@@ -180,10 +146,11 @@ func TestTwoServersMutualExclusion(t *testing.T) {
 	}
 	total := 0
 	for k, r := range resources {
-		if r.rejected != 0 || r.overlaps != 0 {
-			t.Errorf("key %d: %d rejected writes, %d overlapping critical sections", k, r.rejected, r.overlaps)
+		writes, rejected, overlaps := r.Counts()
+		if rejected != 0 || overlaps != 0 {
+			t.Errorf("key %d: %d rejected writes, %d overlapping critical sections", k, rejected, overlaps)
 		}
-		total += r.writes
+		total += writes
 	}
 	t.Logf("%d critical sections on %d keys in %s: %d through server 1, %d through server 2",
 		total, keys, runFor, perServer[0].Load(), perServer[1].Load())
@@ -249,7 +216,7 @@ func TestTwoServersWakeAndTakeover(t *testing.T) {
 	}
 
 	// Overrun: the paused holder's lease expires; server 2's waiter takes over.
-	res := &fencedResource{}
+	res := &harness.FencedResource{}
 	const short = 300 * time.Millisecond
 	stale, err := c1.Acquire(ctx, &lockv1.AcquireRequest{Key: "paused", Ttl: durationpb.New(short)})
 	if err != nil || !stale.GetAcquired() {
@@ -266,14 +233,14 @@ func TestTwoServersWakeAndTakeover(t *testing.T) {
 	if took > short+300*time.Millisecond {
 		t.Errorf("takeover after %s, want within the TTL %s + 300ms", took, short)
 	}
-	if !res.enter(next.GetLease().GetFencingToken()) {
+	if !res.Enter(next.GetLease().GetFencingToken()) {
 		t.Fatal("successor's write rejected")
 	}
-	res.leave()
-	if res.enter(stale.GetLease().GetFencingToken()) {
+	res.Leave()
+	if res.Enter(stale.GetLease().GetFencingToken()) {
 		t.Fatal("the paused holder's stale write was accepted")
 	}
-	res.leave()
+	res.Leave()
 	rel, err := c1.Release(ctx, &lockv1.ReleaseRequest{Key: "paused", OwnerToken: stale.GetLease().GetOwnerToken()})
 	if err != nil || rel.GetReleased() {
 		t.Fatalf("stale release = %v %v, want released=false", rel, err)

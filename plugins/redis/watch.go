@@ -101,7 +101,7 @@ func (b *Backend) Watch(ctx context.Context, prefix string, send func(backend.Ev
 
 func (b *Backend) watchErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return nil
+		return nil //nolint:nilerr // the caller ended the watch: that is no failure of Redis
 	}
 	return fmt.Errorf("%w: redis watch: %w", backend.ErrUnavailable, err)
 }

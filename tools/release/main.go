@@ -91,7 +91,7 @@ func dispatch(cmd string, args []string, stdout, stderr io.Writer) error {
 		fs.SetOutput(stderr)
 		out := fs.String("out", "", "directory to write the proxy into (emptied first)")
 		if err := fs.Parse(args); err != nil {
-			return fmt.Errorf("%w: %v", errUsage, err)
+			return fmt.Errorf("%w: %w", errUsage, err)
 		}
 		if *out == "" || fs.NArg() != 0 {
 			return fmt.Errorf("%w: goproxy needs -out DIR and nothing else", errUsage)

@@ -50,14 +50,12 @@ func run(ctx context.Context, in io.Reader, out io.Writer) error {
 	defer cancel()
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	closing := false
-	for !closing && sc.Scan() {
+	for sc.Scan() {
 		var req sdkrunner.Request
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			return fmt.Errorf("malformed command %q: %w", sc.Text(), err)
 		}
 		if req.Cmd == sdkrunner.CmdClose && !closesOneClient(req) {
-			closing = true
 			// Close every client (ending its guards and waits), then answer
 			// once every command in flight has answered, so the suite sees a
 			// clean end.

@@ -34,8 +34,8 @@ import (
 	"strings"
 
 	"github.com/holdfast/holdfast/conformance"
-	"github.com/holdfast/holdfast/conformance/harness"
 	"github.com/holdfast/holdfast/conformance/sdkrunner"
+	"github.com/holdfast/holdfast/harness"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
@@ -84,20 +84,21 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
-	if level == conformance.LevelBackend {
+	switch level {
+	case conformance.LevelBackend:
 		fs.StringVar(&cfg.Plugin, "plugin", "", "backend plugin executable to test (required)")
 		fs.Var(&pluginOpts, "plugin-opt", "plugin option key=value (repeatable)")
 		fs.Var(&pluginArgs, "plugin-arg", "extra argument for the plugin (repeatable)")
 		fs.DurationVar(&cfg.RestartTimeout, "restart-timeout", 0, "how long the plugin host may take to restart a killed plugin (default 20s)")
 		fs.StringVar(&restartStore, "restart-store", "", "shell command that restarts the backend's store (e.g. 'scripts/redis.sh restart DIR'); enables the store-restart spec")
-	} else if level == conformance.LevelSDK {
+	case conformance.LevelSDK:
 		fs.StringVar(&runner, "runner", "", "command line of the SDK adapter to drive, e.g. \"node runner.js\" (required; quotes group words)")
 		fs.StringVar(&cfg.RunnerDir, "runner-dir", "", "working directory of the adapter")
 		fs.StringVar(&backendName, "backend", "memory", "backend of the servers the suite starts (a name or a plugin path)")
 		fs.Var(&pluginOpts, "backend-opt", "backend option key=value for those servers (repeatable)")
 		fs.StringVar(&serverBin, "server", "", "holdfast server binary (default: $HOLDFAST_BIN_DIR/holdfast, else built from this source tree)")
 		fs.DurationVar(&cfg.WakeBound, "wake-bound", 0, "how soon after an unlock a waiter must hold the lock (default 50ms)")
-	} else {
+	default:
 		fs.StringVar(&cfg.Addr, "addr", "", "base URL of the running server to test (required)")
 		fs.StringVar(&cfg.SecondAddr, "second-addr", "", "optional second server on the same backend configuration, for the sharing specs")
 		fs.DurationVar(&cfg.WakeBound, "wake-bound", 0, "how soon after a release a waiter must hold the lock (default 50ms)")
@@ -114,7 +115,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&knownFile, "known-failing", "", "file listing specs expected to fail, one per line (a substring of the spec text; # comments): they do not fail the run, but passing does")
 	fs.BoolVar(&verbose, "v", false, "verbose: report every spec as it runs")
 	if err := fs.Parse(own); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/backend/backendserver"
 	"github.com/holdfast/holdfast/plugins/memory"
 	"github.com/holdfast/holdfast/proto/hlc"
 )
 
 // Serve runs the memory backend with one bug as a plugin process.
 func Serve(bug func(backend.Backend) backend.Backend) {
-	backend.Serve(func(ctx context.Context, opts map[string]string) (backend.Backend, error) {
+	backendserver.Serve(func(ctx context.Context, opts map[string]string) (backend.Backend, error) {
 		b, err := memory.Open(ctx, opts)
 		if err != nil {
 			return nil, err

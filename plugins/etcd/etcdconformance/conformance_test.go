@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/conformance"
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/etcd/internal/etcdtest"
 )
 
@@ -15,7 +15,7 @@ import (
 // shared etcd, in a key namespace of the run's own.
 func conformanceOptions(t *testing.T) map[string]string {
 	if endpoints == "" {
-		conformance.SkipOrFail(t, fmt.Sprintf("no etcd: %s unset and none could be started: %v", etcdtest.EndpointsEnv, startErr))
+		harness.SkipOrFail(t, fmt.Sprintf("no etcd: %s unset and none could be started: %v", etcdtest.EndpointsEnv, startErr))
 	}
 	return namespaced(endpoints)
 }
@@ -45,7 +45,7 @@ func TestBackendConformance(t *testing.T) {
 func ownEtcd(t *testing.T) *etcdtest.Member {
 	t.Helper()
 	if _, err := etcdtest.Binary(); err != nil {
-		conformance.SkipOrFail(t, err.Error())
+		harness.SkipOrFail(t, err.Error())
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

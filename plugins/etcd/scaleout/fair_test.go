@@ -89,7 +89,7 @@ func TestFIFOAcrossServers(t *testing.T) {
 				return
 			}
 			if err != nil || !resp.GetAcquired() {
-				errs <- fmt.Errorf("waiter %d: acquired=%v err=%v", i, resp.GetAcquired(), err)
+				errs <- fmt.Errorf("waiter %d: acquired=%v err=%w", i, resp.GetAcquired(), err)
 				return
 			}
 			at := time.Now()
@@ -98,7 +98,7 @@ func TestFIFOAcrossServers(t *testing.T) {
 			defer rcancel()
 			rel, err := c.Release(rctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: resp.GetLease().GetOwnerToken()})
 			if err != nil || !rel.GetReleased() {
-				errs <- fmt.Errorf("waiter %d release: %v %v", i, rel, err)
+				errs <- fmt.Errorf("waiter %d release: %v %w", i, rel, err)
 			}
 			mu.Lock()
 			grants = append(grants, grant{who: i, at: at, released: releasing})

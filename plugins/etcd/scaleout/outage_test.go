@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast/holdfast/plugins/etcd/internal/etcdtest"
 	holdfast "github.com/holdfast/holdfast/sdk-go"
 )
 
@@ -16,7 +17,7 @@ import (
 // gets a larger fencing token, and a fence admits the new token and refuses
 // the old one.
 func TestEtcdOutagePoisonsGuards(t *testing.T) {
-	cluster := startEtcd(t, 1)
+	cluster := etcdtest.StartT(t, 1)
 	_, urls := startServers(t, 2, cluster.EndpointList())
 	ctx := t.Context()
 	const ttl = 3 * time.Second
@@ -74,7 +75,11 @@ func TestEtcdOutagePoisonsGuards(t *testing.T) {
 	if err != nil {
 		t.Fatalf("acquire after etcd came back: %v", err)
 	}
-	defer g2.Unlock(context.Background())
+	defer func() {
+		if err := g2.Unlock(context.Background()); err != nil {
+			t.Errorf("unlock: %v", err)
+		}
+	}()
 	t2, err := g2.FencingToken()
 	if err != nil || t2 <= t1 {
 		t.Fatalf("new holder's token %d (%v), want above %d", t2, err, t1)

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/etcd/internal/etcdtest"
 	"github.com/holdfast/holdfast/proto/hlc"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
@@ -28,36 +28,12 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func skipOrFail(t testing.TB, reason string) {
-	t.Helper()
-	if os.Getenv("HOLDFAST_REQUIRE_SERVICES") == "1" {
-		t.Fatalf("%s (and HOLDFAST_REQUIRE_SERVICES=1)", reason)
-	}
-	t.Skip(reason)
-}
-
-// startEtcd starts a private etcd of n members for the test.
-func startEtcd(t *testing.T, n int) *etcdtest.Cluster {
-	t.Helper()
-	if _, err := etcdtest.Binary(); err != nil {
-		skipOrFail(t, err.Error())
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	c, err := etcdtest.Start(ctx, t.TempDir(), n)
-	if err != nil {
-		t.Fatalf("start etcd: %v", err)
-	}
-	t.Cleanup(c.Stop)
-	return c
-}
-
 // etcdEndpoints is HOLDFAST_ETCD_ENDPOINTS, or a private one-member etcd.
 func etcdEndpoints(t *testing.T) string {
 	if eps := os.Getenv(etcdtest.EndpointsEnv); eps != "" {
 		return eps
 	}
-	return startEtcd(t, 1).EndpointList()
+	return etcdtest.StartT(t, 1).EndpointList()
 }
 
 // startServers starts n `holdfast serve` processes on the etcd plugin over
@@ -317,7 +293,7 @@ func etcdLeader(t *testing.T, c *etcdtest.Cluster) int {
 // succeeds eventually and none answers extended=false), and the fenced
 // resource never sees a token go back.
 func TestClusterMemberLossUnderLoad(t *testing.T) {
-	cluster := startEtcd(t, 3)
+	cluster := etcdtest.StartT(t, 3)
 	clients, _ := startServers(t, 2, cluster.EndpointList())
 	store := newFencedStore()
 	st := &stats{granted: make([]atomic.Int64, len(clients))}

@@ -24,6 +24,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/holdfast/holdfast/harness"
 )
 
 // EnvDSN is the environment variable naming a running server.
@@ -130,11 +132,7 @@ func (s *Server) Kill(t testing.TB) {
 
 func unavailable(t testing.TB, err error) {
 	t.Helper()
-	msg := fmt.Sprintf("no PostgreSQL server: set %s or install PostgreSQL (scripts/setup.d/30-postgres.sh): %v", EnvDSN, err)
-	if os.Getenv("HOLDFAST_REQUIRE_SERVICES") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	harness.SkipOrFail(t, fmt.Sprintf("no PostgreSQL server: set %s or install PostgreSQL (scripts/setup.d/30-postgres.sh): %v", EnvDSN, err))
 }
 
 // Script finds scripts/postgres.sh by walking up from the working directory.

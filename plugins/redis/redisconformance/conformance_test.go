@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/conformance"
-	"github.com/holdfast/holdfast/conformance/harness"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/redis"
 	"github.com/holdfast/holdfast/plugins/redis/redistest"
 )
@@ -107,7 +107,7 @@ type server struct {
 func startRedis(t *testing.T, persist bool) *server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		redistest.Unavailable(t, "redis-server not in PATH: run scripts/setup.sh")
+		harness.SkipOrFail(t, "redis-server not in PATH: run scripts/setup.sh")
 	}
 	script, err := redisScript()
 	if err != nil {
@@ -147,7 +147,7 @@ func (s *server) restart(ctx context.Context) error {
 		return err
 	}
 	if after, err := s.pid(); err != nil || after == before {
-		return fmt.Errorf("redis-server PID %q after the restart (was %q): no new process (%v)", after, before, err)
+		return fmt.Errorf("redis-server PID %q after the restart (was %q): no new process (%w)", after, before, err)
 	}
 	addr, err := addrLine(out)
 	if err != nil {

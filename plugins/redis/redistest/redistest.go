@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast/holdfast/harness"
 )
 
 // EnvAddr names the environment variable holding a running Redis's address.
@@ -29,15 +31,6 @@ func Addr(t testing.TB) string {
 		return a
 	}
 	return Start(t).Addr
-}
-
-// Unavailable skips t with why, or fails it when HOLDFAST_REQUIRE_SERVICES=1.
-func Unavailable(t testing.TB, why string) {
-	t.Helper()
-	if os.Getenv("HOLDFAST_REQUIRE_SERVICES") == "1" {
-		t.Fatalf("%s (HOLDFAST_REQUIRE_SERVICES=1)", why)
-	}
-	t.Skip(why)
 }
 
 // Server is a redis-server process owned by a test.
@@ -62,7 +55,7 @@ type Server struct {
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		Unavailable(t, "redis-server not in PATH and "+EnvAddr+" unset: run scripts/setup.sh, or scripts/redis.sh start DIR and export "+EnvAddr)
+		harness.SkipOrFail(t, "redis-server not in PATH and "+EnvAddr+" unset: run scripts/setup.sh, or scripts/redis.sh start DIR and export "+EnvAddr)
 	}
 	return startServer(t, &Server{Dir: t.TempDir(), args: args})
 }
@@ -202,7 +195,7 @@ func (s *Server) Restart(t testing.TB) {
 func StartCluster(t testing.TB, n int) []*Server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-cli"); err != nil {
-		Unavailable(t, "redis-cli not in PATH: run scripts/setup.sh")
+		harness.SkipOrFail(t, "redis-cli not in PATH: run scripts/setup.sh")
 	}
 	nodes := make([]*Server, n)
 	addrs := make([]string, n)
@@ -242,7 +235,7 @@ func StartCluster(t testing.TB, n int) []*Server {
 func StartTLS(t testing.TB, args ...string) *Server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		Unavailable(t, "redis-server not in PATH: run scripts/setup.sh")
+		harness.SkipOrFail(t, "redis-server not in PATH: run scripts/setup.sh")
 	}
 	return startServer(t, &Server{Dir: t.TempDir(), args: args, TLS: true})
 }
@@ -252,7 +245,7 @@ func StartTLS(t testing.TB, args ...string) *Server {
 func StartSentinel(t testing.TB, master *Server, name string) *Server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		Unavailable(t, "redis-server not in PATH: run scripts/setup.sh")
+		harness.SkipOrFail(t, "redis-server not in PATH: run scripts/setup.sh")
 	}
 	dir := t.TempDir()
 	conf := dir + "/sentinel.conf"

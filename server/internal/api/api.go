@@ -114,7 +114,7 @@ func (h *Handler) List(ctx context.Context, req *lockv1.ListRequest) (*lockv1.Li
 func (h *Handler) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *connect.ServerStream[lockv1.WatchResponse]) error {
 	err := h.e.Watch(ctx, req, stream.Send)
 	if err != nil && ctx.Err() != nil {
-		return nil // the client went away; nobody reads the status
+		return nil //nolint:nilerr // the client went away; nobody reads the status
 	}
 	return toConnect(err)
 }

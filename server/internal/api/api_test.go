@@ -352,5 +352,7 @@ func TestWaitLimitsAreResourceExhausted(t *testing.T) {
 		t.Fatalf("second waiter on a key: %v, want resource_exhausted", err)
 	}
 	cancel()
-	<-done
+	if err := <-done; connect.CodeOf(err) != connect.CodeCanceled {
+		t.Errorf("a waiter whose caller canceled: %v, want canceled", err)
+	}
 }

@@ -49,7 +49,7 @@ func (i *Interceptor) authenticate(h interface{ Get(string) string }, procedure,
 	case v == "":
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New(`missing "Authorization: Bearer <token>" header`))
 	case !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "":
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New(`Authorization header: want "Bearer <token>"`))
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New(`Authorization header: want "Bearer <token>"`)) //nolint:staticcheck // ST1005: the message starts with the header's name
 	}
 	p := i.store.Authenticate(strings.TrimSpace(tok))
 	if p == nil {

@@ -148,12 +148,14 @@ func (r *lockRun) run(ctx context.Context) error {
 	// Its own process group, so that a lost lease stops its children too.
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := child.Start(); err != nil {
-		r.release(g)
+		_ = r.release(g) // release reports its own failure
 		return &exitError{code: 127, err: fmt.Errorf("cannot run %s: %w", r.argv[0], err)}
 	}
 	pgid := child.Process.Pid
-	done := make(chan error, 1)
-	go func() { done <- child.Wait() }()
+	// The exit status is in child.ProcessState once Wait returns; its error
+	// only restates a non-zero status.
+	done := make(chan struct{})
+	go func() { _ = child.Wait(); close(done) }()
 
 	var (
 		lost      error
@@ -233,7 +235,7 @@ func (r *lockRun) acquire(ctx context.Context, c *holdfast.Client, sigs <-chan o
 	}
 	if interrupted != nil {
 		if out.g != nil {
-			r.release(out.g)
+			_ = r.release(out.g) // release reports its own failure
 		}
 		return nil, &exitError{code: 128 + int(interrupted.(syscall.Signal)), err: fmt.Errorf("interrupted while waiting for %q", r.key)}
 	}

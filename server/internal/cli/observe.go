@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
-	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/core/pluginhost"
 	"github.com/holdfast/holdfast/server/internal/httpserver"
@@ -45,9 +43,7 @@ func setupObservability(ctx context.Context, o serveOptions, version string, log
 // and the log level (the plugin logs at --log-level too, unless
 // HOLDFAST_BACKEND_LOG_LEVEL says otherwise; the host filters again).
 func (ob *observability) plugin(cfg *pluginhost.Config) {
-	if _, set := os.LookupEnv(backend.LogLevelEnv); !set {
-		cfg.Env = append(cfg.Env, backend.LogLevelEnv+"="+ob.logLevel)
-	}
+	cfg.LogLevel = ob.logLevel
 	if ob.met != nil {
 		cfg.OnCall = ob.met.PluginCall
 	}

@@ -20,7 +20,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/core/pluginhost"
 	"github.com/holdfast/holdfast/proto/hlc"
@@ -77,7 +76,7 @@ type serveOptions struct {
 
 	conn httpserver.Limits // connection-level bounds: timeouts, connection caps
 
-	pprofAddr string // debugging: net/http/pprof for the server and its plugin
+	pprofAddr string // debugging: pprof profiles of the server and its plugin
 
 	metricsAddr  string // Prometheus /metrics (observe.go); off when empty
 	otlpEndpoint string // OpenTelemetry spans by OTLP/HTTP; off when empty
@@ -101,6 +100,7 @@ which wins over the file.
 
 Once serving, it prints exactly one line to stdout:
   holdfast serving addr=HOST:PORT backend=NAME shared=BOOL durable=BOOL
+and, run by systemd (a Type=notify unit, $NOTIFY_SOCKET), tells it READY=1.
 Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -156,7 +156,7 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.DurationVar(&o.conn.IdleTimeout, "idle-timeout", dl.IdleTimeout, "close a connection with no request (HTTP/1.1) or no open stream (HTTP/2) for this long")
 	f.IntVar(&o.conn.MaxConnections, "max-connections", dl.MaxConnections, "open connections before new ones are closed at once; keep it below the file descriptor limit (ulimit -n); 0: unbounded")
 	f.IntVar(&o.conn.MaxConnectionsPerClient, "max-connections-per-client", dl.MaxConnectionsPerClient, "open connections from one client address (an IP, an IPv6 /64) before its new ones are closed at once; 0: unbounded")
-	f.StringVar(&o.pprofAddr, "pprof-addr", "", "debugging: serve net/http/pprof (with block and mutex profiles) on this host:port, and the plugin's on a free port of the same host (both logged as \"pprof serving\"); off when empty")
+	f.StringVar(&o.pprofAddr, "pprof-addr", "", "debugging: serve pprof profiles (/debug/pprof/, with block and mutex profiles) on this host:port, and the plugin's on a free port of the same host (both logged as \"pprof serving\"); off when empty")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics on this separate host:port, e.g. 127.0.0.1:9410 (off when empty)")
 	f.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "export OpenTelemetry spans by OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (off when empty, unless OTEL_EXPORTER_OTLP_ENDPOINT is set)")
 	return cmd
@@ -268,15 +268,6 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	startCtx, cancel := context.WithTimeout(ctx, o.startTimeout)
 	defer cancel()
 	log.Info("starting backend plugin", "backend", plug.name, "path", plug.path)
-	var plugEnv []string
-	if o.pprofAddr != "" {
-		a, err := httpserver.StartPprof(o.pprofAddr, log)
-		if err != nil {
-			return fmt.Errorf("--pprof-addr %s: %w", o.pprofAddr, err)
-		}
-		host, _, _ := net.SplitHostPort(a.String())
-		plugEnv = append(plugEnv, backend.PprofAddrEnv+"="+net.JoinHostPort(host, "0"))
-	}
 	pcfg := pluginhost.Config{
 		Name:    plug.name,
 		Path:    plug.path,
@@ -284,9 +275,16 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 		Options: opts,
 		SHA256:  pin,
 		Logger:  log,
-		Env:     plugEnv,
-
+		// A frozen plugin is reported down after this (liveness.go).
 		PingTimeout: o.pingTimeout,
+	}
+	if o.pprofAddr != "" {
+		a, err := httpserver.StartPprof(o.pprofAddr, log)
+		if err != nil {
+			return fmt.Errorf("--pprof-addr %s: %w", o.pprofAddr, err)
+		}
+		host, _, _ := net.SplitHostPort(a.String())
+		pcfg.PprofAddr = net.JoinHostPort(host, "0")
 	}
 	ob.plugin(&pcfg)
 	host, err := pluginhost.Start(startCtx, pcfg)
@@ -347,6 +345,7 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	// The readiness line: the one thing written to stdout.
 	fmt.Fprintf(stdout, "holdfast serving addr=%s backend=%s shared=%t durable=%t\n",
 		srv.Addr(), info.Name, info.Shared, info.Durable)
+	notifySystemd(log, "READY=1\nSTATUS=serving on "+srv.Addr().String()+" (backend "+info.Name+")")
 
 	var serveErr error
 	select {
@@ -355,6 +354,7 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	case serveErr = <-srv.Done():
 		log.Error("server stopped", "err", serveErr)
 	}
+	notifySystemd(log, "STOPPING=1")
 	// Stop taking work, end waiters and watchers (unavailable), let in-flight
 	// calls finish, then stop the plugin. No lease is released: holders keep
 	// them until their TTL (see package engine).
@@ -436,7 +436,7 @@ func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
 		icpt = append(icpt, auth.NewInterceptor(store, log.With("component", "auth")))
 		log.Info("bearer tokens required", "file", o.authTokens, "tokens", store.Len())
 	} else if o.tlsCert == "" && !isLoopback(o.addr) {
-		log.Warn("serving without TLS or tokens on a non-loopback address: anyone who reaches it can take and watch every lock", "addr", o.addr)
+		log.Warn("serving without TLS or tokens on a non-loopback address: anyone who reaches it can take and watch every lock (set --tls-cert and --tls-key, and --auth-tokens)", "addr", o.addr)
 	}
 	lim := limits.Config{
 		MaxRequestDuration:  o.maxRequestDuration,

@@ -98,11 +98,11 @@ func Apply(fs *pflag.FlagSet, path string, lookup func(string) (string, bool), s
 		}
 		vals, err := scalars(values[k], repeatable(f))
 		if err != nil {
-			return fmt.Errorf("config %s: %s: %v", path, k, err)
+			return fmt.Errorf("config %s: %s: %w", path, k, err)
 		}
 		for _, s := range vals {
 			if err := f.Value.Set(s); err != nil {
-				return fmt.Errorf("config %s: %s: %v", path, k, err)
+				return fmt.Errorf("config %s: %s: %w", path, k, err)
 			}
 		}
 	}

@@ -87,7 +87,7 @@ func TestErrors(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"unknown key":       {file: "adress: x\n", want: `unknown key "adress"`},
+		"unknown key":       {file: "adress: x\n", want: `unknown key "adress"`}, //nolint:misspell // a misspelled key is what the case is about
 		"bad duration":      {file: "max-ttl: soon\n", want: "max-ttl"},
 		"list for a scalar": {file: "addr: [a, b]\n", want: "addr: takes one value"},
 		"bad env":           {env: map[string]string{"HOLDFAST_MAX_WAITERS": "many"}, want: "HOLDFAST_MAX_WAITERS"},

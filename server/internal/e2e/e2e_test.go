@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -15,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,6 +28,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/holdfast/holdfast/harness"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
 	"github.com/holdfast/holdfast/server/internal/version"
@@ -95,16 +96,8 @@ func exists(dir, name string) bool {
 
 var readiness = regexp.MustCompile(`^holdfast serving addr=(\S+) backend=(\S+) shared=(true|false) durable=(true|false)$`)
 
-// server is one running `holdfast serve`.
-type server struct {
-	cmd     *exec.Cmd
-	addr    string
-	line    string
-	stderr  *syncBuffer
-	waited  chan error
-	stopped bool
-}
-
+// syncBuffer is a bytes.Buffer safe for a process writing while a test
+// reads.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -122,62 +115,42 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// startServer runs holdfast serve with args and waits for its readiness
-// line on stdout (an event, not a sleep).
+// server is one running `holdfast serve`, started through the harness
+// module (the one copy of the readiness protocol).
+type server struct {
+	*harness.Server
+	addr string
+	line string
+}
+
+// startServer runs holdfast serve with exactly args and waits for its
+// readiness line on stdout (an event, not a sleep). At cleanup the server is
+// killed unless a test stopped it; nothing but the readiness line may have
+// reached stdout.
 func startServer(t *testing.T, env []string, args ...string) *server {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "holdfast"), append([]string{"serve"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	stdout, err := cmd.StdoutPipe()
+	hs, err := harness.Start(t.Context(), harness.Options{
+		Binary:  filepath.Join(binDir, "holdfast"),
+		Command: append([]string{"serve"}, args...),
+		Env:     env,
+		// Whole logs: tests read every line.
+		LogBytes: 16 << 20,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, stderr: &syncBuffer{}, waited: make(chan error, 1)}
-	cmd.Stderr = s.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		var all []string
-		for sc.Scan() {
-			all = append(all, sc.Text())
-			if len(all) == 1 {
-				lines <- sc.Text()
-			}
-		}
-		if len(all) == 0 {
-			close(lines)
-		}
-		if len(all) > 1 {
-			t.Errorf("holdfast wrote more than the readiness line to stdout: %q", all)
-		}
-		s.waited <- cmd.Wait()
-	}()
+	s := &server{Server: hs, addr: hs.Addr, line: hs.ReadyLine}
 	t.Cleanup(func() {
-		if !s.stopped {
-			_ = cmd.Process.Kill()
-			<-s.waited
+		_ = s.Kill()
+		if out := s.Stdout(); len(out) > 1 {
+			t.Errorf("holdfast wrote more than the readiness line to stdout: %q", out)
 		}
 		if t.Failed() {
-			t.Logf("holdfast stderr:\n%s", s.stderr)
+			t.Logf("holdfast stderr:\n%s", s.Logs())
 		}
 	})
-	select {
-	case line, ok := <-lines:
-		if !ok {
-			err := <-s.waited
-			s.stopped = true
-			t.Fatalf("holdfast exited before serving (%v):\n%s", err, s.stderr)
-		}
-		m := readiness.FindStringSubmatch(line)
-		if m == nil {
-			t.Fatalf("readiness line %q does not match %s", line, readiness)
-		}
-		s.line, s.addr = line, m[1]
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no readiness line within 30s:\n%s", s.stderr)
+	if m := readiness.FindStringSubmatch(s.line); m == nil {
+		t.Fatalf("readiness line %q does not match %s", s.line, readiness)
 	}
 	return s
 }
@@ -186,9 +159,9 @@ func startServer(t *testing.T, env []string, args ...string) *server {
 func (s *server) waitStderr(t *testing.T, want string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(s.stderr.String(), want) {
+	for !strings.Contains(s.Logs(), want) {
 		if time.Now().After(deadline) {
-			t.Fatalf("stderr does not say %q:\n%s", want, s.stderr)
+			t.Fatalf("stderr does not say %q:\n%s", want, s.Logs())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -197,14 +170,18 @@ func (s *server) waitStderr(t *testing.T, want string) {
 // stop sends SIGTERM and returns the exit error (nil for exit code 0).
 func (s *server) stop(t *testing.T) error {
 	t.Helper()
+	select {
+	case <-s.Done():
+		return s.ExitErr()
+	default:
+	}
 	// A second SIGTERM is harmless: the server is already shutting down.
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := s.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-s.waited:
-		s.stopped = true
-		return err
+	case <-s.Done():
+		return s.ExitErr()
 	case <-time.After(20 * time.Second):
 		t.Fatal("holdfast did not exit within 20s of SIGTERM")
 		return nil
@@ -323,7 +300,7 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Fatal("the waiter never queued")
 		}
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := s.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-waitErr; connect.CodeOf(err) != connect.CodeUnavailable {
@@ -338,7 +315,7 @@ func TestServeEndToEnd(t *testing.T) {
 	h1.CloseIdleConnections()
 	h2t.CloseIdleConnections()
 	if err := s.stop(t); err != nil {
-		t.Fatalf("exit after SIGTERM: %v\n%s", err, s.stderr)
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, s.Logs())
 	}
 }
 
@@ -465,12 +442,14 @@ var pluginStarted = regexp.MustCompile(`msg="holdfast serving".* plugin_pid=(\d+
 func TestPluginKilled(t *testing.T) {
 	s := startServer(t, nil, "--addr", "127.0.0.1:0")
 	s.waitStderr(t, `plugin_pid=`)
-	m := pluginStarted.FindStringSubmatch(s.stderr.String())
+	m := pluginStarted.FindStringSubmatch(s.Logs())
 	if m == nil {
-		t.Fatalf("no plugin pid in the log:\n%s", s.stderr)
+		t.Fatalf("no plugin pid in the log:\n%s", s.Logs())
 	}
-	var pid int
-	fmt.Sscan(m[1], &pid)
+	pid, err := strconv.Atoi(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	h2 := new(http.Protocols)
 	h2.SetUnencryptedHTTP2(true)

@@ -2,9 +2,9 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,7 +31,7 @@ func scrape(t *testing.T, hc *http.Client, url string) families {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %s", url, resp.Status)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
@@ -101,9 +101,9 @@ func until(t *testing.T, hc *http.Client, url, what string, cond func(families) 
 func TestMetrics(t *testing.T) {
 	s := startServer(t, nil, "--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
 	s.waitStderr(t, `msg="metrics serving"`)
-	m := metricsURL.FindStringSubmatch(s.stderr.String())
+	m := metricsURL.FindStringSubmatch(s.Logs())
 	if m == nil {
-		t.Fatalf("no metrics URL in the log:\n%s", s.stderr)
+		t.Fatalf("no metrics URL in the log:\n%s", s.Logs())
 	}
 	url := m[1]
 	tr := &http.Transport{}
@@ -213,9 +213,11 @@ func TestMetrics(t *testing.T) {
 
 	// A plugin crash: counted, and up again.
 	s.waitStderr(t, `plugin_pid=`)
-	pm := pluginStarted.FindStringSubmatch(s.stderr.String())
-	var pid int
-	fmt.Sscan(pm[1], &pid)
+	pm := pluginStarted.FindStringSubmatch(s.Logs())
+	pid, err := strconv.Atoi(pm[1])
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -234,8 +236,8 @@ func TestMetrics(t *testing.T) {
 // Without --metrics-addr nothing listens for metrics.
 func TestMetricsOffByDefault(t *testing.T) {
 	s := startServer(t, nil, "--addr", "127.0.0.1:0")
-	if strings.Contains(s.stderr.String(), "metrics serving") {
-		t.Fatalf("metrics served without --metrics-addr:\n%s", s.stderr)
+	if strings.Contains(s.Logs(), "metrics serving") {
+		t.Fatalf("metrics served without --metrics-addr:\n%s", s.Logs())
 	}
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()

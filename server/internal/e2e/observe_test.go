@@ -138,7 +138,7 @@ func TestJSONLogsWithPluginLines(t *testing.T) {
 	if err := s.stop(t); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
-	sc := bufio.NewScanner(strings.NewReader(s.stderr.String()))
+	sc := bufio.NewScanner(strings.NewReader(s.Logs()))
 	var fromPlugin, serving bool
 	for sc.Scan() {
 		var rec map[string]any
@@ -158,6 +158,6 @@ func TestJSONLogsWithPluginLines(t *testing.T) {
 		}
 	}
 	if !fromPlugin || !serving {
-		t.Fatalf("want the plugin's debug line (plugin=memory) and the serving line:\n%s", s.stderr)
+		t.Fatalf("want the plugin's debug line (plugin=memory) and the serving line:\n%s", s.Logs())
 	}
 }

@@ -17,9 +17,9 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/holdfast/holdfast/harness"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
-	"github.com/holdfast/holdfast/server/internal/tlsconfig/tlstest"
 )
 
 type withBearer struct {
@@ -39,14 +39,14 @@ func (b withBearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // the config file and the environment, against the binary.
 func TestSecureServe(t *testing.T) {
 	dir := t.TempDir()
-	ca := tlstest.NewCA(t, "server CA")
-	clients := tlstest.NewCA(t, "client CA")
-	cert, key := tlstest.WriteLeaf(t, dir, "server", ca.Issue(t, "server", true))
-	clientCA := tlstest.Write(t, dir, "clients.pem", clients.PEM)
+	ca := harness.NewCA(t, "server CA")
+	clients := harness.NewCA(t, "client CA")
+	cert, key := harness.WriteLeaf(t, dir, "server", ca.Issue(t, "server", true))
+	clientCA := harness.WriteFile(t, dir, "clients.pem", clients.PEM)
 	const tok = "e2e-team-a-token-0123456789"
 	sum := sha256.Sum256([]byte(tok))
-	tokens := tlstest.Write(t, dir, "tokens.yaml", []byte("- name: team-a\n  sha256: "+hex.EncodeToString(sum[:])+"\n  prefixes: [\"a/\"]\n"))
-	cfg := tlstest.Write(t, dir, "holdfast.yaml", []byte(
+	tokens := harness.WriteFile(t, dir, "tokens.yaml", []byte("- name: team-a\n  sha256: "+hex.EncodeToString(sum[:])+"\n  prefixes: [\"a/\"]\n"))
+	cfg := harness.WriteFile(t, dir, "holdfast.yaml", []byte(
 		"addr: 127.0.0.1:0\ntls-cert: "+cert+"\ntls-key: "+key+"\ntls_client_ca: "+clientCA+"\n"))
 	s := startServer(t, []string{"HOLDFAST_AUTH_TOKENS=" + tokens, "HOLDFAST_MAX_WATCH_STREAMS_PER_CLIENT=1"}, "--config", cfg)
 	s.waitStderr(t, "bearer tokens required")
@@ -100,7 +100,7 @@ func TestSecureServe(t *testing.T) {
 	closeC()
 
 	// A renewed certificate is served from the next handshake on.
-	tlstest.WriteLeaf(t, dir, "server", ca.Issue(t, "server-renewed", true))
+	harness.WriteLeaf(t, dir, "server", ca.Issue(t, "server-renewed", true))
 	conn, err := tls.Dial("tcp", s.addr, withCert)
 	if err != nil {
 		t.Fatal(err)
@@ -118,10 +118,10 @@ func TestSecureServe(t *testing.T) {
 
 func TestSecurityStartFailures(t *testing.T) {
 	dir := t.TempDir()
-	ca := tlstest.NewCA(t, "CA")
-	cert, _ := tlstest.WriteLeaf(t, dir, "server", ca.Issue(t, "server", true))
-	badTokens := tlstest.Write(t, dir, "tokens.yaml", []byte("- name: x\n  token: short\n  prefixes: [a/]\n"))
-	pinCfg := tlstest.Write(t, dir, "pin.yaml", []byte("backend-sha256: "+strings.Repeat("ab", 32)+"\n"))
+	ca := harness.NewCA(t, "CA")
+	cert, _ := harness.WriteLeaf(t, dir, "server", ca.Issue(t, "server", true))
+	badTokens := harness.WriteFile(t, dir, "tokens.yaml", []byte("- name: x\n  token: short\n  prefixes: [a/]\n"))
+	pinCfg := harness.WriteFile(t, dir, "pin.yaml", []byte("backend-sha256: "+strings.Repeat("ab", 32)+"\n"))
 	for name, tc := range map[string]struct {
 		args []string
 		want string

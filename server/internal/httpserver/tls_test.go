@@ -15,11 +15,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/holdfast/holdfast/core/engine"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/memory"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
 	"github.com/holdfast/holdfast/server/internal/tlsconfig"
-	"github.com/holdfast/holdfast/server/internal/tlsconfig/tlstest"
 )
 
 func startTLS(t *testing.T, files tlsconfig.Files) *Server {
@@ -51,8 +51,8 @@ func startTLS(t *testing.T, files tlsconfig.Files) *Server {
 
 func TestTLSServesHTTP2AndNoCleartext(t *testing.T) {
 	dir := t.TempDir()
-	ca := tlstest.NewCA(t, "test CA")
-	cert, key := tlstest.WriteLeaf(t, dir, "server", ca.Issue(t, "server", true))
+	ca := harness.NewCA(t, "test CA")
+	cert, key := harness.WriteLeaf(t, dir, "server", ca.Issue(t, "server", true))
 	srv := startTLS(t, tlsconfig.Files{Cert: cert, Key: key})
 	base := "https://" + srv.Addr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -113,16 +113,16 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 func TestMTLSRefusesClientsWithoutCertificate(t *testing.T) {
 	dir := t.TempDir()
-	ca := tlstest.NewCA(t, "server CA")
-	clients := tlstest.NewCA(t, "client CA")
-	cert, key := tlstest.WriteLeaf(t, dir, "server", ca.Issue(t, "server", true))
-	srv := startTLS(t, tlsconfig.Files{Cert: cert, Key: key, ClientCA: tlstest.Write(t, dir, "clients.pem", clients.PEM)})
+	ca := harness.NewCA(t, "server CA")
+	clients := harness.NewCA(t, "client CA")
+	cert, key := harness.WriteLeaf(t, dir, "server", ca.Issue(t, "server", true))
+	srv := startTLS(t, tlsconfig.Files{Cert: cert, Key: key, ClientCA: harness.WriteFile(t, dir, "clients.pem", clients.PEM)})
 	base := "https://" + srv.Addr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for name, cfg := range map[string]*tls.Config{
 		"no certificate":      {RootCAs: ca.Pool()},
-		"another CA's client": {RootCAs: ca.Pool(), Certificates: []tls.Certificate{tlstest.NewCA(t, "x").Issue(t, "mallory", false).TLS}},
+		"another CA's client": {RootCAs: ca.Pool(), Certificates: []tls.Certificate{harness.NewCA(t, "x").Issue(t, "mallory", false).TLS}},
 	} {
 		tr := &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true}
 		c := lockv1connect.NewLockServiceClient(&http.Client{Transport: tr}, base, connect.WithGRPC())

@@ -55,7 +55,7 @@ func get(t *testing.T, url string) string {
 
 func TestServeAndScrapeTimeSeries(t *testing.T) {
 	b := &listing{Backend: memory.New()}
-	defer b.Backend.Close()
+	defer b.Close()
 	ctx := context.Background()
 	e, err := engine.New(ctx, b, engine.Config{})
 	if err != nil {
@@ -76,7 +76,11 @@ func TestServeAndScrapeTimeSeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Shutdown(context.Background())
+	defer func() {
+		if err := srv.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
 
 	body := get(t, "http://"+srv.Addr().String()+"/metrics")
 	for _, want := range []string{
@@ -111,7 +115,7 @@ func TestServeAndScrapeTimeSeries(t *testing.T) {
 // than reporting a wrong count.
 func TestHeldCountOmittedWhenListFails(t *testing.T) {
 	b := &listing{Backend: memory.New()}
-	defer b.Backend.Close()
+	defer b.Close()
 	b.fail.Store(true)
 	c := &heldCollector{b: b}
 	if _, ok := c.countLocks(); ok {

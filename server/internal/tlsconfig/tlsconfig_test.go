@@ -10,8 +10,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/server/internal/tlsconfig"
-	"github.com/holdfast/holdfast/server/internal/tlsconfig/tlstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -58,9 +58,9 @@ func dial(addr string, cfg *tls.Config) (*tls.ConnectionState, error) {
 
 func TestReloadOnChange(t *testing.T) {
 	dir := t.TempDir()
-	ca := tlstest.NewCA(t, "test CA")
+	ca := harness.NewCA(t, "test CA")
 	first := ca.Issue(t, "first", true)
-	cert, key := tlstest.WriteLeaf(t, dir, "server", first)
+	cert, key := harness.WriteLeaf(t, dir, "server", first)
 	cfg, _, err := tlsconfig.New(tlsconfig.Files{Cert: cert, Key: key}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +80,7 @@ func TestReloadOnChange(t *testing.T) {
 
 	// Replace both files (atomic renames): the next handshake has the new one.
 	second := ca.Issue(t, "second", true)
-	tlstest.WriteLeaf(t, dir, "server", second)
+	harness.WriteLeaf(t, dir, "server", second)
 	if st, err = dial(addr, client); err != nil {
 		t.Fatal(err)
 	}
@@ -91,14 +91,14 @@ func TestReloadOnChange(t *testing.T) {
 	// A half-written change (a new certificate with the old key) does not
 	// load: the last good pair keeps serving; completing it takes effect.
 	third := ca.Issue(t, "third", true)
-	tlstest.Write(t, dir, "server.crt", third.CertPEM)
+	harness.WriteFile(t, dir, "server.crt", third.CertPEM)
 	if st, err = dial(addr, client); err != nil {
 		t.Fatal(err)
 	}
 	if got := st.PeerCertificates[0].Subject.CommonName; got != "second" {
 		t.Fatalf("with a mismatched pair on disk served %q, want the last good (second)", got)
 	}
-	tlstest.Write(t, dir, "server.key", third.KeyPEM)
+	harness.WriteFile(t, dir, "server.key", third.KeyPEM)
 	if st, err = dial(addr, client); err != nil {
 		t.Fatal(err)
 	}
@@ -124,8 +124,8 @@ func TestReloadOnChange(t *testing.T) {
 
 func TestTLS12Minimum(t *testing.T) {
 	dir := t.TempDir()
-	ca := tlstest.NewCA(t, "test CA")
-	cert, key := tlstest.WriteLeaf(t, dir, "server", ca.Issue(t, "s", true))
+	ca := harness.NewCA(t, "test CA")
+	cert, key := harness.WriteLeaf(t, dir, "server", ca.Issue(t, "s", true))
 	cfg, _, err := tlsconfig.New(tlsconfig.Files{Cert: cert, Key: key}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -141,10 +141,10 @@ func TestTLS12Minimum(t *testing.T) {
 
 func TestClientCertificates(t *testing.T) {
 	dir := t.TempDir()
-	ca := tlstest.NewCA(t, "server CA")
-	clients := tlstest.NewCA(t, "client CA")
-	cert, key := tlstest.WriteLeaf(t, dir, "server", ca.Issue(t, "s", true))
-	caFile := tlstest.Write(t, dir, "clients.pem", clients.PEM)
+	ca := harness.NewCA(t, "server CA")
+	clients := harness.NewCA(t, "client CA")
+	cert, key := harness.WriteLeaf(t, dir, "server", ca.Issue(t, "s", true))
+	caFile := harness.WriteFile(t, dir, "clients.pem", clients.PEM)
 	cfg, _, err := tlsconfig.New(tlsconfig.Files{Cert: cert, Key: key, ClientCA: caFile}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func TestClientCertificates(t *testing.T) {
 	if _, err := dial(addr, &tls.Config{RootCAs: ca.Pool()}); err == nil {
 		t.Fatal("a client without a certificate was served")
 	}
-	stranger := tlstest.NewCA(t, "another CA").Issue(t, "mallory", false)
+	stranger := harness.NewCA(t, "another CA").Issue(t, "mallory", false)
 	if _, err := dial(addr, &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{stranger.TLS}}); err == nil {
 		t.Fatal("a client certificate from another CA was accepted")
 	}
@@ -165,10 +165,10 @@ func TestClientCertificates(t *testing.T) {
 
 func TestStartErrors(t *testing.T) {
 	dir := t.TempDir()
-	ca := tlstest.NewCA(t, "test CA")
-	cert, key := tlstest.WriteLeaf(t, dir, "server", ca.Issue(t, "s", true))
-	other := tlstest.Write(t, dir, "other.key", ca.Issue(t, "o", true).KeyPEM)
-	notPEM := tlstest.Write(t, dir, "garbage.pem", []byte("not a certificate"))
+	ca := harness.NewCA(t, "test CA")
+	cert, key := harness.WriteLeaf(t, dir, "server", ca.Issue(t, "s", true))
+	other := harness.WriteFile(t, dir, "other.key", ca.Issue(t, "o", true).KeyPEM)
+	notPEM := harness.WriteFile(t, dir, "garbage.pem", []byte("not a certificate"))
 	for name, tc := range map[string]struct {
 		files tlsconfig.Files
 		want  string

@@ -11,8 +11,8 @@
 // The trace context crosses the plugin boundary as W3C traceparent gRPC
 // metadata, injected by the host's stats handler. A plugin makes spans of
 // its own only if it opts in: core/backend stays free of OpenTelemetry, and
-// a plugin that wants spans serves with backend.WithGRPCServerOptions and a
-// server stats handler (the embedded memory plugin does, through Plugin,
+// a plugin that wants spans serves with backendserver.WithGRPCServerOptions
+// and a server stats handler (the embedded memory plugin does, through Plugin,
 // when the host turned tracing on: the host hands it PluginEnv).
 //
 // Incoming trace context from clients is trusted: an RPC's span is a child
@@ -111,7 +111,7 @@ func Setup(ctx context.Context, cfg Config) (*Tracing, error) {
 	}
 	// Otherwise they go to the standard log package, unstructured. Without
 	// a Logger, slog's default is read when an error comes (a plugin's is
-	// set by backend.Serve, after this).
+	// set by backendserver.Serve, after this).
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		log := cfg.Logger
 		if log == nil {

@@ -73,7 +73,11 @@ func exists(p string) bool {
 func TestRPCSpanParentsPluginCallSpan(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	defer tp.Shutdown(context.Background())
+	defer func() {
+		if err := tp.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
 	tr := tracing.WithProvider(tp)
 
 	log := slog.New(slog.DiscardHandler)

@@ -9,10 +9,10 @@
 package main
 
 import (
-	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/backend/backendserver"
 	"github.com/holdfast/holdfast/plugins/etcd"
 )
 
 func main() {
-	backend.Serve(etcd.Open)
+	backendserver.Serve(etcd.Open)
 }

@@ -24,7 +24,10 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
+
+	"github.com/holdfast/holdfast/harness"
 )
 
 // EndpointsEnv names the variable holding the endpoints of an etcd started
@@ -394,4 +397,22 @@ func StartShared() (endpoints string, stop func(), err error) {
 		os.Unsetenv(EndpointsEnv)
 		os.RemoveAll(dir)
 	}, nil
+}
+
+// StartT starts a private etcd of n members for t in t.TempDir() and stops
+// it when t ends. Without an etcd binary it skips t, or fails it under
+// HOLDFAST_REQUIRE_SERVICES=1.
+func StartT(t testing.TB, n int) *Cluster {
+	t.Helper()
+	if _, err := Binary(); err != nil {
+		harness.SkipOrFail(t, err.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := Start(ctx, t.TempDir(), n)
+	if err != nil {
+		t.Fatalf("start etcd: %v", err)
+	}
+	t.Cleanup(c.Stop)
+	return c
 }

@@ -4,8 +4,8 @@
 package main
 
 import (
-	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/backend/backendserver"
 	"github.com/holdfast/holdfast/plugins/example"
 )
 
-func main() { backend.Serve(example.Open) }
+func main() { backendserver.Serve(example.Open) }

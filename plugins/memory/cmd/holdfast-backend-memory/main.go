@@ -3,8 +3,8 @@
 package main
 
 import (
-	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/backend/backendserver"
 	"github.com/holdfast/holdfast/plugins/memory"
 )
 
-func main() { backend.Serve(memory.Open) }
+func main() { backendserver.Serve(memory.Open) }

@@ -9,10 +9,10 @@
 package main
 
 import (
-	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/backend/backendserver"
 	"github.com/holdfast/holdfast/plugins/postgres"
 )
 
 func main() {
-	backend.Serve(postgres.Open)
+	backendserver.Serve(postgres.Open)
 }

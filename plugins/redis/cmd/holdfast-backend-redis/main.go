@@ -4,10 +4,10 @@
 package main
 
 import (
-	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/backend/backendserver"
 	"github.com/holdfast/holdfast/plugins/redis"
 )
 
 func main() {
-	backend.Serve(redis.Open)
+	backendserver.Serve(redis.Open)
 }

@@ -7,7 +7,8 @@
 // Package holdfast.backend.v1 is the protocol between the holdfast engine and
 // a backend plugin process (hashicorp/go-plugin over gRPC). Backend authors do
 // not use it directly: they implement the Go interface in
-// github.com/holdfast/holdfast/core/backend and call backend.Serve.
+// github.com/holdfast/holdfast/core/backend and serve it with
+// github.com/holdfast/holdfast/core/backend/backendserver.
 //
 // Every mutating call is decided by the backend in one atomic step. The
 // backend keeps, per key, the last fencing token and the last HLC stamp.

@@ -8,9 +8,9 @@
 package main
 
 import (
-	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/backend/backendserver"
 
 	"example.com/holdfast-backend-mine/store"
 )
 
-func main() { backend.Serve(store.Open) }
+func main() { backendserver.Serve(store.Open) }

@@ -1,0 +1,121 @@
+package backendserver
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/internal/wire"
+	backendv1 "github.com/holdfast/holdfast/proto/holdfast/backend/v1"
+)
+
+// grpcServer serves a Backend as holdfast.backend.v1.BackendService; package
+// wire converts between the messages and the plain types.
+type grpcServer struct {
+	backendv1.UnimplementedBackendServiceServer
+	b backend.Backend
+}
+
+func (s *grpcServer) Info(ctx context.Context, _ *backendv1.InfoRequest) (*backendv1.InfoResponse, error) {
+	info, err := s.b.Info(ctx)
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	// Fair promises the queue calls: a backend without them is not.
+	_, fair := s.b.(backend.FairBackend)
+	return wire.ToInfoResponse(info, fair), nil
+}
+
+func (s *grpcServer) Acquire(ctx context.Context, req *backendv1.AcquireRequest) (*backendv1.AcquireResponse, error) {
+	res, err := s.b.Acquire(ctx, wire.FromAcquireRequest(req))
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return wire.ToAcquireResponse(res), nil
+}
+
+func (s *grpcServer) Release(ctx context.Context, req *backendv1.ReleaseRequest) (*backendv1.ReleaseResponse, error) {
+	ok, err := s.b.Release(ctx, wire.FromReleaseRequest(req))
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &backendv1.ReleaseResponse{Released: ok}, nil
+}
+
+func (s *grpcServer) Extend(ctx context.Context, req *backendv1.ExtendRequest) (*backendv1.ExtendResponse, error) {
+	res, err := s.b.Extend(ctx, wire.FromExtendRequest(req))
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return wire.ToExtendResponse(res), nil
+}
+
+func (s *grpcServer) Get(ctx context.Context, req *backendv1.GetRequest) (*backendv1.GetResponse, error) {
+	rec, found, err := s.b.Get(ctx, req.GetKey())
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return wire.ToGetResponse(rec, found), nil
+}
+
+func (s *grpcServer) List(ctx context.Context, req *backendv1.ListRequest) (*backendv1.ListResponse, error) {
+	page, err := s.b.List(ctx, wire.FromListRequest(req))
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return wire.ToListResponse(page), nil
+}
+
+func (s *grpcServer) Watch(req *backendv1.WatchRequest, stream backendv1.BackendService_WatchServer) error {
+	err := s.b.Watch(stream.Context(), req.GetPrefix(), func(ev backend.Event) error {
+		return stream.Send(wire.ToWatchResponse(ev))
+	})
+	if err == nil {
+		return nil
+	}
+	return wire.ToStatus(err)
+}
+
+func (s *grpcServer) fair() (backend.FairBackend, error) {
+	f, ok := s.b.(backend.FairBackend)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this backend keeps no fair queue (Info.fair is false)")
+	}
+	return f, nil
+}
+
+func (s *grpcServer) Enqueue(ctx context.Context, req *backendv1.EnqueueRequest) (*backendv1.EnqueueResponse, error) {
+	f, err := s.fair()
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Enqueue(ctx, req.GetKey(), req.GetWaiterId()); err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &backendv1.EnqueueResponse{}, nil
+}
+
+func (s *grpcServer) WaitTurn(ctx context.Context, req *backendv1.WaitTurnRequest) (*backendv1.WaitTurnResponse, error) {
+	f, err := s.fair()
+	if err != nil {
+		return nil, err
+	}
+	queued, err := f.WaitTurn(ctx, req.GetKey(), req.GetWaiterId())
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &backendv1.WaitTurnResponse{Queued: queued}, nil
+}
+
+func (s *grpcServer) Dequeue(ctx context.Context, req *backendv1.DequeueRequest) (*backendv1.DequeueResponse, error) {
+	f, err := s.fair()
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Dequeue(ctx, req.GetKey(), req.GetWaiterId()); err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &backendv1.DequeueResponse{}, nil
+}

@@ -1,0 +1,153 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/engine"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+)
+
+var fair = mode{name: "fair", fair: true}
+
+// TestFairFIFOAcrossServers: two engines (two servers) share one fair
+// store; waiters arrive alternately at each, and acquire in arrival order,
+// across both.
+func TestFairFIFOAcrossServers(t *testing.T) {
+	a, b := fair.newEngine(t, engine.Config{})
+	servers := []*engine.Engine{a, b.newEngine(t, engine.Config{})}
+	holder := mustAcquire(t, a, "k", time.Minute)
+	const n = 6
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range n {
+		e := servers[i%2]
+		wg.Go(func() {
+			resp, err := e.Acquire(context.Background(), acq("k", time.Minute, 10*time.Second))
+			if err != nil || !resp.GetAcquired() {
+				t.Errorf("waiter %d: %v %v", i, resp, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			release(t, e, resp.GetLease())
+		})
+		// Arrival order: the next waiter starts once this one is in the
+		// store's queue.
+		eventually(t, "waiter queued in the store", func() bool { return len(b.fair.Queue("k")) == i+1 })
+	}
+	release(t, a, holder)
+	wg.Wait()
+	if len(order) != n {
+		t.Fatalf("only %d of %d waiters acquired", len(order), n)
+	}
+	for i, got := range order {
+		if got != i {
+			t.Fatalf("acquisition order %v, want 0..%d across both servers", order, n-1)
+		}
+	}
+	if q := b.fair.Queue("k"); len(q) != 0 {
+		t.Fatalf("entries left in the store's queue: %v", q)
+	}
+}
+
+// TestFairQueueBlocksNewcomersAndRunsOut: a waiter queued in the store on
+// some other server (here, an entry that never leaves: a ghost) has the
+// turn, so a free lock is not taken: a try-once answers acquired=false, and
+// a waiting acquire, blocked on its turn, answers acquired=false when its
+// wait runs out (not an error) and leaves the store's queue. Once the entry
+// goes, the next waiter acquires at once.
+func TestFairQueueBlocksNewcomersAndRunsOut(t *testing.T) {
+	e, b := fair.newEngine(t, engine.Config{})
+	ctx := context.Background()
+	if err := b.fair.Enqueue(ctx, "k", "ghost"); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := e.Acquire(ctx, acq("k", time.Minute, 0)); err != nil || resp.GetAcquired() {
+		t.Fatalf("try-once past a queued waiter: %v %v", resp, err)
+	}
+	const wait = 200 * time.Millisecond
+	start := time.Now()
+	resp, err := e.Acquire(ctx, acq("k", time.Minute, wait))
+	took := time.Since(start)
+	if err != nil || resp.GetAcquired() {
+		t.Fatalf("a wait behind the store's head: %v %v, want acquired=false", resp, err)
+	}
+	if took < wait || took > wait+lateSlack {
+		t.Fatalf("a wait of %s took %s (allowed: %s more)", wait, took, lateSlack)
+	}
+	if b.waitTurns.Load() == 0 {
+		t.Fatal("the waiter never asked the store for its turn")
+	}
+	if q := b.fair.Queue("k"); len(q) != 1 || q[0] != "ghost" {
+		t.Fatalf("store queue %v after the wait ran out, want only the ghost", q)
+	}
+	if err := b.fair.Dequeue(ctx, "k", "ghost"); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	resp, err = e.Acquire(ctx, acq("k", time.Minute, 5*time.Second))
+	if err != nil || !resp.GetAcquired() {
+		t.Fatalf("after the ghost left: %v %v", resp, err)
+	}
+	if took := time.Since(start); took > lateSlack {
+		t.Fatalf("acquiring a free key with an empty queue took %s", took)
+	}
+}
+
+// TestFairLostEntryQueuesAgain: when the store loses a waiter's entry (its
+// session lapsed, the plugin restarted), WaitTurn answers false, and the
+// waiter queues again and gets the lock, within its wait.
+func TestFairLostEntryQueuesAgain(t *testing.T) {
+	e, b := fair.newEngine(t, engine.Config{})
+	ctx := context.Background()
+	if err := b.fair.Enqueue(ctx, "k", "ghost"); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *lockv1.AcquireResponse, 1)
+	go func() {
+		resp, err := e.Acquire(ctx, acq("k", time.Minute, 10*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- resp
+	}()
+	eventually(t, "the waiter waits for its turn", func() bool { return b.waitTurns.Load() >= 1 })
+	b.fair.DropQueue("k")
+	resp := <-got
+	if !resp.GetAcquired() {
+		t.Fatalf("the waiter whose entry was lost did not acquire: %v", resp)
+	}
+	if b.waitTurns.Load() < 2 {
+		t.Fatal("the waiter did not ask for its turn again after queueing again")
+	}
+	if q := b.fair.Queue("k"); len(q) != 0 {
+		t.Fatalf("store queue %v, want empty", q)
+	}
+}
+
+// TestFairEnqueueFailureFailsTheAcquire: a waiter the store cannot queue
+// fails at once with unavailable (queueing later would put it behind this
+// server's later waiters, which wait for it), and leaves this server's
+// queue.
+func TestFairEnqueueFailureFailsTheAcquire(t *testing.T) {
+	e, b := fair.newEngine(t, engine.Config{})
+	mustAcquire(t, e, "k", time.Minute)
+	down := errors.Join(backend.ErrUnavailable, errors.New("store down"))
+	b.enqueueErr.Store(&down)
+	_, err := e.Acquire(context.Background(), acq("k", time.Minute, 5*time.Second))
+	if !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+	if e.Waiters("k") != 0 {
+		t.Fatal("the waiter stayed in this server's queue")
+	}
+}

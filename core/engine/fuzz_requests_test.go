@@ -1,0 +1,123 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/holdfast/holdfast/core/engine"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+)
+
+var errStop = errors.New("stop")
+
+// FuzzRequestValidation decodes arbitrary bytes, as a client could send
+// them, into each request of the public API and hands them to the engine.
+// Whatever the bytes, the engine never panics and either serves the
+// request or refuses it with invalid_argument and a message that names a
+// field; no other error appears (the backend is up). The committed corpus
+// is in testdata/fuzz/FuzzRequestValidation.
+func FuzzRequestValidation(f *testing.F) {
+	for kind, m := range []proto.Message{
+		&lockv1.AcquireRequest{Key: "k", Ttl: durationpb.New(time.Second), Holder: "h"},
+		&lockv1.ReleaseRequest{Key: "k", OwnerToken: "t"},
+		&lockv1.ExtendRequest{Key: "k", OwnerToken: "t", Ttl: durationpb.New(time.Second)},
+		&lockv1.InspectRequest{Key: "k"},
+		&lockv1.ListRequest{Prefix: "k", PageSize: 2, PageToken: "x"},
+		&lockv1.WatchRequest{Target: &lockv1.WatchRequest_Prefix{Prefix: "k"}},
+	} {
+		b, _ := proto.Marshal(m)
+		f.Add(uint8(kind), b)
+	}
+	e, _ := newEngine(f, engine.Config{MaxWait: time.Minute})
+	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		switch kind % 6 {
+		case 0:
+			var r lockv1.AcquireRequest
+			if proto.Unmarshal(data, &r) != nil {
+				return
+			}
+			if w := r.GetWait(); w.IsValid() && w.AsDuration() > 0 && w.AsDuration() <= time.Minute {
+				r.Wait = durationpb.New(time.Millisecond) // valid, and quick
+			}
+			var resp *lockv1.AcquireResponse
+			resp, err = e.Acquire(ctx, &r)
+			if err == nil && resp.GetAcquired() {
+				if resp.GetLease().GetKey() != r.GetKey() || resp.GetLease().GetOwnerToken() == "" {
+					t.Fatalf("lease %v for request %v", resp.GetLease(), &r)
+				}
+				_, _ = e.Release(ctx, &lockv1.ReleaseRequest{Key: r.GetKey(), OwnerToken: resp.GetLease().GetOwnerToken()})
+			}
+		case 1:
+			var r lockv1.ReleaseRequest
+			if proto.Unmarshal(data, &r) != nil {
+				return
+			}
+			var resp *lockv1.ReleaseResponse
+			if resp, err = e.Release(ctx, &r); err == nil && resp.GetReleased() {
+				t.Fatalf("released %q with a made-up token", r.GetKey())
+			}
+		case 2:
+			var r lockv1.ExtendRequest
+			if proto.Unmarshal(data, &r) != nil {
+				return
+			}
+			var resp *lockv1.ExtendResponse
+			if resp, err = e.Extend(ctx, &r); err == nil && resp.GetExtended() {
+				t.Fatalf("extended %q with a made-up token", r.GetKey())
+			}
+		case 3:
+			var r lockv1.InspectRequest
+			if proto.Unmarshal(data, &r) != nil {
+				return
+			}
+			_, err = e.Inspect(ctx, &r)
+		case 4:
+			var r lockv1.ListRequest
+			if proto.Unmarshal(data, &r) != nil {
+				return
+			}
+			var resp *lockv1.ListResponse
+			if resp, err = e.List(ctx, &r); err == nil && len(resp.GetLocks()) > engine.MaxPageSize {
+				t.Fatalf("a page of %d locks", len(resp.GetLocks()))
+			}
+		case 5:
+			var r lockv1.WatchRequest
+			if proto.Unmarshal(data, &r) != nil {
+				return
+			}
+			// Stop at the first message (SYNCED).
+			err = e.Watch(ctx, &r, func(*lockv1.WatchResponse) error { return errStop })
+			if errors.Is(err, errStop) {
+				err = nil
+			}
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, engine.ErrInvalidArgument):
+			if !namesField(err.Error()) {
+				t.Fatalf("message %q does not start with a field's name", err.Error())
+			}
+		default:
+			t.Fatalf("kind %d: unexpected error %v", kind%6, err)
+		}
+	})
+}
+
+// namesField reports whether msg starts with a request field's name.
+func namesField(msg string) bool {
+	for _, f := range []string{"key", "ttl", "wait", "holder", "client_stamp", "owner_token", "prefix", "page_size", "page_token"} {
+		if strings.HasPrefix(msg, f+":") || strings.HasPrefix(msg, f+" ") {
+			return true
+		}
+	}
+	return false
+}

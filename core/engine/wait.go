@@ -1,0 +1,350 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"time"
+
+	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/internal/backoff"
+	"github.com/holdfast/holdfast/core/waitq"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+)
+
+// Retry delays after a backend error, a lease that came back too late or a
+// holder that outlives its expiry; errors are also retried on every
+// wake-up.
+const (
+	minRetry = 10 * time.Millisecond
+	maxRetry = 2 * time.Second
+)
+
+// A turnSource says when this server's head of a key's queue may try the
+// backend, and as whom: localTurns when this server's FIFO is the only
+// order (the head tries at once), fairTurns when a fair backend keeps the
+// order across servers in the store.
+type turnSource interface {
+	// join puts the caller in this server's queue for key (and, for a fair
+	// backend, in the store's). The caller must Leave the waiter.
+	join(ctx context.Context) (*waitq.Waiter, error)
+	// ready readies the head's next try. It answers stepTry with the waiter
+	// ID to try as, or another step with the error to report should the
+	// wait end before the next try (for stepAgain the last one stands).
+	ready(waitCtx context.Context) (step, string, error)
+	// failed is told that a try found the backend unavailable.
+	failed()
+	// missed is told that a try found the lock free but did not get it;
+	// it answers when to look again.
+	missed() step
+	// leave is called once at the end of the wait (won: the caller got the
+	// lock), before the waiter leaves this server's queue.
+	leave(won bool)
+}
+
+// step is what the head does next.
+type step int
+
+const (
+	stepTry     step = iota // try the backend now
+	stepAgain               // look again at once
+	stepBackoff             // look again after the retry backoff
+)
+
+// acquireWaiting queues the caller for key for at most wait. Only the head
+// of this server's queue looks at the lock: woken by a release or expiry
+// event, by this server's own release, by a resync, or by a timer set for the
+// holder's expiry (in case an event is lost) or for a retry. turns says
+// whether it may try and as whom; the loop is the same for every backend.
+func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.Duration, holder string) (*lockv1.AcquireResponse, error) {
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	stopOnClose := context.AfterFunc(e.closing, cancel)
+	defer stopOnClose()
+
+	var turns turnSource = &localTurns{e: e, key: key}
+	if f, ok := e.fair(); ok {
+		// Nobody waits here: try as a newcomer first. A fair backend
+		// refuses when anyone is queued in the store, so this never jumps
+		// the queue, and an uncontended lock costs no queue entry.
+		if e.q.Depth(key) == 0 {
+			a, err := e.try(ctx, key, ttl, holder)
+			if err != nil && !errors.Is(err, ErrUnavailable) {
+				return nil, err
+			}
+			if err == nil && a.acquired {
+				return e.acquired(a), nil
+			}
+		}
+		turns = &fairTurns{e: e, f: f, ctx: ctx, key: key, id: newOwnerToken()}
+	}
+	w, err := turns.join(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Leave()
+	won := false
+	defer func() { turns.leave(won) }()
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var (
+		current *backend.Record
+		lastErr error
+		retry   = backoff.New(minRetry, maxRetry)
+	)
+	for {
+		select {
+		case <-w.Wake():
+		case <-timer.C:
+		case <-waitCtx.Done():
+			select {
+			case <-e.done:
+				return nil, newErr(ErrUnavailable, "acquire: the server is shutting down")
+			default:
+			}
+			if ctx.Err() != nil {
+				return nil, ctxErr(ctx, "acquire")
+			}
+			if lastErr != nil {
+				return nil, lastErr
+			}
+			w.Leave() // so that waiters counts the others only
+			return e.notAcquired(current), nil
+		}
+		// Only the head tries. Only the head is woken or arms the timer, and
+		// a head stays head until it leaves; the check keeps that invariant
+		// local to this loop.
+		if !w.IsHead() {
+			continue
+		}
+		// The waiter before us won the lock and its release has not been
+		// seen: trying now would fail. Wait for the release, or for that
+		// lock's expiry (in case its expiry event is lost).
+		if until, held := w.HeldUntil(); held {
+			if d := time.Until(until) + e.Info().TTLGranularity; d > 0 {
+				timer.Reset(d)
+				continue
+			}
+		}
+		next, id, err := turns.ready(waitCtx)
+		switch next {
+		case stepAgain:
+			timer.Reset(0) // the select above also reports the wait's end
+			continue
+		case stepBackoff:
+			lastErr = err
+			timer.Reset(retry.Next())
+			continue
+		}
+		a, err := e.tryAs(waitCtx, key, ttl, holder, id)
+		if waitCtx.Err() != nil {
+			continue // the wait ended during the try: the select above says how
+		}
+		switch {
+		case err != nil && !errors.Is(err, ErrUnavailable):
+			return nil, err
+		case err != nil:
+			// The backend is down or restarting: a resync wakes us, and so
+			// does this backoff, in case the outage never broke the watch.
+			lastErr = err
+			turns.failed()
+			e.log.Debug("waiting acquire: backend call failed", "key", key, "err", err)
+			timer.Reset(retry.Next())
+		case a.acquired:
+			won = true
+			// The lease lasts at most ttl from now: the backend started it
+			// after this call began.
+			w.Won(a.lease.GetFencingToken(), a.lease.GetOwnerToken(), time.Now().Add(ttl))
+			return e.acquired(a), nil
+		case a.current == nil:
+			// Not ours, and no holder to wait for: a lease that came back
+			// too late to be used (and was given back), a holder the
+			// backend does not know, or, on a fair backend, a free lock
+			// that is another waiter's turn.
+			lastErr = nil
+			if turns.missed() == stepAgain {
+				timer.Reset(0)
+			} else {
+				timer.Reset(retry.Next())
+			}
+		default:
+			lastErr = nil
+			// Wake at the holder's expiry on our monotonic clock, in case
+			// the expiry event is lost. Extensions push it on: the next try
+			// learns the new remaining time.
+			d := a.current.Remaining + e.Info().TTLGranularity
+			if current != nil && current.FencingToken == a.current.FencingToken && d < retry.Peek() {
+				// The same holder, still there at its expected expiry: the
+				// backend expires late. Back off instead of retrying at
+				// once, so a lagging backend is never polled in a loop.
+				d = retry.Next()
+			} else {
+				retry.Reset()
+			}
+			current = a.current
+			timer.Reset(max(d, time.Millisecond))
+		}
+	}
+}
+
+// localTurns: this server's FIFO is the order; its head tries at once, as
+// nobody in particular.
+type localTurns struct {
+	e   *Engine
+	key string
+}
+
+func (t *localTurns) join(context.Context) (*waitq.Waiter, error) {
+	w, err := t.e.q.Join(t.key)
+	if err != nil {
+		return nil, newErr(ErrResourceExhausted, "wait: %v", err)
+	}
+	return w, nil
+}
+
+func (*localTurns) ready(context.Context) (step, string, error) { return stepTry, "", nil }
+func (*localTurns) failed()                                     {}
+func (*localTurns) missed() step                                { return stepBackoff }
+func (*localTurns) leave(bool)                                  {}
+
+// fair returns the backend's queue when it promises order across servers.
+func (e *Engine) fair() (backend.FairBackend, bool) {
+	if !e.Info().Fair {
+		return nil, false
+	}
+	f, ok := e.b.(backend.FairBackend)
+	return f, ok
+}
+
+var enqSeed = maphash.MakeSeed()
+
+// fairTurns: the store keeps the order, across all servers. Every waiter has
+// an entry in the store's queue for key (in the store's order), and the
+// backend's Acquire lets only the head of that queue win, and a newcomer
+// only when the queue is empty. Each waiter also joins this server's queue,
+// in the same order (enqMu), so the store's head among this server's
+// waiters is always the local head: only the local head asks the store for
+// its turn, and the others sleep in this server's queue.
+//
+// The head learns its turn from the backend (WaitTurn, woken by the store
+// when the entry before it goes), then tries; while the lock is held it is
+// woken as every waiter is (release and expiry events, the holder's expiry
+// timer). A waiter that gives up, or whose caller goes away, removes its
+// entry at once.
+type fairTurns struct {
+	e   *Engine
+	f   backend.FairBackend
+	ctx context.Context // the caller's: bounds the store calls (detached)
+	key string
+	id  string // the waiter's entry in the store's queue
+
+	queued bool // the entry is in the store's queue (as far as we know)
+	atHead bool // the entry is the head of the store's queue
+	// guessed: the first try is made without asking for the turn. A new
+	// local head tries at once: the backend's Acquire checks the turn
+	// anyway, and on a handoff it usually is ours, so asking first would put
+	// a read on every handoff's path. Only when the try finds the lock free
+	// but not ours does the head wait for its turn.
+	guessed bool
+	// verified: the last try was made after the store said it was our turn.
+	verified bool
+}
+
+func (t *fairTurns) join(ctx context.Context) (*waitq.Waiter, error) {
+	mu := &t.e.enqMu[maphash.String(enqSeed, t.key)%uint64(len(t.e.enqMu))]
+	mu.Lock()
+	w, err := t.e.q.Join(t.key)
+	if err != nil {
+		mu.Unlock()
+		return nil, newErr(ErrResourceExhausted, "wait: %v", err)
+	}
+	enqErr := t.e.enqueue(ctx, t.f, t.key, t.id)
+	mu.Unlock()
+	if enqErr != nil {
+		// Fail now rather than queue again later: a later entry would sit
+		// behind this server's later waiters, which wait for this one.
+		w.Leave()
+		return nil, enqErr
+	}
+	t.queued, t.guessed = true, true
+	return w, nil
+}
+
+func (t *fairTurns) ready(waitCtx context.Context) (step, string, error) {
+	if !t.queued {
+		// The entry is gone (the plugin restarted, or its session
+		// lapsed): queue again, at the tail.
+		if err := t.e.enqueue(t.ctx, t.f, t.key, t.id); err != nil {
+			return stepBackoff, "", err
+		}
+		t.queued, t.atHead = true, false
+	}
+	t.verified = false
+	switch {
+	case t.atHead:
+	case t.guessed:
+		t.atHead, t.guessed = true, false
+	default:
+		t.verified = true
+		ok, err := t.e.waitTurn(waitCtx, t.f, t.key, t.id)
+		switch {
+		case waitCtx.Err() != nil:
+			return stepAgain, "", nil //nolint:nilerr // the wait ended: the loop reports that, not WaitTurn's cancellation
+		case err != nil:
+			return stepBackoff, "", backendErr(t.ctx, "acquire: wait for turn", err)
+		case !ok:
+			t.queued = false
+			return stepAgain, "", nil
+		}
+		t.atHead = true
+	}
+	return stepTry, t.id, nil
+}
+
+func (t *fairTurns) failed() { t.atHead = false }
+
+func (t *fairTurns) missed() step {
+	t.atHead = false
+	if !t.verified {
+		return stepAgain // not our turn yet: wait for it
+	}
+	// Our turn, and still not ours: the entry went, or the lease came
+	// back too late (and took the entry with it). Ask again, after a while.
+	return stepBackoff
+}
+
+// leave removes the entry from the store's queue unless the winning Acquire
+// took it. It runs before the waiter leaves this server's queue, so the next
+// local head finds the entry gone.
+func (t *fairTurns) leave(won bool) {
+	if won {
+		return
+	}
+	callCtx, cancel := t.e.detached(t.ctx)
+	defer cancel()
+	if err := t.f.Dequeue(callCtx, t.key, t.id); err != nil {
+		t.e.log.Warn("could not leave the fair queue; the backend deletes the entry when it can, or it goes with the backend's session", "key", t.key, "err", err)
+	}
+}
+
+func (e *Engine) enqueue(ctx context.Context, f backend.FairBackend, key, id string) error {
+	callCtx, cancel := e.detached(ctx)
+	defer cancel()
+	if err := f.Enqueue(callCtx, key, id); err != nil {
+		return backendErr(ctx, "acquire: enqueue", err)
+	}
+	return nil
+}
+
+// waitTurn asks for the turn until waitCtx ends. The call carries no
+// deadline (it is cancelled instead), so the end of the wait always reads as
+// the end of the wait here, never as a backend's timeout.
+func (e *Engine) waitTurn(waitCtx context.Context, f backend.FairBackend, key, id string) (bool, error) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(waitCtx))
+	defer cancel()
+	stop := context.AfterFunc(waitCtx, cancel)
+	defer stop()
+	return f.WaitTurn(ctx, key, id)
+}

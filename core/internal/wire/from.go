@@ -1,0 +1,178 @@
+package wire
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/holdfast/holdfast/core/backend"
+	backendv1 "github.com/holdfast/holdfast/proto/holdfast/backend/v1"
+)
+
+// The From... functions below turn a plugin's answers into backend types,
+// for the host. A plugin is another program (possibly third-party, possibly
+// broken), so its answers are checked like any input: an answer that cannot
+// be right (an acquired lock without a record, a record for another key, a
+// list entry outside the prefix, an invalid duration or time) is refused
+// with an error wrapping backend.ErrUnavailable, and callers answer
+// unavailable rather than act on it. Nothing here panics, whatever the bytes
+// (see the fuzz test).
+
+// errMalformed makes the error for a nonsensical answer.
+func errMalformed(op, format string, args ...any) error {
+	return fmt.Errorf("%w: the plugin's %s answer is malformed: %s", backend.ErrUnavailable, op, fmt.Sprintf(format, args...))
+}
+
+// fromRecord converts a record that must be present. key, when not
+// empty, is the key the record must be for.
+func fromRecord(op string, p *backendv1.Record, key string) (backend.Record, error) {
+	if p == nil {
+		return backend.Record{}, errMalformed(op, "no record")
+	}
+	if key != "" && p.GetKey() != key {
+		return backend.Record{}, errMalformed(op, "record for key %q, asked about %q", p.GetKey(), key)
+	}
+	if p.GetKey() == "" {
+		return backend.Record{}, errMalformed(op, "record without a key")
+	}
+	r := backend.Record{
+		Key:          p.GetKey(),
+		FencingToken: p.GetFencingToken(),
+		Holder:       p.GetHolder(),
+		Stamp:        FromStamp(p.GetStamp()),
+	}
+	if d := p.GetRemaining(); d != nil {
+		if err := d.CheckValid(); err != nil {
+			return backend.Record{}, errMalformed(op, "remaining: %v", err)
+		}
+		// A holder past its expiry (clock skew between the plugin and its
+		// store) has nothing left, not a negative time.
+		r.Remaining = max(d.AsDuration(), 0)
+	}
+	if t := p.GetExpiresAt(); t != nil {
+		if err := t.CheckValid(); err != nil {
+			return backend.Record{}, errMalformed(op, "expires_at: %v", err)
+		}
+		r.ExpiresAt = t.AsTime()
+	}
+	return r, nil
+}
+
+// FromAcquireResponse decodes the answer to an Acquire of key.
+func FromAcquireResponse(resp *backendv1.AcquireResponse, key string) (backend.AcquireResult, error) {
+	if resp.GetAcquired() {
+		rec, err := fromRecord("Acquire", resp.GetRecord(), key)
+		return backend.AcquireResult{Acquired: err == nil, Record: rec}, err
+	}
+	// Not acquired: the holder, when the plugin knows it; a record with no
+	// key means "held, holder unknown".
+	if resp.GetRecord() == nil || resp.GetRecord().GetKey() == "" {
+		return backend.AcquireResult{}, nil
+	}
+	rec, err := fromRecord("Acquire", resp.GetRecord(), key)
+	return backend.AcquireResult{Record: rec}, err
+}
+
+// FromExtendResponse decodes the answer to an Extend of key.
+func FromExtendResponse(resp *backendv1.ExtendResponse, key string) (backend.ExtendResult, error) {
+	if !resp.GetExtended() {
+		return backend.ExtendResult{}, nil
+	}
+	rec, err := fromRecord("Extend", resp.GetRecord(), key)
+	if err != nil {
+		return backend.ExtendResult{}, err
+	}
+	return backend.ExtendResult{Extended: true, Record: rec}, nil
+}
+
+// FromGetResponse decodes the answer to a Get of key.
+func FromGetResponse(resp *backendv1.GetResponse, key string) (backend.Record, bool, error) {
+	if !resp.GetFound() {
+		return backend.Record{}, false, nil
+	}
+	rec, err := fromRecord("Get", resp.GetRecord(), key)
+	if err != nil {
+		return backend.Record{}, false, err
+	}
+	return rec, true, nil
+}
+
+// FromListResponse decodes the answer to the List req.
+func FromListResponse(resp *backendv1.ListResponse, req backend.ListRequest) (backend.ListPage, error) {
+	if n := len(resp.GetRecords()); n > req.PageSize {
+		return backend.ListPage{}, errMalformed("List", "%d records for a page of %d", n, req.PageSize)
+	}
+	page := backend.ListPage{NextPageToken: resp.GetNextPageToken(), Records: make([]backend.Record, len(resp.GetRecords()))}
+	for i, p := range resp.GetRecords() {
+		rec, err := fromRecord("List", p, "")
+		if err != nil {
+			return backend.ListPage{}, err
+		}
+		if !strings.HasPrefix(rec.Key, req.Prefix) {
+			return backend.ListPage{}, errMalformed("List", "key %q is not under the prefix %q", rec.Key, req.Prefix)
+		}
+		page.Records[i] = rec
+	}
+	return page, nil
+}
+
+// FromWatchResponse decodes one event of a Watch of prefix.
+func FromWatchResponse(resp *backendv1.WatchResponse, prefix string) (backend.Event, error) {
+	ev := backend.Event{Type: fromEventType(resp.GetType())}
+	switch ev.Type {
+	case 0:
+		return backend.Event{}, errMalformed("Watch", "event of unknown type %v", resp.GetType())
+	case backend.EventSynced:
+		return ev, nil
+	}
+	rec, err := fromRecord("Watch", resp.GetRecord(), "")
+	if err != nil {
+		return backend.Event{}, err
+	}
+	if !strings.HasPrefix(rec.Key, prefix) {
+		return backend.Event{}, errMalformed("Watch", "key %q is not under the prefix %q", rec.Key, prefix)
+	}
+	ev.Record = rec
+	return ev, nil
+}
+
+// FromInfoResponse decodes the answer to Info.
+func FromInfoResponse(p *backendv1.InfoResponse) (backend.Info, error) {
+	info := backend.Info{
+		Name:    p.GetName(),
+		Version: p.GetVersion(),
+		Shared:  p.GetShared(),
+		Durable: p.GetDurable(),
+		Fair:    p.GetFair(),
+	}
+	var err error
+	if info.TTLGranularity, err = duration("ttl_granularity", p.GetTtlGranularity()); err != nil {
+		return backend.Info{}, err
+	}
+	if info.MinTTL, err = duration("min_ttl", p.GetMinTtl()); err != nil {
+		return backend.Info{}, err
+	}
+	if info.MaxTTL, err = duration("max_ttl", p.GetMaxTtl()); err != nil {
+		return backend.Info{}, err
+	}
+	if info.MaxTTL > 0 && info.MinTTL > info.MaxTTL {
+		return backend.Info{}, errMalformed("Info", "min_ttl %s above max_ttl %s", info.MinTTL, info.MaxTTL)
+	}
+	return info, nil
+}
+
+// duration converts a non-negative duration of Info (unset is zero).
+func duration(field string, d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, errMalformed("Info", "%s: %v", field, err)
+	}
+	if d.AsDuration() < 0 {
+		return 0, errMalformed("Info", "%s: %s is negative", field, d.AsDuration())
+	}
+	return d.AsDuration(), nil
+}

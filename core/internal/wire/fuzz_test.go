@@ -1,0 +1,173 @@
+package wire
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/holdfast/holdfast/core/backend"
+	backendv1 "github.com/holdfast/holdfast/proto/holdfast/backend/v1"
+)
+
+// FuzzDecodeResponses feeds arbitrary bytes, as a plugin could send them,
+// through the decoder of each backend.v1 answer. Whatever the bytes, a
+// decoder never panics, refuses only with backend.ErrUnavailable, and what
+// it accepts is coherent: an acquired, extended or found answer has a
+// record for the key asked about, list entries and events lie under the
+// prefix, durations are not negative. The committed corpus is in
+// testdata/fuzz/FuzzDecodeResponses.
+func FuzzDecodeResponses(f *testing.F) {
+	rec := &backendv1.Record{Key: "k", FencingToken: 7, Holder: "h", Stamp: &backendv1.Stamp{WallTimeNs: 1, Logical: 2}}
+	for kind, m := range []proto.Message{
+		&backendv1.AcquireResponse{Acquired: true, Record: rec},
+		&backendv1.ExtendResponse{Extended: true, Record: rec},
+		&backendv1.GetResponse{Found: true, Record: rec},
+		&backendv1.ListResponse{Records: []*backendv1.Record{rec}},
+		&backendv1.WatchResponse{Type: backendv1.EventType_EVENT_TYPE_ACQUIRED, Record: rec},
+		&backendv1.InfoResponse{Name: "x"},
+	} {
+		b, _ := proto.Marshal(m)
+		f.Add(uint8(kind), b, "k", "", uint16(10))
+	}
+	f.Fuzz(func(t *testing.T, kind uint8, data []byte, key, prefix string, pageSize uint16) {
+		refused := func(err error) bool {
+			if err != nil && !errors.Is(err, backend.ErrUnavailable) {
+				t.Fatalf("refusal %v does not wrap ErrUnavailable", err)
+			}
+			return err != nil
+		}
+		check := func(r backend.Record, wantKey string) {
+			if r.Key == "" || (wantKey != "" && r.Key != wantKey) || r.Remaining < 0 {
+				t.Fatalf("accepted record %+v (asked about %q)", r, wantKey)
+			}
+		}
+		switch kind % 6 {
+		case 0:
+			var m backendv1.AcquireResponse
+			if proto.Unmarshal(data, &m) != nil {
+				return
+			}
+			res, err := FromAcquireResponse(&m, key)
+			if refused(err) {
+				return
+			}
+			if m.GetAcquired() != res.Acquired {
+				t.Fatalf("acquired %t decoded as %t", m.GetAcquired(), res.Acquired)
+			}
+			if res.Acquired || res.Record.Key != "" {
+				check(res.Record, key)
+			}
+		case 1:
+			var m backendv1.ExtendResponse
+			if proto.Unmarshal(data, &m) != nil {
+				return
+			}
+			res, err := FromExtendResponse(&m, key)
+			if !refused(err) && res.Extended {
+				check(res.Record, key)
+			}
+		case 2:
+			var m backendv1.GetResponse
+			if proto.Unmarshal(data, &m) != nil {
+				return
+			}
+			rec, found, err := FromGetResponse(&m, key)
+			if !refused(err) && found {
+				check(rec, key)
+			}
+		case 3:
+			var m backendv1.ListResponse
+			if proto.Unmarshal(data, &m) != nil {
+				return
+			}
+			req := backend.ListRequest{Prefix: prefix, PageSize: int(pageSize)}
+			page, err := FromListResponse(&m, req)
+			if refused(err) {
+				return
+			}
+			if len(page.Records) > req.PageSize {
+				t.Fatalf("accepted %d records for a page of %d", len(page.Records), req.PageSize)
+			}
+			for _, r := range page.Records {
+				check(r, "")
+				if !strings.HasPrefix(r.Key, prefix) {
+					t.Fatalf("accepted %q under prefix %q", r.Key, prefix)
+				}
+			}
+		case 4:
+			var m backendv1.WatchResponse
+			if proto.Unmarshal(data, &m) != nil {
+				return
+			}
+			ev, err := FromWatchResponse(&m, prefix)
+			if refused(err) {
+				return
+			}
+			if ev.Type == 0 {
+				t.Fatal("accepted an event without a type")
+			}
+			if ev.Type != backend.EventSynced {
+				check(ev.Record, "")
+				if !strings.HasPrefix(ev.Record.Key, prefix) {
+					t.Fatalf("accepted an event on %q under prefix %q", ev.Record.Key, prefix)
+				}
+			}
+		case 5:
+			var m backendv1.InfoResponse
+			if proto.Unmarshal(data, &m) != nil {
+				return
+			}
+			info, err := FromInfoResponse(&m)
+			if refused(err) {
+				return
+			}
+			if info.MinTTL < 0 || info.MaxTTL < 0 || info.TTLGranularity < 0 || (info.MaxTTL > 0 && info.MinTTL > info.MaxTTL) {
+				t.Fatalf("accepted info %+v", info)
+			}
+		}
+	})
+}
+
+// The decoders refuse the nonsense the fuzz test looks for, by name.
+func TestDecodeRefusesNonsense(t *testing.T) {
+	rec := func(key string) *backendv1.Record { return &backendv1.Record{Key: key, FencingToken: 1} }
+	for name, err := range map[string]error{
+		"acquired without a record": func() error {
+			_, err := FromAcquireResponse(&backendv1.AcquireResponse{Acquired: true}, "k")
+			return err
+		}(),
+		"acquired another key": func() error {
+			_, err := FromAcquireResponse(&backendv1.AcquireResponse{Acquired: true, Record: rec("x")}, "k")
+			return err
+		}(),
+		"extended without a record": func() error { _, err := FromExtendResponse(&backendv1.ExtendResponse{Extended: true}, "k"); return err }(),
+		"found without a record":    func() error { _, _, err := FromGetResponse(&backendv1.GetResponse{Found: true}, "k"); return err }(),
+		"list outside the prefix": func() error {
+			_, err := FromListResponse(&backendv1.ListResponse{Records: []*backendv1.Record{rec("b/1")}}, backend.ListRequest{Prefix: "a/", PageSize: 10})
+			return err
+		}(),
+		"list over the page size": func() error {
+			_, err := FromListResponse(&backendv1.ListResponse{Records: []*backendv1.Record{rec("a"), rec("b")}}, backend.ListRequest{PageSize: 1})
+			return err
+		}(),
+		"list entry without a record": func() error {
+			_, err := FromListResponse(&backendv1.ListResponse{Records: []*backendv1.Record{nil}}, backend.ListRequest{PageSize: 1})
+			return err
+		}(),
+		"event without a record": func() error {
+			_, err := FromWatchResponse(&backendv1.WatchResponse{Type: backendv1.EventType_EVENT_TYPE_RELEASED}, "")
+			return err
+		}(),
+		"event of no type": func() error { _, err := FromWatchResponse(&backendv1.WatchResponse{}, ""); return err }(),
+	} {
+		if !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "malformed") {
+			t.Errorf("%s: %v, want a malformed-answer error wrapping ErrUnavailable", name, err)
+		}
+	}
+	// A busy key whose holder the plugin does not know is not nonsense.
+	if res, err := FromAcquireResponse(&backendv1.AcquireResponse{Record: &backendv1.Record{}}, "k"); err != nil || res.Acquired {
+		t.Errorf("not acquired, holder unknown: %+v %v", res, err)
+	}
+}

@@ -1,0 +1,110 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/proto/hlc"
+)
+
+// What the plugin side encodes, the host side decodes to the same value.
+func TestRoundTrip(t *testing.T) {
+	rec := backend.Record{
+		Key: "a/1", FencingToken: 7, Holder: "h",
+		ExpiresAt: time.Unix(1700000000, 123).UTC(), Remaining: 3 * time.Second,
+		Stamp: hlc.Timestamp{WallTime: 42, Logical: 3},
+	}
+	same := func(what string, got, want any) {
+		t.Helper()
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: got %+v, want %+v", what, got, want)
+		}
+	}
+
+	acq := backend.AcquireRequest{Key: "a/1", OwnerToken: "tok", TTL: time.Minute, Holder: "h", Stamp: rec.Stamp, WaiterID: "w"}
+	same("AcquireRequest", FromAcquireRequest(ToAcquireRequest(acq)), acq)
+	rel := backend.ReleaseRequest{Key: "a/1", OwnerToken: "tok", Stamp: rec.Stamp}
+	same("ReleaseRequest", FromReleaseRequest(ToReleaseRequest(rel)), rel)
+	ext := backend.ExtendRequest{Key: "a/1", OwnerToken: "tok", TTL: time.Hour, Stamp: rec.Stamp}
+	same("ExtendRequest", FromExtendRequest(ToExtendRequest(ext)), ext)
+	list := backend.ListRequest{Prefix: "a/", PageSize: 10, PageToken: "p"}
+	pl, err := ToListRequest(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same("ListRequest", FromListRequest(pl), list)
+
+	res, err := FromAcquireResponse(ToAcquireResponse(backend.AcquireResult{Acquired: true, Record: rec}), rec.Key)
+	same("AcquireResult", res, backend.AcquireResult{Acquired: true, Record: rec})
+	same("AcquireResult error", err, nil)
+	eres, err := FromExtendResponse(ToExtendResponse(backend.ExtendResult{Extended: true, Record: rec}), rec.Key)
+	same("ExtendResult", eres, backend.ExtendResult{Extended: true, Record: rec})
+	same("ExtendResult error", err, nil)
+	got, found, err := FromGetResponse(ToGetResponse(rec, true), rec.Key)
+	same("Get", []any{got, found, err}, []any{rec, true, nil})
+	page, err := FromListResponse(ToListResponse(backend.ListPage{Records: []backend.Record{rec}, NextPageToken: "n"}), list)
+	same("ListPage", page, backend.ListPage{Records: []backend.Record{rec}, NextPageToken: "n"})
+	same("ListPage error", err, nil)
+	for _, ev := range []backend.Event{{Type: backend.EventSynced}, {Type: backend.EventAcquired, Record: rec}, {Type: backend.EventReleased, Record: rec}, {Type: backend.EventExpired, Record: rec}} {
+		got, err := FromWatchResponse(ToWatchResponse(ev), "a/")
+		same("Event "+ev.Type.String(), []any{got, err}, []any{ev, nil})
+	}
+	info := backend.Info{Name: "x", Version: "1", Shared: true, Durable: true, TTLGranularity: time.Millisecond, MinTTL: time.Second, MaxTTL: time.Hour, Fair: true}
+	gotInfo, err := FromInfoResponse(ToInfoResponse(info, true))
+	same("Info", []any{gotInfo, err}, []any{info, nil})
+	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, false)); gotInfo.Fair {
+		t.Error("a backend without the queue calls was reported fair")
+	}
+	if ToStamp(hlc.Timestamp{}) != nil {
+		t.Error("the zero stamp is not left unset")
+	}
+	same("unset stamp", FromStamp(nil), hlc.Timestamp{})
+}
+
+func TestListRequestPageSizeBounds(t *testing.T) {
+	for _, n := range []int{0, -1, int(maxPageSize) + 1} {
+		if _, err := ToListRequest(backend.ListRequest{PageSize: n}); !errors.Is(err, backend.ErrInvalidArgument) {
+			t.Errorf("page size %d: %v, want ErrInvalidArgument", n, err)
+		}
+	}
+}
+
+// A backend's error reaches the host as the sentinel it wraps, with the
+// backend's message.
+func TestErrorsRoundTrip(t *testing.T) {
+	cases := []struct {
+		err      error
+		code     codes.Code
+		sentinel error
+	}{
+		{fmt.Errorf("%w: ttl too long", backend.ErrInvalidArgument), codes.InvalidArgument, backend.ErrInvalidArgument},
+		{fmt.Errorf("%w: store down", backend.ErrUnavailable), codes.Unavailable, backend.ErrUnavailable},
+		{errors.New("anything else"), codes.Unavailable, backend.ErrUnavailable},
+		{fmt.Errorf("wrapped: %w", context.Canceled), codes.Canceled, backend.ErrUnavailable},
+		{context.DeadlineExceeded, codes.DeadlineExceeded, backend.ErrUnavailable},
+	}
+	for _, c := range cases {
+		st, _ := status.FromError(ToStatus(c.err))
+		if st.Code() != c.code || st.Message() != c.err.Error() {
+			t.Errorf("ToStatus(%v) = %v %q, want %v", c.err, st.Code(), st.Message(), c.code)
+		}
+		back := FromStatus(st, "p")
+		if !errors.Is(back, c.sentinel) {
+			t.Errorf("FromStatus(%v) = %v, want it to wrap %v", st, back, c.sentinel)
+		}
+	}
+	if got := FromStatus(status.New(codes.InvalidArgument, "ttl: 48h exceeds 24h"), "p").Error(); got != "ttl: 48h exceeds 24h" {
+		t.Errorf("invalid argument message %q, want the plugin's own words", got)
+	}
+	if got := FromStatus(status.New(codes.Unavailable, "down"), "p").Error(); got != "plugin p: down" {
+		t.Errorf("unavailable message %q", got)
+	}
+}
