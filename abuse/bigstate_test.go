@@ -39,7 +39,7 @@ func pageLister(t *testing.T, s *harness.Server) func(ctx context.Context, token
 		defer resp.Body.Close()
 		raw, err := io.ReadAll(resp.Body)
 		if err != nil || resp.StatusCode != http.StatusOK {
-			return "", fmt.Errorf("list: %s %v", resp.Status, err)
+			return "", fmt.Errorf("list: %s: %w", resp.Status, err)
 		}
 		for len(raw) > 0 {
 			num, typ, n := protowire.ConsumeTag(raw)

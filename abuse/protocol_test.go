@@ -21,7 +21,7 @@ import (
 // code of the answer ("ok" when it succeeded) and its message, whatever
 // the protocol (gRPC codes come in trailers, Connect's in a JSON body or
 // an end-of-stream message).
-func rawCall(t *testing.T, ctx context.Context, hc *http.Client, s *harness.Server, procedure string, hdr map[string]string, body []byte) (string, string) {
+func rawCall(ctx context.Context, t *testing.T, hc *http.Client, s *harness.Server, procedure string, hdr map[string]string, body []byte) (string, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/holdfast.lock.v1.LockService/"+procedure, bytes.NewReader(body))
 	if err != nil {
@@ -114,11 +114,11 @@ func TestProtocolErrors(t *testing.T) {
 		{"Connect stream, flags 0x10", h2, "Watch", connectStream, envelope(0x10, watch)},
 	}
 	for _, f := range frames {
-		got, msg := rawCall(t, ctx, f.hc, s, f.procedure, f.hdr, f.body)
+		got, msg := rawCall(ctx, t, f.hc, s, f.procedure, f.hdr, f.body)
 		expect(t, got == "invalid_argument", "%s: %s %q, want invalid_argument", f.name, got, msg)
 	}
 	// A well-formed message still works on each protocol.
-	if got, msg := rawCall(t, ctx, h2, s, "Acquire", grpc, envelope(0, acquire)); got != "ok" {
+	if got, msg := rawCall(ctx, t, h2, s, "Acquire", grpc, envelope(0, acquire)); got != "ok" {
 		t.Fatalf("a well-formed gRPC Acquire: %s %q", got, msg)
 	}
 
@@ -130,7 +130,7 @@ func TestProtocolErrors(t *testing.T) {
 		{"saturated wait", `{"key": "j", "ttl": "1s", "wait": "-9999999999.5s"}`, "invalid_argument", "wait: -9999999999.5s is negative"},
 	}
 	for _, c := range jsonCases {
-		got, msg := rawCall(t, ctx, h1, s, "Acquire", map[string]string{"Content-Type": "application/json"}, []byte(c.body))
+		got, msg := rawCall(ctx, t, h1, s, "Acquire", map[string]string{"Content-Type": "application/json"}, []byte(c.body))
 		expect(t, got == c.code && strings.Contains(msg, c.want), "%s: %s %q, want %s saying %q", c.name, got, msg, c.code, c.want)
 	}
 

@@ -3,6 +3,7 @@ package abuse
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -21,7 +22,7 @@ import (
 // talk, in its own goroutine; closed receives, per connection, how long
 // after talk began the server closed it (or -1 if it did not within
 // within). The returned wait blocks until every connection is done.
-func rawConns(t *testing.T, ctx context.Context, s *harness.Server, from string, n int, within time.Duration,
+func rawConns(ctx context.Context, t *testing.T, s *harness.Server, from string, n int, within time.Duration,
 	talk func(ctx context.Context, c net.Conn)) (closed chan time.Duration, wait func()) {
 	t.Helper()
 	closed = make(chan time.Duration, n)
@@ -42,7 +43,7 @@ func rawConns(t *testing.T, ctx context.Context, s *harness.Server, from string,
 			cancel()
 			c.Close()
 			talking.Wait()
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 				took = -1
 			}
 			closed <- took
@@ -86,8 +87,8 @@ func TestSlowClientsAndConnectionCaps(t *testing.T) {
 
 	const within = 12 * time.Second
 	body := "POST /holdfast.lock.v1.LockService/Acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
-	slowBodies, waitBodies := rawConns(t, ctx, s, "127.0.0.2", 120, within, trickle(body, strings.Repeat(" ", 999), 500*time.Millisecond))
-	slowHeaders, waitHeaders := rawConns(t, ctx, s, "127.0.0.3", 60, within, trickle("POST /holdfast.lock.v1.LockService/Acquire HTTP/1.1\r\n", strings.Repeat("X-Slow: x\r\n", 100), 500*time.Millisecond))
+	slowBodies, waitBodies := rawConns(ctx, t, s, "127.0.0.2", 120, within, trickle(body, strings.Repeat(" ", 999), 500*time.Millisecond))
+	slowHeaders, waitHeaders := rawConns(ctx, t, s, "127.0.0.3", 60, within, trickle("POST /holdfast.lock.v1.LockService/Acquire HTTP/1.1\r\n", strings.Repeat("X-Slow: x\r\n", 100), 500*time.Millisecond))
 	attacked := p.p50(t)
 	waitBodies()
 	waitHeaders()
@@ -115,14 +116,14 @@ func TestSlowClientsAndConnectionCaps(t *testing.T) {
 	request := func(ctx context.Context, c net.Conn) {
 		fmt.Fprintf(c, "GET /ui/ HTTP/1.1\r\nHost: x\r\n\r\n")
 	}
-	idleConn, waitIdle := rawConns(t, ctx, s, "127.0.0.7", 1, 15*time.Second, request)
-	held, waitHeld := rawConns(t, ctx, s, "127.0.0.4", 150, 4*time.Second, request)
-	over, waitOver := rawConns(t, ctx, s, "127.0.0.4", 1, 4*time.Second, request)
+	idleConn, waitIdle := rawConns(ctx, t, s, "127.0.0.7", 1, 15*time.Second, request)
+	held, waitHeld := rawConns(ctx, t, s, "127.0.0.4", 150, 4*time.Second, request)
+	over, waitOver := rawConns(ctx, t, s, "127.0.0.4", 1, 4*time.Second, request)
 	fresh := client(t, s, clientOpts{}) // a new connection of the normal client
 	if _, err := fresh.GetServerInfo(ctx, &lockv1.GetServerInfoRequest{}); err != nil {
 		t.Fatalf("a new connection of another client: %v", err)
 	}
-	crowd, waitCrowd := rawConns(t, ctx, s, "127.0.0.5", 160, 4*time.Second, request)
+	crowd, waitCrowd := rawConns(ctx, t, s, "127.0.0.5", 160, 4*time.Second, request)
 	atOnce := func(closed chan time.Duration) (refused, kept int) {
 		for d := range closed {
 			switch {

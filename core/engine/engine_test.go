@@ -924,6 +924,9 @@ func TestASlowWatcherIsEndedNotWaitedOn(t *testing.T) {
 		t.Fatal("the slow watcher was never ended")
 	}
 	cancel()
-	<-fast
-	<-other
+	for _, errc := range []chan error{fast, other} {
+		if err := <-errc; !errors.Is(err, engine.ErrCanceled) {
+			t.Errorf("a watcher ended with %v, want canceled", err)
+		}
+	}
 }

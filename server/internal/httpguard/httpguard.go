@@ -58,19 +58,19 @@ func ClientAddress(peer string) string {
 // its place back.
 type Listener struct {
 	net.Listener
-	max, perClient int // 0: unbounded
-	onRefuse       func(client string, total bool)
+	total, perClient int // bounds; 0: unbounded
+	onRefuse         func(client string, total bool)
 
-	mu    sync.Mutex
-	total int
-	per   map[string]int
+	mu   sync.Mutex
+	open int
+	per  map[string]int
 }
 
-// Limit wraps ln: at most max open connections in all (0: unbounded), at
+// Limit wraps ln: at most total open connections in all (0: unbounded), at
 // most perClient from one client address (0: unbounded). onRefuse, when
 // set, is told of each connection closed over a cap.
-func Limit(ln net.Listener, max, perClient int, onRefuse func(client string, total bool)) *Listener {
-	return &Listener{Listener: ln, max: max, perClient: perClient, onRefuse: onRefuse, per: map[string]int{}}
+func Limit(ln net.Listener, total, perClient int, onRefuse func(client string, total bool)) *Listener {
+	return &Listener{Listener: ln, total: total, perClient: perClient, onRefuse: onRefuse, per: map[string]int{}}
 }
 
 // Accept returns the next connection within the caps; connections over a
@@ -97,19 +97,19 @@ func (l *Listener) Accept() (net.Conn, error) {
 func (l *Listener) Open() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.total
+	return l.open
 }
 
 func (l *Listener) take(client string) (over, total bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.max > 0 && l.total >= l.max {
+	if l.total > 0 && l.open >= l.total {
 		return true, true
 	}
 	if l.perClient > 0 && l.per[client] >= l.perClient {
 		return true, false
 	}
-	l.total++
+	l.open++
 	l.per[client]++
 	return false, false
 }
@@ -117,7 +117,7 @@ func (l *Listener) take(client string) (over, total bool) {
 func (l *Listener) give(client string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.total--
+	l.open--
 	if l.per[client]--; l.per[client] <= 0 {
 		delete(l.per, client)
 	}

@@ -51,7 +51,7 @@ func closedByPeer(c net.Conn) bool {
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err := c.Read(make([]byte, 1))
 	var ne net.Error
-	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	return err != nil && (!errors.As(err, &ne) || !ne.Timeout())
 }
 
 func TestListenerCaps(t *testing.T) {

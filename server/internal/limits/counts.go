@@ -17,24 +17,24 @@ func (e *overLimit) Error() string { return "over the limit" }
 
 // counter counts things in progress per caller and in total.
 type counter struct {
-	max int // in total; 0: unbounded
+	bound int // in total; 0: unbounded
 
 	mu    sync.Mutex
 	total int
 	per   map[string]int // only callers with something in progress
 }
 
-func newCounter(max int) *counter { return &counter{max: max, per: map[string]int{}} }
+func newCounter(bound int) *counter { return &counter{bound: bound, per: map[string]int{}} }
 
-// add counts one more for id, unless that passes max (id's bound; 0:
+// add counts one more for id, unless that passes bound (id's; 0:
 // unbounded) or the total's.
-func (c *counter) add(id string, max int) error {
+func (c *counter) add(id string, bound int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.max > 0 && c.total >= c.max {
+	if c.bound > 0 && c.total >= c.bound {
 		return &overLimit{n: c.total, total: true}
 	}
-	if n := c.per[id]; max > 0 && n >= max {
+	if n := c.per[id]; bound > 0 && n >= bound {
 		return &overLimit{n: n}
 	}
 	c.total++
@@ -76,16 +76,16 @@ type lease struct {
 	index       int // in expires
 }
 
-func newLeases(max int) *leases {
-	return &leases{counts: newCounter(max), byKey: map[string]*lease{}}
+func newLeases(bound int) *leases {
+	return &leases{counts: newCounter(bound), byKey: map[string]*lease{}}
 }
 
-// reserve counts an Acquire in progress for id (bound max).
-func (l *leases) reserve(id string, max int, now time.Time) error {
+// reserve counts an Acquire in progress for id (its bound: bound).
+func (l *leases) reserve(id string, bound int, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.prune(now)
-	return l.counts.add(id, max)
+	return l.counts.add(id, bound)
 }
 
 // unreserve ends a reservation whose Acquire did not win.

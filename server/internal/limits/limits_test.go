@@ -205,7 +205,7 @@ func acquire(ctx context.Context, c lockv1connect.LockServiceClient, key string,
 	return c.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(ttl)})
 }
 
-func mustAcquire(t *testing.T, ctx context.Context, c lockv1connect.LockServiceClient, key string, ttl time.Duration) *lockv1.Lease {
+func mustAcquire(ctx context.Context, t *testing.T, c lockv1connect.LockServiceClient, key string, ttl time.Duration) *lockv1.Lease {
 	t.Helper()
 	r, err := acquire(ctx, c, key, ttl)
 	if err != nil || !r.GetAcquired() {
@@ -229,9 +229,9 @@ func TestLockLimits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	a, aAgain, b := client(""), client(""), client("127.0.0.2")
-	mustAcquire(t, ctx, a, "a/1", time.Minute)
-	mustAcquire(t, ctx, aAgain, "a/2", time.Minute)
-	third := mustAcquire(t, ctx, a, "a/3", time.Minute)
+	mustAcquire(ctx, t, a, "a/1", time.Minute)
+	mustAcquire(ctx, t, aAgain, "a/2", time.Minute)
+	third := mustAcquire(ctx, t, a, "a/3", time.Minute)
 	_, err := acquire(ctx, aAgain, "a/4", time.Minute)
 	wantExhausted(t, "a fourth lock of one client", err, "acquire: 3 locks held or being acquired by this client address (127.0.0.1) (the server's --max-locks-per-client)")
 	// Contention is not counted: a busy key answers acquired=false.
@@ -241,22 +241,22 @@ func TestLockLimits(t *testing.T) {
 	if _, err := a.Release(ctx, &lockv1.ReleaseRequest{Key: "a/3", OwnerToken: third.GetOwnerToken()}); err != nil {
 		t.Fatal(err)
 	}
-	mustAcquire(t, ctx, a, "a/3", 300*time.Millisecond)
+	mustAcquire(ctx, t, a, "a/3", 300*time.Millisecond)
 	if lim.Locks() != 3 {
 		t.Fatalf("%d locks counted, want 3", lim.Locks())
 	}
-	mustAcquire(t, ctx, b, "b/1", time.Minute)
-	mustAcquire(t, ctx, b, "b/2", time.Minute)
+	mustAcquire(ctx, t, b, "b/1", time.Minute)
+	mustAcquire(ctx, t, b, "b/2", time.Minute)
 	_, err = acquire(ctx, b, "b/3", time.Minute)
 	wantExhausted(t, "a sixth lock on the server", err, "acquire: 5 locks held or being acquired through this server (the server's --max-locks)")
 	// a/3's TTL runs out: its place is free again.
 	eventually(t, func() bool { return lim.Locks() == 4 })
-	b3 := mustAcquire(t, ctx, b, "b/3", time.Minute)
+	b3 := mustAcquire(ctx, t, b, "b/3", time.Minute)
 	if _, err := b.Release(ctx, &lockv1.ReleaseRequest{Key: "b/3", OwnerToken: b3.GetOwnerToken()}); err != nil {
 		t.Fatal(err)
 	}
 	// Extended leases stay counted past their first TTL.
-	short := mustAcquire(t, ctx, a, "a/3", 200*time.Millisecond)
+	short := mustAcquire(ctx, t, a, "a/3", 200*time.Millisecond)
 	_, err = acquire(ctx, a, "a/5", time.Minute)
 	wantExhausted(t, "over the limit again", err, "(the server's --max-locks)")
 	if r, err := a.Extend(ctx, &lockv1.ExtendRequest{Key: "a/3", OwnerToken: short.GetOwnerToken(), Ttl: durationpb.New(time.Minute)}); err != nil || !r.GetExtended() {
@@ -275,7 +275,7 @@ func TestWaitersPerClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	holder := client("127.0.0.3")
-	mustAcquire(t, ctx, holder, "busy", time.Minute)
+	mustAcquire(ctx, t, holder, "busy", time.Minute)
 	waitCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	errs := make(chan error, 2)
@@ -329,11 +329,11 @@ func TestTokenQuotas(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	small, dflt := client("", "small-token-0123456789"), client("", "default-token-0123456789")
-	mustAcquire(t, ctx, small, "s/1", time.Minute)
+	mustAcquire(ctx, t, small, "s/1", time.Minute)
 	_, err = acquire(ctx, small, "s/2", time.Minute)
 	wantExhausted(t, "the small token's second lock", err, "acquire: 1 locks held or being acquired by this token (its max_locks in the tokens file)")
-	mustAcquire(t, ctx, dflt, "d/1", time.Minute)
-	mustAcquire(t, ctx, dflt, "d/2", time.Minute)
+	mustAcquire(ctx, t, dflt, "d/1", time.Minute)
+	mustAcquire(ctx, t, dflt, "d/2", time.Minute)
 	_, err = acquire(ctx, dflt, "d/3", time.Minute)
 	wantExhausted(t, "the default token's third lock", err, "by this token (the server's --max-locks-per-client)")
 	s, err := watch(ctx, small)
