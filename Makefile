@@ -7,10 +7,10 @@ BIN        := $(CURDIR)/bin
 DIST       := $(CURDIR)/dist
 # The release version of every Go module and SDK package (make set-version).
 RELEASE_VERSION := $(shell cat $(CURDIR)/VERSION)
-GO_MODULES := proto core harness server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance plugins/example chaos abuse
+GO_MODULES := proto core harness server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go sdk-go/holdfasttest conformance plugins/example chaos abuse
 # Modules whose tests need no external service; the etcd, Redis and PostgreSQL
 # plugins run in test-etcd, test-redis and test-postgres with their servers.
-GO_UNIT_MODULES := proto core harness server plugins/memory sdk-go conformance plugins/example
+GO_UNIT_MODULES := proto core harness server plugins/memory sdk-go sdk-go/holdfasttest conformance plugins/example
 GO_TEST    ?= go test -race -count=1 -timeout 15m
 # Binaries the tests drive as real subprocesses.
 export HOLDFAST_BIN_DIR := $(BIN)
@@ -65,6 +65,21 @@ test-release-npm: build dist-npm ## install the npm tarball in a fresh project o
 test-sdk-python: build sdk-codegen-tools ## Python SDK tests (pytest) against a real holdfast serve
 	scripts/with-server.sh timeout 600 bash -c 'cd sdk-python && .venv/bin/python -m pytest -q -o faulthandler_timeout=120'
 
+.PHONY: dist-python
+# Out of tree: `python -m build` writes the sdist into dist/python and builds
+# the wheel from it in a temporary directory; the pinned hatchling (from
+# sdk-python/.venv) writes no build/ or *.egg-info into sdk-python.
+dist-python: sdk-codegen-tools ## the Python SDK's wheel and sdist in dist/python/
+	rm -rf $(DIST)/python
+	cd sdk-python && .venv/bin/python -m build --no-isolation --outdir $(DIST)/python .
+	@left=$$(git status --porcelain --ignored -- sdk-python | grep -E '(^|/)(build/|[^/]*\.egg-info/?)$$' || true); \
+		if [ -n "$$left" ]; then echo "dist-python: the build wrote into sdk-python: $$left" >&2; exit 1; fi
+	@ls -l $(DIST)/python
+
+.PHONY: test-release-python
+test-release-python: build dist-python ## the Python wheel from dist/ in fresh venvs (3.10, 3.11) outside the checkout, against a real holdfast serve
+	scripts/release/test-python.sh $(DIST)
+
 .PHONY: build
 build: web-build ## build holdfast and the plugin binaries into bin/ (the live view first: it is embedded)
 	go build -o $(BIN)/ ./server/cmd/holdfast ./plugins/memory/cmd/holdfast-backend-memory ./conformance/cmd/holdfast-conformance \
@@ -100,7 +115,7 @@ PROTO_BASELINE := buf.released.yaml
 # (GOWORK=off), from its own go.mod and go.sum, so go.work cannot hide a
 # missing requirement; its siblings come from this checkout through a
 # temporary go.mod (holdfast-release standalone; CONTRIBUTING.md says why).
-lint: tools ## buf lint and buf breaking (against $(PROTO_BASELINE)), golangci-lint over every Go module, each module built alone (GOWORK=off), one version everywhere, and lint-ts
+lint: tools ## buf lint and buf breaking (against $(PROTO_BASELINE)), golangci-lint over every Go module, each module built alone (GOWORK=off), one version everywhere, lint-ts and lint-python
 	$(BIN)/buf lint
 	$(BIN)/buf breaking --against $(PROTO_BASELINE)
 	@out=$$(gofmt -l scripts/release); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -111,6 +126,7 @@ lint: tools ## buf lint and buf breaking (against $(PROTO_BASELINE)), golangci-l
 	@for m in $(GO_MODULES); do echo "build and vet $$m alone"; \
 		$(BIN)/holdfast-release standalone $$m -- go build ./... && $(BIN)/holdfast-release standalone $$m -- go vet ./...; done
 	$(MAKE) --no-print-directory lint-ts
+	$(MAKE) --no-print-directory lint-python
 
 .PHONY: proto-baseline
 proto-baseline: tools ## record the protos as released ($(PROTO_BASELINE)), the baseline of buf breaking: run when tagging a release
@@ -123,10 +139,13 @@ lint-ts: ## eslint (typescript-eslint, strict) and tsc --strict for sdk-ts and w
 	cd sdk-ts && npm run lint
 	cd web && npm run lint
 
+.PHONY: lint-python
+lint-python: sdk-codegen-tools ## ruff (lint and format check) and mypy --strict over sdk-python (pinned in its hashed lock)
+	cd sdk-python && .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
+
 .PHONY: test-go
-# The SDK matrix (every SDK on memory, Go on every backend) is
-# test-sdk-conformance's: test-go leaves it out rather than run its memory
-# rows twice.
+# The SDK matrix (every SDK on every backend) is test-sdk-conformance's:
+# test-go leaves it out rather than run its memory rows twice.
 test-go: build ## go test -race across the Go modules that need no external service
 	@for m in $(GO_UNIT_MODULES); do echo "== go test $$m"; \
 		(cd $$m && HOLDFAST_CONFORMANCE_BACKENDS=memory $(GO_TEST) -skip '^TestSDKConformance$$' ./...); done
@@ -149,7 +168,7 @@ test-example: ## the example backend (plugins/example) through the one command a
 	$(BIN)/holdfast-conformance backend --plugin ./bin/holdfast-backend-example
 
 .PHONY: test-sdk-conformance
-test-sdk-conformance: build sdk-codegen-tools ## SDK-level conformance: Go, TypeScript, Python SDKs on memory, the Go SDK on etcd, Redis, PostgreSQL (throw-away servers); prints the matrix
+test-sdk-conformance: build sdk-codegen-tools ## SDK-level conformance: the Go, TypeScript and Python SDKs on memory, etcd, Redis and PostgreSQL (throw-away servers, 3 cells at a time); prints the 3 x 4 matrix
 	bash scripts/setup.d/10-etcd.sh
 	bash scripts/setup.d/20-redis.sh
 	@matrix=$$(mktemp); status=0; \

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -102,10 +103,17 @@ func (sc *ServiceContext) CanStartServers() bool { return sc.Config.Serve != nil
 // StartServer starts one more server with Config.Serve; the suite stops it
 // at the end of the run unless the caller stops it first.
 func (sc *ServiceContext) StartServer(ctx context.Context) (*harness.Server, error) {
+	return sc.StartServerWith(ctx)
+}
+
+// StartServerWith is StartServer with extra `holdfast serve` arguments
+// (say --max-wait 1s).
+func (sc *ServiceContext) StartServerWith(ctx context.Context, args ...string) (*harness.Server, error) {
 	if sc.Config.Serve == nil {
 		return nil, errors.New("conformance: Config.Serve is not set")
 	}
 	opts := *sc.Config.Serve
+	opts.Args = append(slices.Clone(opts.Args), args...)
 	if opts.Binary == "" && opts.BuildDir == "" {
 		sc.mu.Lock()
 		if sc.buildDir == "" {
