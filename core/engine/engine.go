@@ -266,11 +266,18 @@ func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelF
 	return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CallTimeout)
 }
 
-// newOwnerToken mints 256 random bits, base64url without padding.
+// newOwnerToken mints 256 random bits, base64url without padding. A token
+// never starts with '-': people paste tokens into command lines
+// (`holdfast release KEY TOKEN`), where a leading dash reads as a flag.
+// Drawing again costs nothing and keeps more than 255.9 bits of entropy.
 func newOwnerToken() string {
 	var b [32]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it crashes instead)
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	for {
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it crashes instead)
+		if tok := base64.RawURLEncoding.EncodeToString(b[:]); tok[0] != '-' {
+			return tok
+		}
+	}
 }
 
 func (e *Engine) state(r backend.Record) *lockv1.LockState {
