@@ -7,7 +7,7 @@ BIN        := $(CURDIR)/bin
 DIST       := $(CURDIR)/dist
 # The release version of every Go module and SDK package (make set-version).
 RELEASE_VERSION := $(shell cat $(CURDIR)/VERSION)
-GO_MODULES := proto core harness server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go sdk-go/holdfasttest conformance plugins/example chaos
+GO_MODULES := proto core harness server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go sdk-go/holdfasttest conformance plugins/example chaos abuse
 # Modules whose tests need no external service; the etcd, Redis and PostgreSQL
 # plugins run in test-etcd, test-redis and test-postgres with their servers.
 GO_UNIT_MODULES := proto core harness server plugins/memory sdk-go sdk-go/holdfasttest conformance plugins/example
@@ -153,7 +153,7 @@ test-go: build ## go test -race across the Go modules that need no external serv
 .PHONY: test
 # Every suite, service-free first. Each backend target starts its own
 # throwaway server and stops it by PID.
-TEST_SUITES := test-go fuzz-smoke test-example test-etcd test-redis test-postgres test-sdk-conformance test-chaos test-sdk-ts test-sdk-python test-web bench-smoke test-release test-ops
+TEST_SUITES := test-go fuzz-smoke test-example test-etcd test-redis test-postgres test-sdk-conformance test-chaos test-abuse test-sdk-ts test-sdk-python test-web bench-smoke test-release test-ops
 test: setup check-generated lint build ## set up and run the whole test suite (what CI runs)
 	@for t in $(TEST_SUITES); do echo "===== make $$t"; $(MAKE) --no-print-directory $$t; done
 	@echo "make test: all suites passed ($(TEST_SUITES))"
@@ -205,6 +205,15 @@ test-postgres: build ## PostgreSQL backend tests against a throw-away PostgreSQL
 test-chaos: build ## fault-injection runs on every backend, checked with porcupine (DURATION=15s per backend, SEED=n)
 	bash scripts/setup.d/10-etcd.sh
 	cd chaos && HOLDFAST_CHAOS_DURATION=$(or $(DURATION),15s) HOLDFAST_CHAOS_SEED=$(SEED) $(GO_TEST) ./...
+
+.PHONY: test-abuse
+# Hostile clients against the real binary (abuse/): each attack is refused
+# or ended, and a normal client's Acquire p50 during it stays within a
+# stated multiple of its idle p50; prints both per attack.
+test-abuse: build ## attacks from loopback against the real binary: each is refused, and a normal client's Acquire p50 stays near its idle p50
+	@report=$$(mktemp); status=0; \
+	(cd abuse && HOLDFAST_ABUSE_REPORT_FILE="$$report" $(GO_TEST) ./...) || status=$$?; \
+	cat "$$report"; rm -f "$$report"; exit $$status
 
 .PHONY: chaos
 chaos: build ## longer fault-injection run: make chaos DURATION=5m [SEED=n] [BACKENDS=etcd,redis]

@@ -76,7 +76,10 @@ func measureFootprint(ctx context.Context, locks, waiters, loopOps int) (*footpr
 		"--backend", "memory",
 		"--max-waiters", strconv.Itoa(max(waiters, 1) + 1000),
 		"--max-waiters-per-key", strconv.Itoa(waiters/waitKeys + 1),
-		"--max-waiters-per-connection", strconv.Itoa(waiters/footprintConns + 100)}
+		// One client holds every lock and waiter of the footprint: the
+		// per-client bounds (and the server's lock bound) are lifted.
+		"--max-waiters-per-client", strconv.Itoa(max(waiters, 1) + 1000),
+		"--max-locks", "0", "--max-locks-per-client", "0"}
 	if *profileDir != "" {
 		args = append(args, "--pprof-addr", "127.0.0.1:0")
 	}

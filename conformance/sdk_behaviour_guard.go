@@ -80,7 +80,7 @@ var _ = describeSDK("behaviour table: the guard and the watchdog", Label("sdk-be
 				}
 			}
 			return least
-		}).WithContext(ctx).WithTimeout(ttl + 2*sc.Config.Slack).WithPolling(20 * time.Millisecond).Should(BeNumerically(">=", 2), "the fewest renewals of %d guards", n)
+		}).WithContext(ctx).WithTimeout(ttl+2*sc.Config.Slack).WithPolling(20*time.Millisecond).Should(BeNumerically(">=", 2), "the fewest renewals of %d guards", n)
 		elapsed := time.Since(start)
 		calls := len(arrivals(p, "Extend", faultproxy.Forwarded, start)) + len(arrivals(p, "ExtendBatch", faultproxy.Forwarded, start))
 		periods := int(elapsed/(ttl/3)) + 1
@@ -115,7 +115,7 @@ var _ = describeSDK("behaviour table: the guard and the watchdog", Label("sdk-be
 			if i == 2 {
 				continue
 			}
-			Eventually(func() int { return renewalsOf(ctx, c, g.Guard) }).WithContext(ctx).WithTimeout(ttl/3 + 2*sc.Config.Slack).WithPolling(20*time.Millisecond).
+			Eventually(func() int { return renewalsOf(ctx, c, g.Guard) }).WithContext(ctx).WithTimeout(ttl/3+2*sc.Config.Slack).WithPolling(20*time.Millisecond).
 				Should(BeNumerically(">", before[i]), "guard %d renewed again beside the rejected one", i)
 			Expect(c.GuardState(ctx, g.Guard).State).To(Equal(sdkrunner.StateHeld), "guard %d", i)
 		}

@@ -41,8 +41,10 @@
 // A waiter never waits longer than its wait nor past its caller's deadline,
 // and it is never told "acquired" for a lease nobody will use: the backend
 // call runs detached from the caller's cancellation (so its outcome is
-// known), and a lease won after the caller gave up, or whose TTL ran out
-// before the answer came back, is released again at once.
+// known) but the caller does not wait for it past its wait or deadline (a
+// frozen backend included: see acquireDetached), and a lease won after the
+// caller gave up, or whose TTL ran out before the answer came back, is
+// released again at once.
 //
 // # Shutdown
 //
@@ -77,17 +79,7 @@ const (
 	DefaultMaxTTL      = 24 * time.Hour
 	DefaultMaxWait     = time.Hour
 	DefaultCallTimeout = 10 * time.Second
-
-	DefaultMaxWaitersPerCaller = 1024
 )
-
-type callerKey struct{}
-
-// WithCaller names the caller of the requests made with ctx (the server uses
-// the client connection's address), so that its waiters can be bounded.
-func WithCaller(ctx context.Context, caller string) context.Context {
-	return context.WithValue(ctx, callerKey{}, caller)
-}
 
 // Config tunes an Engine. The zero value is usable.
 type Config struct {
@@ -106,10 +98,6 @@ type Config struct {
 	// defaults). Over a bound Acquire answers resource_exhausted.
 	MaxWaitersPerKey int
 	MaxWaiters       int
-	// MaxWaitersPerCaller bounds the waiters of one caller, as named by
-	// WithCaller (the server uses the client's connection)
-	// (0: DefaultMaxWaitersPerCaller).
-	MaxWaitersPerCaller int
 	// CallTimeout bounds backend calls the engine makes detached from the
 	// caller (0: DefaultCallTimeout).
 	CallTimeout time.Duration
@@ -143,15 +131,14 @@ type Engine struct {
 	closeOnce sync.Once
 	stopWatch context.CancelFunc
 	wg        sync.WaitGroup
+	bg        background    // calls that outlive their callers (detach.go)
 	firstSync chan struct{} // closed at the first EventSynced
-
-	callersMu sync.Mutex
-	callers   map[string]int // waiters per named caller
 
 	watchMu  sync.Mutex
 	synced   bool
 	everSync bool
-	subs     map[*subscriber]struct{}
+	subs     subscribers
+	deliver  *deliverers // watchers take turns to send (deliver.go)
 }
 
 // New starts an engine on b: it reads b's Info, starts the one backend watch
@@ -166,9 +153,6 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
-	}
-	if cfg.MaxWaitersPerCaller <= 0 {
-		cfg.MaxWaitersPerCaller = DefaultMaxWaitersPerCaller
 	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
@@ -195,8 +179,8 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 		info:      info,
 		done:      make(chan struct{}),
 		firstSync: make(chan struct{}),
-		subs:      make(map[*subscriber]struct{}),
-		callers:   make(map[string]int),
+		subs:      newSubscribers(),
+		deliver:   newDeliverers(),
 	}
 	e.closing, e.cancelAll = context.WithCancel(context.Background())
 	e.calls = newBatcher(e, cfg.Batch)
@@ -222,12 +206,13 @@ func (e *Engine) Close() error {
 		e.cancelAll()
 		e.stopWatch()
 		e.watchMu.Lock()
-		for s := range e.subs {
+		for s := range e.subs.all {
 			e.endSub(s, newErr(ErrUnavailable, "watch: the server is shutting down"))
 		}
 		e.watchMu.Unlock()
 	})
 	e.wg.Wait()
+	e.bg.Close()
 	return nil
 }
 
@@ -286,11 +271,18 @@ func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelF
 	return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CallTimeout)
 }
 
-// newOwnerToken mints 256 random bits, base64url without padding.
+// newOwnerToken mints 256 random bits, base64url without padding. A token
+// never starts with '-': people paste tokens into command lines
+// (`holdfast release KEY TOKEN`), where a leading dash reads as a flag.
+// Drawing again costs nothing and keeps more than 255.9 bits of entropy.
 func newOwnerToken() string {
 	var b [32]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it crashes instead)
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	for {
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it crashes instead)
+		if tok := base64.RawURLEncoding.EncodeToString(b[:]); tok[0] != '-' {
+			return tok
+		}
+	}
 }
 
 func (e *Engine) state(r backend.Record) *lockv1.LockState {
@@ -375,10 +367,8 @@ func (e *Engine) try(ctx context.Context, key string, ttl time.Duration, holder 
 // nobody is queued).
 func (e *Engine) tryAs(ctx context.Context, key string, ttl time.Duration, holder, waiterID string) (attempt, error) {
 	token := newOwnerToken()
-	callCtx, cancel := e.detached(ctx)
-	defer cancel()
 	start := time.Now()
-	res, err := e.calls.Acquire(callCtx, backend.AcquireRequest{
+	res, err := e.acquireDetached(ctx, backend.AcquireRequest{
 		Key: key, OwnerToken: token, TTL: ttl, Holder: holder, Stamp: e.clock.Now(), WaiterID: waiterID,
 	})
 	if err != nil {
@@ -456,24 +446,6 @@ func (e *Engine) tryOnce(ctx context.Context, key string, ttl time.Duration, hol
 		return e.acquired(a), nil
 	}
 	return e.notAcquired(a.current), nil
-}
-
-func (e *Engine) addCaller(caller string) error {
-	e.callersMu.Lock()
-	defer e.callersMu.Unlock()
-	if n := e.callers[caller]; n >= e.cfg.MaxWaitersPerCaller {
-		return newErr(ErrResourceExhausted, "wait: %d waiters already queued from this connection (the maximum per connection)", n)
-	}
-	e.callers[caller]++
-	return nil
-}
-
-func (e *Engine) removeCaller(caller string) {
-	e.callersMu.Lock()
-	defer e.callersMu.Unlock()
-	if e.callers[caller]--; e.callers[caller] <= 0 {
-		delete(e.callers, caller)
-	}
 }
 
 // Release gives the lease up if req.OwnerToken holds it.

@@ -234,7 +234,17 @@ func TestValidation(t *testing.T) {
 			_, err := e.Acquire(ctx, &lockv1.AcquireRequest{Key: "k", Ttl: &durationpb.Duration{Seconds: 1, Nanos: -5}})
 			return err
 		}, []string{"ttl:", "not a valid duration"}},
+		{"ttl beyond time.Duration", func() error {
+			_, err := e.Acquire(ctx, &lockv1.AcquireRequest{Key: "k", Ttl: &durationpb.Duration{Seconds: 9999999999}})
+			return err
+		}, []string{"ttl: 9999999999s exceeds the maximum 24h"}},
 		{"wait negative", func() error { _, err := e.Acquire(ctx, acq("k", time.Second, -time.Second)); return err }, []string{"wait: -1s is negative", "minimum is 0s"}},
+		{"wait below time.Duration", func() error {
+			r := acq("k", time.Second, 0)
+			r.Wait = &durationpb.Duration{Seconds: -9999999999, Nanos: -500000000}
+			_, err := e.Acquire(ctx, r)
+			return err
+		}, []string{"wait: -9999999999.5s is negative"}},
 		{"wait too long", func() error { _, err := e.Acquire(ctx, acq("k", time.Second, 2*time.Minute)); return err }, []string{"wait: 2m exceeds the maximum 1m"}},
 		{"holder too long", func() error {
 			r := acq("k", time.Second, 0)
@@ -575,9 +585,18 @@ func TestLeaseWonAfterCallerLeftIsReleased(t *testing.T) {
 	if !errors.Is(err, engine.ErrCanceled) {
 		t.Fatalf("err = %v, want ErrCanceled", err)
 	}
-	ins, err := e.Inspect(context.Background(), &lockv1.InspectRequest{Key: "k"})
-	if err != nil || ins.GetHeld() {
-		t.Fatalf("a lease nobody got is still held: %v %v", ins, err)
+	// The caller is not kept waiting for the release: it follows.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		ins, err := e.Inspect(context.Background(), &lockv1.InspectRequest{Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ins.GetHeld() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a lease nobody got is still held: %v", ins)
+		}
 	}
 }
 
@@ -741,41 +760,6 @@ func testResyncWakesWaiters(t *testing.T, m mode) {
 	}
 }
 
-func TestWaitersPerCallerBound(t *testing.T) { eachMode(t, testWaitersPerCallerBound) }
-
-func testWaitersPerCallerBound(t *testing.T, m mode) {
-	e, _ := m.newEngine(t, engine.Config{MaxWaitersPerCaller: 2})
-	mustAcquire(t, e, "a", time.Minute)
-	mustAcquire(t, e, "b", time.Minute)
-	conn1 := engine.WithCaller(context.Background(), "conn-1")
-	ctx, cancel := context.WithCancel(conn1)
-	defer cancel()
-	done := make(chan struct{}, 2)
-	for _, k := range []string{"a", "b"} {
-		go func() {
-			_, _ = e.Acquire(ctx, acq(k, time.Minute, time.Minute))
-			done <- struct{}{}
-		}()
-	}
-	eventually(t, "two waiters queued", func() bool { return e.Waiters("a")+e.Waiters("b") == 2 })
-	if _, err := e.Acquire(conn1, acq("a", time.Minute, time.Minute)); !errors.Is(err, engine.ErrResourceExhausted) ||
-		!strings.Contains(err.Error(), "per connection") {
-		t.Fatalf("third waiter of conn-1: %v, want ErrResourceExhausted", err)
-	}
-	// Another connection may still wait, and conn-1 may still try once.
-	other, cancelOther := context.WithTimeout(engine.WithCaller(context.Background(), "conn-2"), 20*time.Millisecond)
-	defer cancelOther()
-	if _, err := e.Acquire(other, acq("a", time.Minute, time.Minute)); !errors.Is(err, engine.ErrDeadlineExceeded) {
-		t.Fatalf("waiter of conn-2: %v, want to wait until its deadline", err)
-	}
-	if resp, err := e.Acquire(conn1, acq("c", time.Minute, 0)); err != nil || !resp.GetAcquired() {
-		t.Fatalf("try-once of conn-1: %v %v", resp, err)
-	}
-	cancel()
-	<-done
-	<-done
-}
-
 // TestHandoffCostsOneBackendAcquire: along a queue of waiters, each handoff
 // makes one backend Acquire (the new holder's); the next head does not try
 // a lock it knows its predecessor has just won, and the release events that
@@ -821,5 +805,128 @@ func testHandoffCostsOneBackendAcquire(t *testing.T, m mode) {
 	// tries at once, and the store agrees (no read on a handoff's path).
 	if got := b.waitTurns.Load(); got != 0 {
 		t.Fatalf("%d WaitTurn calls along a queue of handoffs, want none", got)
+	}
+}
+
+// A backend that stops answering (a frozen plugin) keeps no caller past its
+// wait or its deadline; what it grants after they left is given back.
+func TestAStuckBackendHoldsNoCallerPastItsWaitOrDeadline(t *testing.T) {
+	e, b := newEngine(t, engine.Config{})
+	mustAcquire(t, e, "busy", time.Minute)
+	stuck := make(chan struct{})
+	hook := func() { <-stuck }
+	b.afterHook.Store(&hook)
+	defer b.afterHook.Store(nil)
+	unstick := sync.OnceFunc(func() { close(stuck) })
+	defer unstick()
+
+	start := time.Now()
+	r, err := e.Acquire(context.Background(), acq("busy", time.Minute, 200*time.Millisecond))
+	if took := time.Since(start); err != nil || r.GetAcquired() || took > 2*time.Second {
+		t.Fatalf("a waiter (wait 200ms) on a stuck backend: %v %v after %s, want not acquired after about 200ms", r, err, took)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	_, err = e.Acquire(ctx, acq("free", time.Minute, 0))
+	if took := time.Since(start); !errors.Is(err, engine.ErrDeadlineExceeded) || took > 2*time.Second {
+		t.Fatalf("a try-once Acquire (deadline 200ms) on a stuck backend: %v after %s, want deadline exceeded after about 200ms", err, took)
+	}
+	// The backend granted "free" to a caller that has gone: once it answers,
+	// the lease is released.
+	b.afterHook.Store(nil)
+	unstick()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		ins, err := e.Inspect(context.Background(), &lockv1.InspectRequest{Key: "free"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ins.GetHeld() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a lease granted after its caller left is still held: %v", ins)
+		}
+	}
+}
+
+// A watcher that does not take its events is ended once it is more than
+// its queue behind; the others, exact-key watchers of other keys included,
+// get theirs, and nobody waits for it.
+func TestASlowWatcherIsEndedNotWaitedOn(t *testing.T) {
+	e, _ := newEngine(t, engine.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stuck := make(chan struct{})
+	var synced sync.WaitGroup
+	synced.Add(3)
+	watch := func(req *lockv1.WatchRequest, send func(*lockv1.WatchResponse) error) chan error {
+		errc := make(chan error, 1)
+		first := true
+		go func() {
+			errc <- e.Watch(ctx, req, func(r *lockv1.WatchResponse) error {
+				if first {
+					first = false
+					synced.Done()
+					return nil
+				}
+				return send(r)
+			})
+		}()
+		return errc
+	}
+	slow := watch(&lockv1.WatchRequest{Target: &lockv1.WatchRequest_Prefix{Prefix: "s/"}}, func(*lockv1.WatchResponse) error {
+		<-stuck
+		return nil
+	})
+	var got []string
+	var mu sync.Mutex
+	fast := watch(&lockv1.WatchRequest{Target: &lockv1.WatchRequest_Key{Key: "s/k"}}, func(r *lockv1.WatchResponse) error {
+		mu.Lock()
+		got = append(got, r.GetType().String())
+		mu.Unlock()
+		return nil
+	})
+	var others atomic.Int64
+	other := watch(&lockv1.WatchRequest{Target: &lockv1.WatchRequest_Key{Key: "o/k"}}, func(*lockv1.WatchResponse) error {
+		others.Add(1)
+		return nil
+	})
+	synced.Wait()
+	// Paced by the fast watcher (fan-out may take only part of the
+	// processors, so an unpaced burst could leave even a fast watcher
+	// behind); the slow one takes nothing and falls behind regardless.
+	const rounds = 300
+	for i := range rounds {
+		release(t, e, mustAcquire(t, e, "s/k", time.Minute))
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+			mu.Lock()
+			n := len(got)
+			mu.Unlock()
+			if n == 2*(i+1) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the fast watcher got %d of %d events", n, 2*(i+1))
+			}
+		}
+	}
+	if others.Load() != 0 {
+		t.Fatalf("a watcher of another key got %d events", others.Load())
+	}
+	close(stuck)
+	select {
+	case err := <-slow:
+		if !errors.Is(err, engine.ErrUnavailable) || !strings.Contains(err.Error(), "behind") {
+			t.Fatalf("the slow watcher ended with %v, want unavailable (fell behind)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow watcher was never ended")
+	}
+	cancel()
+	for _, errc := range []chan error{fast, other} {
+		if err := <-errc; !errors.Is(err, engine.ErrCanceled) {
+			t.Errorf("a watcher ended with %v, want canceled", err)
+		}
 	}
 }

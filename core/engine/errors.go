@@ -62,5 +62,8 @@ func backendErr(ctx context.Context, what string, err error) error {
 		msg := strings.Replace(err.Error(), backend.ErrInvalidArgument.Error()+": ", "", 1)
 		return newErr(ErrInvalidArgument, "%s", msg)
 	}
-	return newErr(ErrUnavailable, "%s: backend unavailable: %v", what, err)
+	// Said once: the plugin host's errors already start with the
+	// sentinel's own text.
+	msg := strings.Replace(err.Error(), backend.ErrUnavailable.Error()+": ", "", 1)
+	return newErr(ErrUnavailable, "%s: backend unavailable: %s", what, msg)
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -41,20 +42,40 @@ func checkText(field, s string, limit int) error {
 	return nil
 }
 
-// checkDuration converts a wire duration; nil is zero.
-func checkDuration(field string, d *durationpb.Duration) (time.Duration, error) {
+// checkDuration converts a wire duration; nil is zero. A duration beyond
+// time.Duration's ±292 years comes back saturated, and sent is how a
+// message must spell it: as it was sent, not as the saturated value.
+func checkDuration(field string, d *durationpb.Duration) (dur time.Duration, sent string, err error) {
 	if d == nil {
-		return 0, nil
+		return 0, "0s", nil
 	}
 	if err := d.CheckValid(); err != nil {
-		return 0, invalidf("%s: not a valid duration: %v", field, err)
+		return 0, "", invalidf("%s: not a valid duration: %v", field, err)
 	}
-	return d.AsDuration(), nil
+	dur = d.AsDuration()
+	if back := durationpb.New(dur); back.GetSeconds() != d.GetSeconds() || back.GetNanos() != d.GetNanos() { // saturated
+		return dur, wireDuration(d), nil
+	}
+	return dur, fmtDur(dur), nil
+}
+
+// wireDuration spells d as its JSON form does: seconds, with up to nine
+// decimals ("9999999999s", "-1.5s").
+func wireDuration(d *durationpb.Duration) string {
+	secs, nanos := d.GetSeconds(), d.GetNanos()
+	sign := ""
+	if secs < 0 || nanos < 0 {
+		sign, secs, nanos = "-", -secs, -nanos
+	}
+	if nanos == 0 {
+		return fmt.Sprintf("%s%ds", sign, secs)
+	}
+	return sign + strings.TrimRight(fmt.Sprintf("%d.%09d", secs, nanos), "0") + "s"
 }
 
 // checkTTL validates a lease length against [lo, hi].
 func checkTTL(d *durationpb.Duration, lo, hi time.Duration) (time.Duration, error) {
-	ttl, err := checkDuration("ttl", d)
+	ttl, sent, err := checkDuration("ttl", d)
 	if err != nil {
 		return 0, err
 	}
@@ -62,24 +83,24 @@ func checkTTL(d *durationpb.Duration, lo, hi time.Duration) (time.Duration, erro
 	case d == nil:
 		return 0, invalidf("ttl: required, between %s and %s", fmtDur(lo), fmtDur(hi))
 	case ttl < lo:
-		return 0, invalidf("ttl: %s is below the minimum %s", fmtDur(ttl), fmtDur(lo))
+		return 0, invalidf("ttl: %s is below the minimum %s", sent, fmtDur(lo))
 	case ttl > hi:
-		return 0, invalidf("ttl: %s exceeds the maximum %s", fmtDur(ttl), fmtDur(hi))
+		return 0, invalidf("ttl: %s exceeds the maximum %s", sent, fmtDur(hi))
 	}
 	return ttl, nil
 }
 
 // checkWait validates a wait against [0, hi].
 func checkWait(d *durationpb.Duration, hi time.Duration) (time.Duration, error) {
-	wait, err := checkDuration("wait", d)
+	wait, sent, err := checkDuration("wait", d)
 	if err != nil {
 		return 0, err
 	}
 	switch {
 	case wait < 0:
-		return 0, invalidf("wait: %s is negative; the minimum is 0s (try once)", fmtDur(wait))
+		return 0, invalidf("wait: %s is negative; the minimum is 0s (try once)", sent)
 	case wait > hi:
-		return 0, invalidf("wait: %s exceeds the maximum %s", fmtDur(wait), fmtDur(hi))
+		return 0, invalidf("wait: %s exceeds the maximum %s", sent, fmtDur(hi))
 	}
 	return wait, nil
 }

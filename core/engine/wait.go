@@ -57,12 +57,6 @@ const (
 // holder's expiry (in case an event is lost) or for a retry. turns says
 // whether it may try and as whom; the loop is the same for every backend.
 func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.Duration, holder string) (*lockv1.AcquireResponse, error) {
-	if caller, ok := ctx.Value(callerKey{}).(string); ok {
-		if err := e.addCaller(caller); err != nil {
-			return nil, err
-		}
-		defer e.removeCaller(caller)
-	}
 	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	stopOnClose := context.AfterFunc(e.closing, cancel)
@@ -144,7 +138,10 @@ func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.
 			timer.Reset(retry.Next())
 			continue
 		}
-		a, err := e.tryAs(ctx, key, ttl, holder, id)
+		a, err := e.tryAs(waitCtx, key, ttl, holder, id)
+		if waitCtx.Err() != nil {
+			continue // the wait ended during the try: the select above says how
+		}
 		switch {
 		case err != nil && !errors.Is(err, ErrUnavailable):
 			return nil, err

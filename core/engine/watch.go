@@ -87,6 +87,59 @@ func (e *Engine) onEvent(ctx context.Context, ev backend.Event) {
 	e.fanOut(ev)
 }
 
+// subscribers is the set of API watchers, indexed for fan-out: by exact
+// key, and the prefix watchers apart, so an event costs the watchers it
+// matches, not every watcher.
+type subscribers struct {
+	all      map[*subscriber]struct{}
+	byKey    map[string]map[*subscriber]struct{}
+	prefixed map[*subscriber]struct{}
+}
+
+func newSubscribers() subscribers {
+	return subscribers{all: map[*subscriber]struct{}{}, byKey: map[string]map[*subscriber]struct{}{}, prefixed: map[*subscriber]struct{}{}}
+}
+
+func (ss *subscribers) add(s *subscriber) {
+	ss.all[s] = struct{}{}
+	if !s.exact {
+		ss.prefixed[s] = struct{}{}
+		return
+	}
+	if ss.byKey[s.key] == nil {
+		ss.byKey[s.key] = map[*subscriber]struct{}{}
+	}
+	ss.byKey[s.key][s] = struct{}{}
+}
+
+// remove takes s out and reports whether it was in.
+func (ss *subscribers) remove(s *subscriber) bool {
+	if _, ok := ss.all[s]; !ok {
+		return false
+	}
+	delete(ss.all, s)
+	delete(ss.prefixed, s)
+	if m := ss.byKey[s.key]; m != nil && s.exact {
+		delete(m, s)
+		if len(m) == 0 {
+			delete(ss.byKey, s.key)
+		}
+	}
+	return true
+}
+
+// matching calls f for every watcher of key (f may remove the watcher).
+func (ss *subscribers) matching(key string, f func(*subscriber)) {
+	for s := range ss.byKey[key] {
+		f(s)
+	}
+	for s := range ss.prefixed {
+		if strings.HasPrefix(key, s.prefix) {
+			f(s)
+		}
+	}
+}
+
 // subscriber is one API watcher.
 type subscriber struct {
 	key    string // exact key, when exact
@@ -98,25 +151,17 @@ type subscriber struct {
 	err    error
 }
 
-func (s *subscriber) matches(key string) bool {
-	if s.exact {
-		return key == s.key
-	}
-	return strings.HasPrefix(key, s.prefix)
-}
-
 // endSub ends s with err. e.watchMu must be held.
 func (e *Engine) endSub(s *subscriber, err error) {
-	if _, ok := e.subs[s]; !ok {
+	if !e.subs.remove(s) {
 		return
 	}
-	delete(e.subs, s)
 	s.err = err
 	close(s.ended)
 }
 
-// push queues msg for s or ends s when it fell behind. e.watchMu must be
-// held.
+// push queues msg for s or ends s when it fell behind: a watcher is never
+// waited on. e.watchMu must be held.
 func (e *Engine) push(s *subscriber, msg *lockv1.WatchResponse) {
 	select {
 	case s.events <- msg:
@@ -133,12 +178,17 @@ func (e *Engine) markSynced() {
 		e.everSync = true
 		close(e.firstSync)
 	}
-	for s := range e.subs {
+	for s := range e.subs.all {
 		if !s.synced {
 			s.synced = true
-			e.push(s, &lockv1.WatchResponse{Type: lockv1.EventType_EVENT_TYPE_SYNCED})
+			e.push(s, e.syncedMessage())
 		}
 	}
+}
+
+// syncedMessage is a watcher's first message.
+func (e *Engine) syncedMessage() *lockv1.WatchResponse {
+	return &lockv1.WatchResponse{Type: lockv1.EventType_EVENT_TYPE_SYNCED, ServerStamp: e.stamp()}
 }
 
 // unsync ends every synced watcher: changes may be missed until the backend
@@ -147,7 +197,7 @@ func (e *Engine) unsync(cause error) {
 	e.watchMu.Lock()
 	defer e.watchMu.Unlock()
 	e.synced = false
-	for s := range e.subs {
+	for s := range e.subs.all {
 		if s.synced {
 			e.endSub(s, newErr(ErrUnavailable, "watch: the backend watch broke (%v); watch again", cause))
 		}
@@ -160,6 +210,11 @@ var eventTypes = map[backend.EventType]lockv1.EventType{
 	backend.EventExpired:  lockv1.EventType_EVENT_TYPE_EXPIRED,
 }
 
+// fanOut hands ev to the watchers it matches. It costs one message (its
+// state and server_stamp taken once, on this goroutine) and one
+// non-blocking channel send per watcher: nothing here takes a lock that the
+// acquire path takes once per watcher, and a watcher whose queue is full is
+// ended, not waited on.
 func (e *Engine) fanOut(ev backend.Event) {
 	t, ok := eventTypes[ev.Type]
 	if !ok {
@@ -167,20 +222,25 @@ func (e *Engine) fanOut(ev backend.Event) {
 	}
 	e.watchMu.Lock()
 	defer e.watchMu.Unlock()
-	for s := range e.subs {
-		if s.synced && s.matches(ev.Record.Key) {
-			// Each watcher gets its own message: server_stamp is set at
-			// delivery.
-			e.push(s, &lockv1.WatchResponse{Type: t, State: e.state(ev.Record)})
+	var msg *lockv1.WatchResponse // shared by every watcher: read only from here on
+	e.subs.matching(ev.Record.Key, func(s *subscriber) {
+		if !s.synced {
+			return
 		}
-	}
+		if msg == nil {
+			msg = &lockv1.WatchResponse{Type: t, State: e.state(ev.Record), ServerStamp: e.stamp()}
+		}
+		e.push(s, msg)
+	})
 }
 
 // Watch streams events on req's key or prefix to send until ctx ends, send
 // fails, or the stream must end (shutdown, a broken backend watch, a watcher
 // that fell behind: all unavailable, and the client watches again). The
-// first message is EVENT_TYPE_SYNCED; every change after it is sent.
-func (e *Engine) Watch(ctx context.Context, req *lockv1.WatchRequest, send func(*lockv1.WatchResponse) error) error {
+// first message is EVENT_TYPE_SYNCED; every change after it is sent. A
+// message is shared by every watcher of its event (its server_stamp is
+// taken once, when the event is fanned out): send must not modify it.
+func (e *Engine) Watch(ctx context.Context, req *lockv1.WatchRequest, sendOne func(*lockv1.WatchResponse) error) error {
 	if err := e.enter(); err != nil {
 		return err
 	}
@@ -206,12 +266,12 @@ func (e *Engine) Watch(ctx context.Context, req *lockv1.WatchRequest, send func(
 		return newErr(ErrUnavailable, "watch: the server is shutting down")
 	default:
 	}
-	e.subs[s] = struct{}{}
+	e.subs.add(s)
 	if e.synced {
 		// Registered under the lock that fan-out holds: every later event
 		// reaches s.
 		s.synced = true
-		e.push(s, &lockv1.WatchResponse{Type: lockv1.EventType_EVENT_TYPE_SYNCED})
+		e.push(s, e.syncedMessage())
 	}
 	e.watchMu.Unlock()
 	defer func() {
@@ -220,14 +280,13 @@ func (e *Engine) Watch(ctx context.Context, req *lockv1.WatchRequest, send func(
 		e.watchMu.Unlock()
 	}()
 
-	deliver := func(msg *lockv1.WatchResponse) error {
-		msg.ServerStamp = e.stamp()
-		return send(msg)
+	send := func(msg *lockv1.WatchResponse) error {
+		return e.deliver.do(func() error { return sendOne(msg) })
 	}
 	for {
 		select {
 		case msg := <-s.events:
-			if err := deliver(msg); err != nil {
+			if err := send(msg); err != nil {
 				return err
 			}
 		case <-s.ended:
@@ -235,7 +294,7 @@ func (e *Engine) Watch(ctx context.Context, req *lockv1.WatchRequest, send func(
 			for {
 				select {
 				case msg := <-s.events:
-					if err := deliver(msg); err != nil {
+					if err := send(msg); err != nil {
 						return err
 					}
 				default:

@@ -20,7 +20,10 @@ import (
 // InvalidArgument to backend.ErrInvalidArgument, anything else to
 // backend.ErrUnavailable.
 func (h *Host) callError(ctx context.Context, g *generation, op string, err error) error {
+	since := g.live.silentSince()
 	switch {
+	case !since.IsZero() && ctx.Err() == nil && g.exited.Err() == nil:
+		return h.notAnswering(g, since)
 	case g.exited.Err() != nil:
 		return fmt.Errorf("%w: plugin %s (pid %d) exited during %s", backend.ErrUnavailable, h.cfg.Name, g.pid, op)
 	case h.isClosed():
@@ -54,6 +57,8 @@ func (h *Host) unary(ctx context.Context, op string, call func(context.Context, 
 	defer cancel()
 	stop := context.AfterFunc(g.exited, cancel)
 	defer stop()
+	stopLive := context.AfterFunc(g.live.context(), cancel) // it stopped answering
+	defer stopLive()
 	if err := call(cctx, g.rpc); err != nil {
 		return h.callError(ctx, g, op, err)
 	}
@@ -104,6 +109,8 @@ func (h *Host) WaitTurn(ctx context.Context, key, waiterID string) (bool, error)
 	defer cancel()
 	stop := context.AfterFunc(g.exited, cancel)
 	defer stop()
+	stopLive := context.AfterFunc(g.live.context(), cancel)
+	defer stopLive()
 	resp, err := g.rpc.WaitTurn(cctx, &backendv1.WaitTurnRequest{Key: key, WaiterId: waiterID})
 	if err != nil {
 		return false, h.callError(ctx, g, "WaitTurn", err)
@@ -186,6 +193,8 @@ func (h *Host) Watch(ctx context.Context, prefix string, send func(backend.Event
 	defer cancel()
 	stop := context.AfterFunc(g.exited, cancel)
 	defer stop()
+	stopLive := context.AfterFunc(g.live.context(), cancel)
+	defer stopLive()
 	stream, err := g.rpc.Watch(cctx, &backendv1.WatchRequest{Prefix: prefix})
 	if err != nil {
 		return h.callError(ctx, g, "Watch", err)

@@ -11,7 +11,9 @@
 // fails at once with an error wrapping backend.ErrUnavailable; calls in
 // flight when it dies are cancelled and fail the same way, and so does
 // Watch, so the caller watches again once the plugin is back. After each
-// relaunch Info is read again.
+// relaunch Info is read again. A plugin that is running but does not answer
+// (frozen) is found by a liveness ping with a deadline and reported down
+// until it answers again (liveness.go).
 //
 // The plugin process gets Pdeathsig=SIGKILL (Linux) from a thread the
 // supervisor keeps locked, and backendserver.Serve exits when its parent changes,
@@ -50,6 +52,7 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/core/internal/backoff"
@@ -91,6 +94,10 @@ type Config struct {
 	// deadline, so a hung (for example SIGSTOPped) plugin cannot hang its
 	// callers. Watch is not bounded.
 	CallTimeout time.Duration
+	// PingInterval and PingTimeout: the running plugin is pinged every
+	// PingInterval and must answer within PingTimeout, or it is reported
+	// down until it answers again (see liveness.go).
+	PingInterval, PingTimeout time.Duration
 	// OnCall, when set, is told of every unary call to the plugin (method
 	// "Acquire", "Release", ...), how long it took and its error (nil on
 	// success), for metrics. It must be quick.
@@ -151,7 +158,9 @@ type generation struct {
 	process *os.Process
 	pid     int
 	info    backend.Info
-	batch   bool // the plugin serves the batch calls (Info.batch)
+	batch   bool                  // the plugin serves the batch calls (Info.batch)
+	health  healthpb.HealthClient // the liveness ping's
+	live    *liveness
 }
 
 // Start launches the plugin, reads its Info, and supervises it until Close.
@@ -180,6 +189,12 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = DefaultPingTimeout
 	}
 	if cfg.SHA256 != nil && len(cfg.SHA256) != sha256.Size {
 		return nil, fmt.Errorf("pluginhost: Config.SHA256 must be %d bytes, got %d", sha256.Size, len(cfg.SHA256))
@@ -252,11 +267,12 @@ func (h *Host) Close() error {
 // its first launch (a metric: holdfast_backend_restarts_total).
 func (h *Host) Restarts() uint64 { return h.restarts.Load() }
 
-// Up reports whether the plugin is running now.
+// Up reports whether the plugin is running now and answers its liveness
+// ping.
 func (h *Host) Up() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.gen != nil
+	return h.gen != nil && h.gen.live.silentSince().IsZero()
 }
 
 // Changed returns a channel that is closed at the next change of state: the
@@ -302,6 +318,9 @@ func (h *Host) current() (*generation, error) {
 		return nil, ErrClosed
 	case h.gen == nil:
 		return nil, fmt.Errorf("%w: plugin %s is down (restarting)", backend.ErrUnavailable, h.cfg.Name)
+	}
+	if since := h.gen.live.silentSince(); !since.IsZero() {
+		return nil, h.notAnswering(h.gen, since)
 	}
 	return h.gen, nil
 }
@@ -352,8 +371,10 @@ func (h *Host) supervise(first chan<- error) {
 		}
 
 		up := time.Now()
+		stopPing := h.startPing(g)
 		select {
 		case <-g.exited.Done():
+			stopPing()
 			h.setGen(nil)
 			h.kill(g) // reaps the process and go-plugin's goroutines
 			if time.Since(up) > h.cfg.MaxBackoff {
@@ -365,6 +386,7 @@ func (h *Host) supervise(first chan<- error) {
 				return
 			}
 		case <-h.closing:
+			stopPing()
 			h.setGen(nil)
 			h.kill(g)
 			return
@@ -438,7 +460,8 @@ func (h *Host) launch() (*generation, error) {
 		return nil, fmt.Errorf("pluginhost: %s: dispense: %w", h.cfg.Name, err)
 	}
 	d := raw.(*dispensed)
-	g := &generation{client: client, rpc: d.rpc, exited: d.exited, process: cmd.Process, pid: cmd.Process.Pid}
+	g := &generation{client: client, rpc: d.rpc, exited: d.exited, process: cmd.Process, pid: cmd.Process.Pid,
+		health: healthpb.NewHealthClient(d.conn), live: newLiveness()}
 
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.StartTimeout)
 	defer cancel()
@@ -513,6 +536,7 @@ type clientPlugin struct {
 type dispensed struct {
 	rpc    backendv1.BackendServiceClient
 	exited context.Context
+	conn   *grpc.ClientConn
 }
 
 func (clientPlugin) GRPCServer(*plugin.GRPCBroker, *grpc.Server) error {
@@ -520,5 +544,5 @@ func (clientPlugin) GRPCServer(*plugin.GRPCBroker, *grpc.Server) error {
 }
 
 func (clientPlugin) GRPCClient(exited context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
-	return &dispensed{rpc: backendv1.NewBackendServiceClient(conn), exited: exited}, nil
+	return &dispensed{rpc: backendv1.NewBackendServiceClient(conn), exited: exited, conn: conn}, nil
 }

@@ -758,3 +758,73 @@ func TestBatchRoundTrip(t *testing.T) {
 		t.Fatal("b/1 still held after its release in a batch")
 	}
 }
+
+// A frozen plugin keeps its sockets open: only the liveness ping notices.
+// It is reported down, its calls end, new ones fail at once; when it
+// answers again it is up again, with its state (it was never restarted).
+func TestFrozenPluginIsReportedDownUntilItAnswers(t *testing.T) {
+	log, logs := testLogger(t)
+	h := start(t, Config{Logger: log, PingInterval: 100 * time.Millisecond, PingTimeout: 300 * time.Millisecond, CallTimeout: time.Minute})
+	ctx := ctxT(t)
+	if r, err := h.Acquire(ctx, backend.AcquireRequest{Key: "k", OwnerToken: "t1", TTL: time.Minute}); err != nil || !r.Acquired {
+		t.Fatal(r, err)
+	}
+	pid := h.PID()
+	changed := h.Changed()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	waitStopped(t, pid)
+	frozen := time.Now()
+	inflight := make(chan error, 1)
+	go func() {
+		_, _, err := h.Get(ctx, "k")
+		inflight <- err
+	}()
+	select {
+	case err := <-inflight:
+		if !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "liveness ping") {
+			t.Fatalf("a call in flight when the plugin froze: %v, want ErrUnavailable naming the liveness ping", err)
+		}
+		t.Logf("the call in flight ended %s after the freeze: %v", time.Since(frozen).Round(time.Millisecond), err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call to the frozen plugin hung (CallTimeout is a minute)")
+	}
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Changed did not fire when the plugin stopped answering")
+	}
+	if h.Up() {
+		t.Fatal("a frozen plugin is Up")
+	}
+	t0 := time.Now()
+	if _, err := h.Acquire(ctx, backend.AcquireRequest{Key: "k2", OwnerToken: "t", TTL: time.Minute}); !errors.Is(err, backend.ErrUnavailable) || time.Since(t0) > time.Second {
+		t.Fatalf("a call while frozen: %v after %s, want ErrUnavailable at once", err, time.Since(t0))
+	}
+	if logs.find(map[string]string{"msg": "plugin does not answer its liveness ping; reporting it down until it does"}) == nil {
+		t.Error("no log record of the frozen plugin")
+	}
+
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.After(10 * time.Second); !h.Up(); {
+		ch := h.Changed()
+		if h.Up() {
+			break
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatal("the plugin answers again but is not Up")
+		}
+	}
+	if h.Restarts() != 0 || h.PID() != pid {
+		t.Fatalf("the frozen plugin was restarted (%d restarts, pid %d → %d)", h.Restarts(), pid, h.PID())
+	}
+	if r, err := h.Acquire(ctx, backend.AcquireRequest{Key: "k", OwnerToken: "t2", TTL: time.Minute}); err != nil || r.Acquired {
+		t.Fatalf("after it answers again, its lock is still held: %+v %v", r, err)
+	}
+}

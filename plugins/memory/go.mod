@@ -25,4 +25,7 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-require go.uber.org/goleak v1.3.0
+require (
+	github.com/google/btree v1.1.3
+	go.uber.org/goleak v1.3.0
+)

@@ -43,8 +43,11 @@
 //     (1024 events) is full, its watch ends with an error wrapping
 //     backend.ErrUnavailable, and the engine re-watches and re-syncs (it
 //     reads state with Get/List after the new EventSynced).
-//   - List pages in key order; the page token is an opaque encoding of the
-//     last key returned.
+//   - List pages in key order from an ordered index of the held keys (a
+//     B-tree, github.com/google/btree, beside the map): a page costs
+//     O(log n + page), never a scan or a sort of every lock under the mutex,
+//     however many locks are held. The page token is an opaque encoding of
+//     the last key returned (the server seals it before a client sees it).
 //   - Info: not shared (each server has its own locks; fairness is the
 //     engine's FIFO within one server), not durable, TTL between 1ms and 24h.
 //     The 24h cap bounds how long a forgotten lock can stay held; clients
@@ -56,12 +59,13 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/btree"
 
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/proto/hlc"
@@ -116,9 +120,13 @@ type Backend struct {
 	mu       sync.Mutex
 	closed   bool
 	locks    map[string]*entry
+	ordered  *btree.BTreeG[*entry] // the same entries, in key order (List)
 	expiries expiryHeap
 	watchers map[*watcher]struct{}
 }
+
+// byKey orders the index.
+func byKey(a, b *entry) bool { return a.key < b.key }
 
 var (
 	_ backend.BatchBackend       = (*Backend)(nil)
@@ -153,6 +161,7 @@ func New() *Backend {
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		locks:    make(map[string]*entry),
+		ordered:  btree.NewG(32, byKey),
 		watchers: make(map[*watcher]struct{}),
 	}
 	b.wg.Add(1)
@@ -253,9 +262,10 @@ func (b *Backend) Expire(key string) bool {
 	return true
 }
 
-// remove deletes e from the map and the heap. b.mu must be held.
+// remove deletes e from the map, the index and the heap. b.mu must be held.
 func (b *Backend) remove(e *entry) {
 	delete(b.locks, e.key)
+	b.ordered.Delete(e)
 	heap.Remove(&b.expiries, e.index)
 }
 
@@ -301,6 +311,7 @@ func (b *Backend) acquireLocked(req backend.AcquireRequest, now time.Time) backe
 		expires: now.Add(req.TTL),
 	}
 	b.locks[req.Key] = e
+	b.ordered.ReplaceOrInsert(e)
 	heap.Push(&b.expiries, e)
 	b.rearm(e)
 	rec := e.record(now)
@@ -445,19 +456,22 @@ func decodePageToken(tok string) (string, error) {
 	return strings.TrimPrefix(string(raw), pageTokenPrefix), nil
 }
 
-// List implements backend.Backend. It sorts the matching keys on every call:
-// simple, and fine for the lock counts one memory server holds.
+// List implements backend.Backend: one walk of the ordered index from the
+// page's first key, O(log n + page) under the mutex.
 func (b *Backend) List(_ context.Context, req backend.ListRequest) (backend.ListPage, error) {
 	if req.PageSize < 1 {
 		return backend.ListPage{}, fmt.Errorf("%w: page_size must be at least 1, got %d", backend.ErrInvalidArgument, req.PageSize)
 	}
-	after, hasAfter := "", false
+	from := req.Prefix
 	if req.PageToken != "" {
-		k, err := decodePageToken(req.PageToken)
+		after, err := decodePageToken(req.PageToken)
 		if err != nil {
 			return backend.ListPage{}, err
 		}
-		after, hasAfter = k, true
+		// The smallest key after the token's.
+		if next := after + "\x00"; next > from {
+			from = next
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -465,16 +479,21 @@ func (b *Backend) List(_ context.Context, req backend.ListRequest) (backend.List
 		return backend.ListPage{}, ErrClosed
 	}
 	now := time.Now()
-	var held []*entry
-	for key := range b.locks {
-		if !strings.HasPrefix(key, req.Prefix) || (hasAfter && key <= after) {
-			continue
+	var held, expired []*entry
+	b.ordered.AscendGreaterOrEqual(&entry{key: from}, func(e *entry) bool {
+		if !strings.HasPrefix(e.key, req.Prefix) {
+			return false
 		}
-		if e := b.live(key, now); e != nil { // deleting during range is allowed
-			held = append(held, e)
+		if !now.Before(e.expires) {
+			expired = append(expired, e) // expired below, not while walking
+			return true
 		}
+		held = append(held, e)
+		return len(held) <= req.PageSize // one more than the page: is there a next?
+	})
+	for _, e := range expired {
+		b.expire(e, now)
 	}
-	slices.SortFunc(held, func(x, y *entry) int { return strings.Compare(x.key, y.key) })
 	var page backend.ListPage
 	if len(held) > req.PageSize {
 		held = held[:req.PageSize]

@@ -19,5 +19,5 @@ import (
 // NewHandler returns the path to mount and the handler serving LockService
 // on e (Connect, gRPC and gRPC-Web).
 func NewHandler(e *engine.Engine, opts ...connect.HandlerOption) (string, http.Handler) {
-	return lockv1connect.NewLockServiceHandler(api.New(e), opts...)
+	return lockv1connect.NewLockServiceHandler(api.New(e, nil), opts...)
 }

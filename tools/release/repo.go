@@ -22,6 +22,7 @@ const rootPath = "github.com/holdfast/holdfast"
 // new module is released unless it is named here.
 var notShipped = map[string]string{
 	"chaos": "fault-injection runs of this repository's own backends",
+	"abuse": "hostile-client tests of this repository's own server",
 }
 
 // skipDirs are never searched for modules: build outputs, package

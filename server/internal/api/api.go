@@ -12,17 +12,25 @@ import (
 	"github.com/holdfast/holdfast/core/engine"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
+	"github.com/holdfast/holdfast/server/internal/paging"
 )
 
 // Handler serves LockService on an engine.
 type Handler struct {
-	e *engine.Engine
+	e     *engine.Engine
+	pages *paging.Sealer
 }
 
 var _ lockv1connect.LockServiceHandler = (*Handler)(nil)
 
-// New returns a handler for e.
-func New(e *engine.Engine) *Handler { return &Handler{e: e} }
+// New returns a handler for e whose List page tokens pages seals (nil: a
+// key of this process only).
+func New(e *engine.Engine, pages *paging.Sealer) *Handler {
+	if pages == nil {
+		pages = paging.RandomSealer()
+	}
+	return &Handler{e: e, pages: pages}
+}
 
 // codes maps the engine's sentinels to Connect codes.
 var codes = []struct {
@@ -65,13 +73,9 @@ func toConnect(err error) error {
 	return connect.NewError(Code(err), errors.New(err.Error()))
 }
 
-// Acquire implements LockServiceHandler.
-// The caller is the client's connection (its remote address), which bounds
-// the waiters one connection may queue.
+// Acquire implements LockServiceHandler. (What one caller may hold and
+// queue is bounded per caller by package limits.)
 func (h *Handler) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
-	if ci, ok := connect.CallInfoForHandlerContext(ctx); ok && ci.Peer().Addr != "" {
-		ctx = engine.WithCaller(ctx, ci.Peer().Addr)
-	}
 	resp, err := h.e.Acquire(ctx, req)
 	return resp, toConnect(err)
 }
@@ -100,9 +104,15 @@ func (h *Handler) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*loc
 	return resp, toConnect(err)
 }
 
-// List implements LockServiceHandler.
+// List implements LockServiceHandler: pages of the caller's view (the
+// request's prefix, unless authentication narrowed it to the caller's
+// namespaces), with sealed page tokens (package paging).
 func (h *Handler) List(ctx context.Context, req *lockv1.ListRequest) (*lockv1.ListResponse, error) {
-	resp, err := h.e.List(ctx, req)
+	view, ok := paging.ViewFrom(ctx)
+	if !ok {
+		view = paging.View{Prefixes: []string{req.GetPrefix()}}
+	}
+	resp, err := h.pages.List(ctx, view, req, h.e.List)
 	return resp, toConnect(err)
 }
 

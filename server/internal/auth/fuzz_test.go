@@ -13,7 +13,8 @@ import (
 // FuzzAuthorize: whatever request bytes a caller with namespaces "a/" and
 // "c/x" sends, authorize either refuses with permission_denied or lets
 // through only what lies in the namespaces: a named key under one of them,
-// and a List or Watch prefix inside one of them or filtered to them.
+// a List whose view is ranges inside them, and a Watch prefix inside one
+// of them or filtered to them.
 func FuzzAuthorize(f *testing.F) {
 	for kind, m := range []proto.Message{
 		&lockv1.AcquireRequest{Key: "a/1"},
@@ -35,7 +36,7 @@ func FuzzAuthorize(f *testing.F) {
 		if proto.Unmarshal(data, m) != nil {
 			return
 		}
-		allow, err := authorize(p, m)
+		g, err := authorize(p, m)
 		if err != nil {
 			if connect.CodeOf(err) != connect.CodePermissionDenied {
 				t.Fatalf("refusal %v is not permission_denied", err)
@@ -59,19 +60,27 @@ func FuzzAuthorize(f *testing.F) {
 				t.Fatalf("allowed %v", r)
 			}
 		case *lockv1.ListRequest:
-			if allow == nil && !inside(r.GetPrefix()) {
-				t.Fatalf("list of %q unfiltered", r.GetPrefix())
+			if len(g.view) == 0 {
+				t.Fatalf("list of %q without a view", r.GetPrefix())
+			}
+			for i, pre := range g.view {
+				if !inside(pre) {
+					t.Fatalf("list of %q reads %q", r.GetPrefix(), pre)
+				}
+				if i > 0 && (pre <= g.view[i-1] || strings.HasPrefix(pre, g.view[i-1])) {
+					t.Fatalf("list of %q: view %q is not disjoint ranges in key order", r.GetPrefix(), g.view)
+				}
 			}
 		case *lockv1.WatchRequest:
 			if k, ok := r.GetTarget().(*lockv1.WatchRequest_Key); ok {
 				if !inside(k.Key) {
 					t.Fatalf("allowed %v", r)
 				}
-			} else if allow == nil && !inside(r.GetPrefix()) {
+			} else if g.allow == nil && !inside(r.GetPrefix()) {
 				t.Fatalf("watch of %q unfiltered", r.GetPrefix())
 			}
 		}
-		if allow != nil && (allow("b/1") || allow("c/") || !allow("a/1") || !allow("c/x1")) {
+		if g.allow != nil && (g.allow("b/1") || g.allow("c/") || !g.allow("a/1") || !g.allow("c/x1")) {
 			t.Fatal("the filter lets the wrong keys through")
 		}
 	})

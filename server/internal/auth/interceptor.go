@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"connectrpc.com/connect"
 
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	"github.com/holdfast/holdfast/server/internal/paging"
 )
 
 type principalKey struct{}
@@ -67,26 +69,16 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if err != nil {
 			return nil, err
 		}
-		allow, err := authorize(p, req.Any())
+		g, err := authorize(p, req.Any())
 		if err != nil {
 			i.log.Debug("permission denied", "token", p.Name, "procedure", req.Spec().Procedure, "err", err)
 			return nil, err
 		}
-		resp, err := next(context.WithValue(ctx, principalKey{}, p), req)
-		if err != nil || allow == nil {
-			return resp, err
+		ctx = context.WithValue(ctx, principalKey{}, p)
+		if g.view != nil {
+			ctx = paging.WithView(ctx, paging.View{Caller: p.Name, Prefixes: g.view})
 		}
-		if list, ok := resp.Any().(*lockv1.ListResponse); ok {
-			kept := list.Locks[:0]
-			for _, s := range list.GetLocks() {
-				if allow(s.GetKey()) {
-					kept = append(kept, s)
-				}
-			}
-			clear(list.Locks[len(kept):])
-			list.Locks = kept
-		}
-		return resp, nil
+		return next(ctx, req)
 	}
 }
 
@@ -119,12 +111,12 @@ func (c *authorizedConn) Receive(m any) error {
 	if err := c.StreamingHandlerConn.Receive(m); err != nil {
 		return err
 	}
-	allow, err := authorize(c.p, m)
+	g, err := authorize(c.p, m)
 	if err != nil {
 		c.log.Debug("permission denied", "token", c.p.Name, "procedure", c.Spec().Procedure, "err", err)
 		return err
 	}
-	c.allow = allow
+	c.allow = g.allow
 	return nil
 }
 
@@ -135,51 +127,60 @@ func (c *authorizedConn) Send(m any) error {
 	return c.StreamingHandlerConn.Send(m)
 }
 
-// authorize checks that p may make the request msg, narrowing a List or
-// Watch prefix in place when that is exact. A non-nil allow means the
-// answer must be filtered to the keys it allows.
-func authorize(p *Principal, msg any) (allow func(string) bool, err error) {
+// grant is what authorize lets a request see beyond its own key.
+type grant struct {
+	// allow, for a Watch whose prefix is wider than several of the
+	// token's namespaces, is the filter its events pass.
+	allow func(string) bool
+	// view, for a List, is the key ranges its pages are read from
+	// (package paging): the prefix asked for, or the token's namespaces
+	// under it.
+	view []string
+}
+
+// authorize checks that p may make the request msg, narrowing a Watch
+// prefix in place when that is exact.
+func authorize(p *Principal, msg any) (grant, error) {
 	switch r := msg.(type) {
 	case *lockv1.AcquireRequest:
-		return nil, p.write("Acquire", r.GetKey())
+		return grant{}, p.write("Acquire", r.GetKey())
 	case *lockv1.ReleaseRequest:
-		return nil, p.write("Release", r.GetKey())
+		return grant{}, p.write("Release", r.GetKey())
 	case *lockv1.ExtendRequest:
-		return nil, p.write("Extend", r.GetKey())
+		return grant{}, p.write("Extend", r.GetKey())
 	case *lockv1.ExtendBatchRequest:
 		for _, it := range r.GetItems() {
 			if err := p.write("ExtendBatch", it.GetKey()); err != nil {
-				return nil, err
+				return grant{}, err
 			}
 		}
-		return nil, nil
+		return grant{}, nil
 	case *lockv1.InspectRequest:
-		return nil, p.read(r.GetKey())
+		return grant{}, p.read(r.GetKey())
 	case *lockv1.ListRequest:
-		prefix, allow, err := p.scope(r.GetPrefix())
-		if err != nil {
-			return nil, err
-		}
-		r.Prefix = prefix
-		return allow, nil
+		view, err := p.view(r.GetPrefix())
+		return grant{view: view}, err
 	case *lockv1.WatchRequest:
 		switch t := r.GetTarget().(type) {
 		case *lockv1.WatchRequest_Key:
-			return nil, p.read(t.Key)
+			return grant{}, p.read(t.Key)
 		default: // a prefix, or unset: every key
-			prefix, allow, err := p.scope(r.GetPrefix())
-			if err != nil {
-				return nil, err
+			view, err := p.view(r.GetPrefix())
+			switch {
+			case err != nil:
+				return grant{}, err
+			case len(view) == 1:
+				if view[0] != "" || t != nil {
+					r.Target = &lockv1.WatchRequest_Prefix{Prefix: view[0]}
+				}
+				return grant{}, nil
 			}
-			if prefix != "" || t != nil {
-				r.Target = &lockv1.WatchRequest_Prefix{Prefix: prefix}
-			}
-			return allow, nil
+			return grant{allow: p.Allows}, nil
 		}
 	case *lockv1.GetServerInfoRequest:
-		return nil, nil
+		return grant{}, nil
 	}
-	return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%T: not covered by token namespaces", msg))
+	return grant{}, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%T: not covered by token namespaces", msg))
 }
 
 func (p *Principal) denied(format string, args ...any) error {
@@ -205,15 +206,15 @@ func (p *Principal) write(op, key string) error {
 	return p.read(key)
 }
 
-// scope decides a List or Watch prefix:
-//   - inside one of p's namespaces: as asked, nothing filtered;
-//   - wider than exactly one of them: narrowed to it (the same answer as
-//     filtering, without reading other namespaces);
-//   - wider than several: as asked, the answer filtered to p's namespaces;
-//   - touching none of them: permission_denied.
-func (p *Principal) scope(prefix string) (string, func(string) bool, error) {
+// view decides what a List or Watch of prefix may see:
+//   - a prefix inside one of p's namespaces: the prefix itself;
+//   - a prefix wider than some of them: those namespaces, in key order
+//     (one: the prefix is narrowed to it; several: each is read in turn,
+//     and nothing outside them is read at all);
+//   - a prefix touching none of them: permission_denied.
+func (p *Principal) view(prefix string) ([]string, error) {
 	if p.Allows(prefix) {
-		return prefix, nil, nil
+		return []string{prefix}, nil
 	}
 	var under []string
 	for _, pre := range p.Prefixes {
@@ -221,11 +222,17 @@ func (p *Principal) scope(prefix string) (string, func(string) bool, error) {
 			under = append(under, pre)
 		}
 	}
-	switch len(under) {
-	case 0:
-		return "", nil, p.denied("prefix %q is outside this token's namespaces", prefix)
-	case 1:
-		return under[0], nil, nil
+	if len(under) == 0 {
+		return nil, p.denied("prefix %q is outside this token's namespaces", prefix)
 	}
-	return prefix, p.Allows, nil
+	// Sorted, and without a namespace inside another, the ranges are
+	// disjoint and in key order one after the other.
+	slices.Sort(under)
+	out := under[:1]
+	for _, pre := range under[1:] {
+		if !strings.HasPrefix(pre, out[len(out)-1]) {
+			out = append(out, pre)
+		}
+	}
+	return out, nil
 }

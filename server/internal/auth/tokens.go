@@ -8,13 +8,17 @@
 //   - name: billing            # for logs; unique
 //     sha256: 9f86d081884c...  # hex SHA-256 of the token (preferred: the file holds no secret)
 //     prefixes: ["billing/", "shared/billing/"]
+//     max_locks: 500           # optional quotas of this token (package limits);
+//     max_waiters: 50          # omitted: the server's --max-...-per-client
+//     max_watch_streams: 10
 //   - name: dashboard
 //     token: s3cr3t-plain      # or the token itself (discouraged)
 //     prefixes: [""]           # "" is every key
 //     read_only: true          # Inspect, List, Watch and GetServerInfo only
 //
-// Exactly one of token and sha256 per entry; at least one prefix. A token is
-// compared by its SHA-256 in constant time against every entry.
+// Exactly one of token and sha256 per entry; at least one prefix; a quota,
+// when given, at least 1. A token is compared by its SHA-256 in constant
+// time against every entry.
 //
 // The file is read at start (an unreadable or invalid file refuses to
 // start) and again when it changes on disk (checked by size, modification
@@ -59,6 +63,20 @@ type Principal struct {
 	Prefixes []string
 	// ReadOnly callers may not Acquire, Release or Extend.
 	ReadOnly bool
+	// Quota replaces the server's per-client bounds for this caller.
+	Quota Quota
+}
+
+// Quota is a token's own bounds (package limits); a zero field leaves the
+// server's per-client default.
+type Quota struct {
+	// MaxLocks bounds the locks it holds through this server, with its
+	// Acquires in progress.
+	MaxLocks int
+	// MaxWaiters bounds its Acquires waiting (wait > 0) at once.
+	MaxWaiters int
+	// MaxWatchStreams bounds its open Watch streams.
+	MaxWatchStreams int
 }
 
 // Allows reports whether key lies under one of p's prefixes.
@@ -78,6 +96,10 @@ type entry struct {
 	SHA256   string   `yaml:"sha256"`
 	Prefixes []string `yaml:"prefixes"`
 	ReadOnly bool     `yaml:"read_only"`
+
+	MaxLocks        *int `yaml:"max_locks"`
+	MaxWaiters      *int `yaml:"max_waiters"`
+	MaxWatchStreams *int `yaml:"max_watch_streams"`
 }
 
 type token struct {
@@ -137,7 +159,21 @@ func parse(raw []byte) ([]token, error) {
 		if len(e.Prefixes) == 0 {
 			return nil, fmt.Errorf(`%s: prefixes: at least one ("" is every key)`, where)
 		}
-		t.p = &Principal{Name: e.Name, Prefixes: append([]string(nil), e.Prefixes...), ReadOnly: e.ReadOnly}
+		var q Quota
+		for _, f := range []struct {
+			name string
+			in   *int
+			out  *int
+		}{{"max_locks", e.MaxLocks, &q.MaxLocks}, {"max_waiters", e.MaxWaiters, &q.MaxWaiters}, {"max_watch_streams", e.MaxWatchStreams, &q.MaxWatchStreams}} {
+			if f.in == nil {
+				continue
+			}
+			if *f.in < 1 {
+				return nil, fmt.Errorf("%s: %s: %d, want at least 1 (leave it out for the server's default)", where, f.name, *f.in)
+			}
+			*f.out = *f.in
+		}
+		t.p = &Principal{Name: e.Name, Prefixes: append([]string(nil), e.Prefixes...), ReadOnly: e.ReadOnly, Quota: q}
 		out = append(out, t)
 	}
 	return out, nil

@@ -27,6 +27,8 @@ func TestParseErrors(t *testing.T) {
 		"short token":    {"- {name: x, token: short, prefixes: [a/]}", "too short"},
 		"bad hash":       {"- {name: x, sha256: abc, prefixes: [a/]}", "64 hex digits"},
 		"no prefixes":    {"- {name: x, sha256: " + hash + "}", "prefixes: at least one"},
+		"zero quota":     {"- {name: x, sha256: " + hash + ", prefixes: [a/], max_waiters: 0}", "entry 1 (x): max_waiters: 0, want at least 1"},
+		"quota typo":     {"- {name: x, sha256: " + hash + ", prefixes: [a/], max_lock: 3}", "field max_lock not found"},
 		"same token": {"- {name: x, sha256: " + hash + ", prefixes: [a/]}\n- {name: y, sha256: " + strings.ToUpper(hash) + ", prefixes: [b/]}",
 			"the same token as x"},
 	} {
@@ -37,8 +39,12 @@ func TestParseErrors(t *testing.T) {
 			}
 		})
 	}
+	toks, err := parse([]byte("- {name: q, sha256: " + hash + ", prefixes: [a/], max_locks: 5, max_watch_streams: 2}"))
+	if err != nil || toks[0].p.Quota != (Quota{MaxLocks: 5, MaxWatchStreams: 2}) {
+		t.Fatalf("quotas: %+v %v", toks, err)
+	}
 	// JSON is YAML.
-	toks, err := parse([]byte(`[{"name": "j", "sha256": "` + hash + `", "prefixes": ["j/"], "read_only": true}]`))
+	toks, err = parse([]byte(`[{"name": "j", "sha256": "` + hash + `", "prefixes": ["j/"], "read_only": true}]`))
 	if err != nil || len(toks) != 1 || !toks[0].p.ReadOnly || toks[0].p.Prefixes[0] != "j/" {
 		t.Fatalf("JSON: %v %v", toks, err)
 	}

@@ -28,7 +28,7 @@ func Main(ctx context.Context, version string, args []string, stdout, stderr io.
 	if err := root.Execute(); err != nil {
 		var ee *exitError
 		if !errors.As(err, &ee) || ee.err != nil {
-			fmt.Fprintf(stderr, "holdfast: %v\n", err)
+			fmt.Fprintf(stderr, "holdfast: %s\n", escapeControls(err.Error()))
 		}
 		return exitCode(err)
 	}

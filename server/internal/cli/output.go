@@ -3,9 +3,12 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/holdfast/holdfast/proto/hlc"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
@@ -99,23 +102,65 @@ func left(t time.Time) string {
 	return d.Round(time.Second).String()
 }
 
-// kv prints aligned "name  value" lines.
+// kv prints aligned "name  value" lines; values pass through printable.
 func kv(w io.Writer, pairs ...any) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for i := 0; i+1 < len(pairs); i += 2 {
-		fmt.Fprintf(tw, "%v\t%v\n", pairs[i], pairs[i+1])
+		fmt.Fprintf(tw, "%v\t%s\n", pairs[i], printable(fmt.Sprint(pairs[i+1])))
 	}
 	return tw.Flush()
 }
 
-// table prints a header and rows, aligned.
+// table prints a header and rows, aligned; cells pass through printable.
 func table(w io.Writer, header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = printable(c)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	return tw.Flush()
+}
+
+// printable is s as a terminal may show it: unchanged when it is valid
+// UTF-8 and every character is printable, else Go-quoted
+// ("evil\x1b[2J\r\n"). Keys and holders are anyone's text, read from the
+// server: printed raw, an escape sequence, a carriage return or a newline
+// in one would repaint the terminal or forge lines of output. (JSON output
+// escapes control characters itself.)
+func printable(s string) string {
+	if !utf8.ValidString(s) {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// escapeControls escapes, in place, the characters of a one-line message
+// (an error, which quotes the keys it names itself) that a terminal would
+// act on instead of showing.
+func escapeControls(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		case r < 0x80:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	return b.String()
 }
 
 func orDash(s string) string {

@@ -185,7 +185,7 @@ or ends the stream (watch again), 1 any other error.`,
 					fmt.Fprintf(stdout, "%s  synced (every change from here on is shown)\n", at.Format(time.RFC3339Nano))
 					continue
 				}
-				fmt.Fprintf(stdout, "%s  %-8s  %s  fencing=%d holder=%q\n", at.Format(time.RFC3339Nano), ev.Type, ev.State.Key, ev.State.FencingToken, ev.State.Holder)
+				fmt.Fprintf(stdout, "%s  %-8s  %s  fencing=%d holder=%q\n", at.Format(time.RFC3339Nano), ev.Type, printable(ev.State.Key), ev.State.FencingToken, ev.State.Holder)
 			}
 			return nil // interrupted
 		},

@@ -9,13 +9,15 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/server/internal/config"
+	"github.com/holdfast/holdfast/server/internal/httpserver"
 )
 
 func TestSecurityOptions(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	// No TLS and no tokens: only the limits, with the derived deadline.
-	opts, err := security(serveOptions{addr: "127.0.0.1:0", maxWait: time.Hour, maxWatchStreams: 1, maxWatchStreamsPerConn: 1}, log)
-	if err != nil || len(opts) != 1 {
+	// No TLS and no tokens: only the limits (the interceptors, with the
+	// derived deadline, and the connection-level bounds).
+	opts, err := security(serveOptions{addr: "127.0.0.1:0", maxWait: time.Hour, maxWatchStreams: 1, maxWatchStreamsPerClient: 1}, log)
+	if err != nil || len(opts) != 2 {
 		t.Fatalf("defaults: %d options, %v", len(opts), err)
 	}
 	for name, tc := range map[string]struct {
@@ -25,14 +27,45 @@ func TestSecurityOptions(t *testing.T) {
 		"key without cert":         {serveOptions{tlsKey: "k.pem", maxWait: time.Minute}, "--tls-cert and --tls-key go together"},
 		"client CA without a cert": {serveOptions{tlsClientCA: "ca.pem", maxWait: time.Minute}, "--tls-cert and --tls-key go together"},
 		"deadline below wait":      {serveOptions{maxWait: time.Hour, maxRequestDuration: time.Minute}, "is not above --max-wait"},
-		"negative stream limit":    {serveOptions{maxWait: time.Minute, maxWatchStreams: -1}, "must not be negative"},
+		"negative stream limit":    {serveOptions{maxWait: time.Minute, maxWatchStreams: -1}, "--max-watch-streams: -1 is negative"},
+		"negative lock limit":      {serveOptions{maxWait: time.Minute, maxLocksPerClient: -1}, "--max-locks-per-client: -1 is negative"},
 		"empty CORS origin":        {serveOptions{maxWait: time.Minute, corsOrigins: []string{""}}, "--cors-origin: empty origin"},
+		"negative body timeout":    {serveOptions{maxWait: time.Minute, conn: httpserver.Limits{BodyTimeout: -time.Second}}, "--body-timeout: -1s is negative"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := security(tc.o, log); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// The per-connection spellings still work, with a warning, and now count
+// per client.
+func TestDeprecatedPerConnectionFlags(t *testing.T) {
+	cmd := newServe("test", io.Discard, io.Discard)
+	fs := cmd.Flags()
+	if err := fs.Parse([]string{"--max-waiters-per-connection", "7"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"HOLDFAST_MAX_WATCH_STREAMS_PER_CONNECTION": "3"}
+	if err := config.Apply(fs, "", func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	o := serveOptions{}
+	o.maxWaitersPerClient, _ = fs.GetInt("max-waiters-per-client")
+	o.oldMaxWaitersPerConn, _ = fs.GetInt("max-waiters-per-connection")
+	o.maxWatchStreamsPerClient, _ = fs.GetInt("max-watch-streams-per-client")
+	o.oldMaxWatchStreamsPerConn, _ = fs.GetInt("max-watch-streams-per-connection")
+	deprecatedFlags(&o, slog.New(slog.NewTextHandler(&logs, nil)))
+	if o.maxWaitersPerClient != 7 || o.maxWatchStreamsPerClient != 3 {
+		t.Fatalf("per client: %d waiters, %d streams; want 7 and 3", o.maxWaitersPerClient, o.maxWatchStreamsPerClient)
+	}
+	for _, want := range []string{"--max-waiters-per-connection is deprecated: use --max-waiters-per-client", "--max-watch-streams-per-connection is deprecated"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log does not say %q:\n%s", want, logs.String())
+		}
 	}
 }
 
@@ -50,7 +83,7 @@ func TestIsLoopback(t *testing.T) {
 func TestCORSOriginFlag(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	opts, err := security(serveOptions{addr: "127.0.0.1:0", maxWait: time.Hour, corsOrigins: []string{"https://app.example.com"}}, log)
-	if err != nil || len(opts) != 2 {
+	if err != nil || len(opts) != 3 {
 		t.Fatalf("with --cors-origin: %d options (want CORS and the limits), %v", len(opts), err)
 	}
 	// Like every flag: repeatable on the command line, several values in

@@ -27,8 +27,15 @@ import (
 	"github.com/holdfast/holdfast/server/internal/config"
 	"github.com/holdfast/holdfast/server/internal/httpserver"
 	"github.com/holdfast/holdfast/server/internal/limits"
+	"github.com/holdfast/holdfast/server/internal/paging"
 	"github.com/holdfast/holdfast/server/internal/tlsconfig"
 	"github.com/holdfast/holdfast/server/internal/ui"
+)
+
+// Per-client defaults of the deprecated per-connection flags too.
+const (
+	defaultMaxWaitersPerClient      = 1024
+	defaultMaxWatchStreamsPerClient = 100
 )
 
 // DefaultAddr is where `holdfast serve` listens without --addr: loopback
@@ -37,28 +44,37 @@ const DefaultAddr = "127.0.0.1:7410"
 
 // serveOptions are the flags of `holdfast serve`.
 type serveOptions struct {
-	addr              string
-	backend           string
-	backendOpts       []string
-	backendSHA256     string
-	config            string
-	maxTTL            time.Duration
-	maxWait           time.Duration
-	maxClockOffset    time.Duration
-	maxWaitersPerKey  int
-	maxWaiters        int
-	maxWaitersPerConn int
-	startTimeout      time.Duration
-	shutdownTimeout   time.Duration
-	logLevel          string
-	logFormat         string
+	addr                string
+	backend             string
+	backendOpts         []string
+	backendSHA256       string
+	config              string
+	maxTTL              time.Duration
+	maxWait             time.Duration
+	maxClockOffset      time.Duration
+	maxWaitersPerKey    int
+	maxWaiters          int
+	maxWaitersPerClient int
+	startTimeout        time.Duration
+	pingTimeout         time.Duration // the plugin's liveness ping must answer within this
+	shutdownTimeout     time.Duration
+	logLevel            string
+	logFormat           string
 
 	tlsCert, tlsKey, tlsClientCA string
 	authTokens                   string
+	pageTokenKeyFile             string   // secret shared by servers whose List page tokens must work on each other
 	corsOrigins                  []string // browser origins allowed to call the API (CORS); none: off
 	maxRequestDuration           time.Duration
 	maxWatchStreams              int
-	maxWatchStreamsPerConn       int
+	maxWatchStreamsPerClient     int
+	maxLocks, maxLocksPerClient  int
+
+	// Deprecated spellings, from when these bounds counted per TCP
+	// connection (which bounds nothing: HTTP/2 clients open more).
+	oldMaxWaitersPerConn, oldMaxWatchStreamsPerConn int
+
+	conn httpserver.Limits // connection-level bounds: timeouts, connection caps
 
 	pprofAddr string // debugging: pprof profiles of the server and its plugin
 
@@ -114,8 +130,11 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.DurationVar(&o.maxClockOffset, "max-clock-offset", hlc.DefaultMaxOffset, "refuse client HLC stamps further ahead of the server's clock than this")
 	f.IntVar(&o.maxWaitersPerKey, "max-waiters-per-key", 1024, "waiters queued per key before Acquire answers resource_exhausted")
 	f.IntVar(&o.maxWaiters, "max-waiters", 65536, "waiters queued on this server before Acquire answers resource_exhausted")
-	f.IntVar(&o.maxWaitersPerConn, "max-waiters-per-connection", engine.DefaultMaxWaitersPerCaller, "waiters queued by one client connection before Acquire answers resource_exhausted")
+	f.IntVar(&o.maxWaitersPerClient, "max-waiters-per-client", defaultMaxWaitersPerClient, "waiting Acquires one client (a token, or without --auth-tokens a client address) may have at once before Acquire answers resource_exhausted (a token's max_waiters overrides it)")
+	f.IntVar(&o.maxLocks, "max-locks", 100000, "locks held through this server (and Acquires in progress) before Acquire answers resource_exhausted; 0: unbounded")
+	f.IntVar(&o.maxLocksPerClient, "max-locks-per-client", 10000, "locks one client (a token, or a client address) may hold through this server, with its Acquires in progress; a token's max_locks overrides it; 0: unbounded")
 	f.DurationVar(&o.startTimeout, "start-timeout", 30*time.Second, "how long to wait for the backend to start")
+	f.DurationVar(&o.pingTimeout, "backend-ping-timeout", pluginhost.DefaultPingTimeout, "the backend plugin must answer its liveness ping (every second) within this, or it is reported down (health NOT_SERVING, holdfast_backend_up 0, calls answer unavailable) until it answers again")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json (logs go to stderr)")
@@ -123,10 +142,22 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert; re-read when it changes")
 	f.StringVar(&o.tlsClientCA, "tls-client-ca", "", "require client certificates signed by a CA in this PEM file (mTLS)")
 	f.StringVar(&o.authTokens, "auth-tokens", "", "require bearer tokens from this YAML/JSON file, each limited to key prefixes (see README, Security)")
+	f.StringVar(&o.pageTokenKeyFile, "page-token-key-file", "", "seal List page tokens with a key derived from this file's secret (at least 32 bytes); give servers behind one load balancer the same file (default: a key of this process, so a token works only on the server that issued it)")
 	f.StringArrayVar(&o.corsOrigins, "cors-origin", nil, `let web pages from this origin call the API from a browser (Connect, gRPC-Web), e.g. https://app.example.com; repeatable; "*" allows any (off by default)`)
 	f.DurationVar(&o.maxRequestDuration, "max-request-duration", 0, "server deadline on each unary call; must exceed --max-wait (0: --max-wait plus 1m)")
 	f.IntVar(&o.maxWatchStreams, "max-watch-streams", 10000, "open Watch streams on this server before Watch answers resource_exhausted")
-	f.IntVar(&o.maxWatchStreamsPerConn, "max-watch-streams-per-connection", 100, "open Watch streams on one client connection before Watch answers resource_exhausted")
+	f.IntVar(&o.maxWatchStreamsPerClient, "max-watch-streams-per-client", defaultMaxWatchStreamsPerClient, "open Watch streams of one client (a token, or a client address) before Watch answers resource_exhausted (a token's max_watch_streams overrides it)")
+	f.IntVar(&o.oldMaxWaitersPerConn, "max-waiters-per-connection", defaultMaxWaitersPerClient, "deprecated: --max-waiters-per-client")
+	f.IntVar(&o.oldMaxWatchStreamsPerConn, "max-watch-streams-per-connection", defaultMaxWatchStreamsPerClient, "deprecated: --max-watch-streams-per-client")
+	_ = f.MarkHidden("max-waiters-per-connection")
+	_ = f.MarkHidden("max-watch-streams-per-connection")
+	dl := httpserver.DefaultLimits()
+	f.DurationVar(&o.conn.HeaderTimeout, "header-timeout", dl.HeaderTimeout, "a request's headers (and the TLS handshake) must arrive within this, or the connection is closed")
+	f.DurationVar(&o.conn.BodyTimeout, "body-timeout", dl.BodyTimeout, "a request's body must arrive whole within this, or the call answers deadline_exceeded and the connection (HTTP/1.1) or stream (HTTP/2) is dropped")
+	f.DurationVar(&o.conn.WriteTimeout, "write-timeout", dl.WriteTimeout, "each response message (a Watch event included) must be taken by the client within this, or its stream (HTTP/2) or connection (HTTP/1.1) is dropped")
+	f.DurationVar(&o.conn.IdleTimeout, "idle-timeout", dl.IdleTimeout, "close a connection with no request (HTTP/1.1) or no open stream (HTTP/2) for this long")
+	f.IntVar(&o.conn.MaxConnections, "max-connections", dl.MaxConnections, "open connections before new ones are closed at once; keep it below the file descriptor limit (ulimit -n); 0: unbounded")
+	f.IntVar(&o.conn.MaxConnectionsPerClient, "max-connections-per-client", dl.MaxConnectionsPerClient, "open connections from one client address (an IP, an IPv6 /64) before its new ones are closed at once; 0: unbounded")
 	f.IntVar(&o.batchInFlight, "batch-in-flight", engine.DefaultBatchInFlight, "on a backend that batches: concurrent Acquires, Releases and Extends go to it together, in at most this many calls of each kind at once (a call that finds none in flight goes alone, at once); 0 sends every call on its own")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "debugging: serve pprof profiles (/debug/pprof/, with block and mutex profiles) on this host:port, and the plugin's on a free port of the same host (both logged as \"pprof serving\"); off when empty")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics on this separate host:port, e.g. 127.0.0.1:9410 (off when empty)")
@@ -206,6 +237,7 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	if err != nil {
 		return err
 	}
+	deprecatedFlags(&o, log)
 	opts, err := parseBackendOpts(o.backendOpts)
 	if err != nil {
 		return err
@@ -249,6 +281,8 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 		Options: opts,
 		SHA256:  pin,
 		Logger:  log,
+		// A frozen plugin is reported down after this (liveness.go).
+		PingTimeout: o.pingTimeout,
 	}
 	if o.pprofAddr != "" {
 		a, err := httpserver.StartPprof(o.pprofAddr, log)
@@ -270,16 +304,15 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	defer host.Close()
 
 	eng, err := engine.New(startCtx, host, engine.Config{
-		Version:             version,
-		MaxTTL:              o.maxTTL,
-		MaxWait:             o.maxWait,
-		MaxClockOffset:      o.maxClockOffset,
-		MaxWaitersPerKey:    o.maxWaitersPerKey,
-		MaxWaiters:          o.maxWaiters,
-		MaxWaitersPerCaller: o.maxWaitersPerConn,
-		Logger:              log.With("component", "engine"),
-		Observer:            ob.observer(),
-		Batch:               engine.BatchConfig{InFlight: o.batchInFlight, Off: o.batchInFlight == 0},
+		Version:          version,
+		MaxTTL:           o.maxTTL,
+		MaxWait:          o.maxWait,
+		MaxClockOffset:   o.maxClockOffset,
+		MaxWaitersPerKey: o.maxWaitersPerKey,
+		MaxWaiters:       o.maxWaiters,
+		Logger:           log.With("component", "engine"),
+		Observer:         ob.observer(),
+		Batch:            engine.BatchConfig{InFlight: o.batchInFlight, Off: o.batchInFlight == 0},
 	})
 	if err != nil {
 		if ctx.Err() != nil { // SIGTERM/SIGINT during start-up: a clean stop
@@ -351,6 +384,28 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	return nil
 }
 
+// deprecatedFlags carries the per-connection spellings of two bounds over
+// to their per-client flags (when those were left at their defaults), with
+// a warning: they now count per client.
+func deprecatedFlags(o *serveOptions, log *slog.Logger) {
+	for _, d := range []struct {
+		old, now string
+		from, to *int
+		def      int
+	}{
+		{"max-waiters-per-connection", "max-waiters-per-client", &o.oldMaxWaitersPerConn, &o.maxWaitersPerClient, defaultMaxWaitersPerClient},
+		{"max-watch-streams-per-connection", "max-watch-streams-per-client", &o.oldMaxWatchStreamsPerConn, &o.maxWatchStreamsPerClient, defaultMaxWatchStreamsPerClient},
+	} {
+		if *d.from == d.def {
+			continue
+		}
+		log.Warn("--"+d.old+" is deprecated: use --"+d.now+" (the bound now counts per client, not per TCP connection)", "value", *d.from)
+		if *d.to == d.def {
+			*d.to = *d.from
+		}
+	}
+}
+
 // security builds the TLS, authentication and limit options of the HTTP
 // server from the flags. Bad files refuse to start.
 func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
@@ -372,6 +427,13 @@ func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
 		opts = append(opts, httpserver.WithCORS(o.corsOrigins...))
 		log.Info("CORS enabled: browsers on these origins may call the API", "origins", o.corsOrigins)
 	}
+	if o.pageTokenKeyFile != "" {
+		pages, err := paging.LoadSealer(o.pageTokenKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--page-token-key-file: %w", err)
+		}
+		opts = append(opts, httpserver.WithPageTokens(pages))
+	}
 	var icpt []connect.Interceptor
 	if o.authTokens != "" {
 		store, err := auth.Load(o.authTokens, log.With("component", "auth"))
@@ -384,9 +446,12 @@ func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
 		log.Warn("serving without TLS or tokens on a non-loopback address: anyone who reaches it can take and watch every lock (set --tls-cert and --tls-key, and --auth-tokens)", "addr", o.addr)
 	}
 	lim := limits.Config{
-		MaxRequestDuration: o.maxRequestDuration,
-		MaxStreams:         o.maxWatchStreams,
-		MaxStreamsPerConn:  o.maxWatchStreamsPerConn,
+		MaxRequestDuration:  o.maxRequestDuration,
+		MaxStreams:          o.maxWatchStreams,
+		MaxLocks:            o.maxLocks,
+		MaxLocksPerClient:   o.maxLocksPerClient,
+		MaxWaitersPerClient: o.maxWaitersPerClient,
+		MaxStreamsPerClient: o.maxWatchStreamsPerClient,
 	}
 	if lim.MaxRequestDuration == 0 {
 		lim.MaxRequestDuration = o.maxWait + time.Minute
@@ -394,6 +459,15 @@ func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
 	if err := limits.Check(lim, o.maxWait); err != nil {
 		return nil, err
 	}
+	for name, d := range map[string]time.Duration{"--header-timeout": o.conn.HeaderTimeout, "--body-timeout": o.conn.BodyTimeout, "--write-timeout": o.conn.WriteTimeout, "--idle-timeout": o.conn.IdleTimeout} {
+		if d < 0 {
+			return nil, fmt.Errorf("%s: %s is negative (0 is no timeout)", name, d)
+		}
+	}
+	if o.conn.MaxConnections < 0 || o.conn.MaxConnectionsPerClient < 0 {
+		return nil, fmt.Errorf("--max-connections, --max-connections-per-client: must not be negative (0 is unbounded)")
+	}
+	opts = append(opts, httpserver.WithLimits(o.conn))
 	icpt = append(icpt, limits.New(lim))
 	return append(opts, httpserver.WithInterceptors(icpt...)), nil
 }

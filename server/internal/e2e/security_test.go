@@ -48,7 +48,7 @@ func TestSecureServe(t *testing.T) {
 	tokens := harness.WriteFile(t, dir, "tokens.yaml", []byte("- name: team-a\n  sha256: "+hex.EncodeToString(sum[:])+"\n  prefixes: [\"a/\"]\n"))
 	cfg := harness.WriteFile(t, dir, "holdfast.yaml", []byte(
 		"addr: 127.0.0.1:0\ntls-cert: "+cert+"\ntls-key: "+key+"\ntls_client_ca: "+clientCA+"\n"))
-	s := startServer(t, []string{"HOLDFAST_AUTH_TOKENS=" + tokens, "HOLDFAST_MAX_WATCH_STREAMS_PER_CONNECTION=1"}, "--config", cfg)
+	s := startServer(t, []string{"HOLDFAST_AUTH_TOKENS=" + tokens, "HOLDFAST_MAX_WATCH_STREAMS_PER_CLIENT=1"}, "--config", cfg)
 	s.waitStderr(t, "bearer tokens required")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -81,7 +81,7 @@ func TestSecureServe(t *testing.T) {
 		t.Fatal("served a client without a certificate")
 	}
 
-	// One Watch per connection (from the environment).
+	// One Watch per client (from the environment).
 	w, err := c.Watch(ctx, &lockv1.WatchRequest{Target: &lockv1.WatchRequest_Prefix{Prefix: "a/"}})
 	if err != nil || !w.Receive() {
 		t.Fatalf("watch: %v", err)
@@ -94,7 +94,7 @@ func TestSecureServe(t *testing.T) {
 		w2.Close()
 	}
 	if connect.CodeOf(err) != connect.CodeResourceExhausted {
-		t.Fatalf("second watch on one connection: %v, want resource_exhausted", err)
+		t.Fatalf("second watch of one client: %v, want resource_exhausted", err)
 	}
 	w.Close()
 	closeC()

@@ -2,12 +2,20 @@
 // gRPC-Web over HTTP/1.1 and cleartext HTTP/2 (h2c), with gRPC health
 // checking and server reflection beside LockService. With WithTLS it serves
 // HTTP/2 (ALPN h2) and HTTP/1.1 over TLS instead, and h2c is off.
+//
+// Clients are bounded below the API too (Limits, package httpguard): open
+// connections in total and per client address, a deadline on request
+// headers, on request bodies and on each response write, and an idle
+// timeout; the http.Server's own error lines (a failed TLS handshake per
+// connection) reach the log at a bounded rate.
 package httpserver
 
 import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,10 +27,13 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"github.com/rs/cors"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
 	"github.com/holdfast/holdfast/server/internal/api"
+	"github.com/holdfast/holdfast/server/internal/httpguard"
+	"github.com/holdfast/holdfast/server/internal/paging"
 	"github.com/holdfast/holdfast/server/internal/ui"
 )
 
@@ -39,6 +50,7 @@ type Server struct {
 	health *grpchealth.StaticChecker
 	ln     net.Listener
 	served chan error
+	errLog *httpguard.LogWriter
 
 	mu       sync.Mutex
 	stopping bool          // health stays NOT_SERVING from now on
@@ -50,10 +62,46 @@ type Server struct {
 type Option func(*options)
 
 type options struct {
+	limits       Limits
 	tls          *tls.Config
 	interceptors []connect.Interceptor
 	corsOrigins  []string
+	pages        *paging.Sealer
 }
+
+// Limits are the connection-level bounds; a zero field is off (unbounded,
+// or no deadline).
+type Limits struct {
+	// HeaderTimeout bounds reading a request's headers (and, with TLS,
+	// the handshake).
+	HeaderTimeout time.Duration
+	// BodyTimeout bounds reading a request's body, from its handler's start.
+	BodyTimeout time.Duration
+	// WriteTimeout bounds each response write (a stream message, a flush).
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection with no request (HTTP/1.1)
+	// or no open stream (HTTP/2) for this long.
+	IdleTimeout time.Duration
+	// MaxConnections and MaxConnectionsPerClient cap open connections, in
+	// total and from one client address.
+	MaxConnections, MaxConnectionsPerClient int
+}
+
+// DefaultLimits are the bounds Start uses without WithLimits (and the
+// defaults of holdfast serve's flags).
+func DefaultLimits() Limits {
+	return Limits{
+		HeaderTimeout:           10 * time.Second,
+		BodyTimeout:             10 * time.Second,
+		WriteTimeout:            10 * time.Second,
+		IdleTimeout:             2 * time.Minute,
+		MaxConnections:          10000,
+		MaxConnectionsPerClient: 1000,
+	}
+}
+
+// WithLimits replaces DefaultLimits.
+func WithLimits(l Limits) Option { return func(o *options) { o.limits = l } }
 
 // WithTLS serves TLS with cfg (HTTP/2 by ALPN and HTTP/1.1; no h2c).
 func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
@@ -63,6 +111,10 @@ func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
 func WithInterceptors(i ...connect.Interceptor) Option {
 	return func(o *options) { o.interceptors = append(o.interceptors, i...) }
 }
+
+// WithPageTokens seals List page tokens with s (default: a key of this
+// process only; see package paging).
+func WithPageTokens(s *paging.Sealer) Option { return func(o *options) { o.pages = s } }
 
 // WithCORS lets web pages from these origins ("https://app.example.com";
 // "*" for any; rs/cors wildcards such as "https://*.example.com") call the
@@ -90,45 +142,89 @@ func withCORS(h http.Handler, origins []string) http.Handler {
 // Handler builds the mux: LockService, grpc.health.v1, reflection and the
 // live view (package ui) at /ui/.
 func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option) http.Handler {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newOptions(opts)
 	mux := http.NewServeMux()
-	mux.Handle(lockv1connect.NewLockServiceHandler(api.New(e),
+	mux.Handle(lockv1connect.NewLockServiceHandler(api.New(e, o.pages),
 		connect.WithReadMaxBytes(MaxMessageBytes),
 		// Lock messages are a few hundred bytes: gzip would cost more CPU
 		// (a compressor reset per response) than it saves on the wire.
 		// Large List pages are still compressed for clients that accept it.
 		connect.WithCompressMinBytes(CompressMinBytes),
-		connect.WithCodec(protoCodec{}),
-		connect.WithCodec(jsonCodec{}),
+		connect.WithCodec(protoCodec{shared: newSharedEncodings()}),
+		connect.WithCodec(jsonCodec{shared: newSharedEncodings()}),
 		connect.WithInterceptors(o.interceptors...),
 	))
 	mux.Handle(grpchealth.NewHandler(health))
+	// connectrpc.com/grpchealth serves Check and Watch; reflection
+	// describes grpc.health.v1.Health with List too, so List is served
+	// here rather than answering unimplemented.
+	mux.Handle(healthListProcedure, connect.NewUnaryHandler(healthListProcedure, healthList(health)))
 	reflector := grpcreflect.NewStaticReflector(lockv1connect.LockServiceName, grpchealth.HealthV1ServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	// The live view's static files are public; its API calls carry the
 	// user's token through the interceptors above.
 	mux.Handle(ui.Path, ui.Handler())
+	h := checkFraming(mux)
 	if len(o.corsOrigins) > 0 {
-		return withCORS(mux, o.corsOrigins)
+		h = withCORS(h, o.corsOrigins)
 	}
-	return mux
+	return httpguard.Handler(h, httpguard.Timeouts{Body: o.limits.BodyTimeout, Write: o.limits.WriteTimeout})
 }
+
+// healthListProcedure is grpc.health.v1.Health's List.
+const healthListProcedure = "/" + grpchealth.HealthV1ServiceName + "/List"
+
+// healthServices are the services health reports on: the server as a
+// whole ("") and LockService.
+var healthServices = []string{"", lockv1connect.LockServiceName}
+
+// healthList answers grpc.health.v1.Health/List from the checker.
+func healthList(health *grpchealth.StaticChecker) func(context.Context, *connect.Request[healthpb.HealthListRequest]) (*connect.Response[healthpb.HealthListResponse], error) {
+	return func(ctx context.Context, _ *connect.Request[healthpb.HealthListRequest]) (*connect.Response[healthpb.HealthListResponse], error) {
+		out := &healthpb.HealthListResponse{Statuses: map[string]*healthpb.HealthCheckResponse{}}
+		for _, name := range healthServices {
+			st, err := health.Check(ctx, &grpchealth.CheckRequest{Service: name})
+			if err != nil {
+				return nil, err
+			}
+			out.Statuses[name] = &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_ServingStatus(st.Status)}
+		}
+		return connect.NewResponse(out), nil
+	}
+}
+
+func newOptions(opts []Option) options {
+	o := options{limits: DefaultLimits()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// errorLogBurst lines of the http.Server's error log pass per
+// errorLogInterval; the others are counted.
+const (
+	errorLogBurst    = 5
+	errorLogInterval = 10 * time.Second
+)
 
 // Start listens on addr (host:port; port 0 picks a free one) and serves in
 // the background.
 func Start(addr string, e *engine.Engine, log *slog.Logger, opts ...Option) (*Server, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	ln, err := net.Listen("tcp", addr)
+	o := newOptions(opts)
+	raw, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
+	errLog := httpguard.NewLogWriter(slog.NewLogLogger(log.Handler(), slog.LevelWarn).Writer(), errorLogBurst, errorLogInterval)
+	var ln net.Listener = httpguard.Limit(raw, o.limits.MaxConnections, o.limits.MaxConnectionsPerClient, func(client string, total bool) {
+		if total {
+			fmt.Fprintf(errLog, "closed a connection from %s: %d connections open (the server's --max-connections)\n", client, o.limits.MaxConnections)
+		} else {
+			fmt.Fprintf(errLog, "closed a connection from %s: %d connections open from it (the server's --max-connections-per-client)\n", client, o.limits.MaxConnectionsPerClient)
+		}
+	})
 	health := grpchealth.NewStaticChecker(lockv1connect.LockServiceName)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
@@ -143,12 +239,13 @@ func Start(addr string, e *engine.Engine, log *slog.Logger, opts ...Option) (*Se
 			Handler:           Handler(e, health, opts...),
 			TLSConfig:         o.tls,
 			Protocols:         protocols,
-			ReadHeaderTimeout: 10 * time.Second,
+			ReadHeaderTimeout: o.limits.HeaderTimeout,
 			// Idle keep-alive connections are closed after a while; open
 			// streams (Watch, a waiting Acquire) are not idle.
-			IdleTimeout: 5 * time.Minute,
-			ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			IdleTimeout: o.limits.IdleTimeout,
+			ErrorLog:    stdlog.New(errLog, "", 0),
 		},
+		errLog:  errLog,
 		health:  health,
 		ln:      ln,
 		served:  make(chan error, 1),
@@ -199,8 +296,9 @@ func (s *Server) setStatus(serving bool) {
 	if !serving || s.stopping {
 		status = grpchealth.StatusNotServing
 	}
-	s.health.SetStatus("", status)
-	s.health.SetStatus(lockv1connect.LockServiceName, status)
+	for _, name := range healthServices {
+		s.health.SetStatus(name, status)
+	}
 }
 
 // SetNotServing makes grpc health report NOT_SERVING for good (the first
@@ -227,5 +325,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if serr := <-s.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		return serr
 	}
+	_ = s.errLog.Flush()
 	return err
 }

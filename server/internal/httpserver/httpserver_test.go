@@ -81,6 +81,19 @@ func TestHealthFollowsBackend(t *testing.T) {
 				t.Fatalf("health never became %s", want)
 			}
 		}
+		// List (which reflection advertises) says the same of both
+		// services.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		list, err := hc.List(ctx, &healthpb.HealthListRequest{})
+		if err != nil {
+			t.Fatalf("health List: %v", err)
+		}
+		for _, name := range []string{"", "holdfast.lock.v1.LockService"} {
+			if got := list.GetStatuses()[name].GetStatus(); got != want {
+				t.Fatalf("List says %q is %s, Check says %s", name, got, want)
+			}
+		}
 	}
 	eventually(healthpb.HealthCheckResponse_SERVING)
 	sup.set(false)

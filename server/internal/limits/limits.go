@@ -1,21 +1,45 @@
-// Package limits bounds what one caller can make the server hold: a
-// deadline on every unary call, and the number of Watch streams per client
-// connection and in total. Over a bound a call answers resource_exhausted
-// at once; nothing is queued, so no bound grows memory.
+// Package limits bounds what callers can make the server hold: a deadline
+// on every unary call; per caller and in total, the locks it holds through
+// this server, the Acquires it has waiting, and its open Watch streams. Over
+// a bound a call answers resource_exhausted at once, naming the limit;
+// nothing is queued, so no bound grows memory.
+//
+// # Callers
+//
+// A caller is a bearer token (by its name in the tokens file) when the
+// server authenticates, and otherwise a client address: the IP, or for IPv6
+// its /64, since one host owns a whole /64. Never a TCP connection: an
+// HTTP/2 client opens another connection as soon as one is full of
+// streams, so a per-connection bound bounds nothing. A token's max_locks,
+// max_waiters and max_watch_streams (auth.Quota) replace the per-client
+// defaults for that token.
+//
+// # What counts
+//
+//   - Locks: from the moment an Acquire is received (a waiting one
+//     included: it holds a place while it waits) until its lease is released
+//     through this server, taken over by a later Acquire through this server,
+//     or its TTL (as last renewed through this server) has run out. A lease
+//     released or renewed through another server sharing the backend counts
+//     here until its TTL runs out; this server cannot know of it earlier.
+//   - Waiters: Acquires with a wait > 0 in progress.
+//   - Watch streams: open Watch calls.
 //
 // The other limits live where their data is: key, holder and owner token
-// lengths, TTL and wait ranges, and waiters per key, per connection and in
-// total in core/engine; the 1 MiB message cap in httpserver.
+// lengths, TTL and wait ranges, and waiters per key and in total in
+// core/engine; the message size cap and connection-level bounds in
+// httpserver.
 package limits
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
+
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
 // Config sets the bounds; a zero field is unbounded.
@@ -24,47 +48,132 @@ type Config struct {
 	// caller's own earlier deadline still wins). It must exceed the longest
 	// wait an Acquire may ask for.
 	MaxRequestDuration time.Duration
-	// MaxStreams and MaxStreamsPerConn bound open server streams (Watch).
-	MaxStreams        int
-	MaxStreamsPerConn int
+	// MaxLocks bounds the locks held through this server (and Acquires in
+	// progress), over every caller.
+	MaxLocks int
+	// MaxStreams bounds open server streams (Watch) over every caller.
+	MaxStreams int
+	// Per caller, unless a token's quota says otherwise.
+	MaxLocksPerClient   int
+	MaxWaitersPerClient int
+	MaxStreamsPerClient int
 }
 
 // Interceptor enforces a Config. It is safe for concurrent use.
 type Interceptor struct {
-	cfg Config
-
-	mu      sync.Mutex
-	total   int
-	perConn map[string]int // only connections with open streams: bounded by MaxStreams
+	cfg     Config
+	locks   *leases
+	waiters *counter
+	streams *counter
 }
 
 var _ connect.Interceptor = (*Interceptor)(nil)
 
 // New returns an Interceptor enforcing cfg.
 func New(cfg Config) *Interceptor {
-	return &Interceptor{cfg: cfg, perConn: map[string]int{}}
+	return &Interceptor{
+		cfg:     cfg,
+		locks:   newLeases(cfg.MaxLocks),
+		waiters: newCounter(0),
+		streams: newCounter(cfg.MaxStreams),
+	}
 }
 
 // Streams is the number of open streams.
-func (i *Interceptor) Streams() int {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.total
-}
+func (i *Interceptor) Streams() int { return i.streams.Total() }
+
+// Locks is the number of locks held through this server, with Acquires in
+// progress.
+func (i *Interceptor) Locks() int { return i.locks.Total(time.Now()) }
 
 // WrapUnary implements connect.Interceptor.
 func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	if i.cfg.MaxRequestDuration <= 0 {
-		return next
-	}
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		ctx, cancel := context.WithTimeout(ctx, i.cfg.MaxRequestDuration)
-		defer cancel()
+		if i.cfg.MaxRequestDuration > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, i.cfg.MaxRequestDuration)
+			defer cancel()
+		}
+		switch r := req.Any().(type) {
+		case *lockv1.AcquireRequest:
+			return i.acquire(ctx, req, r, next)
+		case *lockv1.ReleaseRequest:
+			resp, err := next(ctx, req)
+			if out, ok := answer[*lockv1.ReleaseResponse](resp, err); ok && out.GetReleased() {
+				i.locks.released(r.GetKey())
+			}
+			return resp, err
+		case *lockv1.ExtendRequest:
+			resp, err := next(ctx, req)
+			if out, ok := answer[*lockv1.ExtendResponse](resp, err); ok && out.GetExtended() {
+				i.locks.extended(r.GetKey(), time.Now().Add(out.GetLease().GetTtl().AsDuration()))
+			}
+			return resp, err
+		case *lockv1.ExtendBatchRequest:
+			// The SDKs' watchdogs renew through ExtendBatch: its renewed
+			// leases must stay counted exactly as Extend's do.
+			resp, err := next(ctx, req)
+			if out, ok := answer[*lockv1.ExtendBatchResponse](resp, err); ok {
+				now := time.Now()
+				items := r.GetItems()
+				for n, res := range out.GetResults() {
+					if n < len(items) && res.GetExtended() {
+						i.locks.extended(items[n].GetKey(), now.Add(res.GetLease().GetTtl().AsDuration()))
+					}
+				}
+			}
+			return resp, err
+		}
 		return next(ctx, req)
 	}
+}
+
+// answer is resp's message when the call succeeded.
+func answer[T any](resp connect.AnyResponse, err error) (T, bool) {
+	var zero T
+	if err != nil || resp == nil {
+		return zero, false
+	}
+	out, ok := resp.Any().(T)
+	return out, ok
+}
+
+func (i *Interceptor) acquire(ctx context.Context, req connect.AnyRequest, r *lockv1.AcquireRequest, next connect.UnaryFunc) (connect.AnyResponse, error) {
+	c := i.caller(ctx, req.Peer().Addr)
+	if r.GetWait().AsDuration() > 0 {
+		if err := i.waiters.add(c.id, c.waiters); err != nil {
+			return nil, exhausted("wait: %d waiting Acquires already in progress for %s (%s)", err, c.who, c.waitersLimit)
+		}
+		defer i.waiters.remove(c.id)
+	}
+	if err := i.locks.reserve(c.id, c.locks, time.Now()); err != nil {
+		var over *overLimit
+		if errors.As(err, &over) && over.total {
+			return nil, connect.NewError(connect.CodeResourceExhausted,
+				fmt.Errorf("acquire: %d locks held or being acquired through this server (the server's --max-locks)", over.n))
+		}
+		return nil, exhausted("acquire: %d locks held or being acquired by %s (%s)", err, c.who, c.locksLimit)
+	}
+	resp, err := next(ctx, req)
+	if out, ok := answer[*lockv1.AcquireResponse](resp, err); ok && out.GetAcquired() {
+		i.locks.granted(c.id, r.GetKey(), time.Now().Add(out.GetLease().GetTtl().AsDuration()))
+	} else {
+		i.locks.unreserve(c.id)
+	}
+	return resp, err
+}
+
+// exhausted words a per-caller refusal; err is the counter's *overLimit.
+func exhausted(format string, err error, who, limit string) error {
+	n := 0
+	var over *overLimit
+	if errors.As(err, &over) {
+		n = over.n
+	}
+	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(format, n, who, limit))
 }
 
 // WrapStreamingClient implements connect.Interceptor (nothing to do).
@@ -75,37 +184,17 @@ func (i *Interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 // WrapStreamingHandler implements connect.Interceptor.
 func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		peer := conn.Peer().Addr
-		if err := i.open(peer); err != nil {
-			return err
+		c := i.caller(ctx, conn.Peer().Addr)
+		if err := i.streams.add(c.id, c.streams); err != nil {
+			var over *overLimit
+			if errors.As(err, &over) && over.total {
+				return connect.NewError(connect.CodeResourceExhausted,
+					fmt.Errorf("watch: %d streams already open on this server (the server's --max-watch-streams)", over.n))
+			}
+			return exhausted("watch: %d streams already open for %s (%s)", err, c.who, c.streamsLimit)
 		}
-		defer i.close(peer)
+		defer i.streams.remove(c.id)
 		return next(ctx, conn)
-	}
-}
-
-func (i *Interceptor) open(peer string) error {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if i.cfg.MaxStreams > 0 && i.total >= i.cfg.MaxStreams {
-		return connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("watch: %d streams already open on this server (the maximum)", i.total))
-	}
-	if n := i.perConn[peer]; i.cfg.MaxStreamsPerConn > 0 && n >= i.cfg.MaxStreamsPerConn {
-		return connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("watch: %d streams already open on this connection (the maximum per connection)", n))
-	}
-	i.total++
-	i.perConn[peer]++
-	return nil
-}
-
-func (i *Interceptor) close(peer string) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	i.total--
-	if i.perConn[peer]--; i.perConn[peer] <= 0 {
-		delete(i.perConn, peer)
 	}
 }
 
@@ -118,8 +207,13 @@ func Check(cfg Config, maxWait time.Duration) error {
 	if cfg.MaxRequestDuration > 0 && cfg.MaxRequestDuration <= maxWait {
 		return fmt.Errorf("%w: --max-request-duration %s is not above --max-wait %s", ErrWaitTooLong, cfg.MaxRequestDuration, maxWait)
 	}
-	if cfg.MaxStreams < 0 || cfg.MaxStreamsPerConn < 0 {
-		return errors.New("stream limits must not be negative")
+	for name, v := range map[string]int{
+		"--max-locks": cfg.MaxLocks, "--max-watch-streams": cfg.MaxStreams, "--max-locks-per-client": cfg.MaxLocksPerClient,
+		"--max-waiters-per-client": cfg.MaxWaitersPerClient, "--max-watch-streams-per-client": cfg.MaxStreamsPerClient,
+	} {
+		if v < 0 {
+			return fmt.Errorf("%s: %d is negative (0 is unbounded)", name, v)
+		}
 	}
 	return nil
 }

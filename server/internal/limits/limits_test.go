@@ -2,9 +2,14 @@ package limits_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,15 +22,25 @@ import (
 	"github.com/holdfast/holdfast/plugins/memory"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
+	"github.com/holdfast/holdfast/server/internal/auth"
 	"github.com/holdfast/holdfast/server/internal/httpserver"
 	"github.com/holdfast/holdfast/server/internal/limits"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// start serves a real engine on the memory backend behind lim; each
-// client() is its own HTTP/2 connection.
-func start(t *testing.T, lim *limits.Interceptor, cfgs ...engine.Config) (client func() lockv1connect.LockServiceClient) {
+// start serves a real engine on the memory backend behind the interceptors
+// (auth, when given, then lim); each client(from) is its own HTTP/2
+// connection, dialed from the local address from ("" for 127.0.0.1: other
+// 127/8 addresses stand for other clients).
+func start(t *testing.T, lim *limits.Interceptor, cfgs ...engine.Config) (client func(from string) lockv1connect.LockServiceClient) {
+	c := startWith(t, []connect.Interceptor{lim}, cfgs...)
+	return func(from string) lockv1connect.LockServiceClient { return c(from, "") }
+}
+
+// startWith is start with any interceptors; its clients send bearer (when
+// not empty) as their token.
+func startWith(t *testing.T, icpt []connect.Interceptor, cfgs ...engine.Config) (client func(from, bearer string) lockv1connect.LockServiceClient) {
 	t.Helper()
 	b := memory.New()
 	cfg := engine.Config{MaxWait: time.Minute}
@@ -36,7 +51,7 @@ func start(t *testing.T, lim *limits.Interceptor, cfgs ...engine.Config) (client
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := httpserver.Start("127.0.0.1:0", e, slog.New(slog.DiscardHandler), httpserver.WithInterceptors(lim))
+	srv, err := httpserver.Start("127.0.0.1:0", e, slog.New(slog.DiscardHandler), httpserver.WithInterceptors(icpt...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,18 +68,48 @@ func start(t *testing.T, lim *limits.Interceptor, cfgs ...engine.Config) (client
 		}
 		b.Close()
 	})
-	return func() lockv1connect.LockServiceClient {
+	return func(from, bearer string) lockv1connect.LockServiceClient {
 		p := new(http.Protocols)
 		p.SetUnencryptedHTTP2(true)
-		tr := &http.Transport{Protocols: p}
+		d := &net.Dialer{}
+		if from != "" {
+			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+		}
+		tr := &http.Transport{Protocols: p, DialContext: d.DialContext}
 		transports = append(transports, tr)
-		return lockv1connect.NewLockServiceClient(&http.Client{Transport: tr}, "http://"+srv.Addr().String(), connect.WithGRPC())
+		var opts []connect.ClientOption
+		if bearer != "" {
+			opts = append(opts, connect.WithInterceptors(withBearer(bearer)))
+		}
+		return lockv1connect.NewLockServiceClient(&http.Client{Transport: tr}, "http://"+srv.Addr().String(), append(opts, connect.WithGRPC())...)
 	}
+}
+
+// withBearer sends a bearer token with every call.
+type withBearer string
+
+func (b withBearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, req)
+	}
+}
+
+func (b withBearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return conn
+	}
+}
+
+func (withBearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
 func TestMaxRequestDuration(t *testing.T) {
 	client := start(t, limits.New(limits.Config{MaxRequestDuration: 200 * time.Millisecond}))
-	c := client()
+	c := client("")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if r, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: "k", Ttl: durationpb.New(time.Minute)}); err != nil || !r.GetAcquired() {
@@ -103,36 +148,37 @@ func watch(ctx context.Context, c lockv1connect.LockServiceClient) (*connect.Ser
 	return s, nil
 }
 
+// Streams count per client, over all its connections.
 func TestWatchStreamLimits(t *testing.T) {
-	lim := limits.New(limits.Config{MaxStreams: 3, MaxStreamsPerConn: 2})
+	lim := limits.New(limits.Config{MaxStreams: 3, MaxStreamsPerClient: 2})
 	client := start(t, lim)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	one, two := client(), client()
+	one, oneAgain, two := client(""), client(""), client("127.0.0.2")
 	var open []*connect.ServerStreamForClient[lockv1.WatchResponse]
 	defer func() {
 		for _, s := range open {
 			s.Close()
 		}
 	}()
-	for range 2 {
-		s, err := watch(ctx, one)
+	for _, c := range []lockv1connect.LockServiceClient{one, oneAgain} {
+		s, err := watch(ctx, c)
 		if err != nil {
 			t.Fatal(err)
 		}
 		open = append(open, s)
 	}
-	_, err := watch(ctx, one)
-	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "per connection") {
-		t.Fatalf("third watch on one connection: %v, want resource_exhausted per connection", err)
+	_, err := watch(ctx, oneAgain)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "2 streams already open for this client address (127.0.0.1) (the server's --max-watch-streams-per-client)") {
+		t.Fatalf("a third watch of one client on another connection: %v, want resource_exhausted per client", err)
 	}
 	s, err := watch(ctx, two)
 	if err != nil {
-		t.Fatalf("a watch on another connection: %v", err)
+		t.Fatalf("a watch of another client: %v", err)
 	}
 	open = append(open, s)
 	_, err = watch(ctx, two)
-	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "on this server") {
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "3 streams already open on this server (the server's --max-watch-streams)") {
 		t.Fatalf("fourth watch on the server: %v, want resource_exhausted on this server", err)
 	}
 	// Unary calls are not streams: they still work.
@@ -144,7 +190,7 @@ func TestWatchStreamLimits(t *testing.T) {
 	open[0].Close()
 	open = open[1:]
 	eventually(t, func() bool { return lim.Streams() == 2 })
-	if s, err = watch(ctx, two); err != nil {
+	if s, err = watch(ctx, one); err != nil {
 		t.Fatalf("a watch after one closed: %v", err)
 	}
 	open = append(open, s)
@@ -153,6 +199,180 @@ func TestWatchStreamLimits(t *testing.T) {
 	}
 	open = nil
 	eventually(t, func() bool { return lim.Streams() == 0 })
+}
+
+func acquire(ctx context.Context, c lockv1connect.LockServiceClient, key string, ttl time.Duration) (*lockv1.AcquireResponse, error) {
+	return c.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(ttl)})
+}
+
+func mustAcquire(ctx context.Context, t *testing.T, c lockv1connect.LockServiceClient, key string, ttl time.Duration) *lockv1.Lease {
+	t.Helper()
+	r, err := acquire(ctx, c, key, ttl)
+	if err != nil || !r.GetAcquired() {
+		t.Fatalf("acquire %s: %v %v", key, r, err)
+	}
+	return r.GetLease()
+}
+
+func wantExhausted(t *testing.T, what string, err error, msg string) {
+	t.Helper()
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), msg) {
+		t.Fatalf("%s: %v, want resource_exhausted saying %q", what, err, msg)
+	}
+}
+
+// Locks count per client and in total, and leave the count when released,
+// taken over, or past their TTL.
+func TestLockLimits(t *testing.T) {
+	lim := limits.New(limits.Config{MaxLocks: 5, MaxLocksPerClient: 3})
+	client := start(t, lim)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a, aAgain, b := client(""), client(""), client("127.0.0.2")
+	mustAcquire(ctx, t, a, "a/1", time.Minute)
+	mustAcquire(ctx, t, aAgain, "a/2", time.Minute)
+	third := mustAcquire(ctx, t, a, "a/3", time.Minute)
+	_, err := acquire(ctx, aAgain, "a/4", time.Minute)
+	wantExhausted(t, "a fourth lock of one client", err, "acquire: 3 locks held or being acquired by this client address (127.0.0.1) (the server's --max-locks-per-client)")
+	// Contention is not counted: a busy key answers acquired=false.
+	if r, err := acquire(ctx, b, "a/1", time.Minute); err != nil || r.GetAcquired() {
+		t.Fatalf("a held key: %v %v", r, err)
+	}
+	if _, err := a.Release(ctx, &lockv1.ReleaseRequest{Key: "a/3", OwnerToken: third.GetOwnerToken()}); err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(ctx, t, a, "a/3", 300*time.Millisecond)
+	if lim.Locks() != 3 {
+		t.Fatalf("%d locks counted, want 3", lim.Locks())
+	}
+	mustAcquire(ctx, t, b, "b/1", time.Minute)
+	mustAcquire(ctx, t, b, "b/2", time.Minute)
+	_, err = acquire(ctx, b, "b/3", time.Minute)
+	wantExhausted(t, "a sixth lock on the server", err, "acquire: 5 locks held or being acquired through this server (the server's --max-locks)")
+	// a/3's TTL runs out: its place is free again.
+	eventually(t, func() bool { return lim.Locks() == 4 })
+	b3 := mustAcquire(ctx, t, b, "b/3", time.Minute)
+	if _, err := b.Release(ctx, &lockv1.ReleaseRequest{Key: "b/3", OwnerToken: b3.GetOwnerToken()}); err != nil {
+		t.Fatal(err)
+	}
+	// Extended leases stay counted past their first TTL.
+	short := mustAcquire(ctx, t, a, "a/3", 200*time.Millisecond)
+	_, err = acquire(ctx, a, "a/5", time.Minute)
+	wantExhausted(t, "over the limit again", err, "(the server's --max-locks)")
+	if r, err := a.Extend(ctx, &lockv1.ExtendRequest{Key: "a/3", OwnerToken: short.GetOwnerToken(), Ttl: durationpb.New(time.Minute)}); err != nil || !r.GetExtended() {
+		t.Fatalf("extend: %v %v", r, err)
+	}
+	time.Sleep(300 * time.Millisecond) // past the first TTL: nothing to poll for, the count must not change
+	if n := lim.Locks(); n != 5 {
+		t.Fatalf("%d locks counted after the extended lease's first TTL, want 5", n)
+	}
+}
+
+// Leases renewed by ExtendBatch (the SDKs' watchdogs) stay counted past
+// their first TTL, as Extend's do; an item that did not renew leaves its
+// lease to run out.
+func TestExtendBatchKeepsLeasesCounted(t *testing.T) {
+	lim := limits.New(limits.Config{MaxLocks: 3})
+	client := start(t, lim)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a := client("")
+	one := mustAcquire(ctx, t, a, "x/1", 200*time.Millisecond)
+	two := mustAcquire(ctx, t, a, "x/2", 200*time.Millisecond)
+	mustAcquire(ctx, t, a, "x/3", 200*time.Millisecond)
+	r, err := a.ExtendBatch(ctx, &lockv1.ExtendBatchRequest{Items: []*lockv1.ExtendBatchItem{
+		{Key: "x/1", OwnerToken: one.GetOwnerToken(), Ttl: durationpb.New(time.Minute)},
+		{Key: "x/2", OwnerToken: two.GetOwnerToken(), Ttl: durationpb.New(time.Minute)},
+		{Key: "x/3", OwnerToken: "not-the-owner", Ttl: durationpb.New(time.Minute)},
+	}})
+	if err != nil || len(r.GetResults()) != 3 || !r.GetResults()[0].GetExtended() || !r.GetResults()[1].GetExtended() || r.GetResults()[2].GetExtended() {
+		t.Fatalf("ExtendBatch: %v %v", r, err)
+	}
+	// x/3 was not renewed: its place frees when its TTL runs out, while the
+	// two renewed leases stay counted. (Were they not, the count would pass
+	// 2 on its way to 0 when x/1's first TTL ran out.)
+	eventually(t, func() bool { return lim.Locks() <= 2 })
+	time.Sleep(300 * time.Millisecond) // past every first TTL: nothing to poll for, the count must not change
+	if n := lim.Locks(); n != 2 {
+		t.Fatalf("%d locks counted after the renewed leases' first TTL, want 2", n)
+	}
+}
+
+// Waiters count per client, over all its connections: the bound an HTTP/2
+// client cannot get around by opening more.
+func TestWaitersPerClient(t *testing.T) {
+	client := start(t, limits.New(limits.Config{MaxWaitersPerClient: 2}))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	holder := client("127.0.0.3")
+	mustAcquire(ctx, t, holder, "busy", time.Minute)
+	waitCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	errs := make(chan error, 2)
+	for range 2 {
+		c := client("")
+		go func() {
+			_, err := c.Acquire(waitCtx, &lockv1.AcquireRequest{Key: "busy", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(time.Minute)})
+			errs <- err
+		}()
+	}
+	eventually(t, func() bool {
+		ins, err := holder.Inspect(ctx, &lockv1.InspectRequest{Key: "busy"})
+		return err == nil && ins.GetState().GetWaiters() == 2
+	})
+	_, err := client("").Acquire(ctx, &lockv1.AcquireRequest{Key: "busy", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(time.Minute)})
+	wantExhausted(t, "a third waiter of one client on a third connection", err,
+		"wait: 2 waiting Acquires already in progress for this client address (127.0.0.1) (the server's --max-waiters-per-client)")
+	// Try-once Acquires are not waiters.
+	if r, err := acquire(ctx, client(""), "busy", time.Minute); err != nil || r.GetAcquired() {
+		t.Fatalf("try once: %v %v", r, err)
+	}
+	other, otherCancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer otherCancel()
+	r, err := client("127.0.0.2").Acquire(other, &lockv1.AcquireRequest{Key: "busy", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(50 * time.Millisecond)})
+	if err != nil || r.GetAcquired() {
+		t.Fatalf("another client's waiter: %v %v, want it to wait and time out", r, err)
+	}
+	stop()
+	for range 2 {
+		if err := <-errs; connect.CodeOf(err) != connect.CodeCanceled {
+			t.Fatalf("a canceled waiter: %v", err)
+		}
+	}
+}
+
+// A token's quotas replace the per-client defaults; tokens count apart
+// even from one address.
+func TestTokenQuotas(t *testing.T) {
+	sum := func(tok string) string { s := sha256.Sum256([]byte(tok)); return hex.EncodeToString(s[:]) }
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	body := "- name: small\n  sha256: " + sum("small-token-0123456789") + "\n  prefixes: [\"\"]\n  max_locks: 1\n  max_watch_streams: 1\n" +
+		"- name: default\n  sha256: " + sum("default-token-0123456789") + "\n  prefixes: [\"\"]\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store, err := auth.Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := startWith(t, []connect.Interceptor{auth.NewInterceptor(store, nil), limits.New(limits.Config{MaxLocksPerClient: 2, MaxStreamsPerClient: 2})})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	small, dflt := client("", "small-token-0123456789"), client("", "default-token-0123456789")
+	mustAcquire(ctx, t, small, "s/1", time.Minute)
+	_, err = acquire(ctx, small, "s/2", time.Minute)
+	wantExhausted(t, "the small token's second lock", err, "acquire: 1 locks held or being acquired by this token (its max_locks in the tokens file)")
+	mustAcquire(ctx, t, dflt, "d/1", time.Minute)
+	mustAcquire(ctx, t, dflt, "d/2", time.Minute)
+	_, err = acquire(ctx, dflt, "d/3", time.Minute)
+	wantExhausted(t, "the default token's third lock", err, "by this token (the server's --max-locks-per-client)")
+	s, err := watch(ctx, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = watch(ctx, small)
+	wantExhausted(t, "the small token's second watch", err, "watch: 1 streams already open for this token (its max_watch_streams in the tokens file)")
 }
 
 // eventually polls cond until it holds, for at most 5s.
@@ -173,8 +393,8 @@ func TestCheck(t *testing.T) {
 	if err := limits.Check(limits.Config{MaxRequestDuration: 2 * time.Minute}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := limits.Check(limits.Config{MaxStreams: -1}, time.Minute); err == nil {
-		t.Fatal("negative stream limit accepted")
+	if err := limits.Check(limits.Config{MaxStreams: -1}, time.Minute); err == nil || !strings.Contains(err.Error(), "--max-watch-streams: -1 is negative") {
+		t.Fatalf("negative stream limit: %v", err)
 	}
 }
 
@@ -182,7 +402,7 @@ func TestCheck(t *testing.T) {
 // their exact codes.
 func TestOtherLimits(t *testing.T) {
 	client := start(t, limits.New(limits.Config{}), engine.Config{MaxWait: time.Minute, MaxTTL: time.Hour, MaxWaiters: 1})
-	c := client()
+	c := client("")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -224,7 +444,7 @@ func TestOtherLimits(t *testing.T) {
 		ins, err := c.Inspect(ctx, &lockv1.InspectRequest{Key: "a"})
 		return err == nil && ins.GetState().GetWaiters() == 1
 	})
-	_, err = client().Acquire(ctx, &lockv1.AcquireRequest{Key: "b", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(time.Minute)})
+	_, err = client("").Acquire(ctx, &lockv1.AcquireRequest{Key: "b", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(time.Minute)})
 	if connect.CodeOf(err) != connect.CodeResourceExhausted {
 		t.Fatalf("a waiter over the server's bound: %v, want resource_exhausted", err)
 	}

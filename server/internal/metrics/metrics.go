@@ -16,7 +16,7 @@
 //	holdfast_locks_held                                locks held in the backend (counted by List at scrape)
 //	holdfast_rpc_duration_seconds{method,code}         histogram, unary RPCs (Acquire includes its wait)
 //	holdfast_rpc_streams{method}                       open server streams (Watch)
-//	holdfast_backend_up                                1 while the plugin runs
+//	holdfast_backend_up                                1 while the plugin runs and answers its liveness ping
 //	holdfast_backend_restarts_total                    plugin relaunches after a crash
 //	holdfast_backend_call_duration_seconds{method,outcome}  histogram, calls into the plugin (ok | error)
 //	go_*, process_*                                    the standard collectors
@@ -219,7 +219,7 @@ func (m *Metrics) Track(s Sources) {
 		}, func() float64 { return float64(s.Engine.QueueDepth()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "holdfast_backend_up",
-			Help: "1 while the backend plugin runs, 0 while it is down (restarting).",
+			Help: "1 while the backend plugin runs and answers its liveness ping, 0 while it is down (restarting) or does not answer (frozen).",
 		}, func() float64 {
 			if s.Plugin.Up() {
 				return 1

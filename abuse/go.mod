@@ -1,0 +1,19 @@
+module github.com/holdfast/holdfast/abuse
+
+go 1.26.0
+
+require (
+	connectrpc.com/connect v1.21.1
+	github.com/holdfast/holdfast/harness v0.1.0
+	github.com/holdfast/holdfast/proto v0.1.0
+	go.uber.org/goleak v1.3.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+)

@@ -1,0 +1,45 @@
+package engine
+
+import (
+	"runtime"
+	"time"
+)
+
+// deliverers bounds the processor time that watch fan-out may take. Every
+// event is sent to every watcher it matches, each on a connection of its
+// own: with hundreds of watchers of a busy prefix those sends are most of
+// the server's work, and if all of them ran at once, every other client's
+// requests would queue behind them for the processor. So watchers take
+// turns to send, at most half of GOMAXPROCS (at least one) at a time; a
+// send that blocks (its client reads slowly) gives its turn back after
+// sendTurn, since it no longer uses the processor. When fan-out cannot keep
+// up with the events, watchers' queues fill and a watcher that falls behind
+// is ended (push): watchers are never waited on, and requests always have
+// processors left.
+type deliverers struct {
+	turns chan struct{}
+}
+
+// sendTurn is how long a send holds its turn before it counts as blocked.
+const sendTurn = time.Millisecond
+
+func newDeliverers() *deliverers {
+	return &deliverers{turns: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))}
+}
+
+// do runs send in its turn.
+func (d *deliverers) do(send func() error) error {
+	d.turns <- struct{}{}
+	// A turn handed from one watcher to the next runs at once (the Go
+	// scheduler's next slot); yielding here puts it behind the requests
+	// already waiting for a processor.
+	runtime.Gosched()
+	t := time.AfterFunc(sendTurn, d.release)
+	err := send()
+	if t.Stop() {
+		d.release()
+	}
+	return err
+}
+
+func (d *deliverers) release() { <-d.turns }

@@ -1,0 +1,326 @@
+// Package httpguard keeps slow and abusive clients from holding the HTTP
+// server's resources: connections, goroutines and the log.
+//
+//   - Listener caps open connections in total and per client address (an
+//     IP, or an IPv6 /64); a connection over a cap is closed as soon as it
+//     is accepted, so the process never reaches its file descriptor limit
+//     and clients already connected are served on.
+//   - Handler gives every request body a read deadline (a unary call's
+//     request arrives whole within it, or the call answers
+//     deadline_exceeded and the connection or stream is dropped) and every
+//     response write a write deadline (a client that stops reading, such as
+//     a Watch over HTTP/1.1 whose reader stalled, has its stream ended
+//     instead of holding a goroutine forever). Deadlines are armed only
+//     while a read or a write is outstanding, so an open Watch may stay
+//     quiet for as long as nothing happens.
+//   - LogWriter lets a burst of the http.Server's own error lines (a TLS
+//     handshake failure per connection from an unauthenticated peer) through
+//     at a bounded rate and counts the rest.
+//
+// Header and idle timeouts are the http.Server's own (ReadHeaderTimeout,
+// IdleTimeout), set by package httpserver.
+package httpguard
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+)
+
+// ClientAddress is the part of a peer address ("IP:port") that names one
+// client: the IP, or the /64 of an IPv6 address (one host owns a /64).
+func ClientAddress(peer string) string {
+	host, _, err := net.SplitHostPort(peer)
+	if err != nil {
+		host = peer
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap().WithZone("")
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}
+
+// Listener caps the connections it hands out. Close a connection to give
+// its place back.
+type Listener struct {
+	net.Listener
+	total, perClient int // bounds; 0: unbounded
+	onRefuse         func(client string, total bool)
+
+	mu   sync.Mutex
+	open int
+	per  map[string]int
+}
+
+// Limit wraps ln: at most total open connections in all (0: unbounded), at
+// most perClient from one client address (0: unbounded). onRefuse, when
+// set, is told of each connection closed over a cap.
+func Limit(ln net.Listener, total, perClient int, onRefuse func(client string, total bool)) *Listener {
+	return &Listener{Listener: ln, total: total, perClient: perClient, onRefuse: onRefuse, per: map[string]int{}}
+}
+
+// Accept returns the next connection within the caps; connections over a
+// cap are closed at once and not returned.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		client := ClientAddress(c.RemoteAddr().String())
+		if over, total := l.take(client); over {
+			_ = c.Close()
+			if l.onRefuse != nil {
+				l.onRefuse(client, total)
+			}
+			continue
+		}
+		return &conn{Conn: c, l: l, client: client}, nil
+	}
+}
+
+// Open is the number of connections open now.
+func (l *Listener) Open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open
+}
+
+func (l *Listener) take(client string) (over, total bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.total > 0 && l.open >= l.total {
+		return true, true
+	}
+	if l.perClient > 0 && l.per[client] >= l.perClient {
+		return true, false
+	}
+	l.open++
+	l.per[client]++
+	return false, false
+}
+
+func (l *Listener) give(client string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.open--
+	if l.per[client]--; l.per[client] <= 0 {
+		delete(l.per, client)
+	}
+}
+
+type conn struct {
+	net.Conn
+	l      *Listener
+	client string
+	once   sync.Once
+}
+
+func (c *conn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.l.give(c.client) })
+	return err
+}
+
+// Timeouts are Handler's deadlines; a zero field is no deadline.
+type Timeouts struct {
+	// Body: a request body must arrive whole within this, from the moment
+	// its handler starts.
+	Body time.Duration
+	// Write: each write of a response (a message, a flush) must be taken
+	// by the client within this.
+	Write time.Duration
+}
+
+// Handler applies t to every request next serves.
+func Handler(next http.Handler, t Timeouts) http.Handler {
+	if t.Body <= 0 && t.Write <= 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if t.Body > 0 && r.Body != nil && r.Body != http.NoBody {
+			if err := rc.SetReadDeadline(time.Now().Add(t.Body)); err == nil {
+				b := &body{ReadCloser: r.Body, rc: rc, limit: t.Body}
+				if r.ProtoMajor == 1 {
+					// The rest of a late body cannot be read: the
+					// connection goes with the answer (HTTP/2 resets only
+					// the stream).
+					b.onTimeout = func() { w.Header().Set("Connection", "close") }
+				}
+				r.Body = b
+			}
+		}
+		if t.Write > 0 {
+			gw := &writer{ResponseWriter: w, rc: rc, limit: t.Write}
+			defer gw.done()
+			w = gw
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// body ends the read deadline once the body has been read whole: a long
+// call (a waiting Acquire, a Watch) must not be cut off afterwards. (Over
+// HTTP/1.1 the server reads on in the background to notice a client that
+// goes away; a deadline left armed would end the call.)
+type body struct {
+	io.ReadCloser
+	rc        *http.ResponseController
+	limit     time.Duration
+	done      bool
+	onTimeout func()
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == nil:
+	case errors.Is(err, io.EOF):
+		if !b.done {
+			b.done = true
+			_ = b.rc.SetReadDeadline(time.Time{})
+		}
+	case isTimeout(err):
+		if b.onTimeout != nil {
+			b.onTimeout()
+		}
+		// A *connect.Error passes through Connect's readers as it is.
+		return n, connect.NewError(connect.CodeDeadlineExceeded,
+			fmt.Errorf("request body: not received whole within %s (the server's --body-timeout)", b.limit))
+	}
+	return n, err
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// writer arms a write deadline while a response is being written and
+// disarms it at each flush: a client that does not take a response within
+// the limit loses its stream (HTTP/2) or connection (HTTP/1.1), while a
+// Watch with nothing to send for a long while has no deadline armed.
+// (Arming once per message, not per write, keeps the cost to two deadline
+// changes per Watch event.)
+type writer struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	limit   time.Duration
+	armed   bool
+	expired bool // a write timed out: the deadline stays in the past
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *writer) arm() {
+	if !w.armed && !w.expired {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.limit))
+		w.armed = true
+	}
+}
+
+func (w *writer) settle(err error, flushed bool) {
+	switch {
+	case err != nil && isTimeout(err):
+		// Left expired: every later write (the server's own flush of what
+		// is buffered) fails at once instead of blocking for good.
+		w.expired = true
+	case flushed && w.armed && !w.expired:
+		_ = w.rc.SetWriteDeadline(time.Time{})
+		w.armed = false
+	}
+}
+
+func (w *writer) Write(p []byte) (int, error) {
+	w.arm()
+	n, err := w.ResponseWriter.Write(p)
+	w.settle(err, false)
+	return n, err
+}
+
+// Flush implements http.Flusher (Connect flushes every stream message).
+func (w *writer) Flush() { _ = w.FlushError() }
+
+// FlushError is what http.ResponseController calls.
+func (w *writer) FlushError() error {
+	w.arm()
+	err := w.rc.Flush()
+	w.settle(err, true)
+	return err
+}
+
+// done arms the deadline for what the server writes after the handler
+// returns (the rest of the response it buffered).
+func (w *writer) done() { w.arm() }
+
+// LogWriter passes at most burst lines per interval to next and counts the
+// others; the count is reported with the next line that passes. It is for
+// http.Server.ErrorLog, whose lines come from clients (a failed TLS
+// handshake per connection) and would otherwise let any peer fill the log.
+type LogWriter struct {
+	next     io.Writer
+	burst    int
+	interval time.Duration
+	now      func() time.Time
+
+	mu         sync.Mutex
+	start      time.Time
+	passed     int
+	suppressed int
+}
+
+// NewLogWriter passes burst lines per interval to next.
+func NewLogWriter(next io.Writer, burst int, interval time.Duration) *LogWriter {
+	return &LogWriter{next: next, burst: burst, interval: interval, now: time.Now}
+}
+
+// Write implements io.Writer; each call is one line (log.Logger writes a
+// line at a time).
+func (w *LogWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.now()
+	if now.Sub(w.start) >= w.interval {
+		w.start, w.passed = now, 0
+	}
+	if w.passed >= w.burst {
+		w.suppressed++
+		return len(p), nil
+	}
+	w.passed++
+	if w.suppressed > 0 {
+		if _, err := fmt.Fprintf(w.next, "%d similar lines suppressed (at most %d per %s)\n", w.suppressed, w.burst, w.interval); err != nil {
+			return 0, err
+		}
+		w.suppressed = 0
+	}
+	return w.next.Write(p)
+}
+
+// Flush reports lines suppressed since the last one passed, if any.
+func (w *LogWriter) Flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.suppressed == 0 {
+		return nil
+	}
+	_, err := fmt.Fprintf(w.next, "%d similar lines suppressed (at most %d per %s)\n", w.suppressed, w.burst, w.interval)
+	w.suppressed = 0
+	return err
+}

@@ -1,0 +1,170 @@
+package limits
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+)
+
+// overLimit is a refusal: n already counted, against a caller's bound or
+// (total) the server's.
+type overLimit struct {
+	n     int
+	total bool
+}
+
+func (e *overLimit) Error() string { return "over the limit" }
+
+// counter counts things in progress per caller and in total.
+type counter struct {
+	bound int // in total; 0: unbounded
+
+	mu    sync.Mutex
+	total int
+	per   map[string]int // only callers with something in progress
+}
+
+func newCounter(bound int) *counter { return &counter{bound: bound, per: map[string]int{}} }
+
+// add counts one more for id, unless that passes bound (id's; 0:
+// unbounded) or the total's.
+func (c *counter) add(id string, bound int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bound > 0 && c.total >= c.bound {
+		return &overLimit{n: c.total, total: true}
+	}
+	if n := c.per[id]; bound > 0 && n >= bound {
+		return &overLimit{n: n}
+	}
+	c.total++
+	c.per[id]++
+	return nil
+}
+
+func (c *counter) remove(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total--
+	if c.per[id]--; c.per[id] <= 0 {
+		delete(c.per, id)
+	}
+}
+
+// Total is the count over every caller.
+func (c *counter) Total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
+}
+
+// leases counts, per caller and in total, the leases granted through this
+// server that are still held as far as it knows, and the Acquires in
+// progress (reservations). A lease leaves when it is released or taken
+// over through this server, or when its TTL runs out (a min-heap of
+// expiries, pruned on every reservation).
+type leases struct {
+	mu      sync.Mutex
+	counts  *counter
+	byKey   map[string]*lease
+	expires leaseHeap
+}
+
+type lease struct {
+	key, caller string
+	until       time.Time
+	index       int // in expires
+}
+
+func newLeases(bound int) *leases {
+	return &leases{counts: newCounter(bound), byKey: map[string]*lease{}}
+}
+
+// reserve counts an Acquire in progress for id (its bound: bound).
+func (l *leases) reserve(id string, bound int, now time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.prune(now)
+	return l.counts.add(id, bound)
+}
+
+// unreserve ends a reservation whose Acquire did not win.
+func (l *leases) unreserve(id string) { l.counts.remove(id) }
+
+// granted turns id's reservation into the lease on key, until until. A
+// lease on key already counted is over: the backend granted key anew.
+func (l *leases) granted(id, key string, until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if old := l.byKey[key]; old != nil {
+		l.drop(old)
+	}
+	ls := &lease{key: key, caller: id, until: until}
+	l.byKey[key] = ls
+	heap.Push(&l.expires, ls)
+}
+
+// released ends the lease on key (only its owner token can release it).
+func (l *leases) released(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ls := l.byKey[key]; ls != nil {
+		l.drop(ls)
+	}
+}
+
+// extended moves the end of the lease on key.
+func (l *leases) extended(key string, until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ls := l.byKey[key]; ls != nil {
+		ls.until = until
+		heap.Fix(&l.expires, ls.index)
+	}
+}
+
+// Total counts leases and reservations, after dropping expired leases.
+func (l *leases) Total(now time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.prune(now)
+	return l.counts.Total()
+}
+
+// prune drops the leases whose TTL has run out. l.mu must be held.
+func (l *leases) prune(now time.Time) {
+	for len(l.expires) > 0 && !now.Before(l.expires[0].until) {
+		l.drop(l.expires[0])
+	}
+}
+
+// drop forgets ls. l.mu must be held.
+func (l *leases) drop(ls *lease) {
+	delete(l.byKey, ls.key)
+	heap.Remove(&l.expires, ls.index)
+	l.counts.remove(ls.caller)
+}
+
+// leaseHeap orders leases by expiry (container/heap).
+type leaseHeap []*lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *leaseHeap) Push(x any) {
+	ls := x.(*lease)
+	ls.index = len(*h)
+	*h = append(*h, ls)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	ls := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	ls.index = -1
+	return ls
+}
