@@ -73,21 +73,21 @@ func newBatcher(e *Engine, cfg BatchConfig) *batcher {
 		Key:      func(r backend.AcquireRequest) string { return r.Key },
 		MaxBatch: items, MaxInFlight: inFlight,
 		Run: func(ctx context.Context, reqs []backend.AcquireRequest) []combine.Result[backend.AcquireResult] {
-			return runBatch(bt, ctx, reqs, e.b.Acquire, bb.AcquireBatch)
+			return runBatch(ctx, bt, reqs, e.b.Acquire, bb.AcquireBatch)
 		},
 	})
 	bt.release = combine.New(combine.Config[backend.ReleaseRequest, bool]{
 		Key:      func(r backend.ReleaseRequest) string { return r.Key },
 		MaxBatch: items, MaxInFlight: inFlight,
 		Run: func(ctx context.Context, reqs []backend.ReleaseRequest) []combine.Result[bool] {
-			return runBatch(bt, ctx, reqs, e.b.Release, bb.ReleaseBatch)
+			return runBatch(ctx, bt, reqs, e.b.Release, bb.ReleaseBatch)
 		},
 	})
 	bt.extend = combine.New(combine.Config[backend.ExtendRequest, backend.ExtendResult]{
 		Key:      func(r backend.ExtendRequest) string { return r.Key },
 		MaxBatch: items, MaxInFlight: inFlight,
 		Run: func(ctx context.Context, reqs []backend.ExtendRequest) []combine.Result[backend.ExtendResult] {
-			return runBatch(bt, ctx, reqs, e.b.Extend, bb.ExtendBatch)
+			return runBatch(ctx, bt, reqs, e.b.Extend, bb.ExtendBatch)
 		},
 	})
 	return bt
@@ -141,7 +141,7 @@ func (bt *batcher) ExtendBatch(ctx context.Context, reqs []backend.ExtendRequest
 // common case when idle), else the batch call. A backend that cannot batch
 // after all gets the single calls, and no more batches until the next
 // resync.
-func runBatch[Req, Res any](bt *batcher, ctx context.Context, reqs []Req,
+func runBatch[Req, Res any](ctx context.Context, bt *batcher, reqs []Req,
 	one func(context.Context, Req) (Res, error),
 	many func(context.Context, []Req) ([]backend.Outcome[Res], error),
 ) []combine.Result[Res] {

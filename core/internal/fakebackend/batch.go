@@ -78,20 +78,20 @@ func (b *Batching) Extend(ctx context.Context, req backend.ExtendRequest) (backe
 
 // AcquireBatch implements backend.BatchBackend.
 func (b *Batching) AcquireBatch(ctx context.Context, reqs []backend.AcquireRequest) ([]backend.Outcome[backend.AcquireResult], error) {
-	return batchOf(b, ctx, "AcquireBatch", reqs, func(r backend.AcquireRequest) string { return r.Key }, b.Backend.Acquire)
+	return batchOf(ctx, b, "AcquireBatch", reqs, func(r backend.AcquireRequest) string { return r.Key }, b.Backend.Acquire)
 }
 
 // ReleaseBatch implements backend.BatchBackend.
 func (b *Batching) ReleaseBatch(ctx context.Context, reqs []backend.ReleaseRequest) ([]backend.Outcome[bool], error) {
-	return batchOf(b, ctx, "ReleaseBatch", reqs, func(r backend.ReleaseRequest) string { return r.Key }, b.Backend.Release)
+	return batchOf(ctx, b, "ReleaseBatch", reqs, func(r backend.ReleaseRequest) string { return r.Key }, b.Backend.Release)
 }
 
 // ExtendBatch implements backend.BatchBackend.
 func (b *Batching) ExtendBatch(ctx context.Context, reqs []backend.ExtendRequest) ([]backend.Outcome[backend.ExtendResult], error) {
-	return batchOf(b, ctx, "ExtendBatch", reqs, func(r backend.ExtendRequest) string { return r.Key }, b.Backend.Extend)
+	return batchOf(ctx, b, "ExtendBatch", reqs, func(r backend.ExtendRequest) string { return r.Key }, b.Backend.Extend)
 }
 
-func batchOf[Req, Res any](b *Batching, ctx context.Context, op string, reqs []Req, key func(Req) string,
+func batchOf[Req, Res any](ctx context.Context, b *Batching, op string, reqs []Req, key func(Req) string,
 	one func(context.Context, Req) (Res, error),
 ) ([]backend.Outcome[Res], error) {
 	if b.Unsupported {
