@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"slices"
-	"strings"
 
 	"github.com/holdfast/holdfast/core/backend"
 	. "github.com/onsi/ginkgo/v2"
@@ -13,9 +12,18 @@ import (
 
 var _ = describeBackend("list", Label("list"), func(sc *BackendContext) {
 	It("pages through held locks under a prefix in key order", func(ctx SpecContext) {
-		prefix := sc.Key("list/")
-		outside := strings.TrimSuffix(prefix, "/") + "-outside"
-		sc.MustAcquire(ctx, outside, sc.LongTTL())
+		// The prefix holds the characters that SQL LIKE (_ %) and globs
+		// (* ? [ ]) give a meaning: a prefix is a string, not a pattern.
+		// Each outside key starts with the prefix read as one of them.
+		base := sc.Key("")
+		prefix := base + "l_%*?[a]/"
+		for _, outside := range []string{
+			base + "l_%*?[a]-outside", // a sibling
+			base + "lz%*?[a]/k",       // LIKE 'l_%*?[a]/%'
+			base + "l_%zza/k",         // glob l_%*?[a]/*
+		} {
+			sc.MustAcquire(ctx, outside, sc.LongTTL())
+		}
 		var want []string
 		tokens := map[string]uint64{}
 		for _, k := range []string{"g", "c", "a", "e", "b", "f", "d"} {
