@@ -120,6 +120,19 @@ var _ = describeBackend("owner token", Label("owner-token"), func(sc *BackendCon
 		holdsUnchanged(ctx, key, rec, "an extend with an empty owner token")
 	}, SpecTimeout(30*time.Second))
 
+	It("refuses an Acquire with an empty owner token or an empty key with ErrInvalidArgument, and stores nothing", Label("bad-input"), func(ctx SpecContext) {
+		// A lock stored under the empty token would be one the empty token
+		// then releases; a lock under the empty key, one no key names.
+		key := sc.Key("acquire-empty-token")
+		_, err := sc.Backend.Acquire(ctx, backend.AcquireRequest{Key: key, OwnerToken: "", TTL: sc.LongTTL(), Holder: "conformance", Stamp: sc.Stamp()})
+		Expect(isInvalidArgument(err)).To(BeTrue(), "Acquire with an empty owner token: %v, want ErrInvalidArgument", err)
+		_, held, err := sc.Backend.Get(ctx, key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(held).To(BeFalse(), "a refused Acquire stored a lock")
+		_, err = sc.Backend.Acquire(ctx, backend.AcquireRequest{Key: "", OwnerToken: sc.Token(), TTL: sc.LongTTL(), Holder: "conformance", Stamp: sc.Stamp()})
+		Expect(isInvalidArgument(err)).To(BeTrue(), "Acquire with an empty key: %v, want ErrInvalidArgument", err)
+	}, SpecTimeout(30*time.Second))
+
 	It("never matches the owner token of another key", func(ctx SpecContext) {
 		k1, k2 := sc.Key("token-of-a"), sc.Key("token-of-b")
 		req1, r1 := sc.MustAcquire(ctx, k1, sc.LongTTL())
