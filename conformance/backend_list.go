@@ -40,23 +40,28 @@ var _ = describeBackend("list", Label("list"), func(sc *BackendContext) {
 		Expect(ok).To(BeTrue())
 		slices.Sort(want)
 
-		var got []string
-		token := ""
-		for pages := 0; ; pages++ {
-			Expect(pages).To(BeNumerically("<", 10), "List never returned an empty next_page_token")
-			page, err := sc.Backend.List(ctx, backend.ListRequest{Prefix: prefix, PageSize: 3, PageToken: token})
-			Expect(err).NotTo(HaveOccurred())
-			Expect(len(page.Records)).To(BeNumerically("<=", 3), "page larger than page size")
-			for _, r := range page.Records {
-				got = append(got, r.Key)
-				Expect(r.FencingToken).To(Equal(tokens[r.Key]), "fencing token of %q", r.Key)
-				Expect(r.Holder).To(Equal("conformance"))
+		// Pages of 3 (the last one short), of 1, and one page of exactly
+		// every key, which must say it is the last.
+		for _, size := range []int{3, 1, len(want)} {
+			var got []string
+			token := ""
+			for pages := 0; ; pages++ {
+				Expect(pages).To(BeNumerically("<=", len(want)), "List never returned an empty next_page_token (pages of %d)", size)
+				page, err := sc.Backend.List(ctx, backend.ListRequest{Prefix: prefix, PageSize: size, PageToken: token})
+				Expect(err).NotTo(HaveOccurred(), "List, pages of %d", size)
+				Expect(len(page.Records)).To(BeNumerically("<=", size), "page larger than page size %d", size)
+				for _, r := range page.Records {
+					got = append(got, r.Key)
+					Expect(r.FencingToken).To(Equal(tokens[r.Key]), "fencing token of %q", r.Key)
+					Expect(r.Holder).To(Equal("conformance"))
+				}
+				if page.NextPageToken == "" {
+					break
+				}
+				Expect(len(got)).To(BeNumerically("<", len(want)), "a page of %d ended with every key listed, yet gave a next_page_token", size)
+				token = page.NextPageToken
 			}
-			if page.NextPageToken == "" {
-				break
-			}
-			token = page.NextPageToken
+			Expect(got).To(Equal(want), "List under %q, pages of %d", prefix, size)
 		}
-		Expect(got).To(Equal(want), "List under %q, pages of 3", prefix)
 	}, SpecTimeout(30*time.Second))
 })
