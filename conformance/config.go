@@ -2,9 +2,12 @@ package conformance
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/holdfast/holdfast/harness"
@@ -170,4 +173,28 @@ func PluginPID(ctx context.Context) int {
 
 func withPluginPID(ctx context.Context, pid int) context.Context {
 	return context.WithValue(ctx, pluginPIDKey{}, pid)
+}
+
+// KillPlugin is a Config.RestartStore for a store that lives in the plugin
+// process (or that the plugin process owns, as a locked file): it sends
+// SIGKILL to the plugin instance under test and returns once the process is
+// gone, so the suite's next call reaches the instance the plugin host starts
+// instead.
+func KillPlugin(ctx context.Context) error {
+	pid := PluginPID(ctx)
+	if pid <= 0 {
+		return errors.New("conformance: KillPlugin: no plugin process in this context (it is Config.RestartStore's)")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("conformance: kill plugin %d: %w", pid, err)
+	}
+	// Until the host has reaped it: a zombie still answers signal 0.
+	for syscall.Kill(pid, 0) == nil {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
 }

@@ -1,12 +1,8 @@
 package conformance_test
 
 import (
-	"context"
-	"fmt"
 	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/holdfast/holdfast/conformance"
 	"github.com/holdfast/holdfast/harness"
@@ -53,7 +49,7 @@ func TestConformanceOnTestBackends(t *testing.T) {
 					Plugin: plugin, PluginOptions: b.store(t.TempDir()), SingleInstance: b.singleInstance,
 					// Both stores live in (or are owned by) the plugin
 					// process: a restart of the store is a kill -9 of it.
-					RestartStore: killPluginProcess,
+					RestartStore: conformance.KillPlugin,
 					LabelFilter:  b.backendLabels,
 				}
 			}
@@ -82,25 +78,4 @@ func testBackend(t *testing.T, name, pkg string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// killPluginProcess is a Config.RestartStore for a store that lives in (or
-// is owned by) the plugin process: SIGKILL, then wait until the process is
-// gone, so the suite's next call reaches the host's new instance.
-func killPluginProcess(ctx context.Context) error {
-	pid := conformance.PluginPID(ctx)
-	if pid <= 0 {
-		return fmt.Errorf("no plugin process to kill (pid %d)", pid)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return err
-	}
-	for harness.Alive(pid) {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	return nil
 }
