@@ -285,7 +285,13 @@ func oneLine(s string) string {
 func firstErrorLine(log string) string {
 	for _, line := range strings.Split(log, "\n") {
 		if strings.Contains(line, "level=ERROR") || strings.Contains(line, `"level":"ERROR"`) {
-			return strings.TrimSpace(line)
+			line = strings.TrimSpace(line)
+			if rest, ok := strings.CutPrefix(line, "time="); ok { // the text handler's first field
+				if _, after, ok := strings.Cut(rest, " "); ok {
+					line = after
+				}
+			}
+			return line
 		}
 	}
 	return ""
