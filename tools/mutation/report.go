@@ -1,0 +1,183 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// report is the outcome of a run.
+type report struct {
+	results    []result
+	equivalent map[string]string
+	// counts per target and in all
+	byTarget map[string]*tally
+	total    tally
+	// survivors judged equivalent but killed, and entries naming no
+	// mutant: the list must not rot.
+	stale  []string
+	errors []result
+}
+
+type tally struct{ killed, timedOut, survived, flaky, equivalent, invalid int }
+
+// score is killed / (killed + survived), timeouts counted as kills, flaky
+// ones as survivors, equivalent and invalid ones left out.
+func (t tally) score() float64 {
+	k := t.killed + t.timedOut
+	if d := k + t.survived + t.flaky; d > 0 {
+		return 100 * float64(k) / float64(d)
+	}
+	return 0
+}
+
+func (t tally) String() string {
+	return fmt.Sprintf("%d mutants: %d killed (%d by a timeout), %d survived, %d flaky, %d equivalent, %d did not build; score %.1f%%",
+		t.killed+t.timedOut+t.survived+t.flaky+t.equivalent+t.invalid, t.killed+t.timedOut, t.timedOut, t.survived, t.flaky, t.equivalent, t.invalid, t.score())
+}
+
+func summarize(results []result, equivalent map[string]string) *report {
+	rep := &report{results: results, equivalent: equivalent, byTarget: map[string]*tally{}}
+	used := map[string]bool{}
+	for i, r := range results {
+		t := rep.byTarget[r.t.name]
+		if t == nil {
+			t = &tally{}
+			rep.byTarget[r.t.name] = t
+		}
+		_, isEquiv := equivalent[r.m.ID]
+		used[r.m.ID] = isEquiv
+		switch {
+		case r.err != nil:
+			rep.errors = append(rep.errors, r)
+			continue
+		case r.verdict == survived && isEquiv:
+			results[i].verdict = "equivalent"
+			t.equivalent++
+		case isEquiv && r.verdict != invalid:
+			rep.stale = append(rep.stale, fmt.Sprintf("%s is listed as equivalent but was %s (%s): remove it", r.m.ID, r.verdict, r.spec))
+		}
+		switch results[i].verdict {
+		case killed:
+			t.killed++
+		case timedOut:
+			t.timedOut++
+		case survived:
+			t.survived++
+		case flaky:
+			t.flaky++
+		case invalid:
+			t.invalid++
+		}
+	}
+	for id := range equivalent {
+		if _, ok := used[id]; !ok && len(results) > 0 && coversID(results, id) {
+			rep.stale = append(rep.stale, fmt.Sprintf("%s is listed as equivalent but names no mutant: remove it", id))
+		}
+	}
+	slices.Sort(rep.stale)
+	for _, t := range rep.byTarget {
+		rep.total.killed += t.killed
+		rep.total.timedOut += t.timedOut
+		rep.total.survived += t.survived
+		rep.total.flaky += t.flaky
+		rep.total.equivalent += t.equivalent
+		rep.total.invalid += t.invalid
+	}
+	return rep
+}
+
+// coversID reports whether the run mutated the file id names, so that an
+// entry of a target not run is not called stale.
+func coversID(results []result, id string) bool {
+	file, _, _ := strings.Cut(id, " ")
+	for _, r := range results {
+		if r.m.File == file {
+			return true
+		}
+	}
+	return false
+}
+
+func (rep *report) summaryLine() string {
+	var b strings.Builder
+	for _, name := range sortedKeys(rep.byTarget) {
+		fmt.Fprintf(&b, "mutation %s: %s\n", name, rep.byTarget[name])
+	}
+	fmt.Fprintf(&b, "mutation total: %s\n", rep.total)
+	for _, s := range rep.stale {
+		fmt.Fprintf(&b, "STALE %s\n", s)
+	}
+	for _, r := range rep.errors {
+		fmt.Fprintf(&b, "ERROR %s: %v\n", r.m.ID, r.err)
+	}
+	return b.String()
+}
+
+// markdown is the full report: the counts, then every survivor, every
+// equivalent mutant with its reason, and every kill with the spec that made
+// it.
+func (rep *report) markdown() string {
+	var b strings.Builder
+	b.WriteString("# Mutation testing of the conformance suite\n\n")
+	b.WriteString("Each mutant is built into its plugin and run through `holdfast-conformance backend` (fail-fast, seed 1, the store restarted by killing the plugin). Score = killed / (killed + survived); equivalent mutants and mutants that do not build are left out.\n\n")
+	b.WriteString("| target | killed | by timeout | survived | flaky | equivalent | did not build | score |\n|---|---|---|---|---|---|---|---|\n")
+	row := func(name string, t tally) {
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %.1f%% |\n", name, t.killed+t.timedOut, t.timedOut, t.survived, t.flaky, t.equivalent, t.invalid, t.score())
+	}
+	for _, name := range sortedKeys(rep.byTarget) {
+		row(name, *rep.byTarget[name])
+	}
+	row("all", rep.total)
+	section := func(title string, keep func(result) bool, detail func(result) string) {
+		var rows []string
+		for _, r := range rep.results {
+			if keep(r) {
+				rows = append(rows, fmt.Sprintf("| `%s` | %s:%d | `%s` | `%s` | %s |", r.m.Operator, r.m.File, r.m.Line,
+					mdCode(r.m.Original), mdCode(r.m.Mutated), detail(r)))
+			}
+		}
+		fmt.Fprintf(&b, "\n## %s (%d)\n\n", title, len(rows))
+		if len(rows) == 0 {
+			return
+		}
+		b.WriteString("| operator | where | code | mutant | |\n|---|---|---|---|---|\n")
+		b.WriteString(strings.Join(rows, "\n") + "\n")
+	}
+	section("Survived", func(r result) bool { return r.verdict == survived || r.verdict == flaky },
+		func(r result) string { return string(r.verdict) + ": " + r.m.ID })
+	section("Equivalent", func(r result) bool { return r.verdict == "equivalent" },
+		func(r result) string { return rep.equivalent[r.m.ID] })
+	section("Killed", func(r result) bool { return r.verdict == killed || r.verdict == timedOut },
+		func(r result) string {
+			if r.verdict == timedOut {
+				return "timeout"
+			}
+			return r.spec
+		})
+	section("Did not build", func(r result) bool { return r.verdict == invalid }, func(r result) string { return "" })
+	if len(rep.stale) > 0 {
+		b.WriteString("\n## Stale entries of equivalent.txt\n\n")
+		for _, s := range rep.stale {
+			fmt.Fprintf(&b, "- %s\n", s)
+		}
+	}
+	return b.String()
+}
+
+func mdCode(s string) string {
+	s = oneLine(s)
+	if len(s) > 90 {
+		s = s[:87] + "..."
+	}
+	return strings.ReplaceAll(s, "|", `\|`)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
