@@ -316,9 +316,10 @@ type endEvent struct {
 	at time.Time
 }
 
-// leaseEnds collects the end events (released, expired) of a watch.
+// leaseEnds collects the end events (released, expired) of a watch, each
+// with the time it arrived.
 type leaseEnds struct {
-	events chan backend.Event
+	events chan endEvent
 	done   chan error
 	got    map[string]endEvent
 }
@@ -326,12 +327,12 @@ type leaseEnds struct {
 // watchEnds watches prefix on b for the rest of the spec, once synced.
 func watchEnds(ctx context.Context, b backend.Backend, prefix string) *leaseEnds {
 	GinkgoHelper()
-	l := &leaseEnds{events: make(chan backend.Event, 1024), done: make(chan error, 1), got: map[string]endEvent{}}
+	l := &leaseEnds{events: make(chan endEvent, 1024), done: make(chan error, 1), got: map[string]endEvent{}}
 	wctx, cancel := context.WithCancel(ctx)
 	go func() {
 		l.done <- b.Watch(wctx, prefix, func(e backend.Event) error {
 			select {
-			case l.events <- e:
+			case l.events <- endEvent{e, time.Now()}:
 				return nil
 			default:
 				return fmt.Errorf("conformance: watch buffer full")
@@ -354,7 +355,7 @@ func watchEnds(ctx context.Context, b backend.Backend, prefix string) *leaseEnds
 }
 
 // take records one event; a second end of a key's lease fails the spec.
-func (l *leaseEnds) take(e backend.Event) {
+func (l *leaseEnds) take(e endEvent) {
 	GinkgoHelper()
 	if e.Type != backend.EventReleased && e.Type != backend.EventExpired {
 		return
@@ -362,7 +363,7 @@ func (l *leaseEnds) take(e backend.Event) {
 	if first, ok := l.got[e.Record.Key]; ok && first.Record.FencingToken == e.Record.FencingToken {
 		Fail(fmt.Sprintf("the lease on %q (fencing token %d) ended twice: %s, then %s", e.Record.Key, e.Record.FencingToken, first.Type, e.Type))
 	}
-	l.got[e.Record.Key] = endEvent{e, time.Now()}
+	l.got[e.Record.Key] = e
 }
 
 // await returns once every key's lease has ended, within the time given.
