@@ -87,31 +87,15 @@ func (c closing) Close() error {
 // ReleaseWithoutCompare deletes whatever lock is on the key, whoever asks:
 // it remembers each key's latest owner token and releases with that one.
 func ReleaseWithoutCompare(b backend.Backend) backend.Backend {
-	return &releaseWithoutCompare{Backend: b, tokens: map[string]string{}}
+	return &releaseWithoutCompare{remembering{Backend: b}}
 }
 
-type releaseWithoutCompare struct {
-	backend.Backend
-	mu     sync.Mutex
-	tokens map[string]string
-}
-
-func (r *releaseWithoutCompare) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
-	res, err := r.Backend.Acquire(ctx, req)
-	if err == nil && res.Acquired {
-		r.mu.Lock()
-		r.tokens[req.Key] = req.OwnerToken
-		r.mu.Unlock()
-	}
-	return res, err
-}
+type releaseWithoutCompare struct{ remembering }
 
 func (r *releaseWithoutCompare) Release(ctx context.Context, req backend.ReleaseRequest) (bool, error) {
-	r.mu.Lock()
-	if tok, ok := r.tokens[req.Key]; ok {
+	if tok, ok := r.last(req.Key); ok {
 		req.OwnerToken = tok // the bug: no compare
 	}
-	r.mu.Unlock()
 	return r.Backend.Release(ctx, req)
 }
 
@@ -227,53 +211,49 @@ func (f *fencingFromOne) Watch(ctx context.Context, prefix string, send func(bac
 	})
 }
 
-// tokens remembers each key's latest owner token, as a bug that needs it
-// does. It is safe for concurrent use.
-type tokens struct {
-	mu   sync.Mutex
-	last map[string]string
+// remembering is a backend that remembers each key's latest owner token,
+// as the bugs that use it do. It is safe for concurrent use.
+type remembering struct {
+	backend.Backend
+	mu     sync.Mutex
+	tokens map[string]string
 }
 
-func (t *tokens) set(key, token string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.last == nil {
-		t.last = map[string]string{}
+func (r *remembering) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
+	res, err := r.Backend.Acquire(ctx, req)
+	if err == nil && res.Acquired {
+		r.mu.Lock()
+		if r.tokens == nil {
+			r.tokens = map[string]string{}
+		}
+		r.tokens[req.Key] = req.OwnerToken
+		r.mu.Unlock()
 	}
-	t.last[key] = token
+	return res, err
 }
 
-func (t *tokens) get(key string) (string, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	tok, ok := t.last[key]
+func (r *remembering) last(key string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tok, ok := r.tokens[key]
 	return tok, ok
 }
 
 // ExtendResurrects renews an ended lease: an Extend with the token of the
 // key's last lease, refused because that lease was released or expired,
 // takes the free key again under that token and answers extended=true.
-func ExtendResurrects(b backend.Backend) backend.Backend { return &extendResurrects{Backend: b} }
-
-type extendResurrects struct {
-	backend.Backend
-	tokens tokens
+func ExtendResurrects(b backend.Backend) backend.Backend {
+	return &extendResurrects{remembering{Backend: b}}
 }
 
-func (e *extendResurrects) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
-	res, err := e.Backend.Acquire(ctx, req)
-	if err == nil && res.Acquired {
-		e.tokens.set(req.Key, req.OwnerToken)
-	}
-	return res, err
-}
+type extendResurrects struct{ remembering }
 
 func (e *extendResurrects) Extend(ctx context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
 	res, err := e.Backend.Extend(ctx, req)
 	if err != nil || res.Extended {
 		return res, err
 	}
-	if last, ok := e.tokens.get(req.Key); !ok || last != req.OwnerToken {
+	if last, ok := e.last(req.Key); !ok || last != req.OwnerToken {
 		return res, nil
 	}
 	// The bug: the store has no lock, the token was the last holder's, so
@@ -287,24 +267,15 @@ func (e *extendResurrects) Extend(ctx context.Context, req backend.ExtendRequest
 
 // EmptyTokenReleases treats an empty owner token as "whoever holds it": a
 // Release with no token deletes the key's lock.
-func EmptyTokenReleases(b backend.Backend) backend.Backend { return &emptyTokenReleases{Backend: b} }
-
-type emptyTokenReleases struct {
-	backend.Backend
-	tokens tokens
+func EmptyTokenReleases(b backend.Backend) backend.Backend {
+	return &emptyTokenReleases{remembering{Backend: b}}
 }
 
-func (e *emptyTokenReleases) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
-	res, err := e.Backend.Acquire(ctx, req)
-	if err == nil && res.Acquired {
-		e.tokens.set(req.Key, req.OwnerToken)
-	}
-	return res, err
-}
+type emptyTokenReleases struct{ remembering }
 
 func (e *emptyTokenReleases) Release(ctx context.Context, req backend.ReleaseRequest) (bool, error) {
 	if req.OwnerToken == "" {
-		req.OwnerToken, _ = e.tokens.get(req.Key) // the bug: no token matches any
+		req.OwnerToken, _ = e.last(req.Key) // the bug: no token matches any
 	}
 	return e.Backend.Release(ctx, req)
 }
