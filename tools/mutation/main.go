@@ -85,6 +85,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	var all []job
+	var every []mutant // of the targets, whatever -only selects
 	for _, name := range strings.Split(*names, ",") {
 		t, ok := targetNamed(name)
 		if !ok {
@@ -101,6 +102,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, err)
 			return 2
 		}
+		every = append(every, ms...)
 		for _, m := range ms {
 			if strings.Contains(m.ID, *only) {
 				all = append(all, job{t: t, m: m, src: src})
@@ -151,7 +153,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "interrupted")
 		return 1
 	}
-	rep := summarize(results, equivalent)
+	rep := summarize(results, every, equivalent)
 	text := rep.markdown()
 	fmt.Fprint(stdout, rep.summaryLine())
 	if *report != "" {
@@ -163,7 +165,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else {
 		fmt.Fprint(stdout, text)
 	}
-	if len(rep.errors) > 0 {
+	if len(rep.errors) > 0 || len(rep.stale) > 0 {
 		return 1
 	}
 	return 0

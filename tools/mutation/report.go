@@ -36,9 +36,10 @@ func (t tally) String() string {
 		t.killed+t.timedOut+t.survived+t.flaky+t.equivalent+t.invalid, t.killed+t.timedOut, t.timedOut, t.survived, t.flaky, t.equivalent, t.invalid, t.score())
 }
 
-func summarize(results []result, equivalent map[string]string) *report {
+// summarize counts results; all is every mutant of the targets run (with or
+// without -only), to tell an entry of equivalent that names no mutant.
+func summarize(results []result, all []mutant, equivalent map[string]string) *report {
 	rep := &report{results: results, equivalent: equivalent, byTarget: map[string]*tally{}}
-	used := map[string]bool{}
 	for i, r := range results {
 		t := rep.byTarget[r.t.name]
 		if t == nil {
@@ -46,7 +47,6 @@ func summarize(results []result, equivalent map[string]string) *report {
 			rep.byTarget[r.t.name] = t
 		}
 		_, isEquiv := equivalent[r.m.ID]
-		used[r.m.ID] = isEquiv
 		switch {
 		case r.err != nil:
 			rep.errors = append(rep.errors, r)
@@ -70,8 +70,14 @@ func summarize(results []result, equivalent map[string]string) *report {
 			t.invalid++
 		}
 	}
+	exists := map[string]bool{}
+	files := map[string]bool{}
+	for _, m := range all {
+		exists[m.ID] = true
+		files[m.File] = true
+	}
 	for id := range equivalent {
-		if _, ok := used[id]; !ok && len(results) > 0 && coversID(results, id) {
+		if file, _, _ := strings.Cut(id, " "); files[file] && !exists[id] {
 			rep.stale = append(rep.stale, fmt.Sprintf("%s is listed as equivalent but names no mutant: remove it", id))
 		}
 	}
@@ -85,18 +91,6 @@ func summarize(results []result, equivalent map[string]string) *report {
 		rep.total.invalid += t.invalid
 	}
 	return rep
-}
-
-// coversID reports whether the run mutated the file id names, so that an
-// entry of a target not run is not called stale.
-func coversID(results []result, id string) bool {
-	file, _, _ := strings.Cut(id, " ")
-	for _, r := range results {
-		if r.m.File == file {
-			return true
-		}
-	}
-	return false
 }
 
 func (rep *report) summaryLine() string {
@@ -150,8 +144,11 @@ func (rep *report) markdown() string {
 		func(r result) string { return rep.equivalent[r.m.ID] })
 	section("Killed", func(r result) bool { return r.verdict == killed || r.verdict == timedOut },
 		func(r result) string {
-			if r.verdict == timedOut {
+			switch {
+			case r.verdict == timedOut:
 				return "timeout"
+			case r.spec == "":
+				return "the plugin did not start"
 			}
 			return r.spec
 		})

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -111,8 +112,9 @@ func (r *runner) progress(res result, total int) {
 	fmt.Fprintf(r.log, "[%d/%d] %-8s %s (%s) %s\n", r.done, total, res.verdict, res.m.ID, res.took.Round(time.Second), detail)
 }
 
-// one builds and runs a mutant. A kill is confirmed by a second run, so that
-// a spec failing for a loaded machine's sake is not taken for a kill.
+// one builds and runs a mutant. A kill is confirmed by a second run of the
+// spec that failed, so that a spec failing for a loaded machine's sake is not
+// taken for a kill.
 func (r *runner) one(ctx context.Context, j job) result {
 	start := time.Now()
 	sum := sha256.Sum256([]byte(j.m.ID))
@@ -127,9 +129,14 @@ func (r *runner) one(ctx context.Context, j job) result {
 		res.err, res.output = err, out
 	default:
 		res.verdict, res.spec, res.output, res.err = r.suite(ctx, exe)
-		if res.err == nil && res.verdict == killed {
-			again, _, _, err := r.suite(ctx, exe)
-			if err == nil && again == survived {
+		if res.err == nil && res.verdict == killed && res.spec != "" {
+			// (ginkgo matches --focus against more than the spec's text:
+			// anchored at its end only)
+			again, _, _, err := r.suite(ctx, exe, "--focus", regexp.QuoteMeta(res.spec)+"$")
+			switch {
+			case err != nil:
+				res.err = fmt.Errorf("confirming the kill by %q: %w", res.spec, err)
+			case again == survived:
 				res.verdict = flaky
 			}
 		}
@@ -181,13 +188,14 @@ func (r *runner) build(ctx context.Context, dir string, t target, src []byte) (s
 
 // suite runs holdfast-conformance backend on exe, stopping at the first
 // failed spec.
-func (r *runner) suite(ctx context.Context, exe string) (verdict, string, string, error) {
+func (r *runner) suite(ctx context.Context, exe string, extra ...string) (verdict, string, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	args := []string{"backend", "--plugin", exe, "--restart-store", restartStore, "--ginkgo.fail-fast", "--ginkgo.seed=1"}
 	if r.labels != "" {
 		args = append(args, "--label-filter", r.labels)
 	}
+	args = append(args, extra...)
 	cmd := exec.CommandContext(ctx, r.conformance, args...)
 	cmd.WaitDelay = 10 * time.Second
 	var buf bytes.Buffer
@@ -196,6 +204,8 @@ func (r *runner) suite(ctx context.Context, exe string) (verdict, string, string
 	out := buf.String()
 	var exit *exec.ExitError
 	switch {
+	case strings.Contains(out, "\nWill run 0 of "):
+		return "", "", out, errors.New("holdfast-conformance selected no spec")
 	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return timedOut, "", out, nil
 	case ctx.Err() != nil:
@@ -208,14 +218,15 @@ func (r *runner) suite(ctx context.Context, exe string) (verdict, string, string
 	return "", "", out, fmt.Errorf("holdfast-conformance: %w: %s", err, lastLines(out, 5))
 }
 
-// failedSpec is the first spec the summary lists as failed.
+// failedSpec is the first spec the summary lists as failed, or "" (then
+// the set-up failed: the plugin did not start).
 func failedSpec(out string) string {
 	for _, line := range strings.Split(out, "\n") {
-		if s, ok := strings.CutPrefix(line, "  FAIL  "); ok {
+		if s, ok := strings.CutPrefix(line, "  FAIL  "); ok && !strings.HasPrefix(s, "[") {
 			return strings.TrimSpace(s)
 		}
 	}
-	return "(no spec named: " + lastLines(out, 3) + ")"
+	return ""
 }
 
 // compileError is the first line of go build's output that is not a
