@@ -7,10 +7,10 @@ BIN        := $(CURDIR)/bin
 DIST       := $(CURDIR)/dist
 # The release version of every Go module and SDK package (make set-version).
 RELEASE_VERSION := $(shell cat $(CURDIR)/VERSION)
-GO_MODULES := proto core harness server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go conformance plugins/example chaos
+GO_MODULES := proto core harness server plugins/memory plugins/etcd plugins/redis plugins/postgres sdk-go sdk-go/holdfasttest conformance plugins/example chaos
 # Modules whose tests need no external service; the etcd, Redis and PostgreSQL
 # plugins run in test-etcd, test-redis and test-postgres with their servers.
-GO_UNIT_MODULES := proto core harness server plugins/memory sdk-go conformance plugins/example
+GO_UNIT_MODULES := proto core harness server plugins/memory sdk-go sdk-go/holdfasttest conformance plugins/example
 GO_TEST    ?= go test -race -count=1 -timeout 15m
 # Binaries the tests drive as real subprocesses.
 export HOLDFAST_BIN_DIR := $(BIN)
@@ -51,9 +51,34 @@ sdk-codegen-tools: ## install the pinned TS/Python generators (npm ci in sdk-ts,
 test-sdk-ts: build sdk-codegen-tools ## TypeScript SDK tests (node --test) against a real holdfast serve
 	scripts/with-server.sh timeout 600 bash -c 'cd sdk-ts && npm test'
 
+.PHONY: dist-npm
+dist-npm: ## the TypeScript SDK's npm tarball in dist/npm/ (npm pack; its prepack builds dist/esm and dist/cjs)
+	bash scripts/setup.d/40-node.sh
+	rm -rf dist/npm && mkdir -p dist/npm
+	cd sdk-ts && npm pack --pack-destination $(CURDIR)/dist/npm
+
+.PHONY: test-release-npm
+test-release-npm: build dist-npm ## install the npm tarball in a fresh project outside the checkout; take a lock from ESM, CommonJS and TypeScript (no DOM lib)
+	scripts/release/test-npm.sh dist
+
 .PHONY: test-sdk-python
 test-sdk-python: build sdk-codegen-tools ## Python SDK tests (pytest) against a real holdfast serve
 	scripts/with-server.sh timeout 600 bash -c 'cd sdk-python && .venv/bin/python -m pytest -q -o faulthandler_timeout=120'
+
+.PHONY: dist-python
+# Out of tree: `python -m build` writes the sdist into dist/python and builds
+# the wheel from it in a temporary directory; the pinned hatchling (from
+# sdk-python/.venv) writes no build/ or *.egg-info into sdk-python.
+dist-python: sdk-codegen-tools ## the Python SDK's wheel and sdist in dist/python/
+	rm -rf $(DIST)/python
+	cd sdk-python && .venv/bin/python -m build --no-isolation --outdir $(DIST)/python .
+	@left=$$(git status --porcelain --ignored -- sdk-python | grep -E '(^|/)(build/|[^/]*\.egg-info/?)$$' || true); \
+		if [ -n "$$left" ]; then echo "dist-python: the build wrote into sdk-python: $$left" >&2; exit 1; fi
+	@ls -l $(DIST)/python
+
+.PHONY: test-release-python
+test-release-python: build dist-python ## the Python wheel from dist/ in fresh venvs (3.10, 3.11) outside the checkout, against a real holdfast serve
+	scripts/release/test-python.sh $(DIST)
 
 .PHONY: build
 build: web-build ## build holdfast and the plugin binaries into bin/ (the live view first: it is embedded)
@@ -90,7 +115,7 @@ PROTO_BASELINE := buf.released.yaml
 # (GOWORK=off), from its own go.mod and go.sum, so go.work cannot hide a
 # missing requirement; its siblings come from this checkout through a
 # temporary go.mod (holdfast-release standalone; CONTRIBUTING.md says why).
-lint: tools ## buf lint and buf breaking (against $(PROTO_BASELINE)), golangci-lint over every Go module, each module built alone (GOWORK=off), one version everywhere
+lint: tools ## buf lint and buf breaking (against $(PROTO_BASELINE)), golangci-lint over every Go module, each module built alone (GOWORK=off), one version everywhere, lint-ts and lint-python
 	$(BIN)/buf lint
 	$(BIN)/buf breaking --against $(PROTO_BASELINE)
 	@out=$$(gofmt -l scripts/release); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -100,15 +125,27 @@ lint: tools ## buf lint and buf breaking (against $(PROTO_BASELINE)), golangci-l
 	cd tools && GOWORK=off $(BIN)/golangci-lint run ./...
 	@for m in $(GO_MODULES); do echo "build and vet $$m alone"; \
 		$(BIN)/holdfast-release standalone $$m -- go build ./... && $(BIN)/holdfast-release standalone $$m -- go vet ./...; done
+	$(MAKE) --no-print-directory lint-ts
+	$(MAKE) --no-print-directory lint-python
 
 .PHONY: proto-baseline
 proto-baseline: tools ## record the protos as released ($(PROTO_BASELINE)), the baseline of buf breaking: run when tagging a release
 	$(BIN)/buf build --exclude-source-info -o $(PROTO_BASELINE)
 
+.PHONY: lint-ts
+lint-ts: ## eslint (typescript-eslint, strict) and tsc --strict for sdk-ts and web; no import cycles in the SDK; its shipped typings compiled without the DOM lib
+	bash scripts/setup.d/40-node.sh
+	bash scripts/setup.d/60-web.sh
+	cd sdk-ts && npm run lint
+	cd web && npm run lint
+
+.PHONY: lint-python
+lint-python: sdk-codegen-tools ## ruff (lint and format check) and mypy --strict over sdk-python (pinned in its hashed lock)
+	cd sdk-python && .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
+
 .PHONY: test-go
-# The SDK matrix (every SDK on memory, Go on every backend) is
-# test-sdk-conformance's: test-go leaves it out rather than run its memory
-# rows twice.
+# The SDK matrix (every SDK on every backend) is test-sdk-conformance's:
+# test-go leaves it out rather than run its memory rows twice.
 test-go: build ## go test -race across the Go modules that need no external service (and a smoke of the mutation driver)
 	@for m in $(GO_UNIT_MODULES); do echo "== go test $$m"; \
 		(cd $$m && HOLDFAST_CONFORMANCE_BACKENDS=memory $(GO_TEST) -skip '^TestSDKConformance$$' ./...); done
@@ -117,7 +154,7 @@ test-go: build ## go test -race across the Go modules that need no external serv
 .PHONY: test
 # Every suite, service-free first. Each backend target starts its own
 # throwaway server and stops it by PID.
-TEST_SUITES := test-go fuzz-smoke test-example test-etcd test-redis test-postgres test-sdk-conformance test-chaos test-sdk-ts test-sdk-python test-web bench-smoke test-release
+TEST_SUITES := test-go fuzz-smoke test-example test-etcd test-redis test-postgres test-sdk-conformance test-chaos test-sdk-ts test-sdk-python test-web bench-smoke test-release test-ops
 test: setup check-generated lint build ## set up and run the whole test suite (what CI runs)
 	@for t in $(TEST_SUITES); do echo "===== make $$t"; $(MAKE) --no-print-directory $$t; done
 	@echo "make test: all suites passed ($(TEST_SUITES))"
@@ -141,7 +178,7 @@ mutation: build ## mutation testing of plugins/example and plugins/memory throug
 	cd tools && GOWORK=off go run ./mutation -repo $(CURDIR) -bin $(BIN) -report $(BIN)/mutation.md $(MUTATION_FLAGS)
 
 .PHONY: test-sdk-conformance
-test-sdk-conformance: build sdk-codegen-tools ## SDK-level conformance: Go, TypeScript, Python SDKs on memory, the Go SDK on etcd, Redis, PostgreSQL (throw-away servers); prints the matrix
+test-sdk-conformance: build sdk-codegen-tools ## SDK-level conformance: the Go, TypeScript and Python SDKs on memory, etcd, Redis and PostgreSQL (throw-away servers, 3 cells at a time); prints the 3 x 4 matrix
 	bash scripts/setup.d/10-etcd.sh
 	bash scripts/setup.d/20-redis.sh
 	@matrix=$$(mktemp); status=0; \
@@ -230,7 +267,7 @@ DIST_PLATFORMS := linux/amd64 linux/arm64 darwin/arm64
 DIST_SDK_TARGETS := dist-npm dist-python
 
 .PHONY: dist
-dist: dist-goproxy dist-bin dist-sdk ## write the release into dist/: goproxy/ (Go modules), bin/ (binaries + SHA256SUMS), npm/, python/
+dist: dist-goproxy dist-bin dist-sdk dist-oci dist-deb ## write the release into dist/: goproxy/ (Go modules), bin/ (binaries + SHA256SUMS), npm/, python/, oci/ (container image), deb/ (Debian package)
 	@echo "dist: release $(RELEASE_VERSION) in $(DIST)"
 
 .PHONY: dist-goproxy
@@ -267,3 +304,47 @@ test-release: dist-goproxy dist-sdk ## install the release from dist/ into fresh
 .PHONY: clean
 clean: ## remove build outputs
 	rm -rf $(BIN) $(DIST)
+
+# ---- operators: the container image, the Debian package, the Kubernetes
+# manifests and alert rules (deploy/, docs/operating.md) ----
+
+# The Linux platforms of the release; the image and the package carry
+# dist-bin's binaries of holdfast (with the embedded memory backend) and the
+# other backend plugins, static.
+OPS_PLATFORMS = $(filter linux/%,$(DIST_PLATFORMS))
+OPS_COMMANDS  := holdfast holdfast-backend-etcd holdfast-backend-redis holdfast-backend-postgres
+# Image and file times: the last commit's (reproducible builds).
+OPS_DATE      := $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
+
+.PHONY: ops-tools
+ops-tools: ## install what the operators' artifacts need: podman, runc, systemd-nspawn and a Debian to boot; holdfast-image, nfpm, kustomize, kubectl-validate, promtool into bin/
+	bash scripts/setup.d/70-ops.sh
+
+.PHONY: dist-oci
+dist-oci: ops-tools dist-bin ## dist/oci: the container image, FROM scratch, an OCI archive per Linux platform (holdfast-VERSION-linux-ARCH.oci.tar)
+	@mkdir -p $(DIST)/oci
+	@for p in $(OPS_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
+		SOURCE_DATE_EPOCH=$(OPS_DATE) $(BIN)/holdfast-image -platform $$p -version $(RELEASE_VERSION) \
+			-revision $$(git rev-parse HEAD) -out $(DIST)/oci/holdfast-$(RELEASE_VERSION)-$$os-$$arch.oci.tar \
+			$(addprefix $(DIST)/bin/$$os-$$arch/,$(OPS_COMMANDS)) || exit 1; done
+	cd $(DIST)/oci && sha256sum *.oci.tar > SHA256SUMS
+
+.PHONY: dist-deb
+dist-deb: ops-tools dist-bin ## dist/deb: the Debian package with a hardened systemd unit, per Linux platform (holdfast_VERSION_ARCH.deb)
+	@mkdir -p $(DIST)/deb
+	@for p in $(OPS_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
+		SOURCE_DATE_EPOCH=$(OPS_DATE) VERSION=$(RELEASE_VERSION) DEB_ARCH=$$arch BIN_DIR=$(DIST)/bin/$$os-$$arch \
+			$(BIN)/nfpm package --config deploy/debian/nfpm.yaml --packager deb --target $(DIST)/deb/ || exit 1; done
+	cd $(DIST)/deb && sha256sum *.deb > SHA256SUMS
+
+.PHONY: test-ops
+# This machine's platform and the commands the image and package carry
+# only, to stay within a few minutes, into a dist of its own (a release in
+# dist/ is left alone). The Debian package is installed into this machine's
+# root and purged again.
+OPS_TEST_DIST := $(DIST)/test-ops
+test-ops: tools ## the image (archive; run under podman), the .deb (dpkg -i here, and under systemd in systemd-nspawn; purged), Kubernetes manifests (kustomize, kubectl-validate), alert rules (promtool)
+	bash scripts/setup.d/10-etcd.sh
+	$(MAKE) --no-print-directory dist-oci dist-deb DIST=$(OPS_TEST_DIST) \
+		DIST_PLATFORMS=$$(go env GOOS)/$$(go env GOARCH) DIST_COMMANDS="$(filter %:holdfast $(addprefix %:,$(OPS_COMMANDS)),$(DIST_COMMANDS))"
+	cd tools/ops && GOWORK=off $(BIN)/golangci-lint run ./... && GOWORK=off HOLDFAST_OPS_DIST=$(OPS_TEST_DIST) $(GO_TEST) -timeout 10m ./...

@@ -198,3 +198,16 @@ func KillPlugin(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ParseKnownFailing reads a known-failing list (Config.KnownFailing): one
+// substring of a spec's text per line; blank lines and lines starting with
+// # are skipped.
+func ParseKnownFailing(b []byte) []string {
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			out = append(out, line)
+		}
+	}
+	return out
+}

@@ -1,6 +1,7 @@
 // Package conformance is holdfast's shared conformance suite: the promises of
-// docs/promises.md (numbered 1 to 8 there and in the specs) written once as
-// ginkgo specs and checked against every backend and every server.
+// docs/promises.md (numbered 1 to 8 there and in the specs), and the SDK
+// behaviour table of docs/sdk-behaviour.md, written once as ginkgo specs and
+// checked against every backend, every server and every SDK.
 //
 // It has three levels:
 //

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
+	"github.com/holdfast/holdfast/conformance/internal/faultproxy"
 	"github.com/holdfast/holdfast/conformance/sdkrunner"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
@@ -105,18 +107,7 @@ type SDKClient struct {
 // "connect" when empty); it is closed when the current spec ends.
 func (sc *SDKContext) Connect(ctx context.Context, a *sdkrunner.Adapter, url, protocol string) SDKClient {
 	ginkgo.GinkgoHelper()
-	var res sdkrunner.ConnectResult
-	err := a.Call(ctx, sdkrunner.CmdConnect, sdkrunner.ConnectArgs{Addr: url, Protocol: protocol}, &res)
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "connect to %s over %q", url, protocol)
-	gomega.Expect(res.Client).NotTo(gomega.BeEmpty(), "connect must name the client")
-	ginkgo.DeferCleanup(func(ctx context.Context) {
-		select {
-		case <-a.Done():
-		default:
-			_ = a.Call(ctx, sdkrunner.CmdClose, sdkrunner.ClientArgs{Client: res.Client}, nil) //nolint:staticcheck // S1016: two messages that share a shape, not one type
-		}
-	}, ginkgo.NodeTimeout(10*time.Second))
-	return SDKClient{A: a, ID: res.Client}
+	return sc.ConnectWith(ctx, a, sdkrunner.ConnectArgs{Addr: url, Protocol: protocol})
 }
 
 // SDK makes a client in the shared adapter for the server under test.
@@ -234,4 +225,132 @@ func (sc *SDKContext) AwaitFreeOn(ctx context.Context, rpc lockv1connect.LockSer
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// Call sends one command of the client's adapter with the client's id set
+// by the caller in args.
+func (c SDKClient) Call(ctx context.Context, cmd string, args, result any) error {
+	return c.A.Call(ctx, cmd, args, result)
+}
+
+// ConnectWith makes a client in adapter a with the given connect arguments
+// (addr, protocol and client options); it is closed when the spec ends.
+func (sc *SDKContext) ConnectWith(ctx context.Context, a *sdkrunner.Adapter, args sdkrunner.ConnectArgs) SDKClient {
+	ginkgo.GinkgoHelper()
+	var res sdkrunner.ConnectResult
+	err := a.Call(ctx, sdkrunner.CmdConnect, args, &res)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "connect %+v", args)
+	gomega.Expect(res.Client).NotTo(gomega.BeEmpty(), "connect must name the client")
+	ginkgo.DeferCleanup(func(ctx context.Context) {
+		select {
+		case <-a.Done():
+		default:
+			_ = a.Call(ctx, sdkrunner.CmdClose, sdkrunner.ClientArgs{Client: res.Client}, nil) //nolint:staticcheck // S1016: two messages that share a shape, not one type
+		}
+	}, ginkgo.NodeTimeout(10*time.Second))
+	return SDKClient{A: a, ID: res.Client}
+}
+
+// Proxy starts a fault proxy in front of the server at url; it is closed
+// when the spec ends.
+func (sc *SDKContext) Proxy(url string) *faultproxy.Proxy {
+	ginkgo.GinkgoHelper()
+	p, err := faultproxy.New(url)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "starting a fault proxy")
+	ginkgo.DeferCleanup(p.Close)
+	return p
+}
+
+// ClosedURL is the address of a loopback port nothing listens on: every
+// connection to it is refused.
+func (sc *SDKContext) ClosedURL() string {
+	ginkgo.GinkgoHelper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	addr := ln.Addr().String()
+	gomega.Expect(ln.Close()).To(gomega.Succeed())
+	return "http://" + addr
+}
+
+// SendLock starts a lock command without waiting for its answer.
+func (c SDKClient) SendLock(args sdkrunner.LockArgs) *sdkrunner.Pending {
+	ginkgo.GinkgoHelper()
+	args.Client = c.ID
+	if args.Holder == "" {
+		args.Holder = "conformance-sdk"
+	}
+	p, err := c.A.Send(sdkrunner.CmdLock, args)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	return p
+}
+
+// LockWith runs a lock command with the given arguments (the client's id
+// and a holder label filled in).
+func (c SDKClient) LockWith(ctx context.Context, args sdkrunner.LockArgs) (sdkrunner.LockResult, error) {
+	var res sdkrunner.LockResult
+	args.Client = c.ID
+	if args.Holder == "" {
+		args.Holder = "conformance-sdk"
+	}
+	err := c.A.Call(ctx, sdkrunner.CmdLock, args, &res)
+	return res, err
+}
+
+// LeaseEvent waits for a lease_event of the given type for the lease with
+// this fencing token, and returns it.
+func (c SDKClient) LeaseEvent(ctx context.Context, token sdkrunner.U64, typ string, within time.Duration) (sdkrunner.Event, error) {
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	return c.A.WaitEvent(wctx, func(e sdkrunner.Event) bool {
+		return e.Event == sdkrunner.EventLease && e.Type == typ && e.FencingToken == token
+	})
+}
+
+// ErrorOf is the adapter's error answer in err; it fails the spec when err
+// is not one.
+func ErrorOf(err error) *sdkrunner.Error {
+	ginkgo.GinkgoHelper()
+	e := sdkrunner.ErrorOf(err)
+	gomega.Expect(e).NotTo(gomega.BeNil(), "want an error answer from the adapter, got %v", err)
+	return e
+}
+
+// HaveCode matches an adapter error whose SDK code is code.
+func HaveCode(code string) gomega.OmegaMatcher {
+	return gomega.WithTransform(func(err error) string {
+		if e := sdkrunner.ErrorOf(err); e != nil {
+			return e.Code
+		}
+		return fmt.Sprintf("(not an adapter error: %v)", err)
+	}, gomega.Equal(code))
+}
+
+// AwaitWaitersOn is AwaitWaiters against the server behind rpc.
+func (sc *SDKContext) AwaitWaitersOn(ctx context.Context, rpc lockv1connect.LockServiceClient, key string, n int) {
+	ginkgo.GinkgoHelper()
+	gomega.Eventually(ctx, func(g gomega.Gomega) {
+		ins, err := rpc.Inspect(ctx, &lockv1.InspectRequest{Key: key})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(ins.GetState().GetWaiters()).To(gomega.BeNumerically("==", n))
+	}).WithTimeout(10*time.Second).WithPolling(2*time.Millisecond).Should(gomega.Succeed(), "waiting for %d queued callers on %q", n, key)
+}
+
+func releaseReq(key, ownerToken string) *lockv1.ReleaseRequest {
+	return &lockv1.ReleaseRequest{Key: key, OwnerToken: ownerToken}
+}
+
+// AwaitQueued waits until the server reports n callers queued on key, as
+// AwaitWaiters does, failing at once if the command p that should be
+// queued has answered instead.
+func (sc *SDKContext) AwaitQueued(ctx context.Context, rpc lockv1connect.LockServiceClient, key string, n int, p *sdkrunner.Pending) {
+	ginkgo.GinkgoHelper()
+	gomega.Eventually(ctx, func(g gomega.Gomega) {
+		if p.Answered() {
+			err := p.Wait(ctx, nil)
+			gomega.StopTrying(fmt.Sprintf("the command that should be queued on %q answered: %v", key, err)).Now()
+		}
+		ins, err := rpc.Inspect(ctx, &lockv1.InspectRequest{Key: key})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(ins.GetState().GetWaiters()).To(gomega.BeNumerically("==", n))
+	}).WithTimeout(10*time.Second).WithPolling(2*time.Millisecond).Should(gomega.Succeed(), "waiting for %d queued callers on %q", n, key)
 }

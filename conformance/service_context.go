@@ -109,13 +109,19 @@ func (sc *ServiceContext) teardown() {
 // (Config.Serve), which specs that pause or restart a server need.
 func (sc *ServiceContext) CanStartServers() bool { return sc.Config.Serve != nil }
 
-// StartServer starts one more server with Config.Serve (and args after its
-// own arguments); the suite stops it at the end of the run unless the caller
-// stops it first. On a single-instance store (Config.SingleInstance) it first
-// stops every server the suite runs, the one under test included, and the
-// suite starts the server under test again when the spec ends: the store
-// allows one owner at a time.
-func (sc *ServiceContext) StartServer(ctx context.Context, args ...string) (*harness.Server, error) {
+// StartServer starts one more server with Config.Serve; the suite stops it
+// at the end of the run unless the caller stops it first. On a
+// single-instance store (Config.SingleInstance) it first stops every server
+// the suite runs, the one under test included, and the suite starts the
+// server under test again when the spec ends: the store allows one owner at
+// a time.
+func (sc *ServiceContext) StartServer(ctx context.Context) (*harness.Server, error) {
+	return sc.StartServerWith(ctx)
+}
+
+// StartServerWith is StartServer with extra `holdfast serve` arguments
+// (say --max-wait 1s).
+func (sc *ServiceContext) StartServerWith(ctx context.Context, args ...string) (*harness.Server, error) {
 	if sc.Config.SingleInstance {
 		if err := sc.yieldStore(); err != nil {
 			return nil, err

@@ -92,7 +92,7 @@ var _ = describeService("stamps", Label("stamps"), func(sc *ServiceContext) {
 		// it (the new server learns it from the answer, too late to propose
 		// a later one).
 		const ahead = time.Minute
-		s1, err := sc.StartServer(ctx, "--max-clock-offset", (2 * ahead).String())
+		s1, err := sc.StartServerWith(ctx, "--max-clock-offset", (2 * ahead).String())
 		Expect(err).NotTo(HaveOccurred())
 		rpc1 := sc.RPCFor(s1.URL)
 		key := sc.Key("stamps-restart")

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -31,21 +32,24 @@ type Client struct {
 	closing       context.Context
 	cancelClosing context.CancelCauseFunc
 
-	mu     sync.Mutex
-	closed bool
-	guards map[*Guard]struct{}
+	// events counts the guards whose lost/released event is still to be
+	// delivered; Close waits for them.
+	events sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	guards  map[*Guard]struct{}
+	maxWait time.Duration // the server's max_wait, once a refusal made us ask; 0: unknown
 }
 
-// Dial returns a client for the server at target, a base URL such as
-// "http://127.0.0.1:7410" (https:// uses TLS). Dial does not contact the
-// server: the first call does. Call Close when done.
+// Dial returns a client for the server at target: a base URL such as
+// "http://127.0.0.1:7410" (https:// uses TLS), or a bare "host:port", which
+// means http://host:port. Dial does not contact the server: the first call
+// does. Call Close when done.
 func Dial(target string, opts ...Option) (*Client, error) {
-	u, err := url.Parse(target)
+	u, err := parseTarget(target)
 	if err != nil {
-		return nil, invalidArgument("target %q: %v", target, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, invalidArgument("target %q: want http://host:port or https://host:port", target)
+		return nil, err
 	}
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -54,12 +58,24 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if o.protocol < ProtocolConnect || o.protocol > ProtocolGRPCWeb {
 		return nil, invalidArgument("protocol %d: want ProtocolConnect, ProtocolGRPC or ProtocolGRPCWeb", int(o.protocol))
 	}
-	if o.defaultTTL <= 0 {
-		return nil, invalidArgument("default ttl %s: must be positive", o.defaultTTL)
+	if err := o.margin.check(); err != nil {
+		return nil, err
+	}
+	if err := checkTTL("default ttl", o.defaultTTL, o.margin); err != nil {
+		return nil, err
+	}
+	if o.retryBudget <= 0 {
+		return nil, invalidArgument("retry budget %s: must be positive", o.retryBudget)
+	}
+	if o.requestTimeout <= 0 {
+		return nil, invalidArgument("request timeout %s: must be positive", o.requestTimeout)
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
 	}
 	o.backoff = o.backoff.normalized()
 	c := &Client{
-		target: strings.TrimRight(target, "/"),
+		target: strings.TrimRight(u.String(), "/"),
 		opts:   o,
 		clock:  o.clock,
 		guards: map[*Guard]struct{}{},
@@ -70,7 +86,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	c.closing, c.cancelClosing = context.WithCancelCause(context.Background())
 	hc := o.httpClient
 	if hc == nil {
-		c.transport = newTransport(u.Scheme, o.protocol)
+		c.transport = newTransport(u.Scheme, o.protocol, o.tlsConfig)
 		hc = &http.Client{Transport: c.transport}
 	}
 	copts := []connect.ClientOption{connect.WithInterceptors(headerInterceptor{o: &c.opts})}
@@ -84,10 +100,26 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
+// parseTarget reads Dial's address: a base URL, or host:port for http.
+func parseTarget(target string) (*url.URL, error) {
+	raw := target
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, invalidArgument("address %q: %v (want http://host:port, https://host:port or host:port)", target, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, invalidArgument("address %q: want http://host:port, https://host:port or host:port", target)
+	}
+	return u, nil
+}
+
 // newTransport builds the client's own transport. gRPC needs HTTP/2; over
 // http:// that is HTTP/2 with prior knowledge (h2c). Connect and gRPC-Web
 // speak HTTP/1.1 over http:// and negotiate HTTP/2 over https://.
-func newTransport(scheme string, p Protocol) *http.Transport {
+func newTransport(scheme string, p Protocol, tlsConfig *tls.Config) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	// Every guard renews on its own schedule; keep enough idle connections
 	// that a busy process does not redial for each renewal.
@@ -101,9 +133,12 @@ func newTransport(scheme string, p Protocol) *http.Transport {
 	default:
 		protos.SetHTTP1(true)
 		protos.SetHTTP2(true)
-		if t.TLSClientConfig == nil {
-			t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		cfg := &tls.Config{}
+		if tlsConfig != nil {
+			cfg = tlsConfig.Clone()
 		}
+		cfg.MinVersion = max(cfg.MinVersion, tls.VersionTLS12)
+		t.TLSClientConfig = cfg
 	}
 	t.Protocols = protos
 	return t
@@ -148,7 +183,8 @@ func (h headerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 // LossClientClosed unless the release succeeded), stops their watchdogs and
 // closes idle connections. Calls after Close fail with ErrClosed. Close waits
 // at most a few seconds for the releases: an unreachable server lets the
-// leases lapse by their TTL instead.
+// leases lapse by their TTL instead. It returns once the last lease event
+// has been delivered, so do not call it from a WithLeaseEvents listener.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -174,6 +210,7 @@ func (c *Client) Close() error {
 	if c.transport != nil {
 		c.transport.CloseIdleConnections()
 	}
+	c.events.Wait()
 	return errors.Join(errs...)
 }
 
@@ -194,6 +231,18 @@ func (c *Client) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed
+}
+
+// addEventWaiter counts one more guard whose end event Close must wait
+// for; false once Close has begun.
+func (c *Client) addEventWaiter() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.events.Add(1)
+	return true
 }
 
 // track registers a live guard so Close can release it; false once closed.
@@ -244,17 +293,53 @@ func (c *Client) ServerInfo(ctx context.Context) (ServerInfo, error) {
 	}
 	ctx, done := c.callContext(ctx)
 	defer done()
-	resp, err := c.rpc.GetServerInfo(ctx, &lockv1.GetServerInfoRequest{})
+	var resp *lockv1.GetServerInfoResponse
+	err := c.retrying(ctx, "GetServerInfo", time.Time{}, func(actx context.Context) error {
+		var err error
+		resp, err = c.rpc.GetServerInfo(actx, &lockv1.GetServerInfoRequest{})
+		return err
+	})
 	if err != nil {
-		return ServerInfo{}, mapError(ctx, "GetServerInfo", err)
+		return ServerInfo{}, err
 	}
 	c.merge(resp.GetServerStamp())
 	return ServerInfo{
 		Version:        resp.GetVersion(),
 		Backend:        backendInfoFromProto(resp.GetBackend()),
 		MaxClockOffset: resp.GetMaxClockOffset().AsDuration(),
+		MaxWait:        resp.GetMaxWait().AsDuration(),
 		Stamp:          hlc.FromProto(resp.GetServerStamp()),
 	}, nil
+}
+
+// serverWait is the longest wait one Acquire asks the server for.
+func (c *Client) serverWait() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.maxWait > 0 {
+		return min(maxServerWait, c.maxWait)
+	}
+	return maxServerWait
+}
+
+// learnMaxWait is called when the server refused a waiting Acquire that
+// asked for wait: it reports whether the server's max_wait (GetServerInfo)
+// is shorter, so that Lock re-sends asking for at most that.
+func (c *Client) learnMaxWait(ctx context.Context, wait time.Duration) bool {
+	c.mu.Lock()
+	known := c.maxWait
+	c.mu.Unlock()
+	if known == 0 {
+		info, err := c.ServerInfo(ctx)
+		if err != nil {
+			return false
+		}
+		known = info.MaxWait
+		c.mu.Lock()
+		c.maxWait = known
+		c.mu.Unlock()
+	}
+	return known > 0 && known < wait
 }
 
 // String identifies the client for logs.

@@ -3,6 +3,8 @@ package holdfast
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,10 +14,21 @@ import (
 )
 
 func TestDialRejectsBadTargets(t *testing.T) {
-	for _, target := range []string{"", "127.0.0.1:7410", "ftp://x", "http://", "://bad"} {
-		if _, err := Dial(target); !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("Dial(%q): %v, want ErrInvalidArgument", target, err)
+	for _, target := range []string{"", "ftp://x", "http://", "://bad", "http://u@h:1", "h:1?x=1"} {
+		if _, err := Dial(target); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(fmt.Sprint(err), fmt.Sprintf("%q", target)) {
+			t.Errorf("Dial(%q): %v, want ErrInvalidArgument naming the address", target, err)
 		}
+	}
+	// A bare host:port is http://host:port.
+	for _, target := range []string{"127.0.0.1:7410", "localhost:7410"} {
+		c, err := Dial(target)
+		if err != nil {
+			t.Fatalf("Dial(%q): %v", target, err)
+		}
+		if want := "http://" + target; c.target != want {
+			t.Errorf("Dial(%q) talks to %q, want %q", target, c.target, want)
+		}
+		_ = c.Close()
 	}
 	if _, err := Dial("http://127.0.0.1:1", WithProtocol(Protocol(9))); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("bad protocol: %v", err)
@@ -285,16 +298,15 @@ func TestGuardIsSafeForConcurrentUse(t *testing.T) {
 }
 
 func TestFenceAndValidateWrite(t *testing.T) {
-	if err := ValidateWrite(5, 5); err != nil {
-		t.Fatal(err)
+	for _, c := range []struct{ token, watermark, want uint64 }{{5, 5, 5}, {6, 5, 6}, {1, 0, 1}} {
+		if w, err := ValidateWrite(c.token, c.watermark); err != nil || w != c.want {
+			t.Fatalf("ValidateWrite(%d, %d) = %d, %v; want the new watermark %d", c.token, c.watermark, w, err, c.want)
+		}
 	}
-	if err := ValidateWrite(6, 5); err != nil {
-		t.Fatal(err)
-	}
-	err := ValidateWrite(4, 5)
+	w, err := ValidateWrite(4, 5)
 	var st *StaleTokenError
-	if !errors.Is(err, ErrStaleToken) || !errors.As(err, &st) || st.Token != 4 || st.Watermark != 5 {
-		t.Fatalf("%v", err)
+	if !errors.Is(err, ErrStaleToken) || !errors.As(err, &st) || st.Token != 4 || st.Watermark != 5 || w != 5 {
+		t.Fatalf("%d, %v", w, err)
 	}
 	var f Fence
 	for _, tok := range []uint64{1, 3, 3} {

@@ -30,15 +30,46 @@
 //	... work under g.Context(), writes carry token ...
 //
 // WithLock wraps the three steps around a function; inside it,
-// GuardFromContext reaches the guard and its fencing token.
+// GuardFromContext reaches the guard and its fencing token. TryWithLock runs
+// a function only if the key is free ("skip if held"), and
+// Client.RunScheduled does so for a scheduled job that must run on one
+// server at a time.
+//
+// # Defaults
+//
+// The SDK behaves as the TypeScript and Python SDKs do
+// (docs/sdk-behaviour.md): a TTL of 15s (at least MinTTL, 100ms); no wait
+// unless Wait is set, so Lock queues until it holds the lock or its context
+// ends, Wait(0) is one attempt and TryLock never waits; every call retries
+// `unavailable` answers and transport failures with backoff (50ms doubling
+// to 1s, equal jitter) for at most the retry budget in a row (5s,
+// WithRetryBudget), each attempt bounded by the request timeout (10s,
+// WithRequestTimeout), so an unreachable server is ErrUnavailable, never a
+// hang. Dial takes "http://host:port", "https://host:port" or "host:port".
+//
+// # Events and logs
+//
+// WithLeaseEvents receives every guard's renewed, renewal-failed, lost and
+// released events; the client also logs them to WithLogger's *slog.Logger
+// (default slog.Default()): renewals and releases at debug, failures and
+// losses at warn.
+//
+// # Testing
+//
+// The module github.com/holdfast/holdfast/sdk-go/holdfasttest runs the
+// engine and the memory backend in a test's process, with fault controls
+// (expire a lease now, answer unavailable, become unreachable).
 //
 // # The guard and its watchdog
 //
-// Every Guard has one goroutine that renews the lease at about a third of
-// its TTL. It measures the lease on the local monotonic clock from the
-// moment the last successful renewal (or the acquire) was sent: the server
-// may have started its count at any moment after that, never before, so the
-// local expiry is never later than the server's. A renewal that fails for a
+// Every Guard has one goroutine that renews the lease at a third of its TTL
+// after the last successful renewal was sent. It measures the lease on the
+// local monotonic clock from that moment, minus an expiry margin
+// (WithExpiryMargin, default TTL/100 + 20ms): the server may have started
+// its count at any moment after the send, never before, and the margin
+// covers a timer that fires late and a clock that runs slow against the
+// store's, so the guard is poisoned at least the margin before the store
+// could grant the key to anyone else. A renewal that fails for a
 // transient reason is retried with backoff, each attempt bounded so it
 // cannot outlive the lease; a lease that is still valid is never dropped
 // for a transient error. The guard is poisoned when the server answers that
@@ -49,6 +80,7 @@
 // Guard.Done(), and makes FencingToken, Extend and Unlock return the loss.
 // Unlock after a loss never reports success, and a stale Unlock can never
 // delete a successor's lock: the server compares owner tokens.
+// Guard.Remaining and Guard.Renewals report the guard's view.
 //
 // # Errors
 //
@@ -56,7 +88,9 @@
 // holder). Server answers map to ErrInvalidArgument, ErrUnavailable,
 // ErrPermissionDenied, ErrUnauthenticated, ErrResourceExhausted and
 // ErrServer, wrapped with the server's message; a call cut by its context
-// also matches that context's error. Branch with errors.Is.
+// also matches that context's error. Branch with errors.Is; ErrorCode names
+// any error with the code the three SDKs share ("not_acquired",
+// "lease_lost", "unavailable", ...).
 //
 // # Causality
 //

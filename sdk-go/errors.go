@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+
+	"github.com/holdfast/holdfast/proto/hlc"
 )
 
 // Sentinel errors. Every error the package returns wraps at most a few of
@@ -108,7 +110,24 @@ const (
 	LossReleaseUnconfirmed
 )
 
+// String is the reason's name, the same in every holdfast SDK: "rejected",
+// "expired", "client_closed", "release_unconfirmed".
 func (r LossReason) String() string {
+	switch r {
+	case LossRejected:
+		return "rejected"
+	case LossExpired:
+		return "expired"
+	case LossClientClosed:
+		return "client_closed"
+	case LossReleaseUnconfirmed:
+		return "release_unconfirmed"
+	}
+	return fmt.Sprintf("LossReason(%d)", int(r))
+}
+
+// describe says what the reason means, for error messages.
+func (r LossReason) describe() string {
 	switch r {
 	case LossRejected:
 		return "rejected by the server"
@@ -119,7 +138,7 @@ func (r LossReason) String() string {
 	case LossReleaseUnconfirmed:
 		return "released=false after a release attempt that may have succeeded"
 	}
-	return fmt.Sprintf("LossReason(%d)", int(r))
+	return r.String()
 }
 
 // LeaseLostError is the cause a guard's context is cancelled with when its
@@ -136,7 +155,7 @@ type LeaseLostError struct {
 }
 
 func (e *LeaseLostError) Error() string {
-	msg := fmt.Sprintf("holdfast: lease on %q (fencing token %d) lost: %s", e.Key, e.FencingToken, e.Reason)
+	msg := fmt.Sprintf("holdfast: lease on %q (fencing token %d) lost: %s", e.Key, e.FencingToken, e.Reason.describe())
 	if e.LastErr != nil {
 		msg += "; last renewal error: " + e.LastErr.Error()
 	}
@@ -221,4 +240,62 @@ func mapError(ctx context.Context, op string, err error) error {
 // invalidArgument is an SDK-side refusal, before anything is sent.
 func invalidArgument(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// Error codes, the same names in every holdfast SDK (docs/sdk-behaviour.md):
+// Connect's codes for what the server answered, and the SDK's own for what
+// the SDK decides.
+const (
+	CodeNotAcquired  = "not_acquired"
+	CodeLeaseLost    = "lease_lost"
+	CodeLockReleased = "lock_released"
+	CodeClientClosed = "client_closed"
+	CodeStaleToken   = "stale_token"
+	CodeClockOffset  = "clock_offset"
+	// CodeInvalidArgument is also the code of the SDK's own validation.
+	CodeInvalidArgument = "invalid_argument"
+	CodeUnavailable     = "unavailable"
+	CodeCanceled        = "canceled"
+	CodeDeadline        = "deadline_exceeded"
+	CodeUnknown         = "unknown"
+)
+
+// ErrorCode is the code of an error returned by this package: one of the
+// Code constants, or a Connect code the server answered ("unauthenticated",
+// "permission_denied", "resource_exhausted", "internal", ...). It is "" for
+// nil and "unknown" for an error that is not the SDK's. Codes are for
+// logs, metrics and cross-language tooling; branch with errors.Is on the
+// sentinels.
+func ErrorCode(err error) string {
+	var (
+		na  *NotAcquiredError
+		rpc *rpcError
+	)
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &na):
+		return CodeNotAcquired
+	case errors.Is(err, ErrLeaseLost):
+		return CodeLeaseLost
+	case errors.Is(err, ErrReleased):
+		return CodeLockReleased
+	case errors.Is(err, ErrStaleToken):
+		return CodeStaleToken
+	case errors.Is(err, ErrClosed):
+		return CodeClientClosed
+	case errors.Is(err, hlc.ErrTooFarAhead):
+		return CodeClockOffset
+	case errors.As(err, &rpc):
+		return rpc.code
+	case errors.Is(err, ErrInvalidArgument):
+		return CodeInvalidArgument
+	case errors.Is(err, ErrUnavailable):
+		return CodeUnavailable
+	case errors.Is(err, context.Canceled):
+		return CodeCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return CodeDeadline
+	}
+	return CodeUnknown
 }

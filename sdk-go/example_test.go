@@ -122,8 +122,15 @@ func ExampleFence() {
 // ValidateWrite is the same check for a resource that keeps its own
 // watermark.
 func ExampleValidateWrite() {
-	fmt.Println(holdfast.ValidateWrite(7, 9))
-	// Output: holdfast: stale fencing token 7: the resource has seen 9
+	watermark := uint64(9) // the newest token the resource has accepted
+	if _, err := holdfast.ValidateWrite(7, watermark); err != nil {
+		fmt.Println(err)
+	}
+	watermark, err := holdfast.ValidateWrite(12, watermark) // store it with the write, atomically
+	fmt.Println(watermark, err)
+	// Output:
+	// holdfast: stale fencing token 7: the resource has seen 9
+	// 12 <nil>
 }
 
 // Watch the locks under a prefix until the context ends.

@@ -23,15 +23,16 @@ func (e *StaleTokenError) Unwrap() error { return ErrStaleToken }
 // fenced by a holdfast lease: a token older than the newest token it has
 // accepted (its watermark) comes from a holder that has since lost the lock,
 // and is refused with a *StaleTokenError. The holder's own repeated writes
-// (token equal to the watermark) pass. The resource must store the new
-// watermark in the same atomic step as the write it admits (for a database:
-// the same transaction, or a conditional update such as
+// (token equal to the watermark) pass. On success it returns the new
+// watermark, max(token, watermark), i.e. token. The resource must store the
+// new watermark in the same atomic step as the write it admits (for a
+// database: the same transaction, or a conditional update such as
 // "UPDATE ... SET token = $t WHERE token <= $t").
-func ValidateWrite(token, watermark uint64) error {
+func ValidateWrite(token, watermark uint64) (uint64, error) {
 	if token < watermark {
-		return &StaleTokenError{Token: token, Watermark: watermark}
+		return watermark, &StaleTokenError{Token: token, Watermark: watermark}
 	}
-	return nil
+	return token, nil
 }
 
 // Fence is an in-memory resource-side watermark: Admit accepts a token not
@@ -48,10 +49,11 @@ type Fence struct {
 func (f *Fence) Admit(token uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := ValidateWrite(token, f.watermark); err != nil {
+	w, err := ValidateWrite(token, f.watermark)
+	if err != nil {
 		return err
 	}
-	f.watermark = token
+	f.watermark = w
 	return nil
 }
 

@@ -19,7 +19,9 @@ import (
 // The guard measures its lease on the local monotonic clock, conservatively:
 // the lease ends TTL after the moment the last successful renewal (or the
 // acquire) was sent, because the server may have started counting any time
-// after that moment. When no renewal has succeeded by then, or when the
+// after that moment, minus the client's expiry margin (WithExpiryMargin,
+// default TTL/100 + 20ms) for a timer that fires late or a clock that runs
+// slow against the store's. When no renewal has succeeded by then, or when the
 // server answers that the owner token no longer holds, the guard is
 // poisoned: Context() is cancelled with a *LeaseLostError cause
 // (errors.Is(cause, ErrLeaseLost)), Done() is closed, FencingToken, Extend and
@@ -55,7 +57,8 @@ type Guard struct {
 
 	mu        sync.Mutex
 	ttl       time.Duration
-	expiry    time.Time   // local, monotonic: send time of the last success + its TTL
+	renewals  int
+	expiry    time.Time   // local, monotonic: send time of the last success + its TTL - margin
 	lastSent  time.Time   // send time of the last successful acquire/renewal
 	lossTimer *time.Timer // poisons at expiry, independently of any RPC
 	lastErr   error       // last renewal error since the last success
@@ -75,10 +78,16 @@ func newGuard(c *Client, holder string, lease *lockv1.Lease, sent time.Time, ttl
 		watchdogDone: make(chan struct{}),
 		kick:         make(chan struct{}, 1),
 		ttl:          ttl,
-		expiry:       sent.Add(ttl),
+		expiry:       c.localExpiry(sent, ttl),
 		lastSent:     sent,
 	}
 	return g
+}
+
+// localExpiry is when a lease of ttl whose acquire or renewal was sent at
+// sent ends on this client's clock: sent + ttl - the expiry margin.
+func (c *Client) localExpiry(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - c.opts.margin.For(ttl))
 }
 
 // confirm renews a lease whose Acquire answer came late (after a long
@@ -90,7 +99,11 @@ func (g *Guard) confirm(ctx context.Context, sent time.Time) (ok bool, err error
 	if time.Since(sent) < g.ttl/3 {
 		return true, nil
 	}
+	// Bounded by the lease: it started on the server by now at the latest,
+	// so a renewal that comes back after now+TTL is of no use.
 	now := time.Now()
+	ctx, cancel := context.WithDeadline(ctx, earliest(g.c.localExpiry(now, g.ttl), now.Add(g.c.opts.requestTimeout)))
+	defer cancel()
 	resp, err := g.c.rpc.Extend(ctx, &lockv1.ExtendRequest{
 		Key:         g.key,
 		OwnerToken:  g.owner,
@@ -107,7 +120,7 @@ func (g *Guard) confirm(ctx context.Context, sent time.Time) (ok bool, err error
 	if !resp.GetExtended() {
 		return false, nil
 	}
-	g.lastSent, g.expiry = now, now.Add(g.ttl)
+	g.lastSent, g.expiry = now, g.c.localExpiry(now, g.ttl)
 	return true, nil
 }
 
@@ -120,6 +133,17 @@ func (g *Guard) start(base context.Context) {
 	g.mu.Lock()
 	g.lossTimer = time.AfterFunc(time.Until(g.expiry), g.onLossTimer)
 	g.mu.Unlock()
+	// The lost or released event goes out once the guard's context ends,
+	// whichever call or timer ended it, from a goroutine of its own (the
+	// listener may be slow; the caller that ended the guard is not). Close
+	// waits for those goroutines, so none is added once it has begun (a
+	// guard taken as the client closes is given straight back, unreported).
+	if g.c.addEventWaiter() {
+		context.AfterFunc(g.ctx, func() {
+			defer g.c.events.Done()
+			g.c.emitEnd(g)
+		})
+	}
 	go g.watchdog(wctx)
 }
 
@@ -148,6 +172,25 @@ func (g *Guard) TTL() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.ttl
+}
+
+// Remaining is the time left to the guard's local expiry (see Guard), as
+// the watchdog counts it: 0 once the guard no longer holds.
+func (g *Guard) Remaining() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.checkLocked() != nil {
+		return 0
+	}
+	return max(time.Until(g.expiry), 0)
+}
+
+// Renewals is the number of successful renewals of the lease so far (by
+// the watchdog or Extend).
+func (g *Guard) Renewals() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.renewals
 }
 
 // FencingToken returns the lease's fencing token, or the loss (or
@@ -243,8 +286,9 @@ func (g *Guard) renewed(sent time.Time, ttl time.Duration) bool {
 	}
 	g.ttl = ttl
 	g.lastSent = sent
-	g.expiry = sent.Add(ttl)
+	g.expiry = g.c.localExpiry(sent, ttl)
 	g.lastErr = nil
+	g.renewals++
 	g.lossTimer.Reset(time.Until(g.expiry))
 	return true
 }
@@ -273,7 +317,8 @@ const (
 	extendFailed
 )
 
-// extendRPC sends one Extend and applies its answer to the guard.
+// extendRPC sends one Extend and applies its answer to the guard. A failed
+// RPC returns the RPC's own error (callers map it).
 func (g *Guard) extendRPC(ctx context.Context, ttl time.Duration) (extendResult, error) {
 	sent := time.Now()
 	resp, err := g.c.rpc.Extend(ctx, &lockv1.ExtendRequest{
@@ -283,7 +328,7 @@ func (g *Guard) extendRPC(ctx context.Context, ttl time.Duration) (extendResult,
 		ClientStamp: g.c.stamp(),
 	})
 	if err != nil {
-		return extendFailed, mapError(ctx, "Extend", err)
+		return extendFailed, err
 	}
 	g.c.merge(resp.GetServerStamp(), resp.GetLease().GetStamp())
 	if !resp.GetExtended() {
@@ -295,17 +340,24 @@ func (g *Guard) extendRPC(ctx context.Context, ttl time.Duration) (extendResult,
 	if !g.renewed(sent, ttl) {
 		return extendRejected, g.Err()
 	}
+	g.c.emit(LeaseEvent{Type: LeaseRenewed, Key: g.key, FencingToken: g.fencing, TTL: ttl, Renewals: g.Renewals(), Latency: time.Since(sent)})
 	return extendOK, nil
 }
 
 // Extend renews the lease now for ttl (0 keeps the current TTL) and makes
-// ttl the length the watchdog renews with from then on. A transport error
-// leaves the guard holding until its local expiry (the watchdog keeps
-// trying); a server answer that the token no longer holds poisons it and
-// returns the *LeaseLostError.
+// ttl the length the watchdog renews with from then on. `unavailable`
+// answers and transport failures are retried within the retry budget and
+// the lease's local expiry; the guard holds until that expiry whatever
+// Extend returns (the watchdog keeps trying). A server answer that the token
+// no longer holds poisons it and returns the *LeaseLostError.
 func (g *Guard) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < 0 {
-		return invalidArgument("ttl %s: must be positive (or 0 to keep the current TTL)", ttl)
+		return invalidArgument("ttl: %s is negative (0 keeps the current TTL)", ttl)
+	}
+	if ttl != 0 {
+		if err := checkTTL("ttl", ttl, g.c.opts.margin); err != nil {
+			return err
+		}
 	}
 	if err := g.Err(); err != nil {
 		return err
@@ -314,20 +366,40 @@ func (g *Guard) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	defer g.releaseSem()
-	if err := g.Err(); err != nil {
+	g.mu.Lock()
+	err := g.checkLocked()
+	expiry := g.expiry
+	if ttl == 0 {
+		ttl = g.ttl
+	}
+	g.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	if ttl == 0 {
-		ttl = g.TTL()
-	}
-	res, err := g.extendRPC(ctx, ttl)
-	if res == extendOK {
+	var res extendResult
+	var answer error // the server's answer when it was not a failure
+	err = g.c.retrying(ctx, "Extend", expiry, func(actx context.Context) error {
+		var err error
+		res, err = g.extendRPC(actx, ttl)
+		if res != extendFailed {
+			answer = err
+			return nil
+		}
+		return err
+	})
+	switch {
+	case err != nil:
+		if lost := g.Err(); lost != nil {
+			return lost // the local expiry passed meanwhile
+		}
+		return err
+	case res == extendOK:
 		select {
 		case g.kick <- struct{}{}:
 		default:
 		}
 	}
-	return err
+	return answer
 }
 
 // nextRenewal is when the watchdog should renew: a third of the TTL after
@@ -382,7 +454,7 @@ func (g *Guard) renew(ctx context.Context) {
 		}
 		// Each attempt is bounded by the lease itself and by a third of
 		// the TTL, so a hung connection leaves time for another attempt.
-		actx, cancel := context.WithTimeout(ctx, min(left, max(ttl/3, time.Millisecond)))
+		actx, cancel := context.WithTimeout(ctx, min(left, max(ttl/3, time.Millisecond), g.c.opts.requestTimeout))
 		err := g.acquireSem(actx)
 		if err == nil {
 			var res extendResult
@@ -392,6 +464,7 @@ func (g *Guard) renew(ctx context.Context) {
 				cancel()
 				return
 			}
+			_, err = attemptError(ctx, actx, "Extend", err)
 		}
 		cancel()
 		if ctx.Err() != nil || g.ctx.Err() != nil {
@@ -408,31 +481,12 @@ func (g *Guard) renew(ctx context.Context) {
 		}
 		expiry = g.expiry
 		g.mu.Unlock()
+		if left := time.Until(expiry); left > 0 {
+			g.c.emit(LeaseEvent{Type: LeaseRenewalFailed, Key: g.key, FencingToken: g.fencing, Err: err, Remaining: left})
+		}
 		if !sleep(ctx, g.c.opts.backoff.delay(attempt), expiry) {
 			return
 		}
-	}
-}
-
-// sleep waits d, or until ctx ends or the deadline passes. It reports
-// whether it waited the full d with time left before the deadline.
-func sleep(ctx context.Context, d time.Duration, deadline time.Time) bool {
-	if !deadline.IsZero() {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return false
-		}
-		if d > left {
-			d = left
-		}
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return deadline.IsZero() || time.Now().Before(deadline)
 	}
 }
 
@@ -491,8 +545,9 @@ func (g *Guard) releaseAfterLoss(ctx context.Context, err error) {
 	g.c.untrack(g)
 }
 
-// release sends Release until the server answers, ctx ends, or the lease's
-// local expiry passes. The watchdog is already stopped.
+// release sends Release until the server answers, ctx ends, the retry
+// budget runs out or the lease's local expiry passes. The watchdog is
+// already stopped.
 func (g *Guard) release(ctx context.Context) error {
 	if err := g.acquireSem(ctx); err != nil {
 		return err
@@ -501,6 +556,8 @@ func (g *Guard) release(ctx context.Context) error {
 	// inDoubt: an earlier attempt failed in transit and may have reached
 	// the server; a later released=false then does not prove a loss.
 	inDoubt := false
+	start := time.Now()
+	budgetEnd := start.Add(g.c.opts.retryBudget)
 	for attempt := 0; ; attempt++ {
 		g.mu.Lock()
 		err := g.checkLocked()
@@ -511,7 +568,7 @@ func (g *Guard) release(ctx context.Context) error {
 			return err
 		}
 		// A release after the local expiry is moot: the key frees itself.
-		actx, cancel := context.WithDeadline(ctx, expiry)
+		actx, cancel := context.WithDeadline(ctx, earliest(expiry, budgetEnd, time.Now().Add(g.c.opts.requestTimeout)))
 		resp, rerr := g.c.rpc.Release(actx, &lockv1.ReleaseRequest{
 			Key:         g.key,
 			OwnerToken:  g.owner,
@@ -540,19 +597,24 @@ func (g *Guard) release(ctx context.Context) error {
 			}
 			return err
 		}
-		rerr = mapError(actx, "Release", rerr)
+		retry, rerr := attemptError(ctx, actx, "Release", rerr)
 		cancel()
 		if ctx.Err() != nil {
 			return fmt.Errorf("holdfast: release %q: %w", g.key, rerr)
 		}
-		if !errors.Is(rerr, ErrUnavailable) && !errors.Is(rerr, context.DeadlineExceeded) {
+		if !retry {
 			return rerr
 		}
 		inDoubt = true
 		g.mu.Lock()
 		g.lastErr = rerr
 		g.mu.Unlock()
-		sleep(ctx, g.c.opts.backoff.delay(attempt), expiry)
+		if !sleep(ctx, g.c.opts.backoff.delay(attempt), earliest(expiry, budgetEnd)) && ctx.Err() == nil && !time.Now().Before(budgetEnd) && time.Now().Before(expiry) {
+			// Still ours until the local expiry, but the server stayed out
+			// of reach for the whole budget: say so; Unlock may be called
+			// again.
+			return outOfBudget(rerr, time.Since(start))
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package holdfast
 import (
 	"context"
 	"iter"
+	"time"
 
 	"github.com/holdfast/holdfast/proto/hlc"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
@@ -15,9 +16,14 @@ func (c *Client) Inspect(ctx context.Context, key string) (state LockState, held
 	}
 	ctx, done := c.callContext(ctx)
 	defer done()
-	resp, err := c.rpc.Inspect(ctx, &lockv1.InspectRequest{Key: key})
+	var resp *lockv1.InspectResponse
+	err = c.retrying(ctx, "Inspect", time.Time{}, func(actx context.Context) error {
+		var err error
+		resp, err = c.rpc.Inspect(actx, &lockv1.InspectRequest{Key: key})
+		return err
+	})
 	if err != nil {
-		return LockState{}, false, mapError(ctx, "Inspect", err)
+		return LockState{}, false, err
 	}
 	c.merge(resp.GetServerStamp(), resp.GetState().GetStamp())
 	if !resp.GetHeld() {
@@ -46,13 +52,19 @@ func (c *Client) ListPage(ctx context.Context, prefix string, pageSize int, page
 	}
 	ctx, done := c.callContext(ctx)
 	defer done()
-	resp, err := c.rpc.List(ctx, &lockv1.ListRequest{
+	req := &lockv1.ListRequest{
 		Prefix:    prefix,
 		PageSize:  uint32(min(pageSize, 1<<31)),
 		PageToken: pageToken,
+	}
+	var resp *lockv1.ListResponse
+	err := c.retrying(ctx, "List", time.Time{}, func(actx context.Context) error {
+		var err error
+		resp, err = c.rpc.List(actx, req)
+		return err
 	})
 	if err != nil {
-		return Page{}, mapError(ctx, "List", err)
+		return Page{}, err
 	}
 	c.merge(resp.GetServerStamp())
 	p := Page{NextPageToken: resp.GetNextPageToken(), Locks: make([]LockState, 0, len(resp.GetLocks()))}

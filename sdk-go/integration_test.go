@@ -216,10 +216,16 @@ func TestServerUnreachablePoisonsAtLocalExpiry(t *testing.T) {
 			g.mu.Lock()
 			lastSent, ttlNow := g.lastSent, g.ttl
 			g.mu.Unlock()
-			if at.Before(lastSent.Add(ttlNow)) {
-				t.Fatalf("poisoned %s before the local expiry", lastSent.Add(ttlNow).Sub(at))
+			// The local expiry keeps the margin (TTL/100 + 20ms) back from
+			// the lease's end as the server counts it.
+			expiry := c.localExpiry(lastSent, ttlNow)
+			if margin := lastSent.Add(ttlNow).Sub(expiry); margin != DefaultExpiryMargin.For(ttlNow) {
+				t.Fatalf("local expiry %s before sent+TTL, want the margin %s", margin, DefaultExpiryMargin.For(ttlNow))
 			}
-			if late := at.Sub(lastSent.Add(ttlNow)); late > slack {
+			if at.Before(expiry) {
+				t.Fatalf("poisoned %s before the local expiry", expiry.Sub(at))
+			}
+			if late := at.Sub(expiry); late > slack {
 				t.Fatalf("poisoned %s after the local expiry", late)
 			}
 			lost := lossOf(t, g)

@@ -18,28 +18,31 @@ import (
 //
 // The zero Lock has no client; every call on it fails.
 type Lock struct {
-	c      *Client
-	key    string
-	ttl    time.Duration
-	wait   time.Duration
-	holder string
+	c       *Client
+	key     string
+	ttl     time.Duration
+	wait    time.Duration
+	waitSet bool
+	holder  string
 }
 
 // Lock starts describing a lock on key with the client's default TTL and
-// holder label and no wait of its own (Lock then waits as long as its
-// context allows).
+// holder label and no wait of its own (Lock then queues until it holds the
+// lock or its context ends).
 func (c *Client) Lock(key string) Lock {
 	return Lock{c: c, key: key, ttl: c.opts.defaultTTL, holder: c.opts.holder}
 }
 
-// TTL sets the lease length. The watchdog renews at about a third of it; a
-// holder that stops renewing (crash, pause, partition) keeps others out for
-// at most this long. Keep it well above one renewal round trip.
+// TTL sets the lease length, at least MinTTL (100ms). The watchdog renews
+// at a third of it; a holder that stops renewing (crash, pause, partition)
+// keeps others out for at most this long. Keep it well above one renewal
+// round trip. It is a time.Duration: TTL(3) is 3 nanoseconds, and refused.
 func (l Lock) TTL(ttl time.Duration) Lock { l.ttl = ttl; return l }
 
-// Wait bounds how long Lock queues for the key (0: as long as the context
-// allows). TryLock ignores it.
-func (l Lock) Wait(wait time.Duration) Lock { l.wait = wait; return l }
+// Wait bounds how long Lock queues for the key; Wait(0) makes Lock a single
+// attempt. Without Wait, Lock queues until it holds the lock or its context
+// ends. TryLock ignores it.
+func (l Lock) Wait(wait time.Duration) Lock { l.wait, l.waitSet = wait, true; return l }
 
 // Holder sets the label others see for this lease (default: the client's,
 // "hostname:pid" unless WithHolder set one).
@@ -55,23 +58,53 @@ func (l Lock) check() error {
 	if l.c.isClosed() {
 		return ErrClosed
 	}
-	if l.ttl <= 0 {
-		return invalidArgument("ttl %s: must be positive", l.ttl)
+	if err := checkTTL("ttl", l.ttl, l.c.opts.margin); err != nil {
+		return err
 	}
 	if l.wait < 0 {
-		return invalidArgument("wait %s: must not be negative", l.wait)
+		return invalidArgument("wait: %s is negative; Wait(0) is one attempt, and without Wait, Lock queues until acquired or its context ends", l.wait)
 	}
 	return nil
 }
 
-// TryLock makes one attempt. When someone else holds the key it returns a
-// *NotAcquiredError (errors.Is(err, ErrNotAcquired)) carrying the holder's
-// state. It does not retry errors.
+// checkTTL refuses a lease the watchdog could not keep: shorter than MinTTL,
+// or one whose expiry margin eats half of it or more.
+func checkTTL(field string, ttl time.Duration, m ExpiryMargin) error {
+	if ttl < MinTTL {
+		return invalidArgument("%s: %s is below the SDK minimum %s (Go durations are time.Duration: 3 means 3ns; write 3*time.Second)", field, ttl, MinTTL)
+	}
+	if margin := m.For(ttl); margin >= ttl/2 {
+		return invalidArgument("%s: %s is too short for the expiry margin %s (drift factor %v + %s): the margin must stay below half the TTL", field, ttl, margin, m.DriftFactor, m.Fixed)
+	}
+	return nil
+}
+
+// TryLock makes one attempt and never queues; a Wait on the Lock is
+// ignored. When someone else holds the key it returns a *NotAcquiredError
+// (errors.Is(err, ErrNotAcquired)) carrying the holder's state. Transport
+// failures and `unavailable` answers are retried within the retry budget.
 func (l Lock) TryLock(ctx context.Context) (*Guard, error) {
 	if err := l.check(); err != nil {
 		return nil, err
 	}
-	g, current, err := l.attempt(ctx, 0)
+	return l.once(ctx)
+}
+
+// once is one decisive attempt (TryLock, Wait(0)).
+func (l Lock) once(ctx context.Context) (*Guard, error) {
+	cctx, done := l.c.callContext(ctx)
+	defer done()
+	var resp *lockv1.AcquireResponse
+	var sent time.Time
+	err := l.c.retrying(cctx, "Acquire", time.Time{}, func(actx context.Context) error {
+		var err error
+		resp, sent, err = l.send(actx, 0)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	g, current, err := l.take(cctx, resp, sent)
 	if err != nil {
 		return nil, err
 	}
@@ -81,18 +114,23 @@ func (l Lock) TryLock(ctx context.Context) (*Guard, error) {
 	return g, nil
 }
 
-// maxServerWait bounds one waiting Acquire when neither Wait nor the context
-// sets a deadline; Lock then queues again. Requeuing moves the caller to the
-// back of the server's queue, so it is long.
+// maxServerWait bounds one waiting Acquire whose wait the SDK chooses (no
+// Wait, or a long one): Lock then queues again. Requeuing moves the caller
+// to the back of the server's queue, so it is long; a server whose
+// --max-wait is shorter refuses it, and the client then asks for at most
+// that server's max_wait.
 const maxServerWait = 5 * time.Minute
 
 // Lock acquires the lock, queuing on the server until it is free. The wait
-// is bounded by Wait (when set) and the context's deadline, whichever is
-// sooner; with neither, Lock waits until the context is cancelled. Answers
-// of `unavailable` are retried with backoff within that budget. When the
-// budget runs out it returns a *NotAcquiredError (errors.Is(err,
-// ErrNotAcquired); when the context ended it, errors.Is(err, ctx.Err()) as
-// well).
+// is bounded by Wait (when set; Wait(0) is one attempt) and by the
+// context's deadline, whichever is sooner; with neither, Lock queues until
+// the context is cancelled. `unavailable` answers and transport failures
+// are retried with backoff for at most the retry budget in a row
+// (WithRetryBudget, default 5s), then Lock returns that error
+// (errors.Is(err, ErrUnavailable)): an unreachable server never makes it
+// hang. When the wait runs out it returns a *NotAcquiredError
+// (errors.Is(err, ErrNotAcquired); when the context ended it,
+// errors.Is(err, ctx.Err()) as well).
 //
 // If the context ends while an Acquire is in flight, the server may still
 // have granted it; that lease is then held by nobody and frees itself after
@@ -102,9 +140,14 @@ func (l Lock) Lock(ctx context.Context) (*Guard, error) {
 	if err := l.check(); err != nil {
 		return nil, err
 	}
+	if l.waitSet && l.wait == 0 {
+		return l.once(ctx)
+	}
+	cctx, done := l.c.callContext(ctx)
+	defer done()
 	var deadline time.Time // zero: until ctx is cancelled
 	ctxBound := false
-	if l.wait > 0 {
+	if l.waitSet {
 		deadline = time.Now().Add(l.wait)
 	}
 	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
@@ -112,12 +155,13 @@ func (l Lock) Lock(ctx context.Context) (*Guard, error) {
 	}
 	var current *LockState
 	var lastErr error
+	var failing time.Time // send time of the first failed attempt in a row
 	retries := 0
 	for {
-		if ctx.Err() != nil {
-			return nil, &NotAcquiredError{Key: l.key, Current: current, cause: ctx.Err()}
+		if cctx.Err() != nil {
+			return nil, l.ended(ctx, cctx, current, lastErr)
 		}
-		wait := maxServerWait
+		wait := l.c.serverWait()
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
 			if ctxBound {
@@ -143,35 +187,76 @@ func (l Lock) Lock(ctx context.Context) (*Guard, error) {
 			wait = min(wait, left)
 		}
 		sent := time.Now()
-		g, cur, err := l.attempt(ctx, wait)
-		switch {
-		case g != nil:
-			return g, nil
-		case err == nil:
-			current, lastErr = cur, nil
+		// The server's wait is the attempt's business, not the request
+		// timeout's.
+		actx, cancel := context.WithTimeout(cctx, wait+l.c.opts.requestTimeout)
+		resp, _, err := l.send(actx, wait)
+		if err == nil {
+			cancel()
+			g, cur, err := l.take(cctx, resp, sent)
+			switch {
+			case g != nil:
+				return g, nil
+			case err != nil:
+				return nil, err
+			}
+			current, lastErr, failing = cur, nil, time.Time{}
 			if time.Since(sent) >= wait/2 {
 				retries = 0
 				continue
 			}
 			// The server answered well before the wait ran out (the key
-			// was freed and taken again, or the server caps waits): go
-			// again, spaced so as not to spin.
-		case ctx.Err() != nil:
-			return nil, &NotAcquiredError{Key: l.key, Current: current, cause: ctx.Err()}
-		case errors.Is(err, ErrUnavailable):
-			lastErr = err
-		default:
-			return nil, err
+			// was freed and taken again): go again, spaced so as not to
+			// spin.
+		} else {
+			retry, failed := attemptError(cctx, actx, "Acquire", err)
+			cancel()
+			switch {
+			case cctx.Err() != nil:
+				return nil, l.ended(ctx, cctx, current, failed)
+			case !retry && errors.Is(failed, ErrInvalidArgument) && l.c.learnMaxWait(cctx, wait):
+				// The server refused a wait the SDK chose; it now asks
+				// for at most the server's max_wait.
+				continue
+			case !retry:
+				return nil, failed
+			}
+			lastErr = failed
+			if failing.IsZero() {
+				failing = sent
+			}
+			if spent := time.Since(failing); spent >= l.c.opts.retryBudget {
+				return nil, outOfBudget(failed, spent)
+			}
 		}
-		// The loop's top notices an ended budget or context.
-		sleep(ctx, l.c.opts.backoff.delay(retries), deadline)
+		var budgetEnd time.Time
+		if !failing.IsZero() {
+			budgetEnd = failing.Add(l.c.opts.retryBudget)
+		}
+		// The loop's top notices an ended wait or context.
+		if !sleep(cctx, l.c.opts.backoff.delay(retries), earliest(deadline, budgetEnd)) &&
+			cctx.Err() == nil && !budgetEnd.IsZero() && !time.Now().Before(budgetEnd) {
+			return nil, outOfBudget(lastErr, time.Since(failing))
+		}
 		retries++
 	}
 }
 
-// attempt sends one Acquire with the given server-side wait. It returns the
-// guard when acquired, else the holder's state when the server gave it.
-func (l Lock) attempt(ctx context.Context, wait time.Duration) (*Guard, *LockState, error) {
+// ended is Lock's answer when its context (or Close) ended the wait.
+func (l Lock) ended(ctx, cctx context.Context, current *LockState, last error) error {
+	if ctx.Err() == nil {
+		// Close ended it, not the caller.
+		if last != nil && errors.Is(last, ErrClosed) {
+			return last
+		}
+		return ErrClosed
+	}
+	return &NotAcquiredError{Key: l.key, Current: current, cause: ctx.Err()}
+}
+
+// send sends one Acquire with the given server-side wait and returns the
+// server's answer and the moment it was sent, or the RPC's own error.
+func (l Lock) send(ctx context.Context, wait time.Duration) (*lockv1.AcquireResponse, time.Time, error) {
 	req := &lockv1.AcquireRequest{
 		Key:         l.key,
 		Ttl:         durationpb.New(l.ttl),
@@ -181,15 +266,16 @@ func (l Lock) attempt(ctx context.Context, wait time.Duration) (*Guard, *LockSta
 	if wait > 0 {
 		req.Wait = durationpb.New(wait)
 	}
-	ctx, done := l.c.callContext(ctx)
-	defer done()
 	// The lease starts on the server some time after this moment; counting
 	// from here keeps the local expiry on the safe side.
 	sent := time.Now()
 	resp, err := l.c.rpc.Acquire(ctx, req)
-	if err != nil {
-		return nil, nil, mapError(ctx, "Acquire", err)
-	}
+	return resp, sent, err
+}
+
+// take turns an Acquire answer into a guard, or the holder's state when the
+// key was held.
+func (l Lock) take(ctx context.Context, resp *lockv1.AcquireResponse, sent time.Time) (*Guard, *LockState, error) {
 	l.c.merge(resp.GetServerStamp(), resp.GetLease().GetStamp(), resp.GetCurrent().GetStamp())
 	if !resp.GetAcquired() {
 		var cur *LockState

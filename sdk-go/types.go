@@ -50,6 +50,9 @@ type ServerInfo struct {
 	// MaxClockOffset: client stamps further ahead of the server's clock are
 	// refused.
 	MaxClockOffset time.Duration
+	// MaxWait is the longest wait one Acquire may ask for (the server's
+	// --max-wait); 0 when the server does not say.
+	MaxWait time.Duration
 	// Stamp is the server's HLC reading when it answered.
 	Stamp hlc.Timestamp
 }

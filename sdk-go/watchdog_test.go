@@ -158,8 +158,8 @@ func TestHungRenewalPoisonsAtLocalMonotonicExpiry(t *testing.T) {
 	}
 	acquired := peer.snapshot().acquireRecv[0]
 	at := waitDone(t, g, ttl+slack)
-	if d := at.Sub(before); d < ttl {
-		t.Fatalf("poisoned %s after the acquire was sent: before the TTL %s", d, ttl)
+	if d, local := at.Sub(before), ttl-DefaultExpiryMargin.For(ttl); d < local {
+		t.Fatalf("poisoned %s after the acquire was sent: before the local expiry (TTL %s - margin) %s", d, ttl, local)
 	}
 	if d := at.Sub(acquired); d > ttl+slack {
 		t.Fatalf("poisoned %s after the acquire: later than TTL+%s", d, slack)
@@ -225,8 +225,8 @@ func TestUnreachableUntilExpiryPoisonsWithLastError(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := waitDone(t, g, ttl+slack)
-	if d := at.Sub(before); d < ttl {
-		t.Fatalf("poisoned after %s: before the local expiry %s", d, ttl)
+	if d, local := at.Sub(before), ttl-DefaultExpiryMargin.For(ttl); d < local {
+		t.Fatalf("poisoned after %s: before the local expiry %s", d, local)
 	}
 	lost := lossOf(t, g)
 	if lost.Reason != LossExpired || !errors.Is(lost, ErrUnavailable) {
@@ -381,13 +381,27 @@ func TestLockRetriesUnavailableWithinItsWait(t *testing.T) {
 	if d := time.Since(start); d > 300*time.Millisecond+slack {
 		t.Fatalf("gave up after %s, wait was 300ms", d)
 	}
-	// TryLock does not retry.
-	before := len(peer.snapshot().acquireRecv)
-	if _, err := c.Lock("k").TryLock(t.Context()); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("TryLock: %v", err)
-	}
-	if n := len(peer.snapshot().acquireRecv) - before; n != 1 {
-		t.Fatalf("TryLock made %d attempts", n)
+	// TryLock and Wait(0), one attempt each, retry unavailable within the
+	// retry budget, and not longer.
+	const budget = 300 * time.Millisecond
+	cb := dialPeer(t, url, WithRetryBudget(budget))
+	for name, try := range map[string]func() error{
+		"TryLock": func() error { _, err := cb.Lock("k").TryLock(t.Context()); return err },
+		"Wait(0)": func() error { _, err := cb.Lock("k").Wait(0).Lock(t.Context()); return err },
+	} {
+		before := len(peer.snapshot().acquireRecv)
+		start := time.Now()
+		err := try()
+		took := time.Since(start)
+		if !errors.Is(err, ErrUnavailable) || ErrorCode(err) != CodeUnavailable {
+			t.Fatalf("%s: %v (code %q), want ErrUnavailable", name, err, ErrorCode(err))
+		}
+		if took < budget || took > budget+slack {
+			t.Fatalf("%s gave up after %s, want the retry budget %s", name, took, budget)
+		}
+		if n := len(peer.snapshot().acquireRecv) - before; n < 2 {
+			t.Fatalf("%s made %d attempts within its retry budget", name, n)
+		}
 	}
 }
 

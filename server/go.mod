@@ -8,6 +8,7 @@ require (
 	connectrpc.com/grpchealth v1.5.0
 	connectrpc.com/grpcreflect v1.3.1
 	connectrpc.com/otelconnect v0.10.0
+	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/holdfast/holdfast/core v0.1.0
 	github.com/holdfast/holdfast/harness v0.1.0
 	github.com/holdfast/holdfast/plugins/memory v0.1.0

@@ -185,15 +185,33 @@ func (a *Adapter) read(stdout io.Reader) {
 // adapter's kind; a dead or misbehaving adapter returns an error wrapping
 // ErrAdapterGone.
 func (a *Adapter) Call(ctx context.Context, cmd string, args, result any) error {
-	raw, err := json.Marshal(args)
+	p, err := a.Send(cmd, args)
 	if err != nil {
 		return err
+	}
+	return p.Wait(ctx, result)
+}
+
+// Pending is a command sent and not answered yet.
+type Pending struct {
+	// ID is the command's id (what the cancel command names).
+	ID  uint64
+	a   *Adapter
+	cmd string
+	ch  chan Message
+}
+
+// Send sends one command without waiting for its answer; Wait collects it.
+func (a *Adapter) Send(cmd string, args any) (*Pending, error) {
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, err
 	}
 	ch := make(chan Message, 1)
 	a.mu.Lock()
 	if a.readErr != nil {
 		a.mu.Unlock()
-		return a.goneErr()
+		return nil, a.goneErr()
 	}
 	a.nextID++
 	id := a.nextID
@@ -202,35 +220,46 @@ func (a *Adapter) Call(ctx context.Context, cmd string, args, result any) error 
 
 	line, err := json.Marshal(Request{ID: id, Cmd: cmd, Args: raw})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	a.writeMu.Lock()
 	_, err = a.stdin.Write(append(line, '\n'))
 	a.writeMu.Unlock()
 	if err != nil {
 		a.forget(id)
-		return fmt.Errorf("%w: writing %s: %w%s", ErrAdapterGone, cmd, err, a.logTail())
+		return nil, fmt.Errorf("%w: writing %s: %w%s", ErrAdapterGone, cmd, err, a.logTail())
 	}
+	return &Pending{ID: id, a: a, cmd: cmd, ch: ch}, nil
+}
+
+// Answered reports whether the answer has arrived (and Wait would not
+// block); a spec polling for what a command should be doing meanwhile
+// (queueing on the server, running a function) stops early when it has
+// already answered.
+func (p *Pending) Answered() bool { return len(p.ch) > 0 }
+
+// Wait waits for the command's answer, as Call does. Call it once.
+func (p *Pending) Wait(ctx context.Context, result any) error {
 	select {
-	case m, ok := <-ch:
+	case m, ok := <-p.ch:
 		if !ok {
-			return a.goneErr()
+			return p.a.goneErr()
 		}
 		if m.Error != nil {
 			return m.Error
 		}
 		if result != nil {
 			if len(m.Result) == 0 {
-				return fmt.Errorf("sdkrunner: %s: answer has neither result nor error", cmd)
+				return fmt.Errorf("sdkrunner: %s: answer has neither result nor error", p.cmd)
 			}
 			if err := json.Unmarshal(m.Result, result); err != nil {
-				return fmt.Errorf("sdkrunner: %s: malformed result %s: %w", cmd, truncate(string(m.Result), 200), err)
+				return fmt.Errorf("sdkrunner: %s: malformed result %s: %w", p.cmd, truncate(string(m.Result), 200), err)
 			}
 		}
 		return nil
 	case <-ctx.Done():
-		a.forget(id)
-		return fmt.Errorf("sdkrunner: %s: no answer: %w", cmd, ctx.Err())
+		p.a.forget(p.ID)
+		return fmt.Errorf("sdkrunner: %s: no answer: %w", p.cmd, ctx.Err())
 	}
 }
 

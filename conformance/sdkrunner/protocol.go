@@ -33,6 +33,11 @@ const (
 	CmdClockUpdate   = "clock_update"
 	CmdInspect       = "inspect"
 	CmdClose         = "close"
+	CmdRunIfFree     = "run_if_free"
+	CmdRunFinish     = "run_finish"
+	CmdCancel        = "cancel"
+	CmdList          = "list"
+	CmdServerInfo    = "server_info"
 )
 
 // Error kinds: the language-neutral names an adapter maps its SDK's errors
@@ -45,6 +50,9 @@ const (
 	KindUnavailable     = "unavailable"
 	KindStaleToken      = "stale_token"
 	KindClientClosed    = "client_closed"
+	KindCanceled        = "canceled"
+	KindUnauthenticated = "unauthenticated"
+	KindPermission      = "permission_denied"
 	KindBadCommand      = "bad_command"
 	KindUnsupported     = "unsupported"
 	KindInternal        = "internal"
@@ -75,8 +83,29 @@ const (
 	CapLeaseLostEvent  = "event:lease_lost"
 )
 
-// EventLeaseLost is the event an adapter emits when a guard is poisoned.
-const EventLeaseLost = "lease_lost"
+// Events an adapter emits: lease_lost when a guard is poisoned, lease_event
+// for each event of a lease-event listener (clients connected with
+// lease_events), run_started when run_if_free's function starts.
+const (
+	EventLeaseLost  = "lease_lost"
+	EventLease      = "lease_event"
+	EventRunStarted = "run_started"
+)
+
+// Lease event types in lease_event events.
+const (
+	LeaseRenewed       = "renewed"
+	LeaseRenewalFailed = "renewal_failed"
+	LeaseLost          = "lost"
+	LeaseReleased      = "released"
+)
+
+// Duration units an adapter may declare in hello (duration_unit).
+const (
+	UnitNanoseconds  = "ns"
+	UnitMilliseconds = "ms"
+	UnitSeconds      = "s"
+)
 
 // Request is one line the suite writes.
 type Request struct {
@@ -95,12 +124,29 @@ type Message struct {
 	Event  string `json:"event,omitempty"`
 	Guard  string `json:"guard,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// lease_event fields (Reason too).
+	Type         string `json:"type,omitempty"`
+	Key          string `json:"key,omitempty"`
+	FencingToken U64    `json:"fencing_token,omitempty"`
+	Renewals     int    `json:"renewals,omitempty"`
+	ErrorCode    string `json:"error_code,omitempty"`
+	// run_started (FencingToken too).
+	Run string `json:"run,omitempty"`
 }
 
 // Error is a failed command's answer.
 type Error struct {
 	Kind    string `json:"kind"`
 	Message string `json:"message"`
+	// Code is the SDK's own error code, verbatim ("" when it has none).
+	Code string `json:"code,omitempty"`
+	// Reason is the loss reason of a lease_lost error.
+	Reason string `json:"reason,omitempty"`
+	// CauseCode is the SDK's code of a lease_lost error's cause.
+	CauseCode string `json:"cause_code,omitempty"`
+	// Current is the holder's state a not_acquired error of an acquire
+	// carries.
+	Current *LockState `json:"current,omitempty"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("adapter: %s: %s", e.Kind, e.Message) }
@@ -111,13 +157,21 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Kind == e.Kind && (t.Message == "" || t.Message == e.Message)
 }
 
+// ErrorOf is err as an adapter's answer, or nil.
+func ErrorOf(err error) *Error {
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e
+	}
+	return nil
+}
+
 // KindOf is the error kind of err ("" for nil, KindInternal for an error
 // that is not an adapter's answer).
 func KindOf(err error) string {
 	if err == nil {
 		return ""
 	}
-	if e, ok := errors.AsType[*Error](err); ok {
+	if e := ErrorOf(err); e != nil {
 		return e.Kind
 	}
 	return KindInternal
@@ -129,6 +183,8 @@ type U64 uint64
 
 // MarshalJSON writes the decimal string.
 func (u U64) MarshalJSON() ([]byte, error) { return json.Marshal(strconv.FormatUint(uint64(u), 10)) }
+
+func (u U64) String() string { return strconv.FormatUint(uint64(u), 10) }
 
 // UnmarshalJSON accepts a decimal string (or, leniently, a JSON number).
 func (u *U64) UnmarshalJSON(b []byte) error {
@@ -204,12 +260,31 @@ type HelloResult struct {
 	// Version is the SDK's (or adapter's) version, informational.
 	Version      string   `json:"version,omitempty"`
 	Capabilities []string `json:"capabilities"`
+	// DurationUnit is the unit of the SDK's bare-number durations
+	// (UnitNanoseconds, UnitMilliseconds, UnitSeconds).
+	DurationUnit string `json:"duration_unit,omitempty"`
 }
 
 // ConnectArgs asks for a client of the server at Addr (connect).
 type ConnectArgs struct {
 	Addr     string `json:"addr"`
 	Protocol string `json:"protocol,omitempty"`
+	// Client options; zero values leave the SDK's defaults.
+	RetryBudgetMs    int64             `json:"retry_budget_ms,omitempty"`
+	RequestTimeoutMs int64             `json:"request_timeout_ms,omitempty"`
+	ExpiryMargin     *ExpiryMargin     `json:"expiry_margin,omitempty"`
+	LeaseEvents      bool              `json:"lease_events,omitempty"`
+	BearerToken      string            `json:"bearer_token,omitempty"`
+	Headers          map[string]string `json:"headers,omitempty"`
+	CAFile           string            `json:"ca_file,omitempty"`
+	CertFile         string            `json:"cert_file,omitempty"`
+	KeyFile          string            `json:"key_file,omitempty"`
+}
+
+// ExpiryMargin is connect's expiry_margin.
+type ExpiryMargin struct {
+	DriftFactor float64 `json:"drift_factor"`
+	FixedMs     int64   `json:"fixed_ms"`
 }
 
 // ConnectResult names the client connect made.
@@ -222,10 +297,58 @@ type ConnectResult struct {
 type LockArgs struct {
 	Client string `json:"client"`
 	Key    string `json:"key"`
-	TTLMs  int64  `json:"ttl_ms"`
+	TTLMs  int64  `json:"ttl_ms,omitempty"`
+	// TTLNative is a number in the SDK's own unit, or the string "inf";
+	// when set TTLMs is ignored.
+	TTLNative json.RawMessage `json:"ttl_native,omitempty"`
+	WaitMs    int64           `json:"wait_ms,omitempty"`
+	// WaitUnset: set no wait at all (the SDK's default); WaitMs is ignored.
+	WaitUnset bool   `json:"wait_unset,omitempty"`
+	Holder    string `json:"holder,omitempty"`
+	Try       bool   `json:"try,omitempty"`
+}
+
+// RunIfFreeArgs runs a function under a lock only if the key is free (run_if_free).
+type RunIfFreeArgs struct {
+	Client string `json:"client"`
+	Key    string `json:"key"`
+	Run    string `json:"run"`
+	TTLMs  int64  `json:"ttl_ms,omitempty"`
 	WaitMs int64  `json:"wait_ms,omitempty"`
 	Holder string `json:"holder,omitempty"`
-	Try    bool   `json:"try,omitempty"`
+}
+
+// RunIfFreeResult says whether the function ran, and what it returned.
+type RunIfFreeResult struct {
+	Ran   bool   `json:"ran"`
+	Value string `json:"value,omitempty"`
+}
+
+// RunFinishArgs lets a run_if_free function return (run_finish).
+type RunFinishArgs struct {
+	Run string `json:"run"`
+}
+
+// CancelArgs names the command to cancel (cancel).
+type CancelArgs struct {
+	ID uint64 `json:"id"`
+}
+
+// ListArgs lists the held locks under a prefix (list).
+type ListArgs struct {
+	Client string `json:"client"`
+	Prefix string `json:"prefix"`
+}
+
+// ListResult is every held lock under the prefix.
+type ListResult struct {
+	Locks []LockState `json:"locks"`
+}
+
+// ServerInfoResult is what server_info answers.
+type ServerInfoResult struct {
+	Version string `json:"version"`
+	Backend string `json:"backend"`
 }
 
 // LockResult is the guard lock made, with its fencing token and stamp.
@@ -251,6 +374,16 @@ type FencingTokenResult struct {
 type GuardStateResult struct {
 	State  string `json:"state"`
 	Reason string `json:"reason,omitempty"`
+	// RemainingMs is the time left to the guard's local expiry.
+	RemainingMs *float64 `json:"remaining_ms,omitempty"`
+	// Renewals counts the guard's successful renewals.
+	Renewals *int `json:"renewals,omitempty"`
+}
+
+// ValidateWriteResult is what validate_write answers.
+type ValidateWriteResult struct {
+	// Watermark is the new watermark the SDK returned.
+	Watermark *U64 `json:"watermark,omitempty"`
 }
 
 // ValidateWriteArgs asks validate_write whether a write with Token passes
@@ -284,6 +417,7 @@ type InspectArgs struct {
 
 // LockState is a held lock as inspect reports it.
 type LockState struct {
+	Key          string `json:"key,omitempty"`
 	FencingToken U64    `json:"fencing_token"`
 	Holder       string `json:"holder"`
 	Stamp        Stamp  `json:"stamp"`

@@ -613,6 +613,7 @@ func (e *Engine) GetServerInfo(context.Context, *lockv1.GetServerInfoRequest) (*
 			Fair:   info.Fair,
 		},
 		MaxClockOffset: durationpb.New(max(e.clock.MaxOffset(), 0)),
+		MaxWait:        durationpb.New(e.cfg.MaxWait),
 		ServerStamp:    e.stamp(),
 	}, nil
 }

@@ -354,7 +354,8 @@ func TestAcquireReleaseExtendInspectList(t *testing.T) {
 		t.Fatalf("inspect after release: %v %v", ins, err)
 	}
 	info, err := e.GetServerInfo(ctx, &lockv1.GetServerInfoRequest{})
-	if err != nil || info.GetBackend().GetName() != fakebackend.Name || info.GetBackend().GetShared() || info.GetMaxClockOffset().AsDuration() != 500*time.Millisecond {
+	if err != nil || info.GetBackend().GetName() != fakebackend.Name || info.GetBackend().GetShared() || info.GetMaxClockOffset().AsDuration() != 500*time.Millisecond ||
+		info.GetMaxWait().AsDuration() != engine.DefaultMaxWait {
 		t.Fatalf("server info: %v %v", info, err)
 	}
 }

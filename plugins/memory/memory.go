@@ -237,6 +237,22 @@ func (b *Backend) expire(e *entry, now time.Time) {
 	b.emit(backend.Event{Type: backend.EventExpired, Record: e.record(now)})
 }
 
+// Expire ends the lease held on key now, as if its TTL had just run out:
+// the entry is deleted and EventExpired announced, so waiters wake and the
+// holder's next Extend answers false. It reports whether a lease was held.
+// It exists for tests that run the backend in process (holdfasttest): a
+// lease lost behind its holder's back, without waiting out its TTL.
+func (b *Backend) Expire(key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.live(key, time.Now())
+	if e == nil {
+		return false
+	}
+	b.expire(e, time.Now())
+	return true
+}
+
 // remove deletes e from the map and the heap. b.mu must be held.
 func (b *Backend) remove(e *entry) {
 	delete(b.locks, e.key)

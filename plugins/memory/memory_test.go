@@ -461,3 +461,40 @@ func TestCloseEndsWatchesAndCalls(t *testing.T) {
 	}
 	_ = b.Close()
 }
+
+func TestExpireEndsALeaseNow(t *testing.T) {
+	b := newBackend(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := make(chan backend.Event, 16)
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Watch(ctx, "x/", func(ev backend.Event) error { events <- ev; return nil })
+	}()
+	if ev := <-events; ev.Type != backend.EventSynced {
+		t.Fatalf("first event %v, want synced", ev.Type)
+	}
+	res := acquire(t, b, "x/k", "a", time.Hour)
+	<-events // acquired
+	if !b.Expire("x/k") {
+		t.Fatal("Expire of a held key reported none")
+	}
+	if ev := <-events; ev.Type != backend.EventExpired || ev.Record.FencingToken != res.Record.FencingToken {
+		t.Fatalf("event %v %+v, want expired", ev.Type, ev.Record)
+	}
+	ext, err := b.Extend(ctx, backend.ExtendRequest{Key: "x/k", OwnerToken: "a", TTL: time.Hour})
+	if err != nil || ext.Extended {
+		t.Fatalf("Extend after Expire: %+v %v, want extended=false", ext, err)
+	}
+	next := acquire(t, b, "x/k", "b", time.Hour)
+	if !next.Acquired || next.Record.FencingToken <= res.Record.FencingToken {
+		t.Fatalf("takeover after Expire: %+v", next)
+	}
+	if b.Expire("x/none") {
+		t.Fatal("Expire of a free key reported a lease")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Watch returned %v, want context.Canceled", err)
+	}
+}

@@ -7,7 +7,8 @@
 #      @vVERSION; run the conformance suite on the installed plugin; start
 #      the installed `holdfast serve` and take a lock with the installed CLI;
 #   2. a fresh module that `go get`s sdk-go and takes a lock (and the same
-#      program built on this checkout through go.work, as README shows);
+#      program built on this checkout through go.work, as README shows), and
+#      one whose own test runs holdfasttest;
 #   3. a fresh plugin module that `go get`s core, builds a backend with
 #      Serve, passes `holdfast-conformance backend`, and passes the suite
 #      from its own `go test` after `go get`ting conformance.
@@ -72,6 +73,15 @@ cp "$here/go/client/main.go" .
 run go mod tidy
 run go build -o "$work/bin/client" .
 grep -E "$mod/(sdk-go|proto) " go.mod
+
+step "a fresh module whose own test runs holdfasttest (the server in the test's process)"
+mkdir -p "$work/usertest" && cd "$work/usertest"
+run go mod init example.com/locktest
+run go get "$mod/sdk-go/holdfasttest@v$version"
+cp "$here/go/holdfasttest/loss_test.go" .
+run go mod tidy
+run go test -count=1 .
+grep -E "$mod/sdk-go/holdfasttest " go.mod
 
 step "a fresh module on this checkout instead of a release (README: Go from a checkout)"
 # No proxy holds an unreleased checkout: go.work replaces the modules with

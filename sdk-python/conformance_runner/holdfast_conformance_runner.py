@@ -1,22 +1,26 @@
 """The Python SDK's adapter for holdfast's SDK-level conformance specs.
 
-It reads runner-protocol commands (JSON lines, see
-conformance/sdkrunner/PROTOCOL.md) on stdin, performs each with the asyncio
-client (AsyncClient, AsyncGuard) and writes one result per command, plus
-lease_lost events, on stdout. Logs go to stderr::
+It reads runner-protocol commands (JSON lines, version 1, see
+conformance/sdkrunner/PROTOCOL.md) on stdin, performs each with the SDK's
+public asyncio API (AsyncClient, AsyncGuard) and writes one result per
+command, plus events, on stdout. Logs go to stderr::
 
-    holdfast-conformance sdk --runner "sdk-python/.venv/bin/python sdk-python/conformance_runner/holdfast_conformance_runner.py"
+    holdfast-conformance sdk --runner \\
+        "sdk-python/.venv/bin/python sdk-python/conformance_runner/holdfast_conformance_runner.py"
 
 64-bit integers (fencing tokens, HLC wall times) travel as decimal strings.
-Durations on the wire are milliseconds; the SDK takes seconds.
+Durations on the wire are milliseconds; the SDK takes seconds (``ttl_native``
+is passed as written: a bare number of seconds).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
-from typing import Any, Optional
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import holdfast
 from holdfast import (
@@ -24,17 +28,25 @@ from holdfast import (
     AsyncGuard,
     ClientClosedError,
     ClockOffsetError,
+    ExpiryMargin,
+    HoldfastError,
     InvalidArgumentError,
+    LeaseEvent,
     LeaseLostError,
     LockReleasedError,
+    LockState,
     NotAcquiredError,
+    PermissionDeniedError,
     StaleTokenError,
     Timestamp,
+    UnauthenticatedError,
     UnavailableError,
     validate_write,
 )
 
 PROTOCOL_VERSION = 1
+Result = dict[str, Any]
+Args = dict[str, Any]
 
 
 class CommandError(Exception):
@@ -45,177 +57,362 @@ class CommandError(Exception):
         self.kind = kind
 
 
-def kind_of(err: BaseException) -> str:
-    if isinstance(err, CommandError):
-        return err.kind
-    if isinstance(err, NotAcquiredError):
-        return "not_acquired"
+_KINDS: list[tuple[type[BaseException], str]] = [
+    (CommandError, ""),
+    (NotAcquiredError, "not_acquired"),
+    (LeaseLostError, "lease_lost"),
+    (LockReleasedError, "released"),
+    (StaleTokenError, "stale_token"),
+    (InvalidArgumentError, "invalid_argument"),
+    (ClockOffsetError, "invalid_argument"),
+    (UnavailableError, "unavailable"),
+    (UnauthenticatedError, "unauthenticated"),
+    (PermissionDeniedError, "permission_denied"),
+    (ClientClosedError, "client_closed"),
+    (asyncio.CancelledError, "canceled"),
+]
+
+
+def error_object(err: BaseException) -> Result:
+    """The protocol's error object for what a command raised."""
+    kind = "internal"
+    for cls, name in _KINDS:
+        if isinstance(err, cls):
+            kind = err.kind if isinstance(err, CommandError) else name
+            break
+    out: Result = {"kind": kind, "message": str(err) or type(err).__name__}
+    if isinstance(err, HoldfastError):
+        out["code"] = err.code
     if isinstance(err, LeaseLostError):
-        return "lease_lost"
-    if isinstance(err, LockReleasedError):
-        return "released"
-    if isinstance(err, StaleTokenError):
-        return "stale_token"
-    if isinstance(err, (InvalidArgumentError, ClockOffsetError)):
-        return "invalid_argument"
-    if isinstance(err, UnavailableError):
-        return "unavailable"
-    if isinstance(err, ClientClosedError):
-        return "client_closed"
-    return "internal"
+        out["reason"] = err.reason
+        if isinstance(err.__cause__, HoldfastError):
+            out["cause_code"] = err.__cause__.code
+    if isinstance(err, NotAcquiredError) and err.current is not None:
+        out["current"] = lock_state(err.current)
+    return out
 
 
-def reason(r: str) -> str:
-    """The SDK's reasons are the protocol's (and the Go SDK's) names."""
-    return r
-
-
-def stamp(t: Timestamp) -> dict[str, Any]:
+def stamp(t: Timestamp) -> Result:
+    """A stamp in the protocol's form."""
     return {"wall_time_ns": str(t.wall_time_ns), "logical": t.logical}
 
 
-def write(msg: dict[str, Any]) -> None:
+def lock_state(s: LockState) -> Result:
+    """A held lock in the protocol's form."""
+    return {
+        "key": s.key,
+        "fencing_token": str(s.fencing_token),
+        "holder": s.holder,
+        "stamp": stamp(s.stamp),
+        "waiters": s.waiters,
+    }
+
+
+def write(msg: Result) -> None:
+    """Writes one line to stdout (all writes happen on the event loop's thread)."""
     sys.stdout.write(json.dumps(msg) + "\n")
     sys.stdout.flush()
 
 
-def arg_str(args: dict[str, Any], name: str) -> str:
+def arg_str(args: Args, name: str) -> str:
+    """A required non-empty string argument."""
     v = args.get(name)
     if not isinstance(v, str) or not v:
         raise CommandError("bad_command", f"argument {name}: want a non-empty string")
     return v
 
 
-def arg_ms(args: dict[str, Any], name: str) -> float:
+def arg_ms(args: Args, name: str) -> float:
+    """A number of milliseconds, in seconds (absent: 0)."""
     v = args.get(name, 0)
-    if not isinstance(v, (int, float)):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise CommandError("bad_command", f"argument {name}: want a number of milliseconds")
     return float(v) / 1000.0
 
 
-def arg_u64(args: dict[str, Any], name: str) -> int:
+def arg_u64(args: Args, name: str) -> int:
+    """A 64-bit integer sent as a decimal string."""
     v = args.get(name)
     if not isinstance(v, str) or not v.isdigit():
         raise CommandError("bad_command", f"argument {name}: want a decimal string")
     return int(v)
 
 
+def ttl_of(args: Args) -> Any | None:
+    """The lock's TTL as the SDK gets it: ttl_native as written (a bare
+    number of seconds, "inf" the float infinity), else ttl_ms in seconds,
+    else None (the SDK's default)."""
+    if "ttl_native" in args:
+        v = args["ttl_native"]
+        return math.inf if v == "inf" else v
+    if "ttl_ms" in args:
+        return arg_ms(args, "ttl_ms")
+    return None
+
+
 class Adapter:
+    """The clients, guards and runs a run of the suite created."""
+
     def __init__(self) -> None:
         self.clients: dict[str, AsyncClient] = {}
         self.guards: dict[str, AsyncGuard] = {}
+        self.guard_ids: dict[tuple[str, int], str] = {}  # (key, fencing token) -> id, for lease events
+        self.runs: dict[str, asyncio.Event] = {}
+        self.tasks: dict[Any, asyncio.Task[None]] = {}  # command id -> its task, for cancel
         self.seq = 0
 
     def next_id(self, prefix: str) -> str:
+        """A fresh id: c1, g2, ..."""
         self.seq += 1
         return f"{prefix}{self.seq}"
 
-    def client(self, args: dict[str, Any]) -> AsyncClient:
+    def client(self, args: Args) -> AsyncClient:
+        """The client named by args["client"]."""
         cid = arg_str(args, "client")
         if cid not in self.clients:
             raise CommandError("bad_command", f"unknown client {cid!r}")
         return self.clients[cid]
 
-    def guard(self, args: dict[str, Any]) -> tuple[str, AsyncGuard]:
+    def guard(self, args: Args) -> AsyncGuard:
+        """The guard named by args["guard"]."""
         gid = arg_str(args, "guard")
         if gid not in self.guards:
             raise CommandError("bad_command", f"unknown guard {gid!r}")
-        return gid, self.guards[gid]
+        return self.guards[gid]
 
-    async def handle(self, cmd: str, args: dict[str, Any]) -> dict[str, Any]:
-        if cmd == "hello":
-            return {
-                "protocol_version": PROTOCOL_VERSION,
-                "sdk": "python",
-                "version": f"holdfast (this source tree), python {sys.version.split()[0]}",
-                "capabilities": ["protocol:connect", "protocol:grpc", "protocol:grpc-web", "clock_update", "event:lease_lost"],
-            }
-        if cmd == "connect":
-            protocol = args.get("protocol") or "connect"
-            if protocol not in ("connect", "grpc", "grpc-web"):
-                raise CommandError("unsupported", f"protocol {protocol}")
-            cid = self.next_id("c")
-            self.clients[cid] = AsyncClient(arg_str(args, "addr"), protocol=protocol)
-            return {"client": cid}
-        if cmd == "lock":
-            c = self.client(args)
-            holder: Optional[str] = args.get("holder") or None
-            wait = 0.0 if args.get("try") else arg_ms(args, "wait_ms")
-            g = await c.acquire(arg_str(args, "key"), ttl=arg_ms(args, "ttl_ms"), wait=wait, holder=holder)
-            gid = self.next_id("g")
-            self.guards[gid] = g
-            g.add_lost_callback(lambda err: write({"event": "lease_lost", "guard": gid, "reason": reason(err.reason)}))
-            return {"guard": gid, "fencing_token": str(g.fencing_token), "stamp": stamp(g.stamp)}
-        if cmd == "unlock":
-            # The SDK's own semantics: a lost lease raises LeaseLostError, a
-            # second unlock after a successful one is a no-op.
-            _, g = self.guard(args)
-            await g.unlock()
-            return {}
-        if cmd == "extend":
-            _, g = self.guard(args)
-            ttl = arg_ms(args, "ttl_ms")
-            await g.extend(ttl if ttl > 0 else None)
-            return {}
-        if cmd == "fencing_token":
-            _, g = self.guard(args)
-            return {"fencing_token": str(g.fencing_token)}
-        if cmd == "guard_state":
-            _, g = self.guard(args)
-            if g.held:
-                return {"state": "held"}
-            if g.lost_error is not None:
-                return {"state": "lost", "reason": reason(g.lost_error.reason)}
-            return {"state": "released"}
-        if cmd == "validate_write":
-            validate_write(arg_u64(args, "token"), arg_u64(args, "watermark"))
-            return {}
-        if cmd == "clock_now":
-            return {"stamp": stamp(self.client(args).clock.now())}
-        if cmd == "clock_update":
-            c = self.client(args)
-            s = args.get("stamp")
-            if not isinstance(s, dict) or not isinstance(s.get("wall_time_ns"), str):
-                raise CommandError("bad_command", "argument stamp: want {wall_time_ns: decimal string, logical: number}")
-            c.clock.update(Timestamp(int(s["wall_time_ns"]), int(s.get("logical", 0))))
-            return {}
-        if cmd == "inspect":
-            st = await self.client(args).inspect(arg_str(args, "key"))
-            if st is None:
-                return {"held": False}
-            return {
-                "held": True,
-                "state": {"fencing_token": str(st.fencing_token), "holder": st.holder, "stamp": stamp(st.stamp), "waiters": st.waiters},
-            }
-        if cmd == "close":
-            cid = arg_str(args, "client")
-            c = self.client(args)
-            del self.clients[cid]
-            await c.close()
-            return {}
-        raise CommandError("unsupported", f"unknown command {cmd!r}")
+    def lease_event(self, ev: LeaseEvent) -> None:
+        """The client's on_lease_event listener: one lease_event line each."""
+        out: Result = {"event": "lease_event", "type": ev.type, "key": ev.key, "fencing_token": str(ev.fencing_token)}
+        gid = self.guard_ids.get((ev.key, ev.fencing_token))
+        if gid is not None:
+            out["guard"] = gid
+        if ev.type == "renewed":
+            out["renewals"] = ev.renewals
+        if ev.reason is not None:
+            out["reason"] = ev.reason
+        cause = ev.error.__cause__ if ev.type == "lost" and ev.error is not None else ev.error
+        if isinstance(cause, HoldfastError):
+            out["error_code"] = cause.code
+        write(out)
 
-    async def close_all(self) -> None:
+    def track(self, guard: AsyncGuard) -> Result:
+        """Registers a new guard and its lease_lost event; the lock result."""
+        gid = self.next_id("g")
+        self.guards[gid] = guard
+        self.guard_ids[(guard.key, guard.fencing_token)] = gid
+        guard.add_lost_callback(lambda err: write({"event": "lease_lost", "guard": gid, "reason": err.reason}))
+        return {"guard": gid, "fencing_token": str(guard.fencing_token), "stamp": stamp(guard.stamp)}
+
+    # ---- commands ----
+
+    async def cmd_hello(self, args: Args) -> Result:
+        """The handshake."""
+        return {
+            "protocol_version": PROTOCOL_VERSION,
+            "sdk": "python",
+            "version": holdfast.__version__,
+            "duration_unit": "s",
+            "capabilities": ["protocol:connect", "protocol:grpc-web", "clock_update", "event:lease_lost"],
+        }
+
+    async def cmd_connect(self, args: Args) -> Result:
+        """A new client with the options the suite gives."""
+        protocol = args.get("protocol") or "connect"
+        if protocol not in ("connect", "grpc-web"):
+            raise CommandError("unsupported", f"protocol {protocol}")
+        opts: dict[str, Any] = {}
+        if "retry_budget_ms" in args:
+            opts["retry_budget"] = arg_ms(args, "retry_budget_ms")
+        if "request_timeout_ms" in args:
+            opts["request_timeout"] = arg_ms(args, "request_timeout_ms")
+        margin = args.get("expiry_margin")
+        if isinstance(margin, dict):
+            opts["expiry_margin"] = ExpiryMargin(
+                drift_factor=margin.get("drift_factor", 0.01),
+                fixed=arg_ms(margin, "fixed_ms") if "fixed_ms" in margin else 0.02,
+            )
+        if args.get("lease_events"):
+            opts["on_lease_event"] = self.lease_event
+        for name in ("bearer_token", "ca_file", "cert_file", "key_file"):
+            if args.get(name):
+                opts[name] = args[name]
+        if isinstance(args.get("headers"), dict):
+            opts["headers"] = args["headers"]
+        cid = self.next_id("c")
+        self.clients[cid] = AsyncClient(args.get("addr"), protocol=protocol, **opts)  # type: ignore[arg-type]
+        return {"client": cid}
+
+    async def cmd_lock(self, args: Args) -> Result:
+        """acquire, or try_acquire with try: true."""
+        c = self.client(args)
+        k = arg_str(args, "key")
+        holder: str | None = args.get("holder") or None
+        ttl = ttl_of(args)
+        if args.get("try"):
+            # try_acquire takes no wait: a wait_ms given with it has nowhere to go.
+            got = await c.try_acquire(k, ttl=ttl, holder=holder)
+            if got is None:
+                # The SDK's answer for "held" is None; its error for the
+                # situation (and so the code) is NotAcquiredError's.
+                raise NotAcquiredError(k, None)
+            return self.track(got)
+        wait = None if args.get("wait_unset") else arg_ms(args, "wait_ms")
+        return self.track(await c.acquire(k, ttl=ttl, wait=wait, holder=holder))
+
+    async def cmd_unlock(self, args: Args) -> Result:
+        """unlock(): a lost lease raises LeaseLostError; a second unlock is a no-op."""
+        await self.guard(args).unlock()
+        return {}
+
+    async def cmd_extend(self, args: Args) -> Result:
+        """extend(ttl), 0: the guard's TTL."""
+        ttl = arg_ms(args, "ttl_ms")
+        await self.guard(args).extend(ttl if ttl > 0 else None)
+        return {}
+
+    async def cmd_fencing_token(self, args: Args) -> Result:
+        """The token accessor."""
+        return {"fencing_token": str(self.guard(args).fencing_token)}
+
+    async def cmd_guard_state(self, args: Args) -> Result:
+        """The guard's own view."""
+        g = self.guard(args)
+        out: Result = {"remaining_ms": g.remaining() * 1000, "renewals": g.renewals}
+        if g.held:
+            out["state"] = "held"
+        elif g.lost_error is not None:
+            out.update(state="lost", reason=g.lost_error.reason)
+        else:
+            out["state"] = "released"
+        return out
+
+    async def cmd_run_if_free(self, args: Args) -> Result:
+        """run_if_free(fn): fn reports run_started and waits for run_finish."""
+        c = self.client(args)
+        run = arg_str(args, "run")
+        holder: str | None = args.get("holder") or None
+
+        async def fn(guard: AsyncGuard) -> str:
+            token = str(guard.fencing_token)
+            finish = self.runs.setdefault(run, asyncio.Event())
+            write({"event": "run_started", "run": run, "fencing_token": token})
+            await finish.wait()
+            return token
+
+        ttl = arg_ms(args, "ttl_ms") if "ttl_ms" in args else None
+        try:
+            res = await c.run_if_free(arg_str(args, "key"), fn, ttl=ttl, holder=holder)
+        finally:
+            self.runs.pop(run, None)
+        return {"ran": True, "value": res.value} if res.ran else {"ran": False}
+
+    async def cmd_run_finish(self, args: Args) -> Result:
+        """Lets a run_if_free's function return."""
+        run = arg_str(args, "run")
+        if run not in self.runs:
+            raise CommandError("bad_command", f"unknown run {run!r}")
+        self.runs[run].set()
+        return {}
+
+    async def cmd_cancel(self, args: Args) -> Result:
+        """Cancels the task of command args["id"] (if still running)."""
+        task = self.tasks.get(args.get("id"))
+        if task is not None:
+            task.cancel()
+        return {}
+
+    async def cmd_validate_write(self, args: Args) -> Result:
+        """The resource-side check; the new watermark."""
+        return {"watermark": str(validate_write(arg_u64(args, "token"), arg_u64(args, "watermark")))}
+
+    async def cmd_clock_now(self, args: Args) -> Result:
+        """Ticks and reads the client's HLC."""
+        return {"stamp": stamp(self.client(args).clock.now())}
+
+    async def cmd_clock_update(self, args: Args) -> Result:
+        """Merges a remote stamp into the client's HLC."""
+        c = self.client(args)
+        s = args.get("stamp")
+        if not isinstance(s, dict) or not isinstance(s.get("wall_time_ns"), str):
+            raise CommandError("bad_command", "argument stamp: want {wall_time_ns: decimal string, logical: number}")
+        c.clock.update(Timestamp(int(s["wall_time_ns"]), int(s.get("logical", 0))))
+        return {}
+
+    async def cmd_inspect(self, args: Args) -> Result:
+        """Who holds the key."""
+        st = await self.client(args).inspect(arg_str(args, "key"))
+        return {"held": False} if st is None else {"held": True, "state": lock_state(st)}
+
+    async def cmd_list(self, args: Args) -> Result:
+        """Every held lock under the prefix."""
+        prefix = args.get("prefix") or ""
+        return {"locks": [lock_state(s) async for s in self.client(args).list(prefix)]}
+
+    async def cmd_server_info(self, args: Args) -> Result:
+        """The server's version and backend."""
+        info = await self.client(args).server_info()
+        return {"version": info.version, "backend": info.backend.name}
+
+    async def cmd_close(self, args: Args) -> Result:
+        """Closes one client (the shutdown close is handled by main)."""
+        cid = arg_str(args, "client")
+        c = self.client(args)
+        del self.clients[cid]
+        await c.close()
+        return {}
+
+    # ---- plumbing ----
+
+    def handler(self, cmd: str) -> Callable[[Args], Awaitable[Result]]:
+        """The method for a command name."""
+        fn = getattr(self, f"cmd_{cmd}", None) if cmd.isidentifier() else None
+        if fn is None:
+
+            async def unknown(_: Args) -> Result:
+                raise CommandError("unsupported", f"unknown command {cmd!r}")
+
+            return unknown
+        return fn  # type: ignore[no-any-return]
+
+    async def run_one(self, req: Result) -> None:
+        """Runs one command and writes its one response."""
+        rid = req.get("id")
+        args = req.get("args") or {}
+        try:
+            result = await self.handler(str(req.get("cmd", "")))(args)
+        except (Exception, asyncio.CancelledError) as e:  # noqa: BLE001 - every failure is an answer
+            write({"id": rid, "error": error_object(e)})
+        else:
+            write({"id": rid, "result": result})
+        finally:
+            self.tasks.pop(rid, None)
+
+    def start(self, req: Result) -> None:
+        """Starts a command on its own task: a lock that waits on the server
+        must not hold up the unlock that frees it."""
+        task = asyncio.get_running_loop().create_task(self.run_one(req))
+        self.tasks[req.get("id")] = task
+
+    async def shutdown(self) -> None:
+        """Ends what is still running and closes every client (releasing the
+        guards still held)."""
+        for event in self.runs.values():
+            event.set()
+        for task in list(self.tasks.values()):
+            task.cancel()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks.values()))
         clients = list(self.clients.values())
         self.clients.clear()
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
-    async def run_one(self, req: dict[str, Any]) -> None:
-        rid = req.get("id")
-        try:
-            result = await self.handle(req.get("cmd", ""), req.get("args") or {})
-        except Exception as e:  # noqa: BLE001 - every failure becomes an answer
-            write({"id": rid, "error": {"kind": kind_of(e), "message": str(e)}})
-        else:
-            write({"id": rid, "result": result})
-
 
 async def main() -> int:
+    """Serves commands from stdin until close (without a client) or EOF."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=4 << 20)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     adapter = Adapter()
-    tasks: set[asyncio.Task[None]] = set()
     close_id: Any = None
     while True:
         line = await reader.readline()
@@ -231,19 +428,13 @@ async def main() -> int:
         if req.get("cmd") == "close" and not (req.get("args") or {}).get("client"):
             close_id = req.get("id")
             break
-        # Each command runs on its own: a lock that waits on the server must
-        # not hold up the unlock that frees it.
-        t = loop.create_task(adapter.run_one(req))
-        tasks.add(t)
-        t.add_done_callback(tasks.discard)
-    await adapter.close_all()
-    if tasks:
-        await asyncio.gather(*tasks, return_exceptions=True)
+        adapter.start(req)
+    await adapter.shutdown()
     if close_id is not None:
         write({"id": close_id, "result": {}})
     return 0
 
 
 if __name__ == "__main__":
-    print(f"conformance runner: holdfast from {holdfast.__file__}", file=sys.stderr)
+    print(f"conformance runner: holdfast {holdfast.__version__} from {holdfast.__file__}", file=sys.stderr)
     sys.exit(asyncio.run(main()))

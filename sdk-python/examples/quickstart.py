@@ -8,6 +8,7 @@ import holdfast
 
 
 async def main() -> None:
+    """Takes, extends and releases examples/report, then again with the blocking client."""
     addr = os.environ.get("HOLDFAST_ADDR", "http://127.0.0.1:7410")
     async with holdfast.AsyncClient(addr, holder="quickstart") as client:
         # The guard's watchdog renews the 10 s lease about every 3 s.
@@ -23,15 +24,14 @@ async def main() -> None:
             print(f"extended: {guard.remaining():.1f} s left")
 
             try:
-                await client.acquire("examples/report", ttl=10)
+                await client.acquire("examples/report", ttl=10, wait=0)
             except holdfast.NotAcquiredError as e:
                 print(f"as expected, not acquired: held by {e.current.holder if e.current else '?'}")
         print("released at the end of the block")
 
     # The blocking client does the same from plain threads.
-    with holdfast.Client(addr) as sync_client:
-        with sync_client.lock("examples/report", ttl=10) as guard:
-            print(f"sync client holds token {guard.fencing_token} (watermark was {watermark})")
+    with holdfast.Client(addr) as sync_client, sync_client.lock("examples/report", ttl=10) as guard:
+        print(f"sync client holds token {guard.fencing_token} (watermark was {watermark})")
 
 
 if __name__ == "__main__":

@@ -8,18 +8,23 @@ HOLDFAST_REQUIRE_SERVICES=1 (set by `make test`), in which case they fail.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
+import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Optional, Union
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+import pyqwest
 import pytest
 
 import holdfast
+import holdfast.testing
+from holdfast._transport import HttpxTransport
+from holdfast.lock.v1.lock_connect import LockServiceClient
 
 ADDR = os.environ.get("HOLDFAST_ADDR")
-SERVER_PID: Optional[int] = int(os.environ["HOLDFAST_SERVER_PID"]) if os.environ.get("HOLDFAST_SERVER_PID") else None
+SERVER_PID: int | None = int(os.environ["HOLDFAST_SERVER_PID"]) if os.environ.get("HOLDFAST_SERVER_PID") else None
 
 
 @pytest.fixture
@@ -30,6 +35,17 @@ def addr() -> str:
             pytest.fail(msg)
         pytest.skip(msg)
     return ADDR
+
+
+@pytest.fixture(scope="session")
+def server_binary() -> str:
+    """The holdfast binary for tests that start servers of their own."""
+    try:
+        return holdfast.testing.find_binary()
+    except holdfast.testing.ServerStartError as e:
+        if os.environ.get("HOLDFAST_REQUIRE_SERVICES") == "1":
+            pytest.fail(str(e))
+        pytest.skip(str(e))
 
 
 @pytest.fixture
@@ -48,7 +64,7 @@ def key(name: str) -> str:
     return f"py/{name}/{secrets.token_hex(6)}"
 
 
-async def eventually(what: str, cond: Callable[[], Union[bool, Awaitable[bool]]], timeout: float = 5.0) -> None:
+async def eventually(what: str, cond: Callable[[], bool | Awaitable[bool]], timeout: float = 5.0) -> None:
     """Polls cond until it holds or the deadline passes."""
     deadline = time.monotonic() + timeout
     while True:
@@ -60,3 +76,46 @@ async def eventually(what: str, cond: Callable[[], Union[bool, Awaitable[bool]]]
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def raw_client(addr: str) -> AsyncIterator[LockServiceClient]:
+    """The generated client, without the SDK, for what a test does behind
+    the SDK's back (on the SDK's transport: pyqwest's own aborts at exit)."""
+    transport = HttpxTransport()
+    try:
+        yield LockServiceClient(addr, http_client=pyqwest.Client(transport), send_compression=None)
+    finally:
+        await transport.aclose()
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        states = []
+        for t in tasks:
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                # The state follows the command name, which is in parentheses.
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+    except FileNotFoundError:
+        return False
+    return all(s in ("T", "t") for s in states)
+
+
+@contextlib.contextmanager
+def paused_server(timeout: float = 5.0) -> Iterator[None]:
+    """Freezes the server (SIGSTOP) for the block: returns once every one of
+    its threads has stopped (a signal is delivered asynchronously; until
+    then the server may still answer), and resumes it (SIGCONT) after."""
+    if SERVER_PID is None:
+        pytest.fail("HOLDFAST_SERVER_PID unset (run through scripts/with-server.sh)")
+    os.kill(SERVER_PID, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + timeout
+        while not _all_threads_stopped(SERVER_PID):
+            if time.monotonic() > deadline:
+                pytest.fail(f"the server (pid {SERVER_PID}) did not stop within {timeout}s")
+            time.sleep(0.001)
+        yield
+    finally:
+        os.kill(SERVER_PID, signal.SIGCONT)

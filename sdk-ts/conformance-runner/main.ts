@@ -3,8 +3,9 @@
  *
  * It reads runner-protocol commands (JSON lines, one per line, see
  * conformance/sdkrunner/PROTOCOL.md) on stdin, performs each with this SDK's
- * ergonomic layer (createClient, lock builder, Guard) and writes one result
- * per command, plus lease_lost events, on stdout. Logs go to stderr.
+ * public API (createClient and its options, the lock builder, Guard,
+ * runIfFree) and writes one result per command, plus events, on stdout.
+ * Logs go to stderr.
  *
  *   npm run build:conformance-runner
  *   holdfast-conformance sdk --runner "node build-conformance-runner/conformance-runner/main.js"
@@ -12,30 +13,40 @@
  * 64-bit integers (fencing tokens, HLC wall times) travel as decimal
  * strings, so nothing is rounded to a double.
  */
+import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import {
   ClientClosedError,
   ClockOffsetError,
-  Guard,
+  HoldfastError,
   InvalidArgumentError,
   LeaseLostError,
   LockReleasedError,
   NotAcquiredError,
+  PermissionDeniedError,
   StaleTokenError,
   Timestamp,
+  UnauthenticatedError,
   UnavailableError,
   createClient,
   validateWrite,
   type Client,
-  type LeaseLostReason,
+  type Guard,
+  type LeaseEvent,
+  type LockBuilder,
+  type LockState,
+  type Logger,
+  type NodeClientOptions,
 } from "../src/node.js";
 
 const PROTOCOL_VERSION = 1;
 
+type Args = Record<string, unknown>;
+
 interface Request {
   id: number;
   cmd: string;
-  args?: Record<string, unknown>;
+  args?: Args;
 }
 
 /** A command's failure, with the protocol's language-neutral kind. */
@@ -43,6 +54,7 @@ class CommandError extends Error {
   constructor(
     readonly kind: string,
     message: string,
+    readonly code?: string,
   ) {
     super(message);
   }
@@ -50,10 +62,101 @@ class CommandError extends Error {
 
 const clients = new Map<string, Client>();
 const guards = new Map<string, Guard>();
+/** Fencing token -> guard id, so lease events name their guard. */
+const guardIds = new Map<bigint, string>();
+/** Commands in flight, by id, with the controller `cancel` aborts. */
+const inFlight = new Map<number, { controller: AbortController; done: Promise<void> }>();
+/** run_if_free functions waiting for run_finish, by run name. */
+const runs = new Map<string, () => void>();
+/** Aborts what the adapter itself waits on (run_if_free functions) at shutdown. */
+const shutdownSignal = new AbortController();
 let seq = 0;
 
 function write(msg: unknown): void {
   process.stdout.write(JSON.stringify(msg) + "\n");
+}
+
+/** Logs of the SDK go to stderr: stdout is the protocol's. */
+const stderrLogger: Logger = {
+  debug: () => undefined,
+  info: (m, f) => {
+    console.error(`[info] ${m}`, f ?? "");
+  },
+  warn: (m, f) => {
+    console.error(`[warn] ${m}`, f ?? "");
+  },
+  error: (m, f) => {
+    console.error(`[error] ${m}`, f ?? "");
+  },
+};
+
+// ---- arguments ----
+
+function str(args: Args, name: string): string {
+  const v = args[name];
+  if (typeof v !== "string" || v === "") throw new CommandError("bad_command", `argument ${name}: want a non-empty string`);
+  return v;
+}
+
+function optStr(args: Args, name: string): string | undefined {
+  const v = args[name];
+  if (v === undefined || v === null || v === "") return undefined;
+  if (typeof v !== "string") throw new CommandError("bad_command", `argument ${name}: want a string`);
+  return v;
+}
+
+function optNum(args: Args, name: string): number | undefined {
+  const v = args[name];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "number") throw new CommandError("bad_command", `argument ${name}: want a number`);
+  return v;
+}
+
+function u64(args: Args, name: string): bigint {
+  const v = args[name];
+  if (typeof v !== "string" || !/^[0-9]+$/.test(v)) throw new CommandError("bad_command", `argument ${name}: want a decimal string`);
+  return BigInt(v);
+}
+
+function client(args: Args): Client {
+  const id = str(args, "client");
+  const c = clients.get(id);
+  if (!c) throw new CommandError("bad_command", `unknown client ${JSON.stringify(id)}`);
+  return c;
+}
+
+function guard(args: Args): Guard {
+  const id = str(args, "guard");
+  const g = guards.get(id);
+  if (!g) throw new CommandError("bad_command", `unknown guard ${JSON.stringify(id)}`);
+  return g;
+}
+
+/** The TTL: ttl_native passed as written (TypeScript's unit is the millisecond; "inf" is Infinity), else ttl_ms. */
+function ttlOf(args: Args): number | undefined {
+  const native = args.ttl_native;
+  if (native !== undefined && native !== null) {
+    if (native === "inf") return Infinity;
+    if (typeof native !== "number") throw new CommandError("bad_command", 'ttl_native: want a number or "inf"');
+    return native;
+  }
+  const ms = optNum(args, "ttl_ms");
+  return ms === undefined || ms === 0 ? undefined : ms;
+}
+
+// ---- results ----
+
+function stamp(t: Timestamp): { wall_time_ns: string; logical: number } {
+  return { wall_time_ns: t.wallTimeNs.toString(), logical: t.logical };
+}
+
+function lockState(st: LockState): Record<string, unknown> {
+  return { key: st.key, fencing_token: st.fencingToken.toString(), holder: st.holder, stamp: stamp(st.stamp), waiters: st.waiters };
+}
+
+function codeOf(err: unknown): string | undefined {
+  if (err instanceof HoldfastError) return err.code;
+  return err instanceof CommandError ? err.code : undefined;
 }
 
 function kindOf(err: unknown): string {
@@ -64,59 +167,161 @@ function kindOf(err: unknown): string {
   if (err instanceof StaleTokenError) return "stale_token";
   if (err instanceof InvalidArgumentError || err instanceof ClockOffsetError) return "invalid_argument";
   if (err instanceof UnavailableError) return "unavailable";
+  if (err instanceof UnauthenticatedError) return "unauthenticated";
+  if (err instanceof PermissionDeniedError) return "permission_denied";
   if (err instanceof ClientClosedError) return "client_closed";
   return "internal";
 }
 
-/** The SDK's reasons are the protocol's (and the Go SDK's) names. */
-function reason(r: LeaseLostReason): string {
-  return r;
+/** The protocol's error object for what a command threw; `canceled` when it is the rejection of a cancel. */
+function errorOf(err: unknown, cancelReason: unknown): Record<string, unknown> {
+  const out: Record<string, unknown> = {
+    kind: err === cancelReason ? "canceled" : kindOf(err),
+    message: err instanceof Error ? err.message : String(err),
+  };
+  const code = codeOf(err);
+  if (code !== undefined) out.code = code;
+  if (err instanceof LeaseLostError) {
+    out.reason = err.reason;
+    const causeCode = codeOf(err.cause);
+    if (causeCode !== undefined) out.cause_code = causeCode;
+  }
+  if (err instanceof NotAcquiredError && err.current) out.current = lockState(err.current);
+  return out;
 }
 
-function stamp(t: Timestamp): { wall_time_ns: string; logical: number } {
-  return { wall_time_ns: t.wallTimeNs.toString(), logical: t.logical };
-}
-
-function str(args: Record<string, unknown>, name: string): string {
-  const v = args[name];
-  if (typeof v !== "string" || v === "") throw new CommandError("bad_command", `argument ${name}: want a non-empty string`);
-  return v;
-}
-
-function num(args: Record<string, unknown>, name: string): number {
-  const v = args[name] ?? 0;
-  if (typeof v !== "number") throw new CommandError("bad_command", `argument ${name}: want a number`);
-  return v;
-}
-
-function u64(args: Record<string, unknown>, name: string): bigint {
-  const v = args[name];
-  if (typeof v !== "string" || !/^[0-9]+$/.test(v)) throw new CommandError("bad_command", `argument ${name}: want a decimal string`);
-  return BigInt(v);
-}
-
-function client(args: Record<string, unknown>): Client {
-  const id = str(args, "client");
-  const c = clients.get(id);
-  if (!c) throw new CommandError("bad_command", `unknown client ${JSON.stringify(id)}`);
-  return c;
-}
-
-function guard(args: Record<string, unknown>): [string, Guard] {
-  const id = str(args, "guard");
-  const g = guards.get(id);
-  if (!g) throw new CommandError("bad_command", `unknown guard ${JSON.stringify(id)}`);
-  return [id, g];
-}
-
-function guardState(g: Guard): { state: string; reason?: string } {
-  if (g.held) return { state: "held" };
+function guardState(g: Guard): Record<string, unknown> {
+  const base = { remaining_ms: g.remainingMs(), renewals: g.renewals };
+  if (g.held) return { state: "held", ...base };
   const lost = g.lostError;
-  if (lost) return { state: "lost", reason: reason(lost.reason) };
-  return { state: "released" };
+  if (lost) return { state: "lost", reason: lost.reason, ...base };
+  return { state: "released", ...base };
 }
 
-async function handle(cmd: string, args: Record<string, unknown>): Promise<unknown> {
+// ---- SDK calls ----
+
+function leaseEvent(e: LeaseEvent): void {
+  const msg: Record<string, unknown> = { event: "lease_event", type: e.type, key: e.key, fencing_token: e.fencingToken.toString() };
+  const id = guardIds.get(e.fencingToken);
+  if (id !== undefined) msg.guard = id;
+  switch (e.type) {
+    case "renewed":
+      msg.renewals = e.renewals;
+      break;
+    case "renewal_failed": {
+      const code = codeOf(e.error);
+      if (code !== undefined) msg.error_code = code;
+      break;
+    }
+    case "lost": {
+      msg.reason = e.reason;
+      const code = codeOf(e.error.cause);
+      if (code !== undefined) msg.error_code = code;
+      break;
+    }
+    case "released":
+      break;
+  }
+  write(msg);
+}
+
+/** connect's client options, each handed to the SDK's own option for it. */
+function clientOptions(args: Args): NodeClientOptions {
+  const protocol = optStr(args, "protocol") ?? "connect";
+  if (protocol !== "connect" && protocol !== "grpc" && protocol !== "grpc-web") throw new CommandError("unsupported", `protocol ${protocol}`);
+  const opts: NodeClientOptions = { protocol, logger: stderrLogger };
+  const retryBudget = optNum(args, "retry_budget_ms");
+  if (retryBudget !== undefined) opts.retryBudget = retryBudget;
+  const requestTimeout = optNum(args, "request_timeout_ms");
+  if (requestTimeout !== undefined) opts.requestTimeout = requestTimeout;
+  const margin = args.expiry_margin as { drift_factor?: number; fixed_ms?: number } | undefined;
+  if (margin) opts.expiryMargin = { driftFactor: margin.drift_factor ?? 0, fixed: margin.fixed_ms ?? 0 };
+  if (args.lease_events === true) opts.onLeaseEvent = leaseEvent;
+  const token = optStr(args, "bearer_token");
+  if (token !== undefined) opts.bearerToken = token;
+  if (args.headers) opts.headers = args.headers as Record<string, string>;
+  const ca = optStr(args, "ca_file");
+  const cert = optStr(args, "cert_file");
+  const key = optStr(args, "key_file");
+  if (ca !== undefined || cert !== undefined) {
+    opts.tls = {
+      ...(ca === undefined ? {} : { ca: readFileSync(ca) }),
+      ...(cert === undefined ? {} : { cert: readFileSync(cert) }),
+      ...(key === undefined ? {} : { key: readFileSync(key) }),
+    };
+  }
+  return opts;
+}
+
+/** A builder for key with the command's TTL, holder, and (unless unset) wait. */
+function builder(c: Client, key: string, args: Args, signal: AbortSignal): LockBuilder {
+  const b = c.lock(key).signal(signal);
+  const ttl = ttlOf(args);
+  if (ttl !== undefined) b.ttl(ttl);
+  const holder = optStr(args, "holder");
+  if (holder !== undefined) b.holder(holder);
+  return b;
+}
+
+function track(g: Guard): string {
+  const id = `g${++seq}`;
+  guards.set(id, g);
+  const token = g.fencingToken();
+  guardIds.set(token, id);
+  g.signal.addEventListener(
+    "abort",
+    () => {
+      const why: unknown = g.signal.reason;
+      if (why instanceof LeaseLostError) write({ event: "lease_lost", guard: id, reason: why.reason });
+    },
+    { once: true },
+  );
+  return id;
+}
+
+async function lock(args: Args, signal: AbortSignal): Promise<unknown> {
+  const b = builder(client(args), str(args, "key"), args, signal);
+  let g: Guard | undefined;
+  if (args.try === true) {
+    // Set on the builder anyway: tryAcquire must ignore it.
+    const wait = optNum(args, "wait_ms");
+    if (wait !== undefined) b.wait(wait);
+    g = await b.tryAcquire();
+    // tryAcquire answers undefined, not an error: the situation's code is not_acquired.
+    if (!g) throw new CommandError("not_acquired", `lock ${JSON.stringify(args.key)} is held`, "not_acquired");
+  } else {
+    if (args.wait_unset !== true) b.wait(optNum(args, "wait_ms") ?? 0);
+    g = await b.acquire();
+  }
+  const id = track(g);
+  return { guard: id, fencing_token: g.fencingToken().toString(), stamp: stamp(g.stamp) };
+}
+
+async function runIfFree(args: Args, signal: AbortSignal): Promise<unknown> {
+  const run = str(args, "run");
+  const b = builder(client(args), str(args, "key"), args, signal);
+  const wait = optNum(args, "wait_ms");
+  if (wait !== undefined && wait !== 0) b.wait(wait); // runIfFree must ignore it
+  const finished = new Promise<void>((resolve) => {
+    runs.set(run, resolve);
+    shutdownSignal.signal.addEventListener("abort", () => {
+      resolve();
+    });
+  });
+  try {
+    const r = await b.runIfFree(async (g) => {
+      const token = g.fencingToken().toString();
+      write({ event: "run_started", run, fencing_token: token });
+      await finished;
+      return token;
+    });
+    return r.ran ? { ran: true, value: r.value } : { ran: false };
+  } finally {
+    runs.delete(run);
+  }
+}
+
+async function handle(cmd: string, args: Args, signal: AbortSignal): Promise<unknown> {
   switch (cmd) {
     case "hello":
       return {
@@ -124,61 +329,40 @@ async function handle(cmd: string, args: Record<string, unknown>): Promise<unkno
         sdk: "typescript",
         version: `@holdfast/sdk (this source tree), node ${process.version}`,
         capabilities: ["protocol:connect", "protocol:grpc", "protocol:grpc-web", "clock_update", "event:lease_lost"],
+        duration_unit: "ms",
       };
     case "connect": {
-      const protocol = (args.protocol as string | undefined) || "connect";
-      if (protocol !== "connect" && protocol !== "grpc" && protocol !== "grpc-web") {
-        throw new CommandError("unsupported", `protocol ${protocol}`);
-      }
+      const c = createClient(str(args, "addr"), clientOptions(args));
       const id = `c${++seq}`;
-      clients.set(id, createClient(str(args, "addr"), { protocol }));
+      clients.set(id, c);
       return { client: id };
     }
-    case "lock": {
-      const c = client(args);
-      const key = str(args, "key");
-      const opts = {
-        ttlMs: num(args, "ttl_ms"),
-        waitMs: args.try ? 0 : num(args, "wait_ms"),
-        ...(typeof args.holder === "string" && args.holder !== "" ? { holder: args.holder } : {}),
-      };
-      const g = await c.acquire(key, opts);
-      const id = `g${++seq}`;
-      guards.set(id, g);
-      g.signal.addEventListener(
-        "abort",
-        () => {
-          const why: unknown = g.signal.reason;
-          if (why instanceof LeaseLostError) write({ event: "lease_lost", guard: id, reason: reason(why.reason) });
-        },
-        { once: true },
-      );
-      return { guard: id, fencing_token: g.fencingToken().toString(), stamp: stamp(g.stamp) };
-    }
-    case "unlock": {
+    case "lock":
+      return lock(args, signal);
+    case "unlock":
       // The SDK's own semantics: a lost lease rejects with LeaseLostError,
       // a second unlock after a successful one is a no-op.
-      const [, g] = guard(args);
-      await g.unlock();
+      await guard(args).unlock();
       return {};
-    }
-    case "extend": {
-      const [, g] = guard(args);
-      const ttl = num(args, "ttl_ms");
-      await g.extend(ttl > 0 ? ttl : undefined);
+    case "extend":
+      await guard(args).extend(ttlOf(args));
       return {};
-    }
-    case "fencing_token": {
-      const [, g] = guard(args);
-      return { fencing_token: g.fencingToken().toString() };
-    }
-    case "guard_state": {
-      const [, g] = guard(args);
-      return guardState(g);
+    case "fencing_token":
+      return { fencing_token: guard(args).fencingToken().toString() };
+    case "guard_state":
+      return guardState(guard(args));
+    case "run_if_free":
+      return runIfFree(args, signal);
+    case "run_finish": {
+      const run = str(args, "run");
+      const finish = runs.get(run);
+      if (!finish) throw new CommandError("bad_command", `unknown run ${JSON.stringify(run)} (no run_if_free function waits under that name)`);
+      runs.delete(run);
+      finish();
+      return {};
     }
     case "validate_write":
-      validateWrite(u64(args, "token"), u64(args, "watermark"));
-      return {};
+      return { watermark: validateWrite(u64(args, "token"), u64(args, "watermark")).toString() };
     case "clock_now":
       return { stamp: stamp(client(args).clock.now()) };
     case "clock_update": {
@@ -192,11 +376,16 @@ async function handle(cmd: string, args: Record<string, unknown>): Promise<unkno
     }
     case "inspect": {
       const st = await client(args).inspect(str(args, "key"));
-      if (!st) return { held: false };
-      return {
-        held: true,
-        state: { fencing_token: st.fencingToken.toString(), holder: st.holder, stamp: stamp(st.stamp), waiters: st.waiters },
-      };
+      return st ? { held: true, state: lockState(st) } : { held: false };
+    }
+    case "list": {
+      const locks: unknown[] = [];
+      for await (const st of client(args).list(optStr(args, "prefix") ?? "")) locks.push(lockState(st));
+      return { locks };
+    }
+    case "server_info": {
+      const info = await client(args).serverInfo();
+      return { version: info.version, backend: info.backend.name };
     }
     case "close": {
       const id = str(args, "client");
@@ -209,20 +398,18 @@ async function handle(cmd: string, args: Record<string, unknown>): Promise<unkno
   throw new CommandError("unsupported", `unknown command ${JSON.stringify(cmd)}`);
 }
 
-async function closeAll(): Promise<void> {
-  const all = [...clients.values()];
-  clients.clear();
-  await Promise.all(all.map((c) => c.close().catch(() => undefined)));
-}
+// ---- the loop ----
 
-const inFlight = new Set<Promise<void>>();
 let shuttingDown = false;
 
 async function shutdown(id: number | undefined): Promise<void> {
   if (shuttingDown) return;
   shuttingDown = true;
-  await closeAll();
-  await Promise.allSettled([...inFlight]);
+  shutdownSignal.abort();
+  const all = [...clients.values()];
+  clients.clear();
+  await Promise.all(all.map((c) => c.close().catch(() => undefined)));
+  await Promise.allSettled([...inFlight.values()].map((c) => c.done));
   if (id !== undefined) {
     process.stdout.write(JSON.stringify({ id, result: {} }) + "\n", () => process.exit(0));
   } else {
@@ -245,13 +432,25 @@ lines.on("line", (line) => {
     void shutdown(req.id);
     return;
   }
+  if (req.cmd === "cancel") {
+    // Answered at once, in order: the command it names may be waiting on the server.
+    const target = inFlight.get(args.id as number);
+    target?.controller.abort(new Error(`canceled by the suite (command ${String(args.id)})`));
+    write({ id: req.id, result: {} });
+    return;
+  }
   // Each command runs on its own: a lock that waits on the server must not
   // hold up the unlock that frees it.
-  const p = handle(req.cmd, args).then(
-    (result) => write({ id: req.id, result: result ?? {} }),
-    (err: unknown) => write({ id: req.id, error: { kind: kindOf(err), message: err instanceof Error ? err.message : String(err) } }),
+  const controller = new AbortController();
+  const done = handle(req.cmd, args, controller.signal).then(
+    (result) => {
+      write({ id: req.id, result: result ?? {} });
+    },
+    (err: unknown) => {
+      write({ id: req.id, error: errorOf(err, controller.signal.reason) });
+    },
   );
-  inFlight.add(p);
-  void p.finally(() => inFlight.delete(p));
+  inFlight.set(req.id, { controller, done });
+  void done.finally(() => inFlight.delete(req.id));
 });
 lines.on("close", () => void shutdown(undefined));

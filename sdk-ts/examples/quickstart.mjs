@@ -1,41 +1,34 @@
-// Take, extend and release a lock. Run a server first (`bin/holdfast serve`),
-// then: npm run build && node examples/quickstart.mjs
-import { createClient, LeaseLostError, NotAcquiredError, validateWrite } from "@holdfast/sdk";
+// The README's quick start (test/readme.test.ts checks the two agree).
+// Run a server first (`bin/holdfast serve`), then:
+//   npm run build && node examples/quickstart.mjs
+import { createClient, NotAcquiredError, validateWrite } from "@holdfast/sdk";
 
-const client = createClient(process.env.HOLDFAST_ADDR ?? "http://127.0.0.1:7410", { holder: "quickstart" });
+const client = createClient(process.env.HOLDFAST_ADDR ?? "127.0.0.1:7410");
 
-// The guard's watchdog renews the 10 s lease about every 3 s while we work.
-const guard = await client.lock("examples/report").ttl(10_000).acquire();
-console.log(`acquired examples/report, fencing token ${guard.fencingToken()}`);
+// Waits until the lock is free (or its signal aborts); the watchdog renews
+// the 30 s lease every 10 s while you work.
+const guard = await client.lock("reports/daily").ttl("30s").acquire();
 
-// Fence every write: the resource keeps the highest token it has seen and
+// Fence every write: the resource keeps the highest token it accepted and
 // refuses older ones (a holder that overran its lease).
 let watermark = 0n;
 watermark = validateWrite(guard.fencingToken(), watermark);
+console.log(`write accepted; the resource's watermark is now ${watermark}`);
 
-// Stop the work if the lease is lost.
-guard.signal.addEventListener("abort", () => {
-  if (guard.signal.reason instanceof LeaseLostError) console.error("lease lost:", guard.signal.reason.message);
-});
-
-await guard.extend(20_000);
-console.log(`extended: ${Math.round(guard.remainingMs())} ms left`);
-
-// Someone else is refused while we hold it.
+// wait(0): one attempt; a held key answers NotAcquiredError with the holder.
 try {
-  await client.lock("examples/report").ttl(10_000).acquire();
+  await client.lock("reports/daily").wait(0).acquire();
 } catch (e) {
-  if (e instanceof NotAcquiredError) console.log(`as expected, not acquired: held by ${e.current?.holder}`);
-  else throw e;
+  if (!(e instanceof NotAcquiredError)) throw e;
+  console.log(`held by ${e.current?.holder} (code ${e.code})`);
 }
 
 // Resolves once the server confirmed the release; rejects with the
 // LeaseLostError if the lease was lost meanwhile (never a quiet success).
 await guard.unlock();
-console.log("released");
 
-// Or let withLock release it for you, also when the work throws.
-const token = await client.withLock("examples/report", { ttlMs: 10_000 }, async (g) => g.fencingToken());
-console.log(`withLock ran with token ${token}`);
-
+// Or let withLock release it, also when the work throws.
+await client.withLock("reports/daily", { ttl: "30s" }, async (g) => {
+  console.log(`working with fencing token ${g.fencingToken()}`);
+});
 await client.close();

@@ -1,39 +1,16 @@
 /**
- * Errors of the holdfast SDK. Branch on the class (instanceof), never on the
- * message. Errors the server reports carry their Connect code name in `code`.
+ * Errors of the holdfast SDK. Every one is a HoldfastError with a `code`
+ * (the same names as the Go and Python SDKs); branch on the class or the
+ * code, never on the message.
  */
 
-import { Code, ConnectError } from "@connectrpc/connect";
-import type { Timestamp } from "./hlc.js";
+import { HoldfastError, type ErrorCode } from "./holdfast-error.js";
+import type { LeaseLostReason, LockState } from "./types.js";
 
-/** Lock state as anyone may see it (no owner token). */
-export interface LockState {
-  key: string;
-  fencingToken: bigint;
-  /** Free-text label the holder gave at acquire. */
-  holder: string;
-  /** The server's view of the expiry; informational only. */
-  expiresAt: Date | undefined;
-  /** HLC stamp of the holder's acquisition. */
-  stamp: Timestamp;
-  /** Callers queued for the key on the answering server. */
-  waiters: number;
-}
-
-/** Base class of every error the SDK throws. */
-export class HoldfastError extends Error {
-  override readonly name: string = "HoldfastError";
-  /** Connect code name ("unavailable", ...) when the server reported it. */
-  readonly code: string | undefined;
-  constructor(message: string, options?: { cause?: unknown; code?: string }) {
-    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
-    this.code = options?.code;
-  }
-}
-
-/** The key is held by someone else (tryAcquire / acquire with no wait), or stayed held for the whole wait. */
+/** The key stayed held: by someone else at the one attempt (wait 0), or for the whole wait. */
 export class NotAcquiredError extends HoldfastError {
   override readonly name = "NotAcquiredError";
+  declare readonly code: "not_acquired";
   constructor(
     readonly key: string,
     /** The holder, when the server reported it. */
@@ -43,37 +20,20 @@ export class NotAcquiredError extends HoldfastError {
       current
         ? `holdfast: lock ${JSON.stringify(key)} not acquired: held by ${JSON.stringify(current.holder)} (fencing token ${current.fencingToken})`
         : `holdfast: lock ${JSON.stringify(key)} not acquired`,
+      { code: "not_acquired" },
     );
   }
 }
 
 /**
- * Why a guard no longer holds its lease (the same reasons as the Go SDK's
- * LossReason).
- */
-export type LeaseLostReason =
-  /** The server answered extended=false or released=false: the owner token no longer holds the key. */
-  | "rejected"
-  /** No renewal succeeded before the lease's expiry on the client's monotonic clock (the last renewal error is the `cause`). */
-  | "expired"
-  /** The client was closed while the guard was held. */
-  | "client_closed"
-  /**
-   * unlock() retried a release whose first attempt failed in transit, and the
-   * retry answered released=false. The token no longer holds the key either
-   * way, but the first attempt may well have been the one that released it,
-   * so this is not a proven loss during the critical section.
-   */
-  | "release_unconfirmed";
-
-/**
  * The guard no longer holds its lease: what its signal aborts with, and what
  * fencingToken(), extend() and unlock() throw afterwards. unlock() of a lost
- * lease throws it too: never a quiet success (etcd#22082). Work done under
- * the guard may overlap with the next holder's: fence your writes.
+ * lease throws it too: never a quiet success. Work done under the guard may
+ * overlap with the next holder's: fence your writes.
  */
 export class LeaseLostError extends HoldfastError {
   override readonly name = "LeaseLostError";
+  declare readonly code: "lease_lost";
   constructor(
     readonly key: string,
     readonly reason: LeaseLostReason,
@@ -84,7 +44,7 @@ export class LeaseLostError extends HoldfastError {
     super(
       `holdfast: lease on ${JSON.stringify(key)}${fencingToken === undefined ? "" : ` (fencing token ${fencingToken})`} lost: ${reasonText[reason]}` +
         (reason === "expired" && cause instanceof Error ? `; last renewal error: ${cause.message}` : ""),
-      { cause },
+      { code: "lease_lost", cause },
     );
   }
 }
@@ -99,114 +59,104 @@ const reasonText: Record<LeaseLostReason, string> = {
 /** The guard was unlocked by its owner; it no longer holds. */
 export class LockReleasedError extends HoldfastError {
   override readonly name = "LockReleasedError";
+  declare readonly code: "lock_released";
   constructor(readonly key: string) {
-    super(`holdfast: lock ${JSON.stringify(key)} was released`);
+    super(`holdfast: lock ${JSON.stringify(key)} was released`, { code: "lock_released" });
   }
 }
 
 /** A write carried a fencing token older than the resource's watermark. */
 export class StaleTokenError extends HoldfastError {
   override readonly name = "StaleTokenError";
+  declare readonly code: "stale_token";
   constructor(
     readonly token: bigint,
     readonly watermark: bigint,
   ) {
-    super(`holdfast: stale fencing token ${token}, the resource has seen ${watermark}`);
+    super(`holdfast: stale fencing token ${token}, the resource has seen ${watermark}`, { code: "stale_token" });
   }
 }
 
 /** The client was closed. */
 export class ClientClosedError extends HoldfastError {
   override readonly name = "ClientClosedError";
+  declare readonly code: "client_closed";
   constructor() {
-    super("holdfast: client closed");
+    super("holdfast: client closed", { code: "client_closed" });
   }
 }
 
-/** The server (or the SDK, before sending) refused a request: bad key, TTL out of range, stamp too far ahead. */
+/** Options of the errors below: what caused them. */
+interface CauseOptions {
+  cause?: unknown;
+}
+
+/** The server or the SDK (before sending) refused an argument: bad key, TTL out of range, stamp too far ahead. */
 export class InvalidArgumentError extends HoldfastError {
   override readonly name = "InvalidArgumentError";
+  declare readonly code: "invalid_argument";
+  constructor(message: string, options: CauseOptions = {}) {
+    super(message, { ...options, code: "invalid_argument" });
+  }
 }
-/** The server or its backend could not be reached or is restarting. Retrying later may succeed. */
+
+/** The server or its backend could not be reached within the retry budget, or is restarting. Retrying later may succeed. */
 export class UnavailableError extends HoldfastError {
   override readonly name = "UnavailableError";
+  declare readonly code: "unavailable";
+  constructor(message: string, options: CauseOptions = {}) {
+    super(message, { ...options, code: "unavailable" });
+  }
 }
-/** The caller's own deadline (or signal) ended the call. */
+
+/** The server answered that the call's deadline passed. */
 export class DeadlineExceededError extends HoldfastError {
   override readonly name = "DeadlineExceededError";
+  declare readonly code: "deadline_exceeded";
+  constructor(message: string, options: CauseOptions = {}) {
+    super(message, { ...options, code: "deadline_exceeded" });
+  }
 }
-/** The call was cancelled by the caller's AbortSignal. */
+
+/** The call was cancelled. */
 export class CanceledError extends HoldfastError {
   override readonly name = "CanceledError";
+  declare readonly code: "canceled";
+  constructor(message: string, options: CauseOptions = {}) {
+    super(message, { ...options, code: "canceled" });
+  }
 }
-/** The request carried no valid credentials. */
+
+/** The request carried no valid credentials (see the `bearerToken` option). */
 export class UnauthenticatedError extends HoldfastError {
   override readonly name = "UnauthenticatedError";
+  declare readonly code: "unauthenticated";
+  constructor(message: string, options: CauseOptions = {}) {
+    super(message, { ...options, code: "unauthenticated" });
+  }
 }
-/** The caller is authenticated but not allowed. */
+
+/** The caller is authenticated but not allowed (a key outside its token's prefixes, a read-only token). */
 export class PermissionDeniedError extends HoldfastError {
   override readonly name = "PermissionDeniedError";
+  declare readonly code: "permission_denied";
+  constructor(message: string, options: CauseOptions = {}) {
+    super(message, { ...options, code: "permission_denied" });
+  }
 }
+
 /** A server limit was hit (too many waiters, keys, requests). */
 export class ResourceExhaustedError extends HoldfastError {
   override readonly name = "ResourceExhaustedError";
+  declare readonly code: "resource_exhausted";
+  constructor(message: string, options: CauseOptions = {}) {
+    super(message, { ...options, code: "resource_exhausted" });
+  }
 }
-/** Any other failure reported by the server or the transport. */
+
+/** Any other failure the server reported (`failed_precondition`, `unimplemented`, `internal`, `unknown`, ...). */
 export class ServerError extends HoldfastError {
   override readonly name = "ServerError";
 }
 
-const codeNames: Record<number, string> = {
-  [Code.Canceled]: "canceled",
-  [Code.Unknown]: "unknown",
-  [Code.InvalidArgument]: "invalid_argument",
-  [Code.DeadlineExceeded]: "deadline_exceeded",
-  [Code.NotFound]: "not_found",
-  [Code.AlreadyExists]: "already_exists",
-  [Code.PermissionDenied]: "permission_denied",
-  [Code.ResourceExhausted]: "resource_exhausted",
-  [Code.FailedPrecondition]: "failed_precondition",
-  [Code.Aborted]: "aborted",
-  [Code.OutOfRange]: "out_of_range",
-  [Code.Unimplemented]: "unimplemented",
-  [Code.Internal]: "internal",
-  [Code.Unavailable]: "unavailable",
-  [Code.DataLoss]: "data_loss",
-  [Code.Unauthenticated]: "unauthenticated",
-};
-
-/**
- * Maps anything a Connect call threw to the SDK's error classes. Errors the
- * SDK made itself pass through unchanged.
- */
-export function fromConnectError(err: unknown, what: string): HoldfastError {
-  if (err instanceof HoldfastError) return err;
-  const ce = ConnectError.from(err);
-  const code = codeNames[ce.code] ?? "unknown";
-  const message = `holdfast: ${what}: ${ce.rawMessage || code}`;
-  const opts = { cause: err, code };
-  switch (ce.code) {
-    case Code.InvalidArgument:
-    case Code.OutOfRange:
-      return new InvalidArgumentError(message, opts);
-    case Code.Unavailable:
-      return new UnavailableError(message, opts);
-    case Code.DeadlineExceeded:
-      return new DeadlineExceededError(message, opts);
-    case Code.Canceled:
-      return new CanceledError(message, opts);
-    case Code.Unauthenticated:
-      return new UnauthenticatedError(message, opts);
-    case Code.PermissionDenied:
-      return new PermissionDeniedError(message, opts);
-    case Code.ResourceExhausted:
-      return new ResourceExhaustedError(message, opts);
-    default:
-      return new ServerError(message, opts);
-  }
-}
-
-/** Whether an error is worth retrying: the server or the network may recover. */
-export function isRetryable(err: unknown): boolean {
-  return err instanceof UnavailableError;
-}
+export { HoldfastError, type ErrorCode };

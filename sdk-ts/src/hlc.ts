@@ -16,7 +16,7 @@
 
 import { create } from "@bufbuild/protobuf";
 import { HlcTimestampSchema, type HlcTimestamp } from "./gen/holdfast/lock/v1/lock_pb.js";
-import { HoldfastError } from "./errors.js";
+import { HoldfastError } from "./holdfast-error.js";
 
 /** How far ahead of the local clock a remote stamp may be, in milliseconds. */
 export const DEFAULT_MAX_OFFSET_MS = 500;
@@ -98,7 +98,9 @@ export class ClockOffsetError extends HoldfastError {
     readonly aheadNs: bigint,
     readonly maxOffsetMs: number,
   ) {
-    super(`hlc: stamp ${remote} is ${aheadNs}ns ahead of the local clock, more than the max offset ${maxOffsetMs}ms`);
+    super(`holdfast: hlc: stamp ${remote.toString()} is ${aheadNs}ns ahead of the local clock, more than the max offset ${maxOffsetMs}ms`, {
+      code: "clock_offset",
+    });
   }
 }
 

@@ -5,10 +5,8 @@ import { DurationSchema, timestampDate, type Duration, type Timestamp as PbTimes
 
 /** Milliseconds to a protobuf Duration. */
 export function durationFromMs(ms: number): Duration {
-  const whole = Math.trunc(ms);
-  const seconds = Math.trunc(whole / 1000);
-  const nanos = Math.round((ms - seconds * 1000) * 1e6);
-  return create(DurationSchema, { seconds: BigInt(seconds), nanos });
+  const ns = BigInt(Math.round(ms * 1e6));
+  return create(DurationSchema, { seconds: ns / 1_000_000_000n, nanos: Number(ns % 1_000_000_000n) });
 }
 
 /** A protobuf Duration to milliseconds (undefined is 0). */
@@ -38,7 +36,10 @@ export function unref(t: ReturnType<typeof setTimeout>): void {
  */
 export function sleep(ms: number, signal?: AbortSignal, background = false): Promise<boolean> {
   return new Promise((resolve) => {
-    if (signal?.aborted) return resolve(false);
+    if (signal?.aborted) {
+      resolve(false);
+      return;
+    }
     const onAbort = () => {
       clearTimeout(timer);
       resolve(false);
@@ -52,8 +53,15 @@ export function sleep(ms: number, signal?: AbortSignal, background = false): Pro
   });
 }
 
-/** Exponential backoff with full jitter: attempt 0 waits up to base ms. */
-export function backoff(attempt: number, baseMs = 50, capMs = 1000): number {
-  const ceiling = Math.min(capMs, baseMs * 2 ** Math.min(attempt, 16));
-  return ceiling / 2 + (Math.random() * ceiling) / 2;
+/**
+ * The holder label of this process: "hostname:pid" in Node (as the Go and
+ * Python SDKs label theirs), "browser" where there is no process.
+ */
+export function defaultHolder(): string {
+  const proc = (globalThis as { process?: Partial<NodeJS.Process> }).process;
+  if (proc?.pid === undefined) return "browser";
+  // getBuiltinModule (Node >= 20.16) reaches node:os without importing it,
+  // so this module stays loadable in browsers.
+  const os = proc.getBuiltinModule?.("node:os");
+  return `${os?.hostname() || "unknown-host"}:${proc.pid}`;
 }

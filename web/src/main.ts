@@ -32,27 +32,27 @@ const client: Client<typeof LockService> = createClient(
   createConnectTransport({ baseUrl, useBinaryFormat: false, interceptors: [auth] }),
 );
 
-function el<T extends HTMLElement = HTMLElement>(id: string): T {
+function el<T extends HTMLElement>(id: string, type: { new (): T; prototype: T }): T {
   const e = document.getElementById(id);
-  if (!e) throw new Error(`live view: #${id} is missing from index.html`);
-  return e as T;
+  if (!(e instanceof type)) throw new Error(`live view: #${id} is missing from index.html, or is not a ${type.name}`);
+  return e;
 }
 
 const ui = {
-  status: el("status"),
-  statusText: el("status-text"),
-  banner: el("banner"),
-  prefix: el<HTMLInputElement>("prefix"),
-  token: el<HTMLInputElement>("token"),
-  tokenForm: el<HTMLFormElement>("token-form"),
-  tokenClear: el<HTMLButtonElement>("token-clear"),
-  facts: el("facts"),
-  locks: el<HTMLTableSectionElement>("locks-body"),
-  lockCount: el("lock-count"),
-  empty: el("locks-empty"),
-  events: el<HTMLOListElement>("events"),
-  eventsEmpty: el("events-empty"),
-  eventsClear: el<HTMLButtonElement>("events-clear"),
+  status: el("status", HTMLElement),
+  statusText: el("status-text", HTMLElement),
+  banner: el("banner", HTMLElement),
+  prefix: el("prefix", HTMLInputElement),
+  token: el("token", HTMLInputElement),
+  tokenForm: el("token-form", HTMLFormElement),
+  tokenClear: el("token-clear", HTMLButtonElement),
+  facts: el("facts", HTMLElement),
+  locks: el("locks-body", HTMLTableSectionElement),
+  lockCount: el("lock-count", HTMLElement),
+  empty: el("locks-empty", HTMLElement),
+  events: el("events", HTMLOListElement),
+  eventsEmpty: el("events-empty", HTMLElement),
+  eventsClear: el("events-clear", HTMLButtonElement),
 };
 
 // ---- clock ----------------------------------------------------------------
@@ -88,7 +88,7 @@ function showBanner(text: string): void {
 
 function describe(err: unknown): string {
   const ce = ConnectError.from(err);
-  return `${Code[ce.code] ?? ce.code}: ${ce.rawMessage}`;
+  return `${Code[ce.code]}: ${ce.rawMessage}`;
 }
 
 function isAuthError(err: unknown): boolean {
@@ -168,9 +168,8 @@ function applyEvent(type: EventType, s: LockState): void {
 }
 
 function renderLocks(): void {
-  const keys = [...locks.keys()].sort();
-  const rows = keys.map((k) => {
-    const s = locks.get(k)!;
+  const sorted = [...locks].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const rows = sorted.map(([, s]) => {
     const tr = document.createElement("tr");
     tr.dataset.key = s.key;
     const cell = (cls: string, text: string) => {
@@ -191,8 +190,8 @@ function renderLocks(): void {
     return tr;
   });
   ui.locks.replaceChildren(...rows);
-  ui.lockCount.textContent = truncated ? `first ${keys.length}` : String(keys.length);
-  ui.empty.hidden = keys.length > 0;
+  ui.lockCount.textContent = truncated ? `first ${sorted.length}` : String(sorted.length);
+  ui.empty.hidden = sorted.length > 0;
   tick();
 }
 
@@ -259,8 +258,11 @@ type Pending = { type: EventType; state: LockState }[];
 
 /** One watch-and-list session for a prefix; ends when signal aborts. */
 async function follow(prefix: string, signal: AbortSignal): Promise<void> {
+  // A function, not signal.aborted itself: the compiler would take a check
+  // of the property as settled across the awaits of the loop.
+  const stopped = (): boolean => signal.aborted;
   let backoff = 500;
-  while (!signal.aborted) {
+  while (!stopped()) {
     // Events seen while a List is in flight, replayed over its result.
     let pending: Pending | null = null;
     const refresh = async () => {
@@ -298,8 +300,8 @@ async function follow(prefix: string, signal: AbortSignal): Promise<void> {
           // and then; a failed refresh is shown and retried by the next one.
           timer ??= setInterval(() => {
             if (pending) return;
-            refresh().catch((err) => {
-              if (!signal.aborted) showBanner(`Refreshing the list failed: ${describe(err)}`);
+            refresh().catch((err: unknown) => {
+              if (!stopped()) showBanner(`Refreshing the list failed: ${describe(err)}`);
             });
           }, REFRESH_MS);
           continue;
@@ -311,10 +313,10 @@ async function follow(prefix: string, signal: AbortSignal): Promise<void> {
         addEvent(ev.type, ev.state);
         renderLocks();
       }
-      if (signal.aborted) return;
+      if (stopped()) return;
       showBanner("The server ended the event stream; reconnecting.");
     } catch (err) {
-      if (signal.aborted) return;
+      if (stopped()) return;
       if (isAuthError(err)) {
         // Retrying cannot help; a new token or prefix starts a new session.
         if (ConnectError.from(err).code === Code.Unauthenticated) {

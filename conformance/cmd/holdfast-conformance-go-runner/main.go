@@ -2,7 +2,7 @@
 // SDK-level conformance specs: it reads runner-protocol commands (JSON lines,
 // conformance/sdkrunner/PROTOCOL.md) on stdin, performs each with the Go SDK
 // (github.com/holdfast/holdfast/sdk-go) and writes one result per command,
-// plus lease_lost events, on stdout. Logs go to stderr.
+// plus events, on stdout. Logs go to stderr.
 //
 //	holdfast-conformance sdk --runner holdfast-conformance-go-runner
 package main
@@ -10,10 +10,14 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"sync"
@@ -35,49 +39,120 @@ func main() {
 type adapter struct {
 	out   *json.Encoder
 	outMu sync.Mutex
+	// stop ends what the adapter itself waits on (run_if_free functions)
+	// at shutdown.
+	stop context.Context
 
-	mu      sync.Mutex
-	seq     int
-	clients map[string]*holdfast.Client
-	guards  map[string]*holdfast.Guard
+	mu       sync.Mutex
+	seq      int
+	clients  map[string]*holdfast.Client
+	guards   map[string]*holdfast.Guard
+	tokens   map[uint64]string // fencing token -> guard id, for lease events
+	inFlight map[uint64]*command
+	runs     map[string]chan struct{} // run_if_free functions waiting for run_finish
 
 	wg sync.WaitGroup // commands in flight and guard watchers
 }
 
+// command is one command in flight, cancellable by the cancel command.
+type command struct {
+	cancel    context.CancelFunc
+	cancelled bool
+}
+
 func run(ctx context.Context, in io.Reader, out io.Writer) error {
-	a := &adapter{out: json.NewEncoder(out), clients: map[string]*holdfast.Client{}, guards: map[string]*holdfast.Guard{}}
+	a := &adapter{
+		out:      json.NewEncoder(out),
+		clients:  map[string]*holdfast.Client{},
+		guards:   map[string]*holdfast.Guard{},
+		tokens:   map[uint64]string{},
+		inFlight: map[uint64]*command{},
+		runs:     map[string]chan struct{}{},
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	a.stop = ctx
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
+read:
 	for sc.Scan() {
 		var req sdkrunner.Request
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			return fmt.Errorf("malformed command %q: %w", sc.Text(), err)
 		}
-		if req.Cmd == sdkrunner.CmdClose && !closesOneClient(req) {
+		switch {
+		case req.Cmd == sdkrunner.CmdClose && !closesOneClient(req):
 			// Close every client (ending its guards and waits), then answer
 			// once every command in flight has answered, so the suite sees a
 			// clean end.
-			a.closeAll()
 			cancel()
+			a.closeAll()
 			a.wg.Wait()
 			a.reply(req.ID, sdkrunner.Empty{}, nil)
-			break
+			break read
+		case req.Cmd == sdkrunner.CmdCancel:
+			// Answered at once, in order: the command it names may be
+			// waiting on the server.
+			args, err := decode[sdkrunner.CancelArgs](req)
+			if err == nil {
+				a.cancelCommand(args.ID)
+			}
+			a.reply(req.ID, sdkrunner.Empty{}, err)
+		default:
+			// Each command runs on its own: a lock that waits on the server
+			// must not hold up the unlock that frees it.
+			cctx, c := a.begin(ctx, req.ID)
+			a.wg.Add(1)
+			go func() {
+				defer a.wg.Done()
+				res, err := a.handle(cctx, req)
+				a.reply(req.ID, res, a.end(req.ID, c, err))
+			}()
 		}
-		// Each command runs on its own: a lock that waits on the server must
-		// not hold up the unlock that frees it.
-		a.wg.Add(1)
-		go func() {
-			defer a.wg.Done()
-			res, err := a.handle(ctx, req)
-			a.reply(req.ID, res, err)
-		}()
 	}
-	a.closeAll()
 	cancel()
+	a.closeAll()
 	a.wg.Wait()
 	return sc.Err()
+}
+
+// begin registers a command in flight with a context the cancel command
+// can end. Commands are read in order, so a cancel always finds the command
+// it names registered, or already answered.
+func (a *adapter) begin(ctx context.Context, id uint64) (context.Context, *command) {
+	cctx, cancel := context.WithCancel(ctx)
+	c := &command{cancel: cancel}
+	a.mu.Lock()
+	a.inFlight[id] = c
+	a.mu.Unlock()
+	return cctx, c
+}
+
+// end unregisters a command; an error of a command the suite cancelled is
+// the protocol's canceled (the SDK reported it matching context.Canceled).
+func (a *adapter) end(id uint64, c *command, err error) error {
+	a.mu.Lock()
+	delete(a.inFlight, id)
+	cancelled := c.cancelled
+	a.mu.Unlock()
+	c.cancel()
+	if err != nil && cancelled && errors.Is(err, context.Canceled) {
+		e := toError(err)
+		e.Kind = sdkrunner.KindCanceled
+		return e
+	}
+	return err
+}
+
+// cancelCommand cancels a command in flight; one already answered is left
+// alone.
+func (a *adapter) cancelCommand(id uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c, ok := a.inFlight[id]; ok {
+		c.cancelled = true
+		c.cancel()
+	}
 }
 
 // closesOneClient reports whether a close command names a client (close
@@ -113,30 +188,47 @@ func (a *adapter) reply(id uint64, res any, err error) {
 	a.write(map[string]any{"id": id, "result": res})
 }
 
-// toError maps the SDK's sentinel errors to the protocol's kinds.
+// toError maps the SDK's errors to the protocol's kinds, with the SDK's own
+// code and what its error carries.
 func toError(err error) *sdkrunner.Error {
 	var e *sdkrunner.Error
 	if errors.As(err, &e) {
 		return e
 	}
-	kind := sdkrunner.KindInternal
+	out := &sdkrunner.Error{Kind: sdkrunner.KindInternal, Message: err.Error(), Code: holdfast.ErrorCode(err)}
+	var (
+		na   *holdfast.NotAcquiredError
+		lost *holdfast.LeaseLostError
+	)
 	switch {
-	case errors.Is(err, holdfast.ErrNotAcquired):
-		kind = sdkrunner.KindNotAcquired
-	case errors.Is(err, holdfast.ErrLeaseLost):
-		kind = sdkrunner.KindLeaseLost
+	case errors.As(err, &na):
+		out.Kind = sdkrunner.KindNotAcquired
+		if na.Current != nil {
+			s := lockState(*na.Current)
+			out.Current = &s
+		}
+	case errors.As(err, &lost):
+		out.Kind = sdkrunner.KindLeaseLost
+		out.Reason = lost.Reason.String()
+		if lost.LastErr != nil {
+			out.CauseCode = holdfast.ErrorCode(lost.LastErr)
+		}
 	case errors.Is(err, holdfast.ErrReleased):
-		kind = sdkrunner.KindReleased
+		out.Kind = sdkrunner.KindReleased
 	case errors.Is(err, holdfast.ErrStaleToken):
-		kind = sdkrunner.KindStaleToken
-	case errors.Is(err, holdfast.ErrInvalidArgument), errors.Is(err, hlc.ErrTooFarAhead):
-		kind = sdkrunner.KindInvalidArgument
-	case errors.Is(err, holdfast.ErrUnavailable):
-		kind = sdkrunner.KindUnavailable
+		out.Kind = sdkrunner.KindStaleToken
 	case errors.Is(err, holdfast.ErrClosed):
-		kind = sdkrunner.KindClientClosed
+		out.Kind = sdkrunner.KindClientClosed
+	case errors.Is(err, holdfast.ErrInvalidArgument), errors.Is(err, hlc.ErrTooFarAhead):
+		out.Kind = sdkrunner.KindInvalidArgument
+	case errors.Is(err, holdfast.ErrUnavailable):
+		out.Kind = sdkrunner.KindUnavailable
+	case errors.Is(err, holdfast.ErrUnauthenticated):
+		out.Kind = sdkrunner.KindUnauthenticated
+	case errors.Is(err, holdfast.ErrPermissionDenied):
+		out.Kind = sdkrunner.KindPermission
 	}
-	return &sdkrunner.Error{Kind: kind, Message: err.Error()}
+	return out
 }
 
 func badCommand(format string, args ...any) error {
@@ -151,6 +243,16 @@ func decode[T any](req sdkrunner.Request) (T, error) {
 		}
 	}
 	return v, nil
+}
+
+// withClient decodes a command's arguments and finds the client they name.
+func withClient[T any](a *adapter, req sdkrunner.Request, id func(T) string) (T, *holdfast.Client, error) {
+	args, err := decode[T](req)
+	if err != nil {
+		return args, nil, err
+	}
+	c, err := a.client(id(args))
+	return args, c, err
 }
 
 func (a *adapter) client(id string) (*holdfast.Client, error) {
@@ -173,6 +275,13 @@ func (a *adapter) guard(id string) (*holdfast.Guard, error) {
 	return g, nil
 }
 
+// guardID is the id of the guard with this fencing token, "" when unknown.
+func (a *adapter) guardID(token uint64) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tokens[token]
+}
+
 func (a *adapter) newID(prefix string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -183,6 +292,12 @@ func (a *adapter) newID(prefix string) string {
 func stamp(t hlc.Timestamp) sdkrunner.Stamp {
 	return sdkrunner.Stamp{WallTimeNs: sdkrunner.I64(t.WallTime), Logical: t.Logical}
 }
+
+func lockState(st holdfast.LockState) sdkrunner.LockState {
+	return sdkrunner.LockState{Key: st.Key, FencingToken: sdkrunner.U64(st.FencingToken), Holder: st.Holder, Stamp: stamp(st.Stamp), Waiters: st.Waiters}
+}
+
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
 func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error) {
 	switch req.Cmd {
@@ -195,6 +310,7 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 				sdkrunner.CapProtocolConnect, sdkrunner.CapProtocolGRPC, sdkrunner.CapProtocolGRPCWeb,
 				sdkrunner.CapClockUpdate, sdkrunner.CapLeaseLostEvent,
 			},
+			DurationUnit: sdkrunner.UnitNanoseconds,
 		}, nil
 
 	case sdkrunner.CmdConnect:
@@ -202,18 +318,11 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		if err != nil {
 			return nil, err
 		}
-		var p holdfast.Protocol
-		switch args.Protocol {
-		case "", "connect":
-			p = holdfast.ProtocolConnect
-		case "grpc":
-			p = holdfast.ProtocolGRPC
-		case "grpc-web":
-			p = holdfast.ProtocolGRPCWeb
-		default:
-			return nil, &sdkrunner.Error{Kind: sdkrunner.KindUnsupported, Message: "protocol " + args.Protocol}
+		opts, err := a.clientOptions(args)
+		if err != nil {
+			return nil, err
 		}
-		c, err := holdfast.Dial(args.Addr, holdfast.WithProtocol(p))
+		c, err := holdfast.Dial(args.Addr, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -224,25 +333,25 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		return sdkrunner.ConnectResult{Client: id}, nil
 
 	case sdkrunner.CmdLock:
-		args, err := decode[sdkrunner.LockArgs](req)
+		args, c, err := withClient(a, req, func(x sdkrunner.LockArgs) string { return x.Client })
 		if err != nil {
 			return nil, err
 		}
-		c, err := a.client(args.Client)
-		if err != nil {
+		l := c.Lock(args.Key)
+		if l, err = withTTL(l, args.TTLMs, args.TTLNative); err != nil {
 			return nil, err
 		}
-		l := c.Lock(args.Key).TTL(time.Duration(args.TTLMs) * time.Millisecond)
 		if args.Holder != "" {
 			l = l.Holder(args.Holder)
 		}
+		if !args.WaitUnset {
+			l = l.Wait(ms(args.WaitMs)) // with try, TryLock must ignore it
+		}
 		var g *holdfast.Guard
-		if args.Try || args.WaitMs <= 0 {
-			// The protocol's wait 0 is one attempt; the Go SDK's Lock
-			// without a wait would queue until the context ends.
+		if args.Try {
 			g, err = l.TryLock(ctx)
 		} else {
-			g, err = l.Wait(time.Duration(args.WaitMs) * time.Millisecond).Lock(ctx)
+			g, err = l.Lock(ctx)
 		}
 		if err != nil {
 			return nil, err
@@ -254,6 +363,7 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		id := a.newID("g")
 		a.mu.Lock()
 		a.guards[id] = g
+		a.tokens[tok] = id
 		a.mu.Unlock()
 		a.watch(id, g)
 		return sdkrunner.LockResult{Guard: id, FencingToken: sdkrunner.U64(tok), Stamp: stamp(g.Stamp())}, nil
@@ -271,11 +381,7 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		case sdkrunner.CmdUnlock:
 			return sdkrunner.Empty{}, g.Unlock(ctx)
 		case sdkrunner.CmdExtend:
-			ttl := g.TTL()
-			if args.TTLMs > 0 {
-				ttl = time.Duration(args.TTLMs) * time.Millisecond
-			}
-			return sdkrunner.Empty{}, g.Extend(ctx, ttl)
+			return sdkrunner.Empty{}, g.Extend(ctx, ms(args.TTLMs))
 		case sdkrunner.CmdFencingToken:
 			tok, err := g.FencingToken()
 			if err != nil {
@@ -286,12 +392,26 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 			return guardState(g), nil
 		}
 
-	case sdkrunner.CmdClose:
-		args, err := decode[sdkrunner.ClientArgs](req)
+	case sdkrunner.CmdRunIfFree:
+		return a.runIfFree(ctx, req)
+
+	case sdkrunner.CmdRunFinish:
+		args, err := decode[sdkrunner.RunFinishArgs](req)
 		if err != nil {
 			return nil, err
 		}
-		c, err := a.client(args.Client)
+		a.mu.Lock()
+		ch, ok := a.runs[args.Run]
+		delete(a.runs, args.Run)
+		a.mu.Unlock()
+		if !ok {
+			return nil, badCommand("unknown run %q (no run_if_free function waits under that name)", args.Run)
+		}
+		close(ch)
+		return sdkrunner.Empty{}, nil
+
+	case sdkrunner.CmdClose:
+		args, c, err := withClient(a, req, func(x sdkrunner.ClientArgs) string { return x.Client })
 		if err != nil {
 			return nil, err
 		}
@@ -305,25 +425,22 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		if err != nil {
 			return nil, err
 		}
-		return sdkrunner.Empty{}, holdfast.ValidateWrite(uint64(args.Token), uint64(args.Watermark))
-
-	case sdkrunner.CmdClockNow:
-		args, err := decode[sdkrunner.ClientArgs](req)
+		w, err := holdfast.ValidateWrite(uint64(args.Token), uint64(args.Watermark))
 		if err != nil {
 			return nil, err
 		}
-		c, err := a.client(args.Client)
+		u := sdkrunner.U64(w)
+		return sdkrunner.ValidateWriteResult{Watermark: &u}, nil
+
+	case sdkrunner.CmdClockNow:
+		_, c, err := withClient(a, req, func(x sdkrunner.ClientArgs) string { return x.Client })
 		if err != nil {
 			return nil, err
 		}
 		return sdkrunner.ClockResult{Stamp: stamp(c.Now())}, nil
 
 	case sdkrunner.CmdClockUpdate:
-		args, err := decode[sdkrunner.ClockUpdateArgs](req)
-		if err != nil {
-			return nil, err
-		}
-		c, err := a.client(args.Client)
+		args, c, err := withClient(a, req, func(x sdkrunner.ClockUpdateArgs) string { return x.Client })
 		if err != nil {
 			return nil, err
 		}
@@ -331,11 +448,7 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		return sdkrunner.Empty{}, err
 
 	case sdkrunner.CmdInspect:
-		args, err := decode[sdkrunner.InspectArgs](req)
-		if err != nil {
-			return nil, err
-		}
-		c, err := a.client(args.Client)
+		args, c, err := withClient(a, req, func(x sdkrunner.InspectArgs) string { return x.Client })
 		if err != nil {
 			return nil, err
 		}
@@ -345,39 +458,211 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		}
 		res := sdkrunner.InspectResult{Held: held}
 		if held {
-			res.State = &sdkrunner.LockState{FencingToken: sdkrunner.U64(st.FencingToken), Holder: st.Holder, Stamp: stamp(st.Stamp), Waiters: st.Waiters}
+			s := lockState(st)
+			res.State = &s
 		}
 		return res, nil
+
+	case sdkrunner.CmdList:
+		args, c, err := withClient(a, req, func(x sdkrunner.ListArgs) string { return x.Client })
+		if err != nil {
+			return nil, err
+		}
+		res := sdkrunner.ListResult{Locks: []sdkrunner.LockState{}}
+		for st, err := range c.List(ctx, args.Prefix) {
+			if err != nil {
+				return nil, err
+			}
+			res.Locks = append(res.Locks, lockState(st))
+		}
+		return res, nil
+
+	case sdkrunner.CmdServerInfo:
+		_, c, err := withClient(a, req, func(x sdkrunner.ClientArgs) string { return x.Client })
+		if err != nil {
+			return nil, err
+		}
+		info, err := c.ServerInfo(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return sdkrunner.ServerInfoResult{Version: info.Version, Backend: info.Backend.Name}, nil
 	}
 	return nil, &sdkrunner.Error{Kind: sdkrunner.KindUnsupported, Message: "unknown command " + strconv.Quote(req.Cmd)}
 }
 
-// guardState reads the guard's state from its Err.
+// withTTL sets the lock's TTL from ttl_ms, or from ttl_native: a number of
+// the SDK's own unit (a time.Duration of that many nanoseconds), as a user
+// writing TTL(3) would, or "inf", which Go has no duration for: the longest
+// one.
+func withTTL(l holdfast.Lock, ttlMs int64, native json.RawMessage) (holdfast.Lock, error) {
+	if len(native) == 0 {
+		if ttlMs != 0 {
+			l = l.TTL(ms(ttlMs))
+		}
+		return l, nil
+	}
+	var s string
+	if json.Unmarshal(native, &s) == nil {
+		if s != "inf" {
+			return l, badCommand("ttl_native %q: want a number or \"inf\"", s)
+		}
+		return l.TTL(time.Duration(math.MaxInt64)), nil
+	}
+	var n float64
+	if err := json.Unmarshal(native, &n); err != nil {
+		return l, badCommand("ttl_native: %v", err)
+	}
+	return l.TTL(time.Duration(n)), nil
+}
+
+// clientOptions maps connect's client options to the SDK's.
+func (a *adapter) clientOptions(args sdkrunner.ConnectArgs) ([]holdfast.Option, error) {
+	var opts []holdfast.Option
+	switch args.Protocol {
+	case "", "connect":
+		opts = append(opts, holdfast.WithProtocol(holdfast.ProtocolConnect))
+	case "grpc":
+		opts = append(opts, holdfast.WithProtocol(holdfast.ProtocolGRPC))
+	case "grpc-web":
+		opts = append(opts, holdfast.WithProtocol(holdfast.ProtocolGRPCWeb))
+	default:
+		return nil, &sdkrunner.Error{Kind: sdkrunner.KindUnsupported, Message: "protocol " + args.Protocol}
+	}
+	if args.RetryBudgetMs > 0 {
+		opts = append(opts, holdfast.WithRetryBudget(ms(args.RetryBudgetMs)))
+	}
+	if args.RequestTimeoutMs > 0 {
+		opts = append(opts, holdfast.WithRequestTimeout(ms(args.RequestTimeoutMs)))
+	}
+	if m := args.ExpiryMargin; m != nil {
+		opts = append(opts, holdfast.WithExpiryMargin(holdfast.ExpiryMargin{DriftFactor: m.DriftFactor, Fixed: ms(m.FixedMs)}))
+	}
+	if args.LeaseEvents {
+		opts = append(opts, holdfast.WithLeaseEvents(a.leaseEvent))
+	}
+	if args.BearerToken != "" {
+		opts = append(opts, holdfast.WithBearerToken(args.BearerToken))
+	}
+	for k, v := range args.Headers {
+		opts = append(opts, holdfast.WithHeader(k, v))
+	}
+	if args.CAFile != "" || args.CertFile != "" {
+		cfg := &tls.Config{}
+		if args.CAFile != "" {
+			pem, err := os.ReadFile(args.CAFile)
+			if err != nil {
+				return nil, badCommand("ca_file: %v", err)
+			}
+			cfg.RootCAs = x509.NewCertPool()
+			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, badCommand("ca_file %s: no PEM certificate", args.CAFile)
+			}
+		}
+		if args.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(args.CertFile, args.KeyFile)
+			if err != nil {
+				return nil, badCommand("cert_file/key_file: %v", err)
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+		opts = append(opts, holdfast.WithTLSConfig(cfg))
+	}
+	// Lease events go to the suite as events; the log goes to stderr.
+	opts = append(opts, holdfast.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
+	return opts, nil
+}
+
+// leaseEvent writes a lease_event for one event of the SDK's listener.
+func (a *adapter) leaseEvent(ev holdfast.LeaseEvent) {
+	m := sdkrunner.Message{
+		Event:        sdkrunner.EventLease,
+		Type:         ev.Type.String(),
+		Key:          ev.Key,
+		FencingToken: sdkrunner.U64(ev.FencingToken),
+		Guard:        a.guardID(ev.FencingToken),
+	}
+	switch ev.Type {
+	case holdfast.LeaseRenewed:
+		m.Renewals = ev.Renewals
+	case holdfast.LeaseRenewalFailed:
+		m.ErrorCode = holdfast.ErrorCode(ev.Err)
+	case holdfast.LeaseLost:
+		m.Reason = ev.Reason.String()
+		var lost *holdfast.LeaseLostError
+		if errors.As(ev.Err, &lost) && lost.LastErr != nil {
+			m.ErrorCode = holdfast.ErrorCode(lost.LastErr)
+		}
+	}
+	a.write(m)
+}
+
+// runIfFree runs TryWithLock with a function that reports its start and
+// waits for run_finish.
+func (a *adapter) runIfFree(ctx context.Context, req sdkrunner.Request) (any, error) {
+	args, c, err := withClient(a, req, func(x sdkrunner.RunIfFreeArgs) string { return x.Client })
+	if err != nil {
+		return nil, err
+	}
+	if args.Run == "" {
+		return nil, badCommand("run_if_free: run is required")
+	}
+	l := c.Lock(args.Key)
+	if args.TTLMs != 0 {
+		l = l.TTL(ms(args.TTLMs))
+	}
+	if args.Holder != "" {
+		l = l.Holder(args.Holder)
+	}
+	if args.WaitMs != 0 {
+		l = l.Wait(ms(args.WaitMs)) // TryWithLock must ignore it
+	}
+	finish := make(chan struct{})
+	a.mu.Lock()
+	a.runs[args.Run] = finish
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.runs, args.Run)
+		a.mu.Unlock()
+	}()
+	var value string
+	ran, err := holdfast.TryWithLock(ctx, l, func(ctx context.Context) error {
+		g, _ := holdfast.GuardFromContext(ctx)
+		tok, err := g.FencingToken()
+		if err != nil {
+			return err
+		}
+		a.write(sdkrunner.Message{Event: sdkrunner.EventRunStarted, Run: args.Run, FencingToken: sdkrunner.U64(tok)})
+		select {
+		case <-finish:
+		case <-a.stop.Done():
+		}
+		value = strconv.FormatUint(tok, 10)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sdkrunner.RunIfFreeResult{Ran: ran, Value: value}, nil
+}
+
+// guardState reads the guard's state from its Err, with the time left to
+// its local expiry and its renewals.
 func guardState(g *holdfast.Guard) sdkrunner.GuardStateResult {
 	err := g.Err()
+	remaining := float64(g.Remaining()) / float64(time.Millisecond)
+	renewals := g.Renewals()
+	res := sdkrunner.GuardStateResult{State: sdkrunner.StateHeld, RemainingMs: &remaining, Renewals: &renewals}
 	var lost *holdfast.LeaseLostError
 	switch {
 	case err == nil:
-		return sdkrunner.GuardStateResult{State: sdkrunner.StateHeld}
 	case errors.As(err, &lost):
-		return sdkrunner.GuardStateResult{State: sdkrunner.StateLost, Reason: reason(lost.Reason)}
+		res.State, res.Reason = sdkrunner.StateLost, lost.Reason.String()
 	default:
-		return sdkrunner.GuardStateResult{State: sdkrunner.StateReleased}
+		res.State = sdkrunner.StateReleased
 	}
-}
-
-func reason(r holdfast.LossReason) string {
-	switch r {
-	case holdfast.LossRejected:
-		return sdkrunner.ReasonRejected
-	case holdfast.LossExpired:
-		return sdkrunner.ReasonExpired
-	case holdfast.LossClientClosed:
-		return sdkrunner.ReasonClientClosed
-	case holdfast.LossReleaseUnconfirmed:
-		return sdkrunner.ReasonReleaseUnconfirmed
-	}
-	return r.String()
+	return res
 }
 
 // watch emits a lease_lost event when the guard's context ends with a loss
@@ -389,7 +674,7 @@ func (a *adapter) watch(id string, g *holdfast.Guard) {
 		<-g.Done()
 		var lost *holdfast.LeaseLostError
 		if errors.As(context.Cause(g.Context()), &lost) {
-			a.write(sdkrunner.Message{Event: sdkrunner.EventLeaseLost, Guard: id, Reason: reason(lost.Reason)})
+			a.write(sdkrunner.Message{Event: sdkrunner.EventLeaseLost, Guard: id, Reason: lost.Reason.String()})
 		}
 	}()
 }

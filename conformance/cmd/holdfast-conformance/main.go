@@ -177,11 +177,7 @@ func run(args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "--known-failing: %v\n", err)
 			return 2
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-				cfg.KnownFailing = append(cfg.KnownFailing, line)
-			}
-		}
+		cfg.KnownFailing = conformance.ParseKnownFailing(b)
 	}
 	// ginkgo registers its flags on the process's flag.CommandLine.
 	if err := flag.CommandLine.Parse(ginkgoArgs); err != nil {

@@ -2,7 +2,8 @@
 
 Leases on named keys with owner tokens, fencing tokens, a renewing watchdog
 that poisons the guard when the lease is lost, and Hybrid Logical Clock
-stamps. asyncio first (AsyncClient), with a blocking wrapper (Client)::
+stamps. asyncio first (AsyncClient), with a blocking client (Client) that
+behaves the same::
 
     async with AsyncClient("http://127.0.0.1:7410") as client:
         async with client.lock("reports/daily", ttl=30) as guard:
@@ -10,11 +11,19 @@ stamps. asyncio first (AsyncClient), with a blocking wrapper (Client)::
 
 This is a lease, not a mutex: a holder that overruns its TTL loses the lock
 and someone else may run. Keep the TTL well above the work, let the watchdog
-renew it, and fence writes with the token (see validate_write).
+renew it, and fence writes with the token (see validate_write). The
+behaviour (defaults, errors, retries) is the same in the Go and TypeScript
+SDKs: docs/sdk-behaviour.md.
 """
 
-from ._async import AsyncClient, AsyncGuard, LockContext
-from ._sync import Client, Guard
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
+from ._async import DEFAULT_REQUEST_TIMEOUT, DEFAULT_RETRY_BUDGET, DEFAULT_TTL, AsyncClient, LockContext
+from ._durations import MIN_TTL, Duration
+from ._guard import AsyncGuard
+from ._options import Backoff, ExpiryMargin
+from ._sync import Client, Guard, WatchStream
 from .errors import (
     CanceledError,
     ClientClosedError,
@@ -33,24 +42,40 @@ from .errors import (
     UnauthenticatedError,
     UnavailableError,
 )
+from .events import LeaseEvent, LeaseEventListener, LeaseEventType
 from .fencing import validate_write
 from .hlc import DEFAULT_MAX_OFFSET, Clock, Timestamp
-from .types import BackendInfo, LockEvent, LockState, ServerInfo
+from .types import BackendInfo, LockEvent, LockState, RunResult, ServerInfo
+
+try:
+    __version__ = _version("holdfast")
+except PackageNotFoundError:  # imported from a source tree, not installed
+    __version__ = "0.0.0"
 
 __all__ = [
+    "DEFAULT_MAX_OFFSET",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "DEFAULT_RETRY_BUDGET",
+    "DEFAULT_TTL",
+    "MIN_TTL",
     "AsyncClient",
     "AsyncGuard",
     "BackendInfo",
+    "Backoff",
     "CanceledError",
     "Client",
     "ClientClosedError",
     "Clock",
     "ClockOffsetError",
-    "DEFAULT_MAX_OFFSET",
     "DeadlineExceededError",
+    "Duration",
+    "ExpiryMargin",
     "Guard",
     "HoldfastError",
     "InvalidArgumentError",
+    "LeaseEvent",
+    "LeaseEventListener",
+    "LeaseEventType",
     "LeaseLostError",
     "LeaseLostReason",
     "LockContext",
@@ -60,11 +85,14 @@ __all__ = [
     "NotAcquiredError",
     "PermissionDeniedError",
     "ResourceExhaustedError",
+    "RunResult",
     "ServerError",
     "ServerInfo",
     "StaleTokenError",
     "Timestamp",
     "UnauthenticatedError",
     "UnavailableError",
+    "WatchStream",
+    "__version__",
     "validate_write",
 ]

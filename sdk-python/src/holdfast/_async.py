@@ -4,44 +4,58 @@ with their tokens."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import os
-import random
 import socket
+import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Generator
-from typing import Any, Callable, Literal, Optional, TypeVar, Union
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
+from typing import Any, Literal, TypeVar
 
+import pyqwest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
+from connectrpc.interceptor import Interceptor
 from connectrpc.protocol import ProtocolType
-from google.protobuf import duration_pb2
 
+from . import _durations
+from ._address import base_url
+from ._durations import Duration
+from ._guard import AsyncGuard, Session, from_duration, to_duration
+from ._options import Backoff, ExpiryMargin
+from ._rpc import Rpc
+from ._timestamp import Timestamp
+from ._transport import HttpxTransport, tls_verify
 from .errors import (
     ClientClosedError,
-    ClockOffsetError,
     DeadlineExceededError,
     HoldfastError,
     InvalidArgumentError,
-    LeaseLostError,
-    LeaseLostReason,
-    LockReleasedError,
     NotAcquiredError,
     from_connect_error,
     is_retryable,
 )
-from .hlc import Clock, Timestamp
+from .events import LeaseEventListener
+from .hlc import DEFAULT_MAX_OFFSET, Clock
 from .lock.v1 import lock_pb2
 from .lock.v1.lock_connect import LockServiceClient
-from .types import BackendInfo, EventType, LockEvent, LockState, ServerInfo
+from .types import BackendInfo, EventType, LockEvent, LockState, RunResult, ServerInfo
 
 T = TypeVar("T")
 
 DEFAULT_TTL = 15.0
-DEFAULT_RETRY_BUDGET = 2.0
+"""Lease length when a call gives none, in seconds."""
+DEFAULT_RETRY_BUDGET = 5.0
+"""How long a call retries ``unavailable`` in a row, in seconds."""
 DEFAULT_REQUEST_TIMEOUT = 10.0
+"""Bound of one RPC attempt (a waiting Acquire's server wait excluded), in seconds."""
+MAX_SERVER_WAIT = 300.0
+"""The longest wait one Acquire asks the server for; a longer (or unbounded)
+wait is several Acquires in a row."""
 
-Protocol = Literal["connect", "grpc", "grpc-web"]
-_PROTOCOLS = {"connect": ProtocolType.CONNECT, "grpc": ProtocolType.GRPC, "grpc-web": ProtocolType.GRPC_WEB}
+Protocol = Literal["connect", "grpc-web"]
+_PROTOCOLS = {"connect": ProtocolType.CONNECT, "grpc-web": ProtocolType.GRPC_WEB}
 
 _EVENT_TYPES: dict[int, EventType] = {
     lock_pb2.EVENT_TYPE_SYNCED: "synced",
@@ -51,33 +65,34 @@ _EVENT_TYPES: dict[int, EventType] = {
 }
 
 
-def _duration(seconds: float) -> duration_pb2.Duration:
-    d = duration_pb2.Duration()
-    d.FromNanoseconds(round(seconds * 1e9))
-    return d
+def default_holder() -> str:
+    """``hostname:pid``, the label others see while this process holds a lock."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _seconds(d: duration_pb2.Duration) -> float:
-    return float(d.ToNanoseconds()) / 1e9
+def request_headers(bearer_token: str | None, headers: Mapping[str, str] | None) -> list[tuple[str, str]]:
+    """The headers every request carries: the caller's, and the bearer token."""
+    out: list[tuple[str, str]] = []
+    for name, value in (headers or {}).items():
+        if not isinstance(name, str) or not isinstance(value, str) or not name:
+            raise InvalidArgumentError(f"holdfast: headers: {name!r}: {value!r}: names and values must be strings")
+        if bearer_token is not None and name.lower() == "authorization":
+            raise InvalidArgumentError(
+                "holdfast: headers: give the token as bearer_token or an Authorization header, not both"
+            )
+        out.append((name, value))
+    if bearer_token is not None:
+        if not isinstance(bearer_token, str) or not bearer_token or any(c in bearer_token for c in "\r\n "):
+            raise InvalidArgumentError("holdfast: bearer_token: want a non-empty string without spaces or line breaks")
+        out.append(("authorization", f"Bearer {bearer_token}"))
+    return out
 
 
-def _check_seconds(field: str, v: float, minimum: float) -> None:
-    if not isinstance(v, (int, float)) or v != v or v < minimum or v == float("inf"):
-        raise InvalidArgumentError(f"holdfast: {field}: {v!r} must be a finite number of seconds >= {minimum}")
+class _Held:
+    """An acquire's answer when the key stayed held."""
 
-
-def _backoff(attempt: int, base: float = 0.05, cap: float = 1.0) -> float:
-    """Exponential backoff with jitter: attempt 0 waits about base seconds."""
-    ceiling: float = min(cap, base * float(2 ** min(attempt, 16)))
-    return ceiling / 2 + random.random() * ceiling / 2
-
-
-def _timeout_ms(seconds: float) -> int:
-    return max(1, int(seconds * 1000 + 0.999))
-
-
-def _default_holder() -> str:
-    return f"{socket.gethostname()} pid {os.getpid()}"
+    def __init__(self, current: LockState | None) -> None:
+        self.current = current
 
 
 class AsyncClient:
@@ -87,7 +102,7 @@ class AsyncClient:
             async with client.lock("jobs/nightly", ttl=30) as guard:
                 write(guard.fencing_token)
 
-    Durations are in seconds.
+    Durations are seconds (int or float) or ``datetime.timedelta``.
     """
 
     def __init__(
@@ -95,44 +110,101 @@ class AsyncClient:
         address: str,
         *,
         protocol: Protocol = "connect",
-        holder: Optional[str] = None,
-        default_ttl: float = DEFAULT_TTL,
-        retry_budget: float = DEFAULT_RETRY_BUDGET,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        max_clock_offset: Optional[float] = None,
-        clock: Optional[Clock] = None,
-        interceptors: tuple[Any, ...] = (),
+        holder: str | None = None,
+        default_ttl: Duration = DEFAULT_TTL,
+        retry_budget: Duration = DEFAULT_RETRY_BUDGET,
+        request_timeout: Duration = DEFAULT_REQUEST_TIMEOUT,
+        backoff: Backoff | None = None,
+        expiry_margin: ExpiryMargin | None = None,
+        max_clock_offset: Duration | None = None,
+        clock: Clock | None = None,
+        bearer_token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        interceptors: Sequence[Interceptor] = (),
+        on_lease_event: LeaseEventListener | None = None,
     ) -> None:
         """
         Args:
-            address: base URL of the server, e.g. ``http://127.0.0.1:7410``.
-            protocol: ``connect`` (default), ``grpc`` or ``grpc-web``.
-            holder: label shown to others while this client holds a lock.
-            default_ttl: lease length when a call gives none.
-            retry_budget: how long calls other than acquire retry on
-                ``unavailable`` (acquire retries within its own wait).
-            request_timeout: per-request timeout (added to acquire's wait).
-            max_clock_offset: server stamps further ahead are not merged
-                (default 0.5 s). Ignored when clock is given.
+            address: the server, ``http://host:port``, ``https://host:port``
+                or ``host:port`` (meaning ``http://``).
+            protocol: ``connect`` (default) or ``grpc-web``. (gRPC needs
+                HTTP/2 trailers, which the HTTP stack does not read; the
+                server answers all three on one port.)
+            holder: label others see while this client holds a lock
+                (default ``hostname:pid``).
+            default_ttl: lease length when a call gives none (15 s).
+            retry_budget: how long a call retries ``unavailable`` answers and
+                transport failures in a row before it raises
+                UnavailableError (5 s).
+            request_timeout: bound of one RPC attempt, a waiting Acquire's
+                server wait excluded (10 s).
+            backoff: spacing of retries (50 ms doubling to 1 s, equal jitter).
+            expiry_margin: how much earlier than the TTL the guard counts its
+                lease as ended (1 % of the TTL plus 20 ms).
+            max_clock_offset: server stamps further ahead than this are not
+                merged (0.5 s). Ignored when clock is given.
             clock: the HLC to tick and merge into (default: a new one).
+            bearer_token: sent as ``Authorization: Bearer <token>``.
+            headers: extra headers on every request.
+            ca_file: PEM file of the CA that signed the server's certificate.
+            cert_file, key_file: PEM client certificate and key (mTLS).
+            ssl_context: a ready ``ssl.SSLContext`` instead of the three files.
             interceptors: connectrpc client interceptors.
+            on_lease_event: called with every LeaseEvent of this client's
+                guards (renewed, renewal_failed, lost, released), on the
+                event loop; what it raises is logged.
         """
         if protocol not in _PROTOCOLS:
-            raise InvalidArgumentError(f"holdfast: protocol {protocol!r}: use one of {sorted(_PROTOCOLS)}")
-        self._rpc = LockServiceClient(
-            address.rstrip("/"),
+            raise InvalidArgumentError(
+                f"holdfast: protocol {protocol!r}: use one of {sorted(_PROTOCOLS)} "
+                "(gRPC needs HTTP/2 trailers, which the Python SDK's HTTP stack does not read)"
+            )
+        url = base_url(address)
+        verify = tls_verify(
+            https=url.startswith("https://"),
+            ca_file=ca_file,
+            cert_file=cert_file,
+            key_file=key_file,
+            ssl_context=ssl_context,
+        )
+        self._default_ttl = _durations.ttl(default_ttl, "default_ttl")
+        retry_budget_s = _durations.positive("retry_budget", retry_budget)
+        request_timeout_s = _durations.positive("request_timeout", request_timeout)
+        offset = (
+            DEFAULT_MAX_OFFSET if max_clock_offset is None else _durations.seconds("max_clock_offset", max_clock_offset)
+        )
+        if holder is not None and not isinstance(holder, str):
+            raise InvalidArgumentError(f"holdfast: holder: {holder!r} is not a string")
+        self._holder = holder if holder is not None else default_holder()
+        self._transport = HttpxTransport(headers=request_headers(bearer_token, headers), verify=verify)
+        stub = LockServiceClient(
+            url,
             protocol=_PROTOCOLS[protocol],
             send_compression=None,
+            # Lock messages are small; compressing them costs more than it saves.
+            accept_compression=(),
             interceptors=interceptors,
+            http_client=pyqwest.Client(self._transport),
         )
-        self.clock = clock or Clock(max_offset=0.5 if max_clock_offset is None else max_clock_offset)
-        """The client's Hybrid Logical Clock: ticked for every request, merged with every server stamp."""
-        self._holder = holder or _default_holder()
-        self._default_ttl = default_ttl
-        self._retry_budget = retry_budget
-        self._request_timeout = request_timeout
-        self._guards: set[AsyncGuard] = set()
+        self._rpc = Rpc(
+            stub, retry_budget=retry_budget_s, request_timeout=request_timeout_s, backoff=backoff or Backoff()
+        )
+        self._session = Session(
+            self._rpc, clock or Clock(max_offset=offset), expiry_margin or ExpiryMargin(), on_lease_event
+        )
+        # The longest wait one Acquire asks for: lowered to the server's
+        # max_wait once a server refused a longer one.
+        self._max_server_wait = MAX_SERVER_WAIT
         self._closed = False
+
+    @property
+    def clock(self) -> Clock:
+        """The client's Hybrid Logical Clock: ticked for every request, merged with every server stamp."""
+        return self._session.clock
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -142,147 +214,286 @@ class AsyncClient:
 
     async def close(self) -> None:
         """Releases the guards still held (retrying ``unavailable`` within the
-        retry budget), stops their watchdogs and closes the connection. A
+        retry budget), stops their watchdogs and closes the connections. A
         guard whose release was not confirmed ends lost with reason
         ``client_closed``; its ``unlock()`` then raises that LeaseLostError.
         Further calls raise ClientClosedError."""
         if self._closed:
             return
         self._closed = True
-        guards = list(self._guards)
-        await asyncio.gather(*(g._close_for_client(self._retry_budget) for g in guards))
+        guards = list(self._session.guards)
+        await asyncio.gather(*(g._close_for_client(self._rpc.retry_budget) for g in guards))
+        self._rpc.closed = True
         await self._rpc.close()
+        await self._transport.aclose()
+
+    # ---- acquiring ----
 
     def lock(
         self,
         key: str,
         *,
-        ttl: Optional[float] = None,
-        wait: float = 0.0,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
         watchdog: bool = True,
     ) -> LockContext:
         """A lock on key: ``async with client.lock(k, ttl=10) as guard:`` holds
         it for the block and releases it afterwards; ``guard = await
-        client.lock(k)`` just acquires. Raises NotAcquiredError when the key
-        stayed held for the whole wait (0: try once)."""
+        client.lock(k)`` just acquires. Waits like acquire()."""
         return LockContext(self, key, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
 
     async def acquire(
         self,
         key: str,
         *,
-        ttl: Optional[float] = None,
-        wait: float = 0.0,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
         watchdog: bool = True,
     ) -> AsyncGuard:
-        """Takes the lease on key, queueing on the server for up to wait
-        seconds. Raises NotAcquiredError when the key stayed held."""
-        got = await self.try_acquire(key, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
-        if isinstance(got, AsyncGuard):
-            return got
-        raise NotAcquiredError(key, got)
+        """Takes the lease on key.
+
+        ``wait=None`` (the default) queues on the server until the lock is
+        acquired or the task is cancelled (``asyncio.timeout`` bounds it);
+        ``wait=d`` queues for at most d, then raises NotAcquiredError carrying
+        the holder's state; ``wait=0`` makes exactly one attempt. Cancelling
+        the task takes the waiter off the server's queue at once and raises
+        CancelledError."""
+        got = await self._acquire(key, ttl, _durations.wait(wait), holder, watchdog)
+        if isinstance(got, _Held):
+            raise NotAcquiredError(key, got.current, _durations.wait(wait))
+        return got
 
     async def try_acquire(
         self,
         key: str,
         *,
-        ttl: Optional[float] = None,
-        wait: float = 0.0,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        holder: str | None = None,
         watchdog: bool = True,
-    ) -> Union[AsyncGuard, Optional[LockState]]:
-        """Like acquire, but contention is an answer: returns the guard, or
-        the holder's LockState (None if the server did not say)."""
+    ) -> AsyncGuard | None:
+        """Exactly one attempt, never queueing: the guard, or None when the
+        key is held. (``inspect`` says who holds it.)"""
+        got = await self._acquire(key, ttl, 0.0, holder, watchdog)
+        return None if isinstance(got, _Held) else got
+
+    async def with_lock(
+        self,
+        key: str,
+        fn: Callable[[AsyncGuard], Awaitable[T]],
+        *,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
+    ) -> T:
+        """Runs ``await fn(guard)`` under the lock (acquired as acquire()
+        does) and releases it afterwards; a lease lost during fn raises its
+        LeaseLostError, unless fn raised."""
+        async with self.lock(key, ttl=ttl, wait=wait, holder=holder) as guard:
+            return await fn(guard)
+
+    async def run_if_free(
+        self,
+        key: str,
+        fn: Callable[[AsyncGuard], Awaitable[T]],
+        *,
+        ttl: Duration | None = None,
+        holder: str | None = None,
+    ) -> RunResult:
+        """Skip if held: one attempt at the lock; held, ``fn`` is not called
+        and the answer is ``RunResult(ran=False)``. Free, ``await fn(guard)``
+        runs under it (watchdog on), the lock is released afterwards and the
+        answer is ``RunResult(ran=True, value=<what fn returned>)``. A lease
+        lost during fn raises its LeaseLostError, as with_lock does."""
+        guard = await self.try_acquire(key, ttl=ttl, holder=holder)
+        if guard is None:
+            return RunResult(False)
+        async with guard:
+            value = await fn(guard)
+        return RunResult(True, value)
+
+    async def run_scheduled(
+        self,
+        key: str,
+        *,
+        max_runtime: Duration,
+        run: Callable[[int], Awaitable[T]],
+        ttl: Duration | None = None,
+        holder: str | None = None,
+    ) -> RunResult:
+        """A scheduled job that runs on one server at a time
+        (docs/recipes/scheduled-jobs.md): one attempt at the lock, and
+        ``RunResult(ran=False)`` without calling ``run`` when another server
+        holds it. Otherwise ``await run(fencing_token)`` runs under a lease of
+        ``ttl`` (default 1.5 x max_runtime; it must be longer than
+        max_runtime) with the watchdog on, and is cancelled when the lease is
+        lost (LeaseLostError) or at max_runtime (DeadlineExceededError); the
+        lease is released afterwards. A lease lost during the run always
+        raises, chained to the run's own error if it had one."""
+        limit = _durations.positive("max_runtime", max_runtime)
+        lease = 1.5 * limit if ttl is None else _durations.ttl(ttl)
+        if lease <= limit:
+            raise InvalidArgumentError(
+                f"holdfast: ttl: {_durations.fmt(lease)} must be longer than max_runtime {_durations.fmt(limit)}"
+            )
+        guard = await self.try_acquire(key, ttl=lease, holder=holder)
+        if guard is None:
+            return RunResult(False)
+        job = asyncio.ensure_future(run(guard.fencing_token))
+        lost = asyncio.ensure_future(guard.lost.wait())
+        try:
+            await asyncio.wait({job, lost}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            # The caller was cancelled: stop the run and let the key go.
+            await _stop(job, lost)
+            with contextlib.suppress(HoldfastError):
+                await guard.unlock()
+            raise
+        await _stop(job, lost)
+        overran = not guard.lost.is_set() and job.cancelled()
+        run_error = None if job.cancelled() else job.exception()
+        try:
+            await guard.unlock()
+        except HoldfastError as release_error:
+            if run_error is not None:
+                raise release_error from run_error
+            raise
+        if overran:
+            raise DeadlineExceededError(
+                f"holdfast: run_scheduled {key!r}: the run did not finish within max_runtime {_durations.fmt(limit)}"
+            )
+        return RunResult(True, job.result())
+
+    async def _acquire(
+        self, key: str, ttl: Duration | None, wait: float | None, holder: str | None, watchdog: bool
+    ) -> AsyncGuard | _Held:
+        """The acquire loop. wait None: until acquired or cancelled; 0: one
+        attempt; d: until d has passed. Transport failures and
+        ``unavailable`` are retried with the backoff while the current run
+        of failures stays within the retry budget (and, with a wait d, before
+        d has passed)."""
         self._check_open()
-        ttl = self._default_ttl if ttl is None else ttl
-        _check_seconds("ttl", ttl, 1e-3)
-        _check_seconds("wait", wait, 0)
-        deadline = time.monotonic() + wait
+        lease_ttl = self._default_ttl if ttl is None else _durations.ttl(ttl)
+        self._session.expiry_margin.check(lease_ttl)
+        if holder is not None and not isinstance(holder, str):
+            raise InvalidArgumentError(f"holdfast: holder: {holder!r} is not a string")
+        label = holder if holder is not None else self._holder
+        rpc = self._rpc
+        what = f"acquire {key!r}"
+        start = time.monotonic()
+        deadline = None if wait is None else start + wait
+        failing_since = start  # the first attempt of the current run of failures
         attempt = 0
         while True:
+            self._check_open()
             sent_at = time.monotonic()
-            remaining = max(0.0, deadline - sent_at)
+            cap = self._max_server_wait
+            server_wait = cap if deadline is None else min(cap, max(0.0, deadline - sent_at))
+            budget_end = failing_since + rpc.retry_budget
+            if deadline is not None and wait:
+                budget_end = min(budget_end, deadline)
             req = lock_pb2.AcquireRequest(
-                key=key,
-                ttl=_duration(ttl),
-                holder=holder if holder is not None else self._holder,
-                client_stamp=self.clock.now().to_proto(),
+                key=key, ttl=to_duration(lease_ttl), holder=label, client_stamp=self._session.stamp()
             )
-            if remaining > 0:
-                req.wait.CopyFrom(_duration(remaining))
+            if server_wait > 0:
+                req.wait.CopyFrom(to_duration(server_wait))
             try:
-                res = await self._rpc.acquire(req, timeout_ms=_timeout_ms(remaining + self._request_timeout))
-            except Exception as e:  # noqa: BLE001 - mapped below
-                err = from_connect_error(e, f"acquire {key!r}")
+                res = await rpc.attempt(
+                    what,
+                    functools.partial(rpc.stub.acquire, req),
+                    server_wait + min(rpc.request_timeout, budget_end - sent_at),
+                )
+            except HoldfastError as err:
                 # A failed acquire has an unknown outcome; if the server did
                 # grant it, nobody renews that lease and it expires.
-                pause = _backoff(attempt)
-                attempt += 1
-                if is_retryable(err) and time.monotonic() + pause < deadline:
-                    await asyncio.sleep(pause)
+                refused_wait = isinstance(err, InvalidArgumentError) and server_wait > 0
+                if refused_wait and await self._learn_max_wait(server_wait):
                     continue
-                raise err from e
-            self._merge(res.server_stamp if res.HasField("server_stamp") else None)
-            if not res.acquired or not res.HasField("lease"):
-                return LockState.from_proto(res.current) if res.HasField("current") else None
-            self._merge(res.lease.stamp if res.lease.HasField("stamp") else None)
-            valid_from = await self._confirm(res.lease, sent_at)
-            if valid_from is None:
-                return None
-            return AsyncGuard(self, res.lease, valid_from, watchdog)
+                if not is_retryable(err):
+                    raise
+                await rpc.pause(what, err, attempt, failing_since, budget_end)
+                attempt += 1
+                continue
+            attempt = 0
+            failing_since = time.monotonic()
+            self._session.merge(res.server_stamp if res.HasField("server_stamp") else None)
+            if res.acquired and res.HasField("lease"):
+                self._session.merge(res.lease.stamp if res.lease.HasField("stamp") else None)
+                valid_from = await self._confirm(res.lease, sent_at)
+                if valid_from is not None:
+                    return AsyncGuard(self._session, res.lease, label, valid_from, watchdog)
+                current = None  # granted, then lost before use: try again while the wait lasts
+            else:
+                current = LockState.from_proto(res.current) if res.HasField("current") else None
+            if deadline is not None and (wait == 0 or time.monotonic() >= deadline):
+                return _Held(current)
+            # The server's wait ended before ours: queue again.
 
-    async def _confirm(self, lease: lock_pb2.Lease, sent_at: float) -> Optional[float]:
+    async def _learn_max_wait(self, refused: float) -> bool:
+        """After an Acquire asking for ``refused`` seconds of waiting was
+        answered invalid_argument: whether the server's max_wait is shorter
+        (then every later Acquire asks for at most that). A server refuses a
+        wait above its --max-wait rather than capping it."""
+        info = await self.server_info()
+        if 0 < info.max_wait < refused:
+            self._max_server_wait = info.max_wait
+            return True
+        return False
+
+    async def _confirm(self, lease: lock_pb2.Lease, sent_at: float) -> float | None:
         """A lease whose Acquire answer came late (after a server-side wait)
         started on the server somewhere between sent_at and now: counting
         from sent_at, little or none of it may be left. One Extend sent now
         establishes a fresh local expiry. Returns the moment the lease is
         valid from, or None when it was lost before use."""
-        ttl = _seconds(lease.ttl)
+        ttl = from_duration(lease.ttl)
         if time.monotonic() - sent_at < ttl / 3:
             return sent_at
         now = time.monotonic()
+        rpc = self._rpc
+        req = lock_pb2.ExtendRequest(
+            key=lease.key, owner_token=lease.owner_token, ttl=lease.ttl, client_stamp=self._session.stamp()
+        )
         try:
-            res = await self._rpc.extend(
-                lock_pb2.ExtendRequest(
-                    key=lease.key, owner_token=lease.owner_token, ttl=lease.ttl, client_stamp=self.clock.now().to_proto()
-                ),
-                timeout_ms=_timeout_ms(self._request_timeout),
-            )
-        except Exception as e:  # noqa: BLE001
+            res = await rpc.attempt(f"acquire {lease.key!r}", lambda: rpc.stub.extend(req), rpc.request_timeout)
+        except HoldfastError:
             # Still valid on the safe clock: hand it out, the watchdog renews at once.
-            if time.monotonic() < sent_at + ttl:
+            if time.monotonic() < sent_at + ttl - self._session.expiry_margin.of(ttl):
                 return sent_at
-            raise from_connect_error(e, f"acquire {lease.key!r}") from e
-        self._merge(res.server_stamp)
+            raise
+        self._session.merge(res.server_stamp)
         if not res.extended:
             return None
-        self._merge(res.lease.stamp if res.lease.HasField("stamp") else None)
+        self._session.merge(res.lease.stamp if res.lease.HasField("stamp") else None)
         return now
 
-    async def inspect(self, key: str) -> Optional[LockState]:
+    # ---- reading ----
+
+    async def inspect(self, key: str) -> LockState | None:
         """Who holds key (None when free), without its owner token."""
         self._check_open()
-        res = await self._retrying(f"inspect {key!r}", lambda t: self._rpc.inspect(lock_pb2.InspectRequest(key=key), timeout_ms=t))
-        self._merge(res.server_stamp)
+        rpc = self._rpc
+        res = await rpc.call(f"inspect {key!r}", lambda: rpc.stub.inspect(lock_pb2.InspectRequest(key=key)))
+        self._session.merge(res.server_stamp)
         return LockState.from_proto(res.state) if res.held else None
 
     async def list(self, prefix: str = "", *, page_size: int = 0) -> AsyncIterator[LockState]:
-        """Every held lock whose key starts with prefix, in key order."""
+        """Every held lock whose key starts with prefix, in key order (all pages)."""
         self._check_open()
+        rpc = self._rpc
         token = ""
         while True:
             req = lock_pb2.ListRequest(prefix=prefix, page_size=page_size, page_token=token)
-            res = await self._retrying(f"list {prefix!r}", lambda t: self._rpc.list(req, timeout_ms=t))
-            self._merge(res.server_stamp)
+            res = await rpc.call(f"list {prefix!r}", functools.partial(rpc.stub.list, req))
+            self._session.merge(res.server_stamp)
             for s in res.locks:
                 yield LockState.from_proto(s)
             token = res.next_page_token
             if not token:
                 return
 
-    async def watch(self, *, key: Optional[str] = None, prefix: Optional[str] = None) -> AsyncIterator[LockEvent]:
+    async def watch(self, *, key: str | None = None, prefix: str | None = None) -> AsyncIterator[LockEvent]:
         """Streams acquisitions, releases and expiries of one key or of every
         key under a prefix. The first event is "synced"."""
         self._check_open()
@@ -290,29 +501,28 @@ class AsyncClient:
             raise InvalidArgumentError("holdfast: watch: give exactly one of key and prefix")
         req = lock_pb2.WatchRequest(key=key) if key is not None else lock_pb2.WatchRequest(prefix=prefix or "")
         try:
-            async for ev in self._rpc.watch(req):
-                self._merge(ev.server_stamp)
+            async for ev in self._rpc.stub.watch(req):
+                self._session.merge(ev.server_stamp)
                 yield LockEvent(
                     type=_EVENT_TYPES.get(ev.type, "synced"),
                     state=LockState.from_proto(ev.state) if ev.HasField("state") else None,
                     stamp=Timestamp.from_proto(ev.server_stamp),
                 )
-        except (asyncio.CancelledError, GeneratorExit):
-            raise
         except ConnectError as e:
-            if e.code == Code.CANCELED:
-                # connectrpc reports the cancellation of the caller's task as
-                # a canceled error; give the task its CancelledError back.
-                raise asyncio.CancelledError() from e
+            if e.code == Code.CANCELED and isinstance(e.__cause__, asyncio.CancelledError):
+                # The runtime reports the cancellation of the caller's task
+                # as a canceled error; give the task its CancelledError back.
+                raise e.__cause__ from None
             raise from_connect_error(e, "watch") from e
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise from_connect_error(e, "watch") from e
 
     async def server_info(self) -> ServerInfo:
         """The server's version and its backend's promises."""
         self._check_open()
-        res = await self._retrying("server info", lambda t: self._rpc.get_server_info(lock_pb2.GetServerInfoRequest(), timeout_ms=t))
-        self._merge(res.server_stamp)
+        rpc = self._rpc
+        res = await rpc.call("server info", lambda: rpc.stub.get_server_info(lock_pb2.GetServerInfoRequest()))
+        self._session.merge(res.server_stamp)
         b = res.backend
         return ServerInfo(
             version=res.version,
@@ -321,53 +531,28 @@ class AsyncClient:
                 version=b.version,
                 shared=b.shared,
                 durable=b.durable,
-                ttl_granularity=_seconds(b.ttl_granularity),
-                min_ttl=_seconds(b.min_ttl),
-                max_ttl=_seconds(b.max_ttl),
+                ttl_granularity=from_duration(b.ttl_granularity),
+                min_ttl=from_duration(b.min_ttl),
+                max_ttl=from_duration(b.max_ttl),
                 fair=b.fair,
             ),
-            max_clock_offset=_seconds(res.max_clock_offset),
+            max_clock_offset=from_duration(res.max_clock_offset),
+            max_wait=from_duration(res.max_wait),
             stamp=Timestamp.from_proto(res.server_stamp),
         )
-
-    # ---- internals shared with AsyncGuard ----
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError()
 
-    def _merge(self, p: Optional[lock_pb2.HlcTimestamp]) -> None:
-        """Merges a server stamp. One further ahead than the max offset is not
-        merged: adopting it would make this client's next stamps look too far
-        ahead to every other server."""
-        ts = Timestamp.from_proto(p)
-        if ts.is_zero():
-            return
-        try:
-            self.clock.update(ts)
-        except ClockOffsetError:
-            pass
 
-    async def _retrying(
-        self,
-        what: str,
-        call: Callable[[int], Awaitable[T]],
-        budget: Optional[float] = None,
-    ) -> T:
-        """Runs call(timeout_ms), retrying on unavailable within the budget."""
-        deadline = time.monotonic() + (self._retry_budget if budget is None else budget)
-        attempt = 0
-        while True:
-            try:
-                return await call(_timeout_ms(self._request_timeout))
-            except Exception as e:  # noqa: BLE001
-                err = from_connect_error(e, what)
-                pause = _backoff(attempt)
-                attempt += 1
-                if is_retryable(err) and time.monotonic() + pause < deadline:
-                    await asyncio.sleep(pause)
-                    continue
-                raise err from e
+async def _stop(*tasks: asyncio.Future[Any]) -> None:
+    """Cancels the tasks still running and waits until they have ended."""
+    running = {t for t in tasks if not t.done()}
+    for t in running:
+        t.cancel()
+    if running:
+        await asyncio.wait(running)
 
 
 class LockContext:
@@ -378,7 +563,7 @@ class LockContext:
         self._client = client
         self._key = key
         self._opts = opts
-        self._guard: Optional[AsyncGuard] = None
+        self._guard: AsyncGuard | None = None
 
     def __await__(self) -> Generator[Any, None, AsyncGuard]:
         return self._client.acquire(self._key, **self._opts).__await__()
@@ -387,390 +572,6 @@ class LockContext:
         self._guard = await self._client.acquire(self._key, **self._opts)
         return self._guard
 
-    async def __aexit__(self, exc_type: Optional[type[BaseException]], *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if self._guard is not None:
             await self._guard._exit(exc_type is not None)
-
-
-LostCallback = Callable[[LeaseLostError], None]
-
-
-class AsyncGuard:
-    """A held lease.
-
-    Its watchdog renews it at about TTL/3. The guard is poisoned when a
-    renewal answers extended=false, or when no renewal has succeeded by the
-    lease's expiry measured on this process's monotonic clock from the moment
-    the last successful renewal (or the acquire) was sent. Poisoned, its
-    ``lost`` event is set, its callbacks run, and ``fencing_token`` raises
-    LeaseLostError. Nothing is raised at the caller asynchronously.
-    """
-
-    def __init__(self, client: AsyncClient, lease: lock_pb2.Lease, sent_at: float, watchdog: bool) -> None:
-        self._client = client
-        self.key: str = lease.key
-        self._owner_token = lease.owner_token
-        self._fencing_token: int = lease.fencing_token
-        self._stamp = Timestamp.from_proto(lease.stamp if lease.HasField("stamp") else None)
-        self._ttl = _seconds(lease.ttl)
-        self._valid_from = sent_at
-        self._state: Literal["held", "lost", "released"] = "held"
-        self._lost_error: Optional[LeaseLostError] = None
-        self._callbacks: list[LostCallback] = []
-        self._renewals = 0
-        self._last_err: Optional[HoldfastError] = None
-        self._unlock_lock = asyncio.Lock()  # serialises unlock() and close
-        self._tidied = False  # the best-effort release after an "expired" loss was sent
-        self.lost = asyncio.Event()
-        """Set when the lease is lost (not when it is released by unlock)."""
-        self.done = asyncio.Event()
-        """Set when the guard stops holding: lost or released."""
-        loop = asyncio.get_running_loop()
-        self._expiry: Optional[asyncio.TimerHandle] = None
-        self._arm_expiry(loop)
-        client._guards.add(self)
-        # Set before the watchdog task is cancelled: a cancellation that lands
-        # inside an RPC can surface as a transport error rather than
-        # CancelledError, and the retry loop must not take it for a
-        # transient failure and carry on (unlock would wait for it forever).
-        self._stopping = False
-        self._task: Optional[asyncio.Task[None]] = loop.create_task(self._watchdog()) if watchdog else None
-
-    # ---- public surface ----
-
-    @property
-    def fencing_token(self) -> int:
-        """The fencing token of this lease, larger than every earlier holder's.
-
-        Raises LeaseLostError once the lease is lost and LockReleasedError
-        once it was unlocked."""
-        self._raise_if_not_held()
-        return self._fencing_token
-
-    @property
-    def stamp(self) -> Timestamp:
-        """HLC stamp of the acquisition."""
-        return self._stamp
-
-    @property
-    def held(self) -> bool:
-        self._check_expiry()
-        return self._state == "held"
-
-    @property
-    def lost_error(self) -> Optional[LeaseLostError]:
-        return self._lost_error
-
-    @property
-    def ttl(self) -> float:
-        return self._ttl
-
-    @property
-    def renewals(self) -> int:
-        """Number of successful renewals (watchdog and extend())."""
-        return self._renewals
-
-    def remaining(self) -> float:
-        """Seconds left on the lease by the client's monotonic clock."""
-        if self._state != "held":
-            return 0.0
-        return max(0.0, self._valid_from + self._ttl - time.monotonic())
-
-    def add_lost_callback(self, cb: LostCallback) -> None:
-        """Calls cb(LeaseLostError) when the lease is lost (at once if it
-        already was). Runs on the event loop; exceptions are swallowed."""
-        if self._lost_error is not None:
-            self._call(cb, self._lost_error)
-        elif self._state == "held":
-            self._callbacks.append(cb)
-
-    async def extend(self, ttl: Optional[float] = None) -> None:
-        """Renews the lease for ttl seconds (default: its current TTL) from
-        now, retrying ``unavailable`` within the lease's remaining time.
-        Raises LeaseLostError once the lease is lost, poisoning the guard
-        (reason ``rejected``) when the server answers extended=false, and
-        LockReleasedError after unlock(). A transport error leaves the guard
-        holding until its local expiry."""
-        self._raise_if_not_held()
-        ttl = self._ttl if ttl is None else ttl
-        _check_seconds("ttl", ttl, 1e-3)
-        sent_at = time.monotonic()
-        budget = max(0.0, self._expires_at() - sent_at)
-        try:
-            ok = await self._client._retrying(
-                f"extend {self.key!r}", lambda t: self._extend_once(ttl, sent_at, t), budget
-            )
-        except HoldfastError:
-            self._raise_if_not_held()
-            raise
-        if not ok:
-            self._raise_if_not_held()
-            # Not reached: _extend_once answers False only after the guard ended.
-            raise LeaseLostError(self.key, "rejected", self._fencing_token)
-
-    async def unlock(self) -> None:
-        """Stops the watchdog and releases the lease.
-
-        Returns only when the server confirmed the release. When the lease
-        was already lost, or the server answers released=false, it raises
-        the LeaseLostError (reason ``rejected``, ``expired``,
-        ``client_closed`` or ``release_unconfirmed``): never a quiet success
-        (etcd#22082). ``unavailable`` and timeouts are retried with backoff
-        until the lease's local expiry (after which the server frees the key
-        by itself and unlock raises the loss, reason ``expired``). unlock()
-        after a successful unlock() is a no-op; after one that failed for
-        another reason (a non-retryable error) it may be called again."""
-        async with self._unlock_lock:
-            await self._stop_watchdog()
-            self._check_expiry()
-            if self._state == "released":
-                return
-            if self._lost_error is not None:
-                await self._release_after_loss()
-                raise self._lost_error
-            await self._release(self._expires_at())
-
-    async def __aenter__(self) -> AsyncGuard:
-        return self
-
-    async def __aexit__(self, exc_type: Optional[type[BaseException]], *exc: object) -> None:
-        await self._exit(exc_type is not None)
-
-    # ---- internals ----
-
-    async def _exit(self, failed: bool) -> None:
-        """The end of an ``async with`` block: unlock. A loss raises its
-        LeaseLostError, unless the block itself raised (its exception is the
-        story; the release is still attempted)."""
-        if not failed:
-            await self.unlock()
-            return
-        try:
-            await self.unlock()
-        except HoldfastError:
-            pass
-
-    async def _close_for_client(self, budget: float) -> None:
-        """AsyncClient.close: release if still held; a guard not released
-        ends lost with reason ``client_closed``."""
-        async with self._unlock_lock:
-            await self._stop_watchdog()
-            self._check_expiry()
-            if self._state != "held":
-                return
-            try:
-                await self._release(min(self._expires_at(), time.monotonic() + budget))
-            except HoldfastError:
-                pass  # the loss below says it; the lease expires on the server
-            self._poison("client_closed")
-
-    async def _stop_watchdog(self) -> None:
-        task, self._task = self._task, None
-        if task is not None and task is not _current_task():
-            self._stopping = True
-            task.cancel()
-            # wait (not await task): our own cancellation still propagates.
-            await asyncio.wait([task])
-
-    def _expires_at(self) -> float:
-        return self._valid_from + self._ttl
-
-    async def _release(self, deadline: float) -> None:
-        """Sends Release until the server answers, the deadline passes, or
-        the lease's local expiry passes (a release after it is moot: the key
-        frees itself). Returns once released; raises the LeaseLostError, or
-        a non-retryable error (the guard then still holds until expiry)."""
-        # in_doubt: an earlier attempt failed in transit and may have reached
-        # the server; a later released=false then does not prove a loss.
-        in_doubt = False
-        attempt = 0
-        while True:
-            self._raise_if_not_held()
-            left = min(deadline, self._expires_at()) - time.monotonic()
-            req = lock_pb2.ReleaseRequest(
-                key=self.key, owner_token=self._owner_token, client_stamp=self._client.clock.now().to_proto()
-            )
-            try:
-                res = await self._client._rpc.release(
-                    req, timeout_ms=_timeout_ms(max(0.0, min(left, self._client._request_timeout)))
-                )
-            except Exception as e:  # noqa: BLE001 - mapped below
-                err = from_connect_error(e, f"release {self.key!r}")
-                if not (is_retryable(err) or isinstance(err, DeadlineExceededError)):
-                    raise err from e
-                in_doubt = True
-                self._last_err = err
-                pause = min(_backoff(attempt), min(deadline, self._expires_at()) - time.monotonic())
-                attempt += 1
-                if pause <= 0:
-                    self._raise_if_not_held()  # past the local expiry: "expired"
-                    raise err from e  # the caller's deadline (close's budget) ran out first
-                await asyncio.sleep(pause)
-                continue
-            self._client._merge(res.server_stamp)
-            if res.released:
-                self._finish("released", None)
-                # Released, but too late: the guard was already lost on the
-                # safe clock (the work may have stopped); that loss stands.
-                if self._lost_error is not None:
-                    raise self._lost_error
-                return
-            self._poison("release_unconfirmed" if in_doubt else "rejected")
-            self._raise_if_not_held()
-            return
-
-    async def _release_after_loss(self) -> None:
-        """After a loss the server did not confirm (``expired``), the lease
-        may still be held on the server: one best-effort release frees the
-        key before its TTL. Compare-on-release makes it harmless if a
-        successor holds it."""
-        if self._tidied or self._lost_error is None or self._lost_error.reason != "expired":
-            return
-        self._tidied = True
-        try:
-            res = await self._client._rpc.release(
-                lock_pb2.ReleaseRequest(
-                    key=self.key, owner_token=self._owner_token, client_stamp=self._client.clock.now().to_proto()
-                ),
-                timeout_ms=_timeout_ms(min(self._ttl, self._client._request_timeout)),
-            )
-            self._client._merge(res.server_stamp)
-        except Exception:  # noqa: BLE001 - best effort: the lease expires by itself
-            pass
-
-    async def _extend_once(self, ttl: float, sent_at: float, timeout_ms: int) -> bool:
-        res = await self._client._rpc.extend(
-            lock_pb2.ExtendRequest(
-                key=self.key,
-                owner_token=self._owner_token,
-                ttl=_duration(ttl),
-                client_stamp=self._client.clock.now().to_proto(),
-            ),
-            timeout_ms=timeout_ms,
-        )
-        self._client._merge(res.server_stamp)
-        if self._state != "held":
-            return False
-        if not res.extended:
-            self._poison("rejected")
-            return False
-        if time.monotonic() >= self._expires_at():
-            # The answer came after the local expiry: the guard was already
-            # lost on the safe clock and the work may have stopped.
-            self._poison("expired")
-            return False
-        self._client._merge(res.lease.stamp if res.lease.HasField("stamp") else None)
-        # The renewal counts from when it was sent, never from when it
-        # answered: the server may have started the new TTL any time after.
-        self._valid_from = max(self._valid_from, sent_at)
-        self._ttl = _seconds(res.lease.ttl) if res.HasField("lease") and res.lease.HasField("ttl") else ttl
-        self._last_err = None
-        self._renewals += 1
-        self._arm_expiry(asyncio.get_running_loop())
-        return True
-
-    async def _watchdog(self) -> None:
-        try:
-            while self._state == "held" and not self._stopping:
-                # Renew a third of the TTL after the last successful renewal was sent.
-                await asyncio.sleep(max(0.0, self._valid_from + self._ttl / 3 - time.monotonic()))
-                attempt = 0
-                while self._state == "held" and not self._stopping:
-                    sent_at = time.monotonic()
-                    remaining = self._valid_from + self._ttl - sent_at
-                    if remaining <= 0:
-                        self._poison("expired")
-                        return
-                    try:
-                        # An answer after the lease's expiry is useless: cap
-                        # each attempt at the time left, and at a third of the
-                        # TTL so a hung connection leaves time for another.
-                        await self._extend_once(self._ttl, sent_at, _timeout_ms(min(remaining, self._ttl / 3)))
-                        break
-                    except Exception as e:  # noqa: BLE001
-                        if self._state != "held" or self._stopping:
-                            return
-                        # Any error short of the server's extended=false must
-                        # not drop a lease that is still valid (consul#912):
-                        # retry until it runs out (the expiry timer poisons
-                        # the guard then, "expired", with this error as the
-                        # cause), as the Go SDK does.
-                        self._last_err = from_connect_error(e, f"renew {self.key!r}")
-                        pause = min(
-                            _backoff(attempt, 0.05, max(0.05, self._ttl / 10)),
-                            max(0.0, self._valid_from + self._ttl - time.monotonic()),
-                        )
-                        attempt += 1
-                        await asyncio.sleep(pause)
-        except asyncio.CancelledError:
-            pass
-
-    def _arm_expiry(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-        # loop.time() is time.monotonic() on every standard event loop.
-        delay = self._valid_from + self._ttl - time.monotonic()
-        self._expiry = loop.call_later(max(0.0, delay), self._on_expiry, loop)
-
-    def _on_expiry(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._state != "held":
-            return
-        if time.monotonic() >= self._valid_from + self._ttl:
-            self._poison("expired")
-        else:  # a renewal landed while the timer was queued
-            self._arm_expiry(loop)
-
-    def _poison(self, reason: LeaseLostReason) -> None:
-        if self._state != "held":
-            return
-        err = LeaseLostError(self.key, reason, self._fencing_token)
-        if reason == "expired" and self._last_err is not None:
-            err.__cause__ = self._last_err  # the renewal trouble that let it run out
-        self._lost_error = err
-        self._finish("lost", err)
-
-    def _finish(self, state: Literal["lost", "released"], err: Optional[LeaseLostError]) -> None:
-        if self._state != "held":
-            return  # the first end wins
-        self._state = state
-        if self._expiry is not None:
-            self._expiry.cancel()
-        task, self._task = self._task, None
-        if task is not None and task is not _current_task():
-            self._stopping = True
-            task.cancel()
-        self._client._guards.discard(self)
-        self.done.set()
-        if err is not None:
-            self.lost.set()
-            callbacks, self._callbacks = self._callbacks, []
-            for cb in callbacks:
-                self._call(cb, err)
-
-    @staticmethod
-    def _call(cb: LostCallback, err: LeaseLostError) -> None:
-        try:
-            cb(err)
-        except Exception:  # noqa: BLE001 - a callback must not break the watchdog
-            pass
-
-    def _check_expiry(self) -> None:
-        # The expiry timer may not have run yet (a busy event loop): the
-        # safe clock decides, not the timer.
-        if self._state == "held" and time.monotonic() >= self._valid_from + self._ttl:
-            self._poison("expired")
-
-    def _raise_if_not_held(self) -> None:
-        self._check_expiry()
-        if self._state == "held":
-            return
-        if self._lost_error is not None:
-            raise self._lost_error
-        raise LockReleasedError(self.key)
-
-
-def _current_task() -> Optional[asyncio.Task[Any]]:
-    try:
-        return asyncio.current_task()
-    except RuntimeError:
-        return None

@@ -1,19 +1,30 @@
-"""The synchronous client: a thin wrapper that runs an AsyncClient on its own
-event loop in a background thread, so that guards keep renewing while the
-caller's thread does blocking work."""
+"""The blocking client: an AsyncClient on an event loop of its own in a
+background thread, so that guards keep renewing while the caller's thread
+does blocking work. It takes the same options and behaves the same."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import ssl
 import threading
-from collections.abc import Coroutine, Iterator
-from typing import Any, Callable, Optional, TypeVar, Union
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
-from .errors import LeaseLostError, NotAcquiredError
-from ._async import AsyncClient, AsyncGuard, Protocol
-from .hlc import Clock, Timestamp
-from .types import LockState, ServerInfo
+from connectrpc.interceptor import Interceptor
+
+from . import _durations
+from ._async import DEFAULT_REQUEST_TIMEOUT, DEFAULT_RETRY_BUDGET, DEFAULT_TTL, AsyncClient, Protocol
+from ._durations import Duration
+from ._guard import AsyncGuard
+from ._options import Backoff, ExpiryMargin
+from ._timestamp import Timestamp
+from .errors import DeadlineExceededError, HoldfastError, InvalidArgumentError, LeaseLostError
+from .events import LeaseEventListener
+from .hlc import Clock
+from .types import LockEvent, LockState, RunResult, ServerInfo
 
 T = TypeVar("T")
 
@@ -35,12 +46,22 @@ class _LoopThread:
         started.wait()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Runs coro on the loop and waits for it. Interrupted (Ctrl-C), the
+        caller cancels it: a waiting acquire leaves the server's queue."""
         if threading.current_thread() is self.thread:
-            raise RuntimeError("holdfast: the synchronous client cannot be called from its own loop thread (a lost callback?)")
+            coro.close()
+            raise RuntimeError(
+                "holdfast: the blocking client cannot be called from its own loop thread (a callback or listener?)"
+            )
         fut: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return fut.result()
+        try:
+            return fut.result()
+        except BaseException:
+            fut.cancel()
+            raise
 
     def stop(self) -> None:
+        """Stops the loop and joins its thread."""
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join()
         self.loop.close()
@@ -53,7 +74,10 @@ class Client:
             with client.lock("jobs/nightly", ttl=30) as guard:
                 write(guard.fencing_token)
 
-    It takes the same arguments as AsyncClient. Durations are in seconds.
+    It takes the same arguments as AsyncClient and answers the same way.
+    Durations are seconds (int or float) or ``datetime.timedelta``. Lost
+    callbacks and the lease event listener run on the client's background
+    thread and must not call the client.
     """
 
     def __init__(
@@ -61,13 +85,24 @@ class Client:
         address: str,
         *,
         protocol: Protocol = "connect",
-        holder: Optional[str] = None,
-        default_ttl: float = 15.0,
-        retry_budget: float = 2.0,
-        request_timeout: float = 10.0,
-        max_clock_offset: Optional[float] = None,
-        clock: Optional[Clock] = None,
+        holder: str | None = None,
+        default_ttl: Duration = DEFAULT_TTL,
+        retry_budget: Duration = DEFAULT_RETRY_BUDGET,
+        request_timeout: Duration = DEFAULT_REQUEST_TIMEOUT,
+        backoff: Backoff | None = None,
+        expiry_margin: ExpiryMargin | None = None,
+        max_clock_offset: Duration | None = None,
+        clock: Clock | None = None,
+        bearer_token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        interceptors: Sequence[Interceptor] = (),
+        on_lease_event: LeaseEventListener | None = None,
     ) -> None:
+        """Takes AsyncClient's arguments (see there)."""
         self._loop = _LoopThread()
 
         async def make() -> AsyncClient:
@@ -78,15 +113,30 @@ class Client:
                 default_ttl=default_ttl,
                 retry_budget=retry_budget,
                 request_timeout=request_timeout,
+                backoff=backoff,
+                expiry_margin=expiry_margin,
                 max_clock_offset=max_clock_offset,
                 clock=clock,
+                bearer_token=bearer_token,
+                headers=headers,
+                ca_file=ca_file,
+                cert_file=cert_file,
+                key_file=key_file,
+                ssl_context=ssl_context,
+                interceptors=interceptors,
+                on_lease_event=on_lease_event,
             )
 
-        self._async = self._loop.run(make())
+        try:
+            self._async = self._loop.run(make())
+        except BaseException:
+            self._loop.stop()
+            raise
         self._closed = False
 
     @property
     def clock(self) -> Clock:
+        """The client's Hybrid Logical Clock."""
         return self._async.clock
 
     def __enter__(self) -> Client:
@@ -96,7 +146,8 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        """Releases the guards still held and stops the background thread."""
+        """Releases the guards still held (as AsyncClient.close) and stops the
+        background thread."""
         if self._closed:
             return
         self._closed = True
@@ -109,74 +160,220 @@ class Client:
         self,
         key: str,
         *,
-        ttl: Optional[float] = None,
-        wait: float = 0.0,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
         watchdog: bool = True,
     ) -> Guard:
-        """Acquires the lock (raising NotAcquiredError when it stayed held);
-        use the guard as a context manager to release it at the block's end."""
+        """Acquires the lock as acquire() does; use the guard as a context
+        manager to release it at the block's end."""
         return self.acquire(key, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
 
     def acquire(
         self,
         key: str,
         *,
-        ttl: Optional[float] = None,
-        wait: float = 0.0,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
         watchdog: bool = True,
     ) -> Guard:
-        got = self.try_acquire(key, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
-        if isinstance(got, Guard):
-            return got
-        raise NotAcquiredError(key, got)
+        """Takes the lease on key. ``wait=None`` (the default) blocks until it
+        is acquired; ``wait=d`` for at most d, then raises NotAcquiredError;
+        ``wait=0`` makes exactly one attempt. Ctrl-C takes the waiter off the
+        server's queue."""
+
+        async def acquire() -> Guard:
+            return Guard(
+                self._loop, await self._async.acquire(key, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
+            )
+
+        return self._loop.run(acquire())
 
     def try_acquire(
         self,
         key: str,
         *,
-        ttl: Optional[float] = None,
-        wait: float = 0.0,
-        holder: Optional[str] = None,
+        ttl: Duration | None = None,
+        holder: str | None = None,
         watchdog: bool = True,
-    ) -> Union[Guard, Optional[LockState]]:
-        got = self._loop.run(self._async.try_acquire(key, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog))
-        if isinstance(got, AsyncGuard):
-            return Guard(self._loop, got)
-        return got
+    ) -> Guard | None:
+        """Exactly one attempt, never queueing: the guard, or None when the
+        key is held."""
 
-    def with_lock(self, key: str, fn: Callable[[Guard], T], *, ttl: Optional[float] = None, wait: float = 0.0) -> T:
-        """Runs fn(guard) under the lock and releases it afterwards."""
-        with self.acquire(key, ttl=ttl, wait=wait) as guard:
+        async def attempt() -> Guard | None:
+            got = await self._async.try_acquire(key, ttl=ttl, holder=holder, watchdog=watchdog)
+            return None if got is None else Guard(self._loop, got)
+
+        return self._loop.run(attempt())
+
+    def with_lock(
+        self,
+        key: str,
+        fn: Callable[[Guard], T],
+        *,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
+    ) -> T:
+        """Runs fn(guard) under the lock (acquired as acquire() does) and
+        releases it afterwards; a lease lost during fn raises its
+        LeaseLostError, unless fn raised."""
+        with self.acquire(key, ttl=ttl, wait=wait, holder=holder) as guard:
             return fn(guard)
 
-    def inspect(self, key: str) -> Optional[LockState]:
+    def run_if_free(
+        self,
+        key: str,
+        fn: Callable[[Guard], T],
+        *,
+        ttl: Duration | None = None,
+        holder: str | None = None,
+    ) -> RunResult:
+        """Skip if held: one attempt at the lock; held, ``fn`` is not called
+        and the answer is ``RunResult(ran=False)``. Free, ``fn(guard)`` runs
+        under it (watchdog on), the lock is released afterwards and the
+        answer is ``RunResult(ran=True, value=<what fn returned>)``. A lease
+        lost during fn raises its LeaseLostError, as with_lock does."""
+        guard = self.try_acquire(key, ttl=ttl, holder=holder)
+        if guard is None:
+            return RunResult(False)
+        with guard:
+            value = fn(guard)
+        return RunResult(True, value)
+
+    def run_scheduled(
+        self,
+        key: str,
+        *,
+        max_runtime: Duration,
+        run: Callable[[int, threading.Event], T],
+        ttl: Duration | None = None,
+        holder: str | None = None,
+    ) -> RunResult:
+        """A scheduled job that runs on one server at a time
+        (docs/recipes/scheduled-jobs.md), as AsyncClient.run_scheduled: held
+        elsewhere, ``RunResult(ran=False)`` without calling ``run``.
+        Otherwise ``run(fencing_token, stop)`` runs in this thread under a
+        lease of ``ttl`` (default 1.5 x max_runtime, longer than
+        max_runtime); ``stop`` (a threading.Event) is set when the lease is
+        lost or at max_runtime, and the run should return then. Afterwards the
+        lease is released: a lost lease raises LeaseLostError, a run that
+        returned after max_runtime DeadlineExceededError."""
+        limit = _durations.positive("max_runtime", max_runtime)
+        lease = 1.5 * limit if ttl is None else _durations.ttl(ttl)
+        if lease <= limit:
+            raise InvalidArgumentError(
+                f"holdfast: ttl: {_durations.fmt(lease)} must be longer than max_runtime {_durations.fmt(limit)}"
+            )
+        guard = self.try_acquire(key, ttl=lease, holder=holder)
+        if guard is None:
+            return RunResult(False)
+        stop = threading.Event()
+        started = time.monotonic()
+        timer = threading.Timer(limit, stop.set)
+        timer.daemon = True
+        timer.start()
+        guard.add_lost_callback(lambda _err: stop.set())
+        try:
+            value = run(guard.fencing_token, stop)
+        except BaseException as run_error:
+            timer.cancel()
+            try:
+                guard.unlock()
+            except HoldfastError as release_error:
+                raise release_error from run_error
+            raise
+        timer.cancel()
+        guard.unlock()
+        if time.monotonic() - started > limit:
+            raise DeadlineExceededError(
+                f"holdfast: run_scheduled {key!r}: the run did not finish within max_runtime {_durations.fmt(limit)}"
+            )
+        return RunResult(True, value)
+
+    def inspect(self, key: str) -> LockState | None:
+        """Who holds key (None when free), without its owner token."""
         return self._loop.run(self._async.inspect(key))
 
     def list(self, prefix: str = "", *, page_size: int = 0) -> Iterator[LockState]:
+        """Every held lock whose key starts with prefix, in key order (all pages)."""
+
         async def collect() -> list[LockState]:
             return [s async for s in self._async.list(prefix, page_size=page_size)]
 
         return iter(self._loop.run(collect()))
 
+    def watch(self, *, key: str | None = None, prefix: str | None = None) -> WatchStream:
+        """Streams acquisitions, releases and expiries of one key or of every
+        key under a prefix (first event "synced"); iterate it, and close it
+        (or use it as a context manager) when done."""
+        return WatchStream(self._loop, self._async.watch(key=key, prefix=prefix))
+
     def server_info(self) -> ServerInfo:
+        """The server's version and its backend's promises."""
         return self._loop.run(self._async.server_info())
 
 
+class WatchStream:
+    """A blocking iterator over a watch's LockEvents."""
+
+    def __init__(self, loop: _LoopThread, events: AsyncIterator[LockEvent]) -> None:
+        self._loop = loop
+        self._events = events
+
+    def __iter__(self) -> WatchStream:
+        return self
+
+    def __next__(self) -> LockEvent:
+        # The async generator is stepped on the loop's thread only.
+        async def step() -> LockEvent:
+            return await self._events.__anext__()
+
+        try:
+            return self._loop.run(step())
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def close(self) -> None:
+        """Ends the stream."""
+        aclose = getattr(self._events, "aclose", None)
+        if aclose is None:
+            return
+
+        async def close() -> None:
+            await aclose()
+
+        with contextlib.suppress(RuntimeError):  # the client's loop already stopped
+            self._loop.run(close())
+
+    def __enter__(self) -> WatchStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Guard:
-    """A held lease (the blocking view of an AsyncGuard); its watchdog runs
+    """A held lease: the blocking view of an AsyncGuard, whose watchdog runs
     on the client's background thread."""
 
     def __init__(self, loop: _LoopThread, inner: AsyncGuard) -> None:
+        # Made on the loop's thread (Client.acquire), where inner lives.
         self._loop = loop
         self._inner = inner
         self.key = inner.key
+        """The locked key."""
+        self.holder = inner.holder
+        """The label others see while this guard holds the key."""
         self.lost = threading.Event()
         """Set (from the client's thread) when the lease is lost."""
-        self._loop.loop.call_soon_threadsafe(inner.add_lost_callback, lambda _e: self.lost.set())
+        self.done = threading.Event()
+        """Set when the guard stops holding: lost or released."""
+        inner.add_lost_callback(lambda _e: self.lost.set())
+        inner._add_done_hook(self.done.set)
 
-    # Reads that may poison the guard (its safe-clock check) run on the
+    # Reads that may poison the guard (its local-expiry check) run on the
     # client's loop: the guard's state belongs to that thread.
 
     @property
@@ -190,31 +387,44 @@ class Guard:
 
     @property
     def stamp(self) -> Timestamp:
+        """HLC stamp of the acquisition."""
         return self._inner.stamp
 
     @property
     def held(self) -> bool:
+        """Whether the guard still holds its lease (by the local expiry too)."""
+
         async def get() -> bool:
             return self._inner.held
 
         return self._loop.run(get())
 
     @property
-    def lost_error(self) -> Optional[LeaseLostError]:
+    def lost_error(self) -> LeaseLostError | None:
+        """The loss, once the lease is lost."""
         return self._inner.lost_error
 
     @property
+    def ttl(self) -> float:
+        """The lease's TTL in seconds."""
+        return self._inner.ttl
+
+    @property
     def renewals(self) -> int:
+        """Number of successful renewals (watchdog and extend())."""
         return self._inner.renewals
 
     def remaining(self) -> float:
+        """Seconds left to the local expiry; 0 once lost or released."""
         return self._inner.remaining()
 
     def add_lost_callback(self, cb: Callable[[LeaseLostError], None]) -> None:
-        """cb runs on the client's background thread; it must not call the client."""
+        """cb(LeaseLostError) runs on the client's background thread when the
+        lease is lost (at once if it already was); it must not call the client."""
         self._loop.loop.call_soon_threadsafe(self._inner.add_lost_callback, cb)
 
-    def extend(self, ttl: Optional[float] = None) -> None:
+    def extend(self, ttl: Duration | None = None) -> None:
+        """Renews the lease (as AsyncGuard.extend)."""
         self._loop.run(self._inner.extend(ttl))
 
     def unlock(self) -> None:
@@ -226,6 +436,6 @@ class Guard:
     def __enter__(self) -> Guard:
         return self
 
-    def __exit__(self, exc_type: Optional[type[BaseException]], *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         # A loss raises its LeaseLostError, unless the block itself raised.
         self._loop.run(self._inner._exit(exc_type is not None))

@@ -1,26 +1,30 @@
 """Exceptions of the holdfast SDK.
 
-Branch on the class, never on the message. Errors the server reported carry
-their Connect code name in ``code`` (for example ``"unavailable"``).
+Every exception the SDK raises is a :class:`HoldfastError` whose ``code``
+names the situation, with the same names in the Go and TypeScript SDKs
+(docs/sdk-behaviour.md, Errors): Connect codes for what the server answered
+(``invalid_argument``, ``unavailable``, ``unauthenticated``, ...), and SDK
+codes for what the SDK decided (``not_acquired``, ``lease_lost``,
+``lock_released``, ``client_closed``, ``stale_token``, ``clock_offset``).
+Branch on the class or the code, never on the message.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import Literal
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-if TYPE_CHECKING:
-    from .types import LockState
+from .types import LockState
 
 LeaseLostReason = Literal["rejected", "expired", "client_closed", "release_unconfirmed"]
-"""Why a guard lost its lease (the Go SDK's LossReason):
+"""Why a guard lost its lease (the same strings in every SDK):
 
 - ``rejected``: the server answered extended=false or released=false; the
   owner token no longer holds the key.
-- ``expired``: no renewal succeeded before the lease's expiry on the client's
-  monotonic clock (``__cause__``: the last renewal error, if any).
+- ``expired``: no renewal succeeded before the lease's local expiry on the
+  client's monotonic clock (``__cause__``: the last renewal error, if any).
 - ``client_closed``: the client was closed while the guard was held.
 - ``release_unconfirmed``: unlock retried a release whose first attempt
   failed in transit, and the retry answered released=false. The token no
@@ -38,11 +42,11 @@ _REASON_TEXT: dict[str, str] = {
 
 
 class HoldfastError(Exception):
-    """Base class of every error the SDK raises."""
+    """Base class of every error the SDK raises; ``code`` names the situation."""
 
-    code: Optional[str] = None
+    code: str = "unknown"
 
-    def __init__(self, message: str, code: Optional[str] = None) -> None:
+    def __init__(self, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
@@ -50,10 +54,16 @@ class HoldfastError(Exception):
 
 
 class NotAcquiredError(HoldfastError):
-    """The key is held by someone else, or stayed held for the whole wait."""
+    """The key is held by someone else, or stayed held for the whole wait.
 
-    def __init__(self, key: str, current: Optional[LockState]) -> None:
+    ``current`` is the holder's state when the server said who holds it."""
+
+    code = "not_acquired"
+
+    def __init__(self, key: str, current: LockState | None, waited: float | None = None) -> None:
         msg = f"holdfast: lock {key!r} not acquired"
+        if waited:
+            msg += f" within the wait of {waited:g}s"
         if current is not None:
             msg += f": held by {current.holder!r} (fencing token {current.fencing_token})"
         super().__init__(msg)
@@ -66,11 +76,13 @@ class LeaseLostError(HoldfastError):
 
     What ``fencing_token``, ``extend()`` and ``unlock()`` raise once the lease
     is lost, and what lost callbacks receive. ``unlock()`` of a lost lease
-    raises it: never a quiet success (etcd#22082). Work done under the guard
-    may overlap with the next holder's: fence your writes.
+    raises it: never a quiet success. Work done under the guard may overlap
+    with the next holder's: fence your writes.
     """
 
-    def __init__(self, key: str, reason: LeaseLostReason, fencing_token: Optional[int] = None) -> None:
+    code = "lease_lost"
+
+    def __init__(self, key: str, reason: LeaseLostReason, fencing_token: int | None = None) -> None:
         token = "" if fencing_token is None else f" (fencing token {fencing_token})"
         super().__init__(f"holdfast: lease on {key!r}{token} lost: {_REASON_TEXT.get(reason, reason)}")
         self.key = key
@@ -81,6 +93,8 @@ class LeaseLostError(HoldfastError):
 class LockReleasedError(HoldfastError):
     """The guard was unlocked by its owner; it no longer holds."""
 
+    code = "lock_released"
+
     def __init__(self, key: str) -> None:
         super().__init__(f"holdfast: lock {key!r} was released")
         self.key = key
@@ -88,6 +102,8 @@ class LockReleasedError(HoldfastError):
 
 class StaleTokenError(HoldfastError):
     """A write carried a fencing token older than the resource's watermark."""
+
+    code = "stale_token"
 
     def __init__(self, token: int, watermark: int) -> None:
         super().__init__(f"holdfast: stale fencing token {token}, the resource has seen {watermark}")
@@ -98,6 +114,8 @@ class StaleTokenError(HoldfastError):
 class ClientClosedError(HoldfastError):
     """The client was closed."""
 
+    code = "client_closed"
+
     def __init__(self) -> None:
         super().__init__("holdfast: client closed")
 
@@ -105,52 +123,57 @@ class ClientClosedError(HoldfastError):
 class ClockOffsetError(HoldfastError):
     """A remote HLC stamp was too far ahead of the local clock."""
 
+    code = "clock_offset"
+
 
 class InvalidArgumentError(HoldfastError, ValueError):
-    """The server (or the SDK, before sending) refused a request: bad key,
-    TTL out of range, stamp too far ahead. The message names the field."""
+    """The SDK (before sending) or the server refused an argument: bad key,
+    TTL or wait out of range, malformed address, stamp too far ahead. The
+    message names the field, the value and the limit."""
 
     code = "invalid_argument"
 
 
 class UnavailableError(HoldfastError):
-    """The server or its backend could not be reached or is restarting."""
+    """The server or its backend could not be reached (refused, reset, no
+    answer in time) or is restarting, for longer than the call's budget."""
 
     code = "unavailable"
 
 
 class DeadlineExceededError(HoldfastError, TimeoutError):
-    """A call's deadline ran out."""
+    """A deadline ran out: the server's, or a scheduled run's max_runtime."""
 
     code = "deadline_exceeded"
 
 
 class CanceledError(HoldfastError):
-    """The call was canceled."""
+    """The server reported the call canceled."""
 
     code = "canceled"
 
 
 class UnauthenticatedError(HoldfastError):
-    """The request carried no valid credentials."""
+    """The request carried no valid credentials (bearer token)."""
 
     code = "unauthenticated"
 
 
 class PermissionDeniedError(HoldfastError):
-    """The caller is authenticated but not allowed."""
+    """The caller is authenticated but not allowed (key outside its token's namespaces)."""
 
     code = "permission_denied"
 
 
 class ResourceExhaustedError(HoldfastError):
-    """A server limit was hit (too many waiters, keys, requests)."""
+    """A server limit was hit (too many waiters, watch streams, requests)."""
 
     code = "resource_exhausted"
 
 
 class ServerError(HoldfastError):
-    """Any other failure reported by the server or the transport."""
+    """Any other failure the server reported; ``code`` is its Connect code
+    (``failed_precondition``, ``unimplemented``, ``internal``, ...)."""
 
 
 _BY_CODE: dict[Code, type[HoldfastError]] = {
@@ -166,15 +189,15 @@ _BY_CODE: dict[Code, type[HoldfastError]] = {
 
 
 def from_connect_error(err: BaseException, what: str) -> HoldfastError:
-    """Maps what a Connect call raised to the SDK's exception classes."""
+    """Maps what a Connect call raised to the SDK's exception classes; a
+    transport failure the runtime did not wrap is ``unavailable``."""
     if isinstance(err, HoldfastError):
         return err
     if isinstance(err, ConnectError):
         cls = _BY_CODE.get(err.code, ServerError)
         exc = cls(f"holdfast: {what}: {err.message or err.code.value}", code=err.code.value)
     else:
-        # Transport failures the runtime did not wrap: treat as unavailable.
-        exc = UnavailableError(f"holdfast: {what}: {err}", code="unavailable")
+        exc = UnavailableError(f"holdfast: {what}: {type(err).__name__}: {err}")
     exc.__cause__ = err
     return exc
 

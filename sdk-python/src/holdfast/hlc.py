@@ -17,61 +17,15 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
-from typing import Callable, Optional
+from collections.abc import Callable
 
+from ._timestamp import ZERO, Timestamp
 from .errors import ClockOffsetError
-from .lock.v1 import lock_pb2
 
 DEFAULT_MAX_OFFSET = 0.5
 """How far ahead of the local clock a remote stamp may be, in seconds."""
 
-_MAX_UINT32 = 0xFFFF_FFFF
-
-
-@dataclass(frozen=True, order=True)
-class Timestamp:
-    """One HLC reading, ordered by wall time then logical counter.
-
-    The zero stamp means "no stamp" and is before every other stamp.
-    """
-
-    wall_time_ns: int = 0
-    """Nanoseconds since the Unix epoch."""
-    logical: int = 0
-    """Orders events within one wall_time_ns (uint32)."""
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.logical <= _MAX_UINT32:
-            raise ValueError(f"hlc: logical {self.logical} is not a uint32")
-
-    def is_zero(self) -> bool:
-        return self.wall_time_ns == 0 and self.logical == 0
-
-    def next(self) -> Timestamp:
-        """The smallest stamp strictly after this one."""
-        if self.logical == _MAX_UINT32:
-            return Timestamp(self.wall_time_ns + 1, 0)
-        return Timestamp(self.wall_time_ns, self.logical + 1)
-
-    def __str__(self) -> str:
-        return f"{self.wall_time_ns}.{self.logical}"
-
-    def to_proto(self) -> Optional[lock_pb2.HlcTimestamp]:
-        """Wire form; the zero stamp becomes None (an unset field)."""
-        if self.is_zero():
-            return None
-        return lock_pb2.HlcTimestamp(wall_time_ns=self.wall_time_ns, logical=self.logical)
-
-    @staticmethod
-    def from_proto(p: Optional[lock_pb2.HlcTimestamp]) -> Timestamp:
-        """Converts a wire stamp; None is the zero stamp."""
-        if p is None:
-            return ZERO
-        return Timestamp(p.wall_time_ns, p.logical)
-
-
-ZERO = Timestamp()
+__all__ = ["DEFAULT_MAX_OFFSET", "ZERO", "Clock", "Timestamp"]
 
 
 class Clock:
@@ -79,7 +33,7 @@ class Clock:
 
     def __init__(
         self,
-        physical: Optional[Callable[[], int]] = None,
+        physical: Callable[[], int] | None = None,
         max_offset: float = DEFAULT_MAX_OFFSET,
     ) -> None:
         """
@@ -95,6 +49,7 @@ class Clock:
 
     @property
     def max_offset(self) -> float:
+        """Seconds a remote stamp may be ahead of the physical clock (-1: no check)."""
         return -1.0 if self._max_offset_ns < 0 else self._max_offset_ns / 1e9
 
     def now(self) -> Timestamp:

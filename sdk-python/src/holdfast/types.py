@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Any, Literal, NamedTuple
 
-from .hlc import Timestamp
+from ._timestamp import Timestamp
 from .lock.v1 import lock_pb2
 
 
@@ -18,7 +18,7 @@ class LockState:
     fencing_token: int
     holder: str
     """Free-text label the holder gave at acquire."""
-    expires_at: Optional[_dt.datetime]
+    expires_at: _dt.datetime | None
     """The server's view of the expiry; informational only."""
     stamp: Timestamp
     """HLC stamp of the holder's acquisition."""
@@ -27,6 +27,7 @@ class LockState:
 
     @staticmethod
     def from_proto(p: lock_pb2.LockState) -> LockState:
+        """Converts the wire form."""
         expires = p.expires_at.ToDatetime(tzinfo=_dt.timezone.utc) if p.HasField("expires_at") else None
         return LockState(
             key=p.key,
@@ -56,9 +57,14 @@ class BackendInfo:
 
 @dataclass(frozen=True)
 class ServerInfo:
+    """The server's version and its backend's promises."""
+
     version: str
     backend: BackendInfo
     max_clock_offset: float
+    """Seconds a client stamp may be ahead of the server's clock."""
+    max_wait: float
+    """The longest wait (seconds) one Acquire may ask this server for (0: not said)."""
     stamp: Timestamp
 
 
@@ -67,7 +73,18 @@ EventType = Literal["synced", "acquired", "released", "expired"]
 
 @dataclass(frozen=True)
 class LockEvent:
+    """One event of a watch stream."""
+
     type: EventType
-    state: Optional[LockState]
+    state: LockState | None
     """The lock the event is about; None for "synced"."""
     stamp: Timestamp
+
+
+class RunResult(NamedTuple):
+    """What ``run_if_free`` and ``run_scheduled`` answer: ``ran`` is False
+    (and ``value`` None) when the key was held and the function was not
+    called; otherwise ``value`` is what it returned."""
+
+    ran: bool
+    value: Any = None

@@ -1,6 +1,6 @@
 // Package cli is the holdfast command line: `holdfast serve`, `holdfast
 // version`, the client commands (`holdfast lock|acquire|release|extend|
-// inspect|list|watch|info`, which talk to a server through sdk-go), and the hidden `holdfast backend memory`, which runs the
+// inspect|list|watch|info|health`, which talk to a server through sdk-go), and the hidden `holdfast backend memory`, which runs the
 // embedded memory backend as a plugin process (so one binary serves the
 // default with no other file).
 package cli
@@ -66,7 +66,7 @@ above the work's pauses, and pass the fencing token to what you protect.`,
 	root.AddCommand(newServe(version, stdout, stderr), newVersion(version, stdout), newBackend())
 	// The client commands (client.go): they talk to a server.
 	root.AddCommand(newLock(stdout, stderr), newAcquire(stdout), newRelease(stdout), newExtend(stdout),
-		newInspect(stdout), newList(stdout), newWatch(stdout), newInfo(stdout))
+		newInspect(stdout), newList(stdout), newWatch(stdout), newInfo(stdout), newHealth(stdout))
 	return root
 }
 

@@ -210,7 +210,10 @@ func (r *lockRun) acquire(ctx context.Context, c *holdfast.Client, sigs <-chan o
 	if _, err := c.ServerInfo(ctx); err != nil {
 		return nil, r.o.callError(err)
 	}
-	l := c.Lock(r.key).TTL(r.ttl).Wait(r.wait)
+	l := c.Lock(r.key).TTL(r.ttl)
+	if r.wait > 0 {
+		l = l.Wait(r.wait) // without a Wait, Lock queues until acquired or interrupted
+	}
 	go func() {
 		var out result
 		if r.noWait {

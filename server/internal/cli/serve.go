@@ -84,6 +84,7 @@ which wins over the file.
 
 Once serving, it prints exactly one line to stdout:
   holdfast serving addr=HOST:PORT backend=NAME shared=BOOL durable=BOOL
+and, run by systemd (a Type=notify unit, $NOTIFY_SOCKET), tells it READY=1.
 Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -311,6 +312,7 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	// The readiness line: the one thing written to stdout.
 	fmt.Fprintf(stdout, "holdfast serving addr=%s backend=%s shared=%t durable=%t\n",
 		srv.Addr(), info.Name, info.Shared, info.Durable)
+	notifySystemd(log, "READY=1\nSTATUS=serving on "+srv.Addr().String()+" (backend "+info.Name+")")
 
 	var serveErr error
 	select {
@@ -319,6 +321,7 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	case serveErr = <-srv.Done():
 		log.Error("server stopped", "err", serveErr)
 	}
+	notifySystemd(log, "STOPPING=1")
 	// Stop taking work, end waiters and watchers (unavailable), let in-flight
 	// calls finish, then stop the plugin. No lease is released: holders keep
 	// them until their TTL (see package engine).
@@ -371,7 +374,7 @@ func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
 		icpt = append(icpt, auth.NewInterceptor(store, log.With("component", "auth")))
 		log.Info("bearer tokens required", "file", o.authTokens, "tokens", store.Len())
 	} else if o.tlsCert == "" && !isLoopback(o.addr) {
-		log.Warn("serving without TLS or tokens on a non-loopback address: anyone who reaches it can take and watch every lock", "addr", o.addr)
+		log.Warn("serving without TLS or tokens on a non-loopback address: anyone who reaches it can take and watch every lock (set --tls-cert and --tls-key, and --auth-tokens)", "addr", o.addr)
 	}
 	lim := limits.Config{
 		MaxRequestDuration: o.maxRequestDuration,

@@ -1246,8 +1246,12 @@ type GetServerInfoResponse struct {
 	ServerStamp *HlcTimestamp          `protobuf:"bytes,3,opt,name=server_stamp,json=serverStamp,proto3" json:"server_stamp,omitempty"`
 	// Client stamps further ahead of the server's clock than this are refused.
 	MaxClockOffset *durationpb.Duration `protobuf:"bytes,4,opt,name=max_clock_offset,json=maxClockOffset,proto3" json:"max_clock_offset,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The longest wait an Acquire may ask for (the server's --max-wait); a
+	// longer one is refused with invalid_argument. SDKs that wait without a
+	// bound of their own ask for at most this per Acquire and re-send it.
+	MaxWait       *durationpb.Duration `protobuf:"bytes,5,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetServerInfoResponse) Reset() {
@@ -1304,6 +1308,13 @@ func (x *GetServerInfoResponse) GetServerStamp() *HlcTimestamp {
 func (x *GetServerInfoResponse) GetMaxClockOffset() *durationpb.Duration {
 	if x != nil {
 		return x.MaxClockOffset
+	}
+	return nil
+}
+
+func (x *GetServerInfoResponse) GetMaxWait() *durationpb.Duration {
+	if x != nil {
+		return x.MaxWait
 	}
 	return nil
 }
@@ -1395,12 +1406,13 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.holdfast.lock.v1.EventTypeR\x04type\x121\n" +
 	"\x05state\x18\x02 \x01(\v2\x1b.holdfast.lock.v1.LockStateR\x05state\x12A\n" +
 	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\x16\n" +
-	"\x14GetServerInfoRequest\"\xf2\x01\n" +
+	"\x14GetServerInfoRequest\"\xa8\x02\n" +
 	"\x15GetServerInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x127\n" +
 	"\abackend\x18\x02 \x01(\v2\x1d.holdfast.lock.v1.BackendInfoR\abackend\x12A\n" +
 	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\x12C\n" +
-	"\x10max_clock_offset\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0emaxClockOffset*\x88\x01\n" +
+	"\x10max_clock_offset\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0emaxClockOffset\x124\n" +
+	"\bmax_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxWait*\x88\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
@@ -1484,25 +1496,26 @@ var file_holdfast_lock_v1_lock_proto_depIdxs = []int32{
 	4,  // 27: holdfast.lock.v1.GetServerInfoResponse.backend:type_name -> holdfast.lock.v1.BackendInfo
 	1,  // 28: holdfast.lock.v1.GetServerInfoResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	19, // 29: holdfast.lock.v1.GetServerInfoResponse.max_clock_offset:type_name -> google.protobuf.Duration
-	5,  // 30: holdfast.lock.v1.LockService.Acquire:input_type -> holdfast.lock.v1.AcquireRequest
-	7,  // 31: holdfast.lock.v1.LockService.Release:input_type -> holdfast.lock.v1.ReleaseRequest
-	9,  // 32: holdfast.lock.v1.LockService.Extend:input_type -> holdfast.lock.v1.ExtendRequest
-	11, // 33: holdfast.lock.v1.LockService.Inspect:input_type -> holdfast.lock.v1.InspectRequest
-	13, // 34: holdfast.lock.v1.LockService.List:input_type -> holdfast.lock.v1.ListRequest
-	15, // 35: holdfast.lock.v1.LockService.Watch:input_type -> holdfast.lock.v1.WatchRequest
-	17, // 36: holdfast.lock.v1.LockService.GetServerInfo:input_type -> holdfast.lock.v1.GetServerInfoRequest
-	6,  // 37: holdfast.lock.v1.LockService.Acquire:output_type -> holdfast.lock.v1.AcquireResponse
-	8,  // 38: holdfast.lock.v1.LockService.Release:output_type -> holdfast.lock.v1.ReleaseResponse
-	10, // 39: holdfast.lock.v1.LockService.Extend:output_type -> holdfast.lock.v1.ExtendResponse
-	12, // 40: holdfast.lock.v1.LockService.Inspect:output_type -> holdfast.lock.v1.InspectResponse
-	14, // 41: holdfast.lock.v1.LockService.List:output_type -> holdfast.lock.v1.ListResponse
-	16, // 42: holdfast.lock.v1.LockService.Watch:output_type -> holdfast.lock.v1.WatchResponse
-	18, // 43: holdfast.lock.v1.LockService.GetServerInfo:output_type -> holdfast.lock.v1.GetServerInfoResponse
-	37, // [37:44] is the sub-list for method output_type
-	30, // [30:37] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	19, // 30: holdfast.lock.v1.GetServerInfoResponse.max_wait:type_name -> google.protobuf.Duration
+	5,  // 31: holdfast.lock.v1.LockService.Acquire:input_type -> holdfast.lock.v1.AcquireRequest
+	7,  // 32: holdfast.lock.v1.LockService.Release:input_type -> holdfast.lock.v1.ReleaseRequest
+	9,  // 33: holdfast.lock.v1.LockService.Extend:input_type -> holdfast.lock.v1.ExtendRequest
+	11, // 34: holdfast.lock.v1.LockService.Inspect:input_type -> holdfast.lock.v1.InspectRequest
+	13, // 35: holdfast.lock.v1.LockService.List:input_type -> holdfast.lock.v1.ListRequest
+	15, // 36: holdfast.lock.v1.LockService.Watch:input_type -> holdfast.lock.v1.WatchRequest
+	17, // 37: holdfast.lock.v1.LockService.GetServerInfo:input_type -> holdfast.lock.v1.GetServerInfoRequest
+	6,  // 38: holdfast.lock.v1.LockService.Acquire:output_type -> holdfast.lock.v1.AcquireResponse
+	8,  // 39: holdfast.lock.v1.LockService.Release:output_type -> holdfast.lock.v1.ReleaseResponse
+	10, // 40: holdfast.lock.v1.LockService.Extend:output_type -> holdfast.lock.v1.ExtendResponse
+	12, // 41: holdfast.lock.v1.LockService.Inspect:output_type -> holdfast.lock.v1.InspectResponse
+	14, // 42: holdfast.lock.v1.LockService.List:output_type -> holdfast.lock.v1.ListResponse
+	16, // 43: holdfast.lock.v1.LockService.Watch:output_type -> holdfast.lock.v1.WatchResponse
+	18, // 44: holdfast.lock.v1.LockService.GetServerInfo:output_type -> holdfast.lock.v1.GetServerInfoResponse
+	38, // [38:45] is the sub-list for method output_type
+	31, // [31:38] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_holdfast_lock_v1_lock_proto_init() }

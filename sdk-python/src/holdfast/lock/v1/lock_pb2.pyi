@@ -209,13 +209,15 @@ class GetServerInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetServerInfoResponse(_message.Message):
-    __slots__ = ("version", "backend", "server_stamp", "max_clock_offset")
+    __slots__ = ("version", "backend", "server_stamp", "max_clock_offset", "max_wait")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     SERVER_STAMP_FIELD_NUMBER: _ClassVar[int]
     MAX_CLOCK_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_FIELD_NUMBER: _ClassVar[int]
     version: str
     backend: BackendInfo
     server_stamp: HlcTimestamp
     max_clock_offset: _duration_pb2.Duration
-    def __init__(self, version: _Optional[str] = ..., backend: _Optional[_Union[BackendInfo, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., max_clock_offset: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    max_wait: _duration_pb2.Duration
+    def __init__(self, version: _Optional[str] = ..., backend: _Optional[_Union[BackendInfo, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., max_clock_offset: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,483 @@
+"""The guard of a held lease and its watchdog (docs/promises.md, promise 5)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+from google.protobuf import duration_pb2
+
+from . import _durations
+from ._options import ExpiryMargin
+from ._rpc import Rpc
+from ._timestamp import Timestamp
+from .errors import ClockOffsetError, HoldfastError, LeaseLostError, LeaseLostReason, LockReleasedError, is_retryable
+from .events import LeaseEvent, LeaseEventListener, LeaseEventType, emit, logger
+from .hlc import Clock
+from .lock.v1 import lock_pb2
+
+LostCallback = Callable[[LeaseLostError], None]
+
+
+def to_duration(seconds: float) -> duration_pb2.Duration:
+    """The wire form of a duration in seconds."""
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(round(seconds * 1e9))
+    return d
+
+
+def from_duration(d: duration_pb2.Duration) -> float:
+    """Seconds of a wire duration."""
+    return float(d.ToNanoseconds()) / 1e9
+
+
+class Session:
+    """What a client shares with its guards: the calls, the clock, the
+    expiry margin, the event listener and the set of guards still held (which
+    ``close`` releases)."""
+
+    def __init__(
+        self, rpc: Rpc, clock: Clock, expiry_margin: ExpiryMargin, on_lease_event: LeaseEventListener | None
+    ) -> None:
+        self.rpc = rpc
+        self.clock = clock
+        self.expiry_margin = expiry_margin
+        self.on_lease_event = on_lease_event
+        self.guards: set[AsyncGuard] = set()
+
+    def merge(self, p: lock_pb2.HlcTimestamp | None) -> None:
+        """Merges a server stamp into the clock. One further ahead than the
+        max offset is not merged: adopting it would make this client's next
+        stamps look too far ahead to every other server; the answer that
+        carried it stands."""
+        ts = Timestamp.from_proto(p)
+        if ts.is_zero():
+            return
+        with contextlib.suppress(ClockOffsetError):
+            self.clock.update(ts)
+
+    def stamp(self) -> lock_pb2.HlcTimestamp | None:
+        """A client stamp for a request: the clock, ticked."""
+        return self.clock.now().to_proto()
+
+
+class AsyncGuard:
+    """A held lease.
+
+    Its watchdog renews the lease every TTL/3 after the last successful
+    renewal was sent. The guard is poisoned when a renewal answers
+    extended=false (reason ``rejected``), or when no renewal has succeeded by
+    the local expiry: measured on this process's monotonic clock from the
+    moment the last successful Acquire or Extend was sent, minus the expiry
+    margin (reason ``expired``). Poisoned, its ``lost`` event is set, its
+    callbacks run, a ``lost`` lease event is emitted, and ``fencing_token``,
+    ``extend()`` and ``unlock()`` raise the LeaseLostError. Nothing is raised
+    at the caller asynchronously.
+    """
+
+    def __init__(self, session: Session, lease: lock_pb2.Lease, holder: str, valid_from: float, watchdog: bool) -> None:
+        self._session = session
+        self.key: str = lease.key
+        """The locked key."""
+        self.holder: str = holder
+        """The label others see while this guard holds the key."""
+        self._owner_token = lease.owner_token
+        self._fencing_token: int = lease.fencing_token
+        self._stamp = Timestamp.from_proto(lease.stamp if lease.HasField("stamp") else None)
+        self._ttl = from_duration(lease.ttl)
+        self._valid_from = valid_from
+        self._state: Literal["held", "lost", "released"] = "held"
+        self._lost_error: LeaseLostError | None = None
+        self._callbacks: list[LostCallback] = []
+        self._done_hooks: list[Callable[[], None]] = []
+        self._renewals = 0
+        self._last_err: HoldfastError | None = None
+        self._unlock_lock = asyncio.Lock()  # serialises unlock() and close
+        self._tidied = False  # the best-effort release after an "expired" loss was sent
+        # A release attempt failed in transit (in this unlock or an earlier
+        # one) and may have reached the server: a later released=false then
+        # does not prove a loss.
+        self._release_in_doubt = False
+        self.lost = asyncio.Event()
+        """Set when the lease is lost (not when it is released by unlock)."""
+        self.done = asyncio.Event()
+        """Set when the guard stops holding: lost or released."""
+        loop = asyncio.get_running_loop()
+        self._expiry: asyncio.TimerHandle | None = None
+        self._arm_expiry(loop)
+        session.guards.add(self)
+        self._task: asyncio.Task[None] | None = loop.create_task(self._watchdog()) if watchdog else None
+
+    # ---- public surface ----
+
+    @property
+    def fencing_token(self) -> int:
+        """The fencing token of this lease, larger than every earlier holder's.
+
+        Raises LeaseLostError once the lease is lost and LockReleasedError
+        once it was unlocked."""
+        self._raise_if_not_held()
+        return self._fencing_token
+
+    @property
+    def stamp(self) -> Timestamp:
+        """HLC stamp of the acquisition."""
+        return self._stamp
+
+    @property
+    def held(self) -> bool:
+        """Whether the guard still holds its lease (by the local expiry too)."""
+        self._check_expiry()
+        return self._state == "held"
+
+    @property
+    def lost_error(self) -> LeaseLostError | None:
+        """The loss, once the lease is lost; None while held or after unlock."""
+        return self._lost_error
+
+    @property
+    def ttl(self) -> float:
+        """The lease's TTL in seconds (as the last Acquire or Extend granted)."""
+        return self._ttl
+
+    @property
+    def renewals(self) -> int:
+        """Number of successful renewals (watchdog and extend())."""
+        return self._renewals
+
+    def remaining(self) -> float:
+        """Seconds left to the local expiry (the lease's end on this
+        process's monotonic clock, less the expiry margin); 0 once lost or
+        released."""
+        if self._state != "held":
+            return 0.0
+        return max(0.0, self._expires_at() - time.monotonic())
+
+    def add_lost_callback(self, cb: LostCallback) -> None:
+        """Calls cb(LeaseLostError) when the lease is lost (at once if it
+        already was). Runs on the event loop; what it raises is logged."""
+        if self._lost_error is not None:
+            self._call(cb, self._lost_error)
+        elif self._state == "held":
+            self._callbacks.append(cb)
+
+    def _add_done_hook(self, hook: Callable[[], None]) -> None:
+        """Calls hook() when the guard stops holding (at once if it has)."""
+        if self._state != "held":
+            hook()
+        else:
+            self._done_hooks.append(hook)
+
+    async def extend(self, ttl: _durations.Duration | None = None) -> None:
+        """Renews the lease for ttl (default: its current TTL) from now,
+        retrying ``unavailable`` until the local expiry. Raises LeaseLostError
+        once the lease is lost (poisoning the guard, reason ``rejected``, when
+        the server answers extended=false) and LockReleasedError after
+        unlock(). A transport error leaves the guard holding until its local
+        expiry."""
+        self._raise_if_not_held()
+        seconds = self._ttl if ttl is None else _durations.ttl(ttl)
+        self._session.expiry_margin.check(seconds)
+
+        async def once() -> bool:
+            return await self._extend_once(seconds, time.monotonic())
+
+        try:
+            ok = await self._session.rpc.call(f"extend {self.key!r}", once, deadline=self._expires_at())
+        except HoldfastError:
+            self._raise_if_not_held()
+            raise
+        if not ok:
+            self._raise_if_not_held()
+            # Not reached: _extend_once answers False only after the guard ended.
+            raise LeaseLostError(self.key, "rejected", self._fencing_token)
+
+    async def unlock(self) -> None:
+        """Stops the watchdog and releases the lease.
+
+        Returns only when the server confirmed the release. When the lease
+        was already lost, or the server answers released=false, it raises
+        the LeaseLostError (reason ``rejected``, ``expired``,
+        ``client_closed`` or ``release_unconfirmed``): never a quiet
+        success. ``unavailable`` and timeouts are retried with the backoff
+        for the retry budget (then UnavailableError: the guard holds, without
+        renewals, until its local expiry, and unlock may be called again), or
+        until the local expiry if that comes first (the server frees the key
+        by itself then, and unlock raises the loss, reason ``expired``).
+        unlock() after a successful unlock() is a no-op; after one that
+        failed for another reason it may be called again."""
+        async with self._unlock_lock:
+            await self._stop_watchdog()
+            self._check_expiry()
+            if self._state == "released":
+                return
+            if self._lost_error is not None:
+                await self._release_after_loss()
+                raise self._lost_error
+            await self._release(time.monotonic() + self._session.rpc.retry_budget)
+
+    async def __aenter__(self) -> AsyncGuard:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        await self._exit(exc_type is not None)
+
+    # ---- internals ----
+
+    async def _exit(self, failed: bool) -> None:
+        """The end of an ``async with`` block: unlock. A loss raises its
+        LeaseLostError, unless the block itself raised (its exception is the
+        story; the release is still attempted)."""
+        if not failed:
+            await self.unlock()
+            return
+        with contextlib.suppress(HoldfastError):
+            await self.unlock()
+
+    async def _close_for_client(self, budget: float) -> None:
+        """AsyncClient.close: release if still held; a guard not released
+        ends lost with reason ``client_closed``."""
+        async with self._unlock_lock:
+            await self._stop_watchdog()
+            self._check_expiry()
+            if self._state != "held":
+                return
+            # A failure is said by the loss below; the lease expires on the server.
+            with contextlib.suppress(HoldfastError):
+                await self._release(min(self._expires_at(), time.monotonic() + budget))
+            self._poison("client_closed")
+
+    async def _stop_watchdog(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and task is not _current_task():
+            task.cancel()
+            # wait (not await task): our own cancellation still propagates.
+            await asyncio.wait([task])
+
+    def _expires_at(self) -> float:
+        return self._valid_from + self._ttl - self._session.expiry_margin.of(self._ttl)
+
+    async def _release(self, deadline: float) -> None:
+        """Sends Release until the server answers, the deadline passes, or
+        the local expiry passes (a release after it is moot: the key frees
+        itself). Returns once released; raises the LeaseLostError, the
+        exhausted-budget UnavailableError when the deadline came first, or a
+        non-retryable error (the guard then still holds until expiry)."""
+        rpc = self._session.rpc
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            self._raise_if_not_held()
+            left = min(deadline, self._expires_at()) - time.monotonic()
+            req = lock_pb2.ReleaseRequest(
+                key=self.key, owner_token=self._owner_token, client_stamp=self._session.stamp()
+            )
+            try:
+                res = await rpc.attempt(
+                    f"release {self.key!r}", functools.partial(rpc.stub.release, req), min(left, rpc.request_timeout)
+                )
+            except HoldfastError as err:
+                if not is_retryable(err):
+                    raise
+                self._release_in_doubt = True
+                self._last_err = err
+                left = min(deadline, self._expires_at()) - time.monotonic()
+                pause = rpc.backoff.delay(attempt)
+                attempt += 1
+                if pause >= left:
+                    if left > 0:
+                        await asyncio.sleep(left)
+                    self._raise_if_not_held()  # past the local expiry: "expired"
+                    # The caller's deadline (the retry budget) ran out first.
+                    raise rpc.exhausted(f"release {self.key!r}", err, time.monotonic() - start) from err
+                await asyncio.sleep(pause)
+                continue
+            self._session.merge(res.server_stamp)
+            if res.released:
+                self._finish("released", None)
+                # Released, but too late: the guard was already lost on the
+                # safe clock (the work may have stopped); that loss stands.
+                if self._lost_error is not None:
+                    raise self._lost_error
+                return
+            self._poison("release_unconfirmed" if self._release_in_doubt else "rejected")
+            self._raise_if_not_held()
+            return
+
+    async def _release_after_loss(self) -> None:
+        """After a loss the server did not confirm (``expired``), the lease
+        may still be held on the server: one best-effort release frees the
+        key before its TTL. Compare-on-release makes it harmless if a
+        successor holds it."""
+        if self._tidied or self._lost_error is None or self._lost_error.reason != "expired":
+            return
+        self._tidied = True
+        rpc = self._session.rpc
+        req = lock_pb2.ReleaseRequest(key=self.key, owner_token=self._owner_token, client_stamp=self._session.stamp())
+        try:
+            res = await rpc.attempt(
+                f"release {self.key!r}", lambda: rpc.stub.release(req), min(self._ttl, rpc.request_timeout)
+            )
+            self._session.merge(res.server_stamp)
+        except HoldfastError:
+            pass  # best effort: the lease expires by itself
+
+    async def _extend_once(self, ttl: float, sent_at: float, timeout: float | None = None) -> bool:
+        """One Extend sent at sent_at; True when it renewed the lease. An
+        answer of extended=false, or one that arrives after the local expiry,
+        poisons the guard (and answers False)."""
+        rpc = self._session.rpc
+        req = lock_pb2.ExtendRequest(
+            key=self.key, owner_token=self._owner_token, ttl=to_duration(ttl), client_stamp=self._session.stamp()
+        )
+        res = await rpc.attempt(
+            f"renew {self.key!r}",
+            lambda: rpc.stub.extend(req),
+            rpc.request_timeout if timeout is None else timeout,
+        )
+        self._session.merge(res.server_stamp)
+        if self._state != "held":
+            return False
+        if not res.extended:
+            self._poison("rejected")
+            return False
+        if time.monotonic() >= self._expires_at():
+            # The answer came after the local expiry: the guard was already
+            # lost on the safe clock and the work may have stopped.
+            self._poison("expired")
+            return False
+        self._session.merge(res.lease.stamp if res.lease.HasField("stamp") else None)
+        # The renewal counts from when it was sent, never from when it
+        # answered: the server may have started the new TTL any time after.
+        self._valid_from = max(self._valid_from, sent_at)
+        self._ttl = from_duration(res.lease.ttl) if res.HasField("lease") and res.lease.HasField("ttl") else ttl
+        self._last_err = None
+        self._renewals += 1
+        self._arm_expiry(asyncio.get_running_loop())
+        self._emit("renewed", latency=time.monotonic() - sent_at)
+        return True
+
+    async def _watchdog(self) -> None:
+        rpc = self._session.rpc
+        while self._state == "held":
+            # Renew a third of the TTL after the last successful renewal was sent.
+            await asyncio.sleep(max(0.0, self._valid_from + self._ttl / 3 - time.monotonic()))
+            attempt = 0
+            while self._state == "held":
+                sent_at = time.monotonic()
+                left = self._expires_at() - sent_at
+                if left <= 0:
+                    self._poison("expired")
+                    return
+                try:
+                    # An answer after the local expiry is useless: each
+                    # attempt is bounded by the time left, and by a third of
+                    # the TTL so that a hung connection leaves time for
+                    # another.
+                    await self._extend_once(self._ttl, sent_at, min(left, self._ttl / 3, rpc.request_timeout))
+                    break
+                except HoldfastError as err:
+                    if self._state != "held":
+                        return
+                    # Any error short of the server's extended=false must
+                    # not drop a lease that is still valid: retry until the
+                    # local expiry (the expiry timer poisons the guard then,
+                    # "expired", with this error as the cause).
+                    self._last_err = err
+                    left = max(0.0, self._expires_at() - time.monotonic())
+                    self._emit("renewal_failed", error=err, remaining=left)
+                    pause = min(rpc.backoff.delay(attempt), left)
+                    attempt += 1
+                    await asyncio.sleep(pause)
+
+    def _arm_expiry(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        # loop.time() is time.monotonic() on every standard event loop.
+        delay = self._expires_at() - time.monotonic()
+        self._expiry = loop.call_later(max(0.0, delay), self._on_expiry, loop)
+
+    def _on_expiry(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._state != "held":
+            return
+        if time.monotonic() >= self._expires_at():
+            self._poison("expired")
+        else:  # a renewal landed while the timer was queued
+            self._arm_expiry(loop)
+
+    def _poison(self, reason: LeaseLostReason) -> None:
+        if self._state != "held":
+            return
+        err = LeaseLostError(self.key, reason, self._fencing_token)
+        if reason == "expired" and self._last_err is not None:
+            err.__cause__ = self._last_err  # the renewal trouble that let it run out
+        self._lost_error = err
+        self._finish("lost", err)
+
+    def _finish(self, state: Literal["lost", "released"], err: LeaseLostError | None) -> None:
+        if self._state != "held":
+            return  # the first end wins
+        self._state = state
+        if self._expiry is not None:
+            self._expiry.cancel()
+        task, self._task = self._task, None
+        if task is not None and task is not _current_task():
+            task.cancel()
+        self._session.guards.discard(self)
+        self.done.set()
+        hooks, self._done_hooks = self._done_hooks, []
+        for hook in hooks:
+            hook()
+        if err is None:
+            self._emit("released")
+            return
+        self.lost.set()
+        self._emit("lost", error=err, reason=err.reason)
+        callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            self._call(cb, err)
+
+    def _emit(self, kind: LeaseEventType, **fields: Any) -> None:
+        emit(
+            self._session.on_lease_event,
+            LeaseEvent(
+                type=kind,
+                key=self.key,
+                fencing_token=self._fencing_token,
+                ttl=self._ttl,
+                renewals=self._renewals,
+                **fields,
+            ),
+        )
+
+    @staticmethod
+    def _call(cb: LostCallback, err: LeaseLostError) -> None:
+        try:
+            cb(err)
+        except Exception:  # noqa: BLE001 - a user's callback must not break the watchdog; logged
+            logger.exception("holdfast: a lost callback of %r raised", err.key)
+
+    def _check_expiry(self) -> None:
+        # The expiry timer may not have run yet (a busy event loop): the
+        # safe clock decides, not the timer.
+        if self._state == "held" and time.monotonic() >= self._expires_at():
+            self._poison("expired")
+
+    def _raise_if_not_held(self) -> None:
+        self._check_expiry()
+        if self._state == "held":
+            return
+        if self._lost_error is not None:
+            raise self._lost_error
+        raise LockReleasedError(self.key)
+
+
+def _current_task() -> asyncio.Task[Any] | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None

@@ -1,0 +1,159 @@
+/**
+ * Taking a lease: the one acquisition loop behind acquire, tryAcquire,
+ * withLock and runIfFree (docs/sdk-behaviour.md, "Acquiring").
+ */
+
+import { exhausted, fromConnectError, isTransient } from "./connect-errors.js";
+import { checkTtl, checkWait, formatDuration } from "./duration.js";
+import { ClientClosedError, HoldfastError, InvalidArgumentError, NotAcquiredError } from "./errors.js";
+import type { AcquireResponse, Lease, LockState as PbLockState } from "./gen/holdfast/lock/v1/lock_pb.js";
+import { Guard } from "./guard.js";
+import { Timestamp } from "./hlc.js";
+import type { AcquireOptions } from "./options.js";
+import type { Session } from "./session.js";
+import type { LockState } from "./types.js";
+import { dateFromTimestamp, durationFromMs, monotonicNow, msFromDuration, sleep } from "./util.js";
+
+export function lockStateFromProto(p: PbLockState | undefined): LockState | undefined {
+  if (!p) return undefined;
+  return {
+    key: p.key,
+    fencingToken: p.fencingToken,
+    holder: p.holder,
+    expiresAt: dateFromTimestamp(p.expiresAt),
+    stamp: Timestamp.fromProto(p.stamp),
+    waiters: p.waiters,
+  };
+}
+
+/** How an acquisition treats a held key: queue (for the wait, or until aborted), or answer after one attempt. */
+export type Mode = "wait" | "try";
+
+/**
+ * Takes the lease on key. Resolves to the guard, or to the holder's state
+ * when the key stayed held (after one attempt for "try" and wait 0, else
+ * for the whole wait). `unavailable` answers and timed-out attempts are
+ * retried with the backoff for at most the retry budget in a row, and never
+ * past a bounded wait; then it throws the `unavailable` error. An aborted
+ * signal rejects with the signal's reason and cancels the server-side wait;
+ * closing the client rejects with ClientClosedError.
+ */
+export async function acquireLease(session: Session, key: string, options: AcquireOptions, mode: Mode): Promise<Guard | { current: LockState | undefined }> {
+  session.checkOpen();
+  const { settings } = session;
+  const ttlMs = checkTtl(options.ttl ?? settings.defaultTtlMs);
+  const marginMs = settings.margin.marginMs(ttlMs);
+  if (marginMs >= (ttlMs * 2) / 3) {
+    throw new InvalidArgumentError(
+      `holdfast: ttl: ${formatDuration(ttlMs)} leaves no time to renew after the expiry margin ${formatDuration(marginMs)} (the margin must stay below 2/3 of the TTL)`,
+    );
+  }
+  const waitMs = mode === "try" ? 0 : options.wait === undefined ? Infinity : checkWait(options.wait);
+  const holder = options.holder ?? settings.holder;
+  // The caller's signal, and the client's close: either ends the acquisition.
+  const signal = options.signal ? AbortSignal.any([options.signal, session.closingSignal]) : session.closingSignal;
+  const what = `acquire ${JSON.stringify(key)}`;
+  const deadline = monotonicNow() + waitMs;
+  let current: LockState | undefined;
+  let failures = 0;
+  let streakStart = 0;
+  for (let answered = false; ; ) {
+    signal.throwIfAborted();
+    const left = deadline - monotonicNow();
+    if (answered && left <= 0) return { current };
+    const serverWaitMs = waitMs === 0 ? 0 : Math.min(session.serverWaitCapMs(), Math.max(0, left));
+    const budgetLeft = failures === 0 ? settings.retryBudgetMs : settings.retryBudgetMs - (monotonicNow() - streakStart);
+    const sentAt = monotonicNow();
+    let res: AcquireResponse;
+    try {
+      res = await session.rpc.acquire(
+        {
+          key,
+          ttl: durationFromMs(ttlMs),
+          wait: serverWaitMs > 0 ? durationFromMs(serverWaitMs) : undefined,
+          holder,
+          clientStamp: session.clock.now().toProto(),
+        },
+        { timeoutMs: Math.ceil(serverWaitMs) + session.attemptTimeoutMs(budgetLeft), signal },
+      );
+    } catch (e) {
+      signal.throwIfAborted();
+      const err = fromConnectError(e, what);
+      // A wait the SDK chose (a chunk of a long or unbounded one) that the
+      // server refused: ask again for at most the server's max_wait.
+      if (err instanceof InvalidArgumentError && serverWaitMs > 0 && (await session.learnMaxWait(serverWaitMs))) continue;
+      if (!isTransient(err)) throw err;
+      // An acquire that failed in flight has an unknown outcome; if the
+      // server did grant it, nobody renews that lease and it expires.
+      if (failures++ === 0) streakStart = sentAt;
+      // Retries end with the budget of consecutive failures, or with a
+      // bounded wait, whichever comes first.
+      const giveUpAt = Math.min(streakStart + settings.retryBudgetMs, waitMs > 0 ? deadline : Infinity);
+      const retry = await session.backoffWithin(failures - 1, giveUpAt, signal);
+      signal.throwIfAborted();
+      if (!retry) throw exhausted(err, what, formatDuration(settings.retryBudgetMs));
+      continue;
+    }
+    answered = true;
+    failures = 0;
+    session.merge(res.serverStamp);
+    if (res.acquired && res.lease) {
+      session.merge(res.lease.stamp);
+      const validFrom = await confirm(session, res.lease, sentAt, what);
+      if (validFrom !== undefined) {
+        const guard = Guard.start(session, res.lease, holder, validFrom, options.watchdog ?? true);
+        if (session.closed) {
+          // Closed while the answer was on its way: give the lease back.
+          await guard.closeForClient(settings.retryBudgetMs);
+          throw new ClientClosedError();
+        }
+        return guard;
+      }
+      current = undefined;
+    } else {
+      current = lockStateFromProto(res.current);
+    }
+    if (waitMs === 0) return { current };
+    // The server answered before the wait ran out: its own wait cap ended
+    // it, or the key was freed and taken again. Queue again; after an early
+    // answer, spaced so as not to spin.
+    if (monotonicNow() - sentAt < serverWaitMs / 2) {
+      const pause = Math.min(settings.backoff.delay(0), Math.max(0, deadline - monotonicNow()));
+      if (!(await sleep(pause, signal))) signal.throwIfAborted();
+    }
+  }
+}
+
+/**
+ * A lease whose Acquire answer came late (after a server-side wait) started
+ * on the server somewhere between sentAt and now: counting from sentAt,
+ * little or none of it may be left. One Extend sent now establishes a fresh
+ * local expiry. Resolves to the moment the lease is valid from, or to
+ * undefined when it was lost before use.
+ */
+async function confirm(session: Session, lease: Lease, sentAt: number, what: string): Promise<number | undefined> {
+  const ttlMs = msFromDuration(lease.ttl);
+  if (monotonicNow() - sentAt < ttlMs / 3) return sentAt;
+  const now = monotonicNow();
+  try {
+    const res = await session.rpc.extend(
+      { key: lease.key, ownerToken: lease.ownerToken, ttl: lease.ttl, clientStamp: session.clock.now().toProto() },
+      session.callOptions(ttlMs / 3),
+    );
+    session.merge(res.serverStamp);
+    if (!res.extended) return undefined;
+    session.merge(res.lease?.stamp);
+    return now;
+  } catch (e) {
+    // Still valid on the safe clock: hand it out, the watchdog renews at once.
+    if (monotonicNow() < sentAt + ttlMs - session.settings.margin.marginMs(ttlMs)) return sentAt;
+    throw e instanceof HoldfastError ? e : fromConnectError(e, what);
+  }
+}
+
+/** acquire's answer: the guard, or NotAcquiredError with the holder's state. */
+export async function acquireOrThrow(session: Session, key: string, options: AcquireOptions): Promise<Guard> {
+  const r = await acquireLease(session, key, options, "wait");
+  if (r instanceof Guard) return r;
+  throw new NotAcquiredError(key, r.current);
+}

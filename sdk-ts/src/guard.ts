@@ -1,0 +1,424 @@
+/**
+ * A held lease and its watchdog (docs/promises.md, promise 5): renews at
+ * TTL/3, poisons itself when a renewal is refused or when none succeeded by
+ * the local expiry, and never throws at the caller asynchronously.
+ */
+
+import type { CallOptions } from "@connectrpc/connect";
+import { exhausted, fromConnectError, isTransient } from "./connect-errors.js";
+import { checkTtl, formatDuration, type Duration } from "./duration.js";
+import { ClientClosedError, HoldfastError, LeaseLostError, LockReleasedError } from "./errors.js";
+import type { Lease } from "./gen/holdfast/lock/v1/lock_pb.js";
+import { Timestamp } from "./hlc.js";
+import type { Session } from "./session.js";
+import type { LeaseLostReason } from "./types.js";
+import { durationFromMs, monotonicNow, msFromDuration, sleep, unref } from "./util.js";
+
+type GuardState = "held" | "lost" | "released";
+
+/**
+ * A held lease. Its watchdog renews it every TTL/3. The guard is poisoned
+ * when a renewal answers extended=false, or when no renewal has succeeded by
+ * its local expiry: measured on this process's monotonic clock from the
+ * moment the last successful renewal (or the acquire) was sent, minus the
+ * client's expiry margin. Poisoned, its signal aborts with a LeaseLostError
+ * and fencingToken(), extend() and unlock() throw it. Nothing is thrown at
+ * the caller asynchronously.
+ *
+ * Supports `await using guard = await client.lock("k").acquire()` where the
+ * runtime has Symbol.asyncDispose.
+ */
+export class Guard {
+  readonly key: string;
+  /** The label others see while this guard holds the key. */
+  readonly holder: string;
+  readonly #session: Session;
+  readonly #ownerToken: string;
+  readonly #fencingToken: bigint;
+  readonly #stamp: Timestamp;
+  /** Aborted when the guard stops holding (lost or released). */
+  readonly #controller = new AbortController();
+  /** Stops the watchdog's sleeps and in-flight renewals (unlock, close, the end of the guard). */
+  readonly #stop = new AbortController();
+  #state: GuardState = "held";
+  #lostError: LeaseLostError | undefined;
+  #ttlMs: number;
+  /** Monotonic time at which the last successful renewal (or the acquire) was sent. */
+  #validFrom: number;
+  #expiryTimer: ReturnType<typeof setTimeout> | undefined;
+  #renewals = 0;
+  /** The last renewal error, reported as the cause of an "expired" loss. */
+  #lastErr: unknown;
+  /** Serialises unlock() and close: each waits for the one before. */
+  #unlockChain: Promise<unknown> = Promise.resolve();
+  /** Whether the best-effort release after an unconfirmed loss was sent. */
+  #tidied = false;
+  /**
+   * Whether a Release failed in transit (it may have reached the server):
+   * a later released=false, in this unlock() or a later one, then does not
+   * prove a loss.
+   */
+  #releaseInDoubt = false;
+
+  private constructor(session: Session, lease: Lease, holder: string, validFrom: number, watchdog: boolean) {
+    this.#session = session;
+    this.key = lease.key;
+    this.holder = holder;
+    this.#ownerToken = lease.ownerToken;
+    this.#fencingToken = lease.fencingToken;
+    this.#stamp = Timestamp.fromProto(lease.stamp);
+    this.#ttlMs = msFromDuration(lease.ttl);
+    this.#validFrom = validFrom;
+    session.open.add(this);
+    this.#armExpiry();
+    if (watchdog) void this.#watchdog();
+  }
+
+  /** @internal The acquisition made a lease valid from validFrom (monotonic ms). */
+  static start(session: Session, lease: Lease, holder: string, validFrom: number, watchdog: boolean): Guard {
+    return new Guard(session, lease, holder, validFrom, watchdog);
+  }
+
+  /**
+   * The fencing token of this lease: strictly larger than every earlier
+   * holder's. Throws LeaseLostError once the lease is lost and
+   * LockReleasedError once it was unlocked.
+   */
+  fencingToken(): bigint {
+    this.#throwIfNotHeld();
+    return this.#fencingToken;
+  }
+
+  /** HLC stamp of the acquisition. */
+  get stamp(): Timestamp {
+    return this.#stamp;
+  }
+
+  /** Aborted, with a LeaseLostError (or LockReleasedError) as its reason, when the guard stops holding. */
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  /** True while the guard believes it holds the lease. */
+  get held(): boolean {
+    this.#checkExpiry();
+    return this.#state === "held";
+  }
+
+  /** Why the guard was poisoned, if it was. */
+  get lostError(): LeaseLostError | undefined {
+    return this.#lostError;
+  }
+
+  /** Current lease length in ms. */
+  get ttlMs(): number {
+    return this.#ttlMs;
+  }
+
+  /** Number of successful renewals (watchdog and extend()). */
+  get renewals(): number {
+    return this.#renewals;
+  }
+
+  /** Milliseconds left to the local expiry (the lease's end on this client's clock, minus the expiry margin); 0 once lost. */
+  remainingMs(): number {
+    if (this.#state !== "held") return 0;
+    return Math.max(0, this.#expiresAt() - monotonicNow());
+  }
+
+  /**
+   * Renews the lease for ttl (default: its current TTL) from now, retrying
+   * `unavailable` within the retry budget and the time left. Throws
+   * LeaseLostError once the lease is lost, poisoning the guard (reason
+   * "rejected") when the server answers extended=false, and
+   * LockReleasedError after unlock(). A transport error leaves the guard
+   * holding until its local expiry.
+   */
+  async extend(ttl?: Duration): Promise<void> {
+    this.#throwIfNotHeld();
+    const ttlMs = ttl === undefined ? this.#ttlMs : checkTtl(ttl);
+    const what = `extend ${JSON.stringify(this.key)}`;
+    const settings = this.#session.settings;
+    const deadline = Math.min(this.#expiresAt(), monotonicNow() + settings.retryBudgetMs);
+    for (let attempt = 0; ; attempt++) {
+      const sentAt = monotonicNow();
+      try {
+        if (await this.#extendOnce(ttlMs, sentAt, this.#session.callOptions(deadline - sentAt, this.#controller.signal))) return;
+        break; // the guard ended meanwhile
+      } catch (e) {
+        this.#throwIfNotHeld();
+        const err = fromConnectError(e, what);
+        if (!isTransient(err)) throw err;
+        if (!(await this.#session.backoffWithin(attempt, deadline))) {
+          this.#throwIfNotHeld(); // past the local expiry: "expired"
+          throw exhausted(err, what, formatDuration(settings.retryBudgetMs));
+        }
+      }
+    }
+    this.#throwIfNotHeld();
+  }
+
+  /**
+   * Stops the watchdog and releases the lease. Resolves only when the server
+   * confirmed the release. When the lease was already lost, or the server
+   * answers released=false, it rejects with the LeaseLostError (reason
+   * "rejected", "expired", "client_closed" or "release_unconfirmed"): never
+   * a quiet success. `unavailable` is retried with backoff within the retry
+   * budget and the local expiry (after which the key frees itself and
+   * unlock() reports the loss, reason "expired"); a budget that runs out
+   * first rejects with the UnavailableError, and unlock() may be called
+   * again. unlock() after a successful unlock() resolves (a no-op).
+   */
+  unlock(): Promise<void> {
+    const p = this.#unlockChain.then(() => this.#unlockOnce());
+    this.#unlockChain = p.catch(() => undefined);
+    return p;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.unlock();
+  }
+
+  /** @internal Client.close: release if still held, else leave the loss as it is; the guard ends "client_closed" unless released. */
+  closeForClient(budgetMs: number): Promise<void> {
+    const p = this.#unlockChain.then(async () => {
+      this.#stop.abort(new ClientClosedError());
+      this.#checkExpiry();
+      if (this.#state !== "held") return;
+      try {
+        await this.#release(monotonicNow() + budgetMs);
+      } catch {
+        // The loss below says it; the lease expires on the server by itself.
+      }
+      this.#poison("client_closed");
+    });
+    this.#unlockChain = p.catch(() => undefined);
+    return p;
+  }
+
+  async #unlockOnce(): Promise<void> {
+    this.#stop.abort(new LockReleasedError(this.key));
+    this.#checkExpiry();
+    if (this.#state === "released") return;
+    const lost = this.#lostError;
+    if (lost) {
+      await this.#releaseAfterLoss();
+      throw lost;
+    }
+    await this.#release(monotonicNow() + this.#session.settings.retryBudgetMs);
+  }
+
+  /**
+   * Sends Release until the server answers, the deadline passes, or the
+   * local expiry passes (a release after it is moot: the key frees itself).
+   * Resolves once released; throws the LeaseLostError, or the last error
+   * (the guard then still holds until its expiry).
+   */
+  async #release(deadline: number): Promise<void> {
+    const session = this.#session;
+    const what = `release ${JSON.stringify(this.key)}`;
+    for (let attempt = 0; ; attempt++) {
+      this.#throwIfNotHeld();
+      const until = Math.min(deadline, this.#expiresAt());
+      let res: Awaited<ReturnType<Session["rpc"]["release"]>>;
+      try {
+        res = await session.rpc.release(
+          { key: this.key, ownerToken: this.#ownerToken, clientStamp: session.clock.now().toProto() },
+          session.callOptions(until - monotonicNow()),
+        );
+      } catch (e) {
+        const err = fromConnectError(e, what);
+        if (!isTransient(err)) throw err;
+        this.#releaseInDoubt = true;
+        this.#lastErr = err;
+        if (!(await session.backoffWithin(attempt, Math.min(deadline, this.#expiresAt())))) {
+          this.#throwIfNotHeld(); // past the local expiry: "expired"
+          throw exhausted(err, what, formatDuration(session.settings.retryBudgetMs)); // the budget ran out first
+        }
+        continue;
+      }
+      {
+        session.merge(res.serverStamp);
+        if (res.released) {
+          this.#finish("released", new LockReleasedError(this.key));
+          session.emit({ type: "released", key: this.key, fencingToken: this.#fencingToken });
+          // Released, but too late: the guard was already lost on the safe
+          // clock (the work may have stopped), and that loss stands.
+          if (this.#lostError) throw this.#lostError;
+          return;
+        }
+        this.#poison(this.#releaseInDoubt ? "release_unconfirmed" : "rejected");
+        this.#throwIfNotHeld();
+        return;
+      }
+    }
+  }
+
+  /**
+   * After a loss the server did not confirm ("expired"), the lease may still
+   * be held on the server: one best-effort release frees the key for others
+   * before its TTL. Compare-on-release makes it harmless if a successor holds.
+   */
+  async #releaseAfterLoss(): Promise<void> {
+    if (this.#tidied || this.#lostError?.reason !== "expired") return;
+    this.#tidied = true;
+    const session = this.#session;
+    try {
+      const res = await session.rpc.release(
+        { key: this.key, ownerToken: this.#ownerToken, clientStamp: session.clock.now().toProto() },
+        session.callOptions(this.#ttlMs),
+      );
+      session.merge(res.serverStamp);
+    } catch {
+      // Best effort: the lease expires on the server by itself.
+    }
+  }
+
+  // ---- watchdog ----
+
+  /** The local expiry: the lease's end on this client's clock, less the expiry margin. */
+  #expiresAt(): number {
+    return this.#validFrom + this.#ttlMs - this.#session.settings.margin.marginMs(this.#ttlMs);
+  }
+
+  /** One Extend; true when it renewed the lease, false when the guard ended (poisoned on extended=false). */
+  async #extendOnce(ttlMs: number, sentAt: number, opts: CallOptions): Promise<boolean> {
+    const session = this.#session;
+    const res = await session.rpc.extend(
+      { key: this.key, ownerToken: this.#ownerToken, ttl: durationFromMs(ttlMs), clientStamp: session.clock.now().toProto() },
+      opts,
+    );
+    session.merge(res.serverStamp);
+    if (this.#state !== "held") return false;
+    if (!res.extended) {
+      this.#poison("rejected");
+      return false;
+    }
+    if (monotonicNow() >= this.#expiresAt()) {
+      // The answer came after the local expiry: the guard was already lost
+      // on the safe clock and the work may have stopped; the loss stands.
+      this.#poison("expired", this.#lastErr);
+      return false;
+    }
+    session.merge(res.lease?.stamp);
+    // The renewal counts from when it was sent, never from when it answered:
+    // the server may have started the new TTL any time after sentAt.
+    if (sentAt > this.#validFrom) this.#validFrom = sentAt;
+    this.#ttlMs = res.lease ? msFromDuration(res.lease.ttl) || ttlMs : ttlMs;
+    this.#lastErr = undefined;
+    this.#renewals++;
+    this.#armExpiry();
+    session.emit({
+      type: "renewed",
+      key: this.key,
+      fencingToken: this.#fencingToken,
+      ttlMs: this.#ttlMs,
+      renewals: this.#renewals,
+      latencyMs: monotonicNow() - sentAt,
+    });
+    return true;
+  }
+
+  async #watchdog(): Promise<void> {
+    const stop = this.#stop.signal;
+    const session = this.#session;
+    while (this.#watching()) {
+      // Renew a third of the TTL after the last successful renewal was sent.
+      if (!(await sleep(this.#validFrom + this.#ttlMs / 3 - monotonicNow(), stop, true))) return;
+      for (let attempt = 0; this.#watching(); attempt++) {
+        const sentAt = monotonicNow();
+        const remaining = this.#expiresAt() - sentAt;
+        if (remaining <= 0) {
+          this.#poison("expired", this.#lastErr);
+          return;
+        }
+        try {
+          // A renewal that answers after the local expiry is useless: cap
+          // each attempt at the time left, and at a third of the TTL so a
+          // hung connection leaves time for another attempt.
+          await this.#extendOnce(this.#ttlMs, sentAt, { timeoutMs: Math.max(1, Math.ceil(Math.min(remaining, this.#ttlMs / 3))), signal: stop });
+          break;
+        } catch (e) {
+          if (!this.#watching()) return;
+          // Any error short of the server's extended=false must not drop a
+          // lease that is still valid: retry until it runs out (the expiry
+          // timer poisons the guard then, "expired", with this error as the
+          // cause).
+          const err = fromConnectError(e, `renew ${JSON.stringify(this.key)}`);
+          this.#lastErr = err;
+          const left = Math.max(0, this.#expiresAt() - monotonicNow());
+          session.emit({ type: "renewal_failed", key: this.key, fencingToken: this.#fencingToken, error: err, remainingMs: left });
+          if (!(await sleep(Math.min(session.settings.backoff.delay(attempt), left), stop, true))) return;
+        }
+      }
+    }
+  }
+
+  /**
+   * Whether the watchdog should go on: the guard holds and was not stopped.
+   * A method, so that the compiler takes no check of it as settled across
+   * the awaits between them.
+   */
+  #watching(): boolean {
+    return this.#state === "held" && !this.#stop.signal.aborted;
+  }
+
+  #armExpiry(): void {
+    if (this.#expiryTimer !== undefined) clearTimeout(this.#expiryTimer);
+    const left = this.#expiresAt() - monotonicNow();
+    this.#expiryTimer = setTimeout(() => {
+      // A renewal may have landed while the timer was queued.
+      if (this.#state === "held" && monotonicNow() >= this.#expiresAt()) this.#poison("expired", this.#lastErr);
+      else if (this.#state === "held") this.#armExpiry();
+    }, Math.max(0, left));
+    unref(this.#expiryTimer);
+  }
+
+  #poison(reason: LeaseLostReason, cause?: unknown): void {
+    if (this.#state !== "held") return;
+    const err = new LeaseLostError(this.key, reason, cause, this.#fencingToken);
+    this.#lostError = err;
+    this.#finish("lost", err);
+    this.#session.emit({ type: "lost", key: this.key, fencingToken: this.#fencingToken, reason, error: err });
+  }
+
+  #finish(state: Exclude<GuardState, "held">, reason: HoldfastError): void {
+    if (this.#state !== "held") return;
+    this.#state = state;
+    if (this.#expiryTimer !== undefined) clearTimeout(this.#expiryTimer);
+    this.#stop.abort(reason);
+    this.#session.open.delete(this);
+    this.#controller.abort(reason);
+  }
+
+  /** Poisons the guard if the local expiry has passed (the expiry timer may not have run yet: a busy event loop). */
+  #checkExpiry(): void {
+    if (this.#state === "held" && monotonicNow() >= this.#expiresAt()) this.#poison("expired", this.#lastErr);
+  }
+
+  #throwIfNotHeld(): void {
+    this.#checkExpiry();
+    if (this.#state === "held") return;
+    if (this.#lostError) throw this.#lostError;
+    throw new LockReleasedError(this.key);
+  }
+}
+
+/**
+ * Runs fn under guard and releases it afterwards, also when fn throws. When
+ * fn returns but the lease was lost meanwhile, rejects with the
+ * LeaseLostError from unlock(); when fn throws, with fn's error.
+ */
+export async function runUnder<T>(guard: Guard, fn: (guard: Guard) => Promise<T> | T): Promise<T> {
+  let result: T;
+  try {
+    result = await fn(guard);
+  } catch (e) {
+    // fn's error is the story; the release is still attempted.
+    await guard.unlock().catch(() => undefined);
+    throw e;
+  }
+  // A lease lost under fn rejects here (LeaseLostError): never a quiet success.
+  await guard.unlock();
+  return result;
+}

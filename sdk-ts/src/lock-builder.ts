@@ -1,0 +1,83 @@
+/** The fluent way to describe one acquisition: `client.lock(key).ttl("30s").wait("5s").acquire()`. */
+
+import { acquireLease, acquireOrThrow } from "./acquire.js";
+import type { Duration } from "./duration.js";
+import { Guard, runUnder } from "./guard.js";
+import type { AcquireOptions } from "./options.js";
+import type { Session } from "./session.js";
+
+/** What runIfFree answers: whether fn ran, and its value when it did. */
+export type RunResult<T> = { ran: false } | { ran: true; value: T };
+
+export class LockBuilder {
+  readonly key: string;
+  readonly #session: Session;
+  readonly #opts: AcquireOptions = {};
+
+  private constructor(session: Session, key: string) {
+    this.#session = session;
+    this.key = key;
+  }
+
+  /** @internal use Client.lock */
+  static for(session: Session, key: string): LockBuilder {
+    return new LockBuilder(session, key);
+  }
+
+  /** Lease length: milliseconds or a string such as "30s" (at least 100 ms; default the client's defaultTtl). */
+  ttl(ttl: Duration): this {
+    this.#opts.ttl = ttl;
+    return this;
+  }
+  /** Queue on the server for at most this long; 0 makes one attempt. Unset, acquire() queues until acquired or aborted. */
+  wait(wait: Duration): this {
+    this.#opts.wait = wait;
+    return this;
+  }
+  holder(label: string): this {
+    this.#opts.holder = label;
+    return this;
+  }
+  /** Turn the renewing watchdog off (the guard is then poisoned at its local expiry). */
+  noWatchdog(): this {
+    this.#opts.watchdog = false;
+    return this;
+  }
+  /** Abort the acquisition with this signal: acquire() rejects with its reason and leaves the server's queue at once. */
+  signal(signal: AbortSignal): this {
+    this.#opts.signal = signal;
+    return this;
+  }
+
+  /** Takes the lock, queueing as wait() says; throws NotAcquiredError when it stayed held. */
+  acquire(): Promise<Guard> {
+    return acquireOrThrow(this.#session, this.key, { ...this.#opts });
+  }
+
+  /** One attempt, never queueing (wait() is ignored): the guard, or undefined when the key is held. */
+  async tryAcquire(): Promise<Guard | undefined> {
+    const r = await acquireLease(this.#session, this.key, { ...this.#opts }, "try");
+    return r instanceof Guard ? r : undefined;
+  }
+
+  /**
+   * Runs fn under the lock (acquired as acquire() does) and releases it
+   * afterwards, also when fn throws. Rejects with the LeaseLostError when fn
+   * returned but the lease was lost meanwhile.
+   */
+  run<T>(fn: (guard: Guard) => Promise<T> | T): Promise<T> {
+    return this.acquire().then((g) => runUnder(g, fn));
+  }
+
+  /**
+   * Skip if held: one attempt (as tryAcquire); when the key is held, fn is
+   * not called and the answer is `{ ran: false }`. When free, fn runs under
+   * the guard and the lock is released after it (as run), answering
+   * `{ ran: true, value }`.
+   */
+  async runIfFree<T>(fn: (guard: Guard) => Promise<T> | T): Promise<RunResult<T>> {
+    const guard = await this.tryAcquire();
+    if (!guard) return { ran: false };
+    return { ran: true, value: await runUnder(guard, fn) };
+  }
+}

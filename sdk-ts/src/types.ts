@@ -1,0 +1,96 @@
+/**
+ * Plain data the SDK hands out: lock states, server facts, watch and lease
+ * events, and the logger it writes to.
+ */
+
+import type { Timestamp } from "./hlc.js";
+
+/** Lock state as anyone may see it (no owner token). */
+export interface LockState {
+  key: string;
+  fencingToken: bigint;
+  /** Free-text label the holder gave at acquire. */
+  holder: string;
+  /** The server's view of the expiry; informational only. */
+  expiresAt: Date | undefined;
+  /** HLC stamp of the holder's acquisition. */
+  stamp: Timestamp;
+  /** Callers queued for the key on the answering server. */
+  waiters: number;
+}
+
+/** Why a guard no longer holds its lease: the same strings in the Go, TypeScript and Python SDKs. */
+export type LeaseLostReason =
+  /** The server answered extended=false or released=false: the owner token no longer holds the key. */
+  | "rejected"
+  /** No renewal succeeded before the guard's local expiry (the last renewal error is the `cause`). */
+  | "expired"
+  /** The client was closed while the guard was held, and the release was not confirmed. */
+  | "client_closed"
+  /**
+   * unlock() retried a release whose first attempt failed in transit, and the
+   * retry answered released=false. The token no longer holds the key either
+   * way, but the first attempt may well have been the one that released it,
+   * so this is not a proven loss during the critical section.
+   */
+  | "release_unconfirmed";
+
+/** What the server's backend promises. */
+export interface BackendInfo {
+  name: string;
+  version: string;
+  /** True when several servers see the same locks. */
+  shared: boolean;
+  /** True when locks survive a restart of the backend. */
+  durable: boolean;
+  ttlGranularityMs: number;
+  minTtlMs: number;
+  maxTtlMs: number;
+  /** True when waiters are served first-in first-out across servers. */
+  fair: boolean;
+}
+
+export interface ServerInfo {
+  version: string;
+  backend: BackendInfo;
+  maxClockOffsetMs: number;
+  /** The longest wait one Acquire may ask for (the server's --max-wait; 0 when the server does not say). */
+  maxWaitMs: number;
+  stamp: Timestamp;
+}
+
+export type LockEventType = "synced" | "acquired" | "released" | "expired";
+
+/** One event of `client.watch()`: what happened to a lock, seen by the server. */
+export interface LockEvent {
+  type: LockEventType;
+  /** The lock the event is about; undefined for "synced". */
+  state: LockState | undefined;
+  stamp: Timestamp;
+}
+
+/**
+ * What happened to one of this client's own guards, as the `onLeaseEvent`
+ * listener and the logger see it.
+ */
+export type LeaseEvent =
+  /** A renewal succeeded. */
+  | { type: "renewed"; key: string; fencingToken: bigint; ttlMs: number; renewals: number; latencyMs: number }
+  /** A renewal attempt failed and will be retried until the local expiry. */
+  | { type: "renewal_failed"; key: string; fencingToken: bigint; error: Error; remainingMs: number }
+  /** The guard was poisoned: its signal aborted with `error`. */
+  | { type: "lost"; key: string; fencingToken: bigint; reason: LeaseLostReason; error: Error }
+  /** unlock() was confirmed by the server. */
+  | { type: "released"; key: string; fencingToken: bigint };
+
+/**
+ * Where the SDK writes its logs. `console` fits, and so do pino, winston and
+ * most loggers (or a thin adapter). Fields carry the details (key, fencing
+ * token, error).
+ */
+export interface Logger {
+  debug(message: string, fields?: Record<string, unknown>): void;
+  info(message: string, fields?: Record<string, unknown>): void;
+  warn(message: string, fields?: Record<string, unknown>): void;
+  error(message: string, fields?: Record<string, unknown>): void;
+}

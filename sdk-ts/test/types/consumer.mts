@@ -1,0 +1,40 @@
+// Compiled by `npm run lint` against the built package (dist/), never run.
+import {
+  NotAcquiredError,
+  consoleLogger,
+  createClient,
+  type Client,
+  type ErrorCode,
+  type Guard,
+  type LeaseEvent,
+  type RunResult,
+} from "@holdfast/sdk";
+import { startServer, type TestServer } from "@holdfast/sdk/testing";
+import { createClient as createWebClient } from "@holdfast/sdk/web";
+
+export async function use(server: TestServer): Promise<RunResult<bigint>> {
+  const client: Client = createClient(server.address, {
+    bearerToken: () => Promise.resolve("token"),
+    tls: { ca: "PEM" },
+    logger: consoleLogger("debug"),
+    onLeaseEvent: (e: LeaseEvent) => {
+      if (e.type === "lost") console.warn(e.reason, e.error.message);
+    },
+  });
+  const guard: Guard | undefined = await client.lock("k").ttl("30s").tryAcquire();
+  await guard?.unlock();
+  const code: ErrorCode = new NotAcquiredError("k", undefined).code;
+  void code;
+  void createWebClient("http://127.0.0.1:7410", { protocol: "grpc-web" });
+  {
+    await using started = await startServer({ args: ["--max-ttl", "1h"] });
+    void started.pid;
+  }
+  const scheduled: RunResult<string> = await client.runScheduled({
+    key: "jobs/k",
+    maxRuntime: "1m",
+    run: (signal: AbortSignal, token: bigint) => (signal.aborted ? "" : token.toString()),
+  });
+  void scheduled;
+  return client.lock("k").runIfFree((g) => g.fencingToken());
+}
