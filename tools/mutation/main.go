@@ -41,12 +41,13 @@ type target struct {
 
 // targets are the backends mutated. Open (option parsing) and Close
 // (shutdown) are left alone: the suite sees a plugin that starts, and
-// nothing of how it stops.
+// nothing of how it stops; so is memory's Expire, a hook for tests that run
+// the backend in their own process, which no plugin call reaches.
 var targets = []target{
 	{name: "example", file: "plugins/example/example.go", pkg: "./plugins/example/cmd/holdfast-backend-example",
 		sc: scope{skip: map[string]bool{"Open": true, "Store.Close": true}}},
 	{name: "memory", file: "plugins/memory/memory.go", pkg: "./plugins/memory/cmd/holdfast-backend-memory",
-		sc: scope{skip: map[string]bool{"Open": true, "Backend.Close": true}}},
+		sc: scope{skip: map[string]bool{"Open": true, "Backend.Close": true, "Backend.Expire": true}}},
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
