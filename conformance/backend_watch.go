@@ -245,12 +245,19 @@ var _ = describeBackend("watch", Label("watch"), func(sc *BackendContext) {
 		// on time; the released ones as released, never as expired too. (A
 		// backend that keeps its expiries in a heap, as plugins/memory does,
 		// must keep every entry's place in it right through all of that.)
-		// (10ms apart: a backend whose granularity is coarser may announce
-		// several at once, within its granularity, and must still announce
-		// each one once.)
+		// Their TTLs are 10ms apart, each rounded up to a multiple of the
+		// backend's granularity (a coarser backend rounds them anyway, and
+		// announces several at once: each one still once).
 		const n = 32
 		const step = 10 * time.Millisecond
 		endsAs := func(i int) int { return (i * 13) % n } // the i-th acquired ends endsAs(i)-th
+		ttlOf := func(i int) time.Duration {
+			ttl := sc.TTL() + time.Duration(endsAs(i))*step
+			if g := sc.Info.TTLGranularity; g > 0 {
+				ttl = (ttl + g - 1) / g * g
+			}
+			return clampTTL(ttl, sc.Info.MinTTL, sc.Info.MaxTTL)
+		}
 		type lease struct {
 			req      backend.AcquireRequest
 			fence    uint64
@@ -261,7 +268,7 @@ var _ = describeBackend("watch", Label("watch"), func(sc *BackendContext) {
 		var keys []string
 		for i := range n {
 			req := backend.AcquireRequest{Key: fmt.Sprintf("%s%d", prefix, i), OwnerToken: sc.Token(),
-				TTL: sc.TTL() + time.Duration(endsAs(i))*step, Holder: "conformance", Stamp: sc.Stamp()}
+				TTL: ttlOf(i), Holder: "conformance", Stamp: sc.Stamp()}
 			res, err := b.Acquire(ctx, req)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(res.Acquired).To(BeTrue(), "Acquire of free key %q", req.Key)
@@ -279,7 +286,11 @@ var _ = describeBackend("watch", Label("watch"), func(sc *BackendContext) {
 				Expect(ok).To(BeTrue())
 			}
 		}
-		at := ends.await(sc.FreeWithin()+time.Duration(n)*step+2*time.Second, keys...)
+		var longest time.Duration
+		for i := range n {
+			longest = max(longest, ttlOf(i))
+		}
+		at := ends.await(longest+sc.Info.TTLGranularity+sc.Config.Slack+2*time.Second, keys...)
 		// A second end of any of them would come by now.
 		ends.quiet(sc.Config.Slack)
 		for i, l := range leases {
