@@ -254,7 +254,7 @@ var _ = describeBackend("watch", Label("watch"), func(sc *BackendContext) {
 		ttlOf := func(i int) time.Duration {
 			ttl := sc.TTL() + time.Duration(endsAs(i))*step
 			if g := sc.Info.TTLGranularity; g > 0 {
-				ttl = (ttl + g - 1) / g * g
+				ttl = (ttl + g - 1).Truncate(g)
 			}
 			return clampTTL(ttl, sc.Info.MinTTL, sc.Info.MaxTTL)
 		}
