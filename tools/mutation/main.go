@@ -4,10 +4,12 @@
 // left out: see mutate.go), builds each into its plugin executable with `go
 // build -overlay` (the tree is never touched), runs `holdfast-conformance
 // backend` on it, and reports which mutants the suite killed (a spec failed,
-// or the run hung) and which survived. A survivor is either a gap in the
-// suite (then a spec is added) or equivalent to the original, with the
-// reason written in equivalent.txt; the score is killed / (killed +
-// survived), the equivalent ones left out.
+// or the run hung) and which survived. A survivor is a gap in the suite
+// (then a spec is added), equivalent to the original (the reason in
+// equivalent.txt), or a known survivor the suite cannot kill from outside
+// the plugin (the reason in survivors.txt); the score is killed / (killed +
+// survived), the equivalent ones left out. A survivor with no reason, or an
+// entry that a run contradicts or that names no mutant, fails the run.
 //
 //	holdfast-mutation -repo . -bin bin [-targets example,memory] [-j 2] [-report bin/mutation.md]
 //	holdfast-mutation -list                 # the mutants, without running them
@@ -64,6 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 4*time.Minute, "a mutant whose run takes longer is killed (it hung)")
 	report := fs.String("report", "", "write the report (Markdown) to this file")
 	equivFile := fs.String("equivalent", "", "file of mutants judged equivalent, with the reason (ID<TAB>reason; default: REPO/tools/mutation/equivalent.txt)")
+	survFile := fs.String("survivors", "", "file of known survivors, with why the suite cannot kill them (ID<TAB>reason; default: REPO/tools/mutation/survivors.txt)")
 	labels := fs.String("label-filter", "", "pass --label-filter to holdfast-conformance (a smoke run)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -79,7 +82,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *equivFile == "" {
 		*equivFile = filepath.Join(root, "tools", "mutation", "equivalent.txt")
 	}
-	equivalent, err := readEquivalent(*equivFile)
+	if *survFile == "" {
+		*survFile = filepath.Join(root, "tools", "mutation", "survivors.txt")
+	}
+	equivalent, err := readReasons(*equivFile)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	survivors, err := readReasons(*survFile)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
@@ -154,7 +165,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "interrupted")
 		return 1
 	}
-	rep := summarize(results, every, equivalent)
+	rep := summarize(results, every, equivalent, survivors)
 	text := rep.markdown()
 	fmt.Fprint(stdout, rep.summaryLine())
 	if *report != "" {
@@ -166,7 +177,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else {
 		fmt.Fprint(stdout, text)
 	}
-	if len(rep.errors) > 0 || len(rep.stale) > 0 {
+	if len(rep.errors) > 0 || len(rep.stale) > 0 || len(rep.unexplained) > 0 {
 		return 1
 	}
 	return 0
@@ -193,8 +204,8 @@ func targetsOf(jobs []job) []target {
 	return out
 }
 
-// readEquivalent reads ID<TAB>reason lines (# comments, blank lines).
-func readEquivalent(path string) (map[string]string, error) {
+// readReasons reads ID<TAB>reason lines (# comments, blank lines).
+func readReasons(path string) (map[string]string, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return map[string]string{}, nil

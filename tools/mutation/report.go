@@ -8,15 +8,19 @@ import (
 
 // report is the outcome of a run.
 type report struct {
-	results    []result
-	equivalent map[string]string
+	results []result
+	// equivalent and survivors are the mutants judged, with the reason:
+	// equivalent ones are left out of the score; known survivors count as
+	// survived, with why the suite cannot kill them.
+	equivalent, survivors map[string]string
 	// counts per target and in all
 	byTarget map[string]*tally
 	total    tally
-	// survivors judged equivalent but killed, and entries naming no
-	// mutant: the list must not rot.
-	stale  []string
-	errors []result
+	// entries of either list that a run contradicts or that name no
+	// mutant, and survivors nobody explained: the lists must not rot.
+	stale       []string
+	unexplained []result
+	errors      []result
 }
 
 type tally struct{ killed, timedOut, survived, flaky, equivalent, invalid int }
@@ -38,8 +42,8 @@ func (t tally) String() string {
 
 // summarize counts results; all is every mutant of the targets run (with or
 // without -only), to tell an entry of equivalent that names no mutant.
-func summarize(results []result, all []mutant, equivalent map[string]string) *report {
-	rep := &report{results: results, equivalent: equivalent, byTarget: map[string]*tally{}}
+func summarize(results []result, all []mutant, equivalent, survivors map[string]string) *report {
+	rep := &report{results: results, equivalent: equivalent, survivors: survivors, byTarget: map[string]*tally{}}
 	for i, r := range results {
 		t := rep.byTarget[r.t.name]
 		if t == nil {
@@ -47,6 +51,7 @@ func summarize(results []result, all []mutant, equivalent map[string]string) *re
 			rep.byTarget[r.t.name] = t
 		}
 		_, isEquiv := equivalent[r.m.ID]
+		_, isKnown := survivors[r.m.ID]
 		switch {
 		case r.err != nil:
 			rep.errors = append(rep.errors, r)
@@ -56,6 +61,10 @@ func summarize(results []result, all []mutant, equivalent map[string]string) *re
 			t.equivalent++
 		case isEquiv && r.verdict != invalid:
 			rep.stale = append(rep.stale, fmt.Sprintf("%s is listed as equivalent but was %s (%s): remove it", r.m.ID, r.verdict, r.spec))
+		case (r.verdict == survived || r.verdict == flaky) && !isKnown:
+			rep.unexplained = append(rep.unexplained, r)
+		case isKnown && r.verdict != survived && r.verdict != flaky:
+			rep.stale = append(rep.stale, fmt.Sprintf("%s is listed as a survivor but was %s (%s): remove it from survivors.txt", r.m.ID, r.verdict, r.spec))
 		}
 		switch results[i].verdict {
 		case killed:
@@ -76,9 +85,11 @@ func summarize(results []result, all []mutant, equivalent map[string]string) *re
 		exists[m.ID] = true
 		files[m.File] = true
 	}
-	for id := range equivalent {
-		if file, _, _ := strings.Cut(id, " "); files[file] && !exists[id] {
-			rep.stale = append(rep.stale, fmt.Sprintf("%s is listed as equivalent but names no mutant: remove it", id))
+	for list, entries := range map[string]map[string]string{"equivalent.txt": equivalent, "survivors.txt": survivors} {
+		for id := range entries {
+			if file, _, _ := strings.Cut(id, " "); files[file] && !exists[id] {
+				rep.stale = append(rep.stale, fmt.Sprintf("%s, in %s, names no mutant: remove it", id, list))
+			}
 		}
 	}
 	slices.Sort(rep.stale)
@@ -101,6 +112,10 @@ func (rep *report) summaryLine() string {
 	fmt.Fprintf(&b, "mutation total: %s\n", rep.total)
 	for _, s := range rep.stale {
 		fmt.Fprintf(&b, "STALE %s\n", s)
+	}
+	for _, r := range rep.unexplained {
+		fmt.Fprintf(&b, "UNEXPLAINED survivor %s (%s:%d %s -> %s): add a spec, or its reason to survivors.txt or equivalent.txt\n",
+			r.m.ID, r.m.File, r.m.Line, oneLine(r.m.Original), oneLine(r.m.Mutated))
 	}
 	for _, r := range rep.errors {
 		fmt.Fprintf(&b, "ERROR %s: %v\n", r.m.ID, r.err)
@@ -139,7 +154,12 @@ func (rep *report) markdown() string {
 		b.WriteString(strings.Join(rows, "\n") + "\n")
 	}
 	section("Survived", func(r result) bool { return r.verdict == survived || r.verdict == flaky },
-		func(r result) string { return string(r.verdict) + ": " + r.m.ID })
+		func(r result) string {
+			if reason, ok := rep.survivors[r.m.ID]; ok {
+				return reason
+			}
+			return "UNEXPLAINED (" + string(r.verdict) + "): " + r.m.ID
+		})
 	section("Equivalent", func(r result) bool { return r.verdict == "equivalent" },
 		func(r result) string { return rep.equivalent[r.m.ID] })
 	section("Killed", func(r result) bool { return r.verdict == killed || r.verdict == timedOut },
@@ -154,7 +174,7 @@ func (rep *report) markdown() string {
 		})
 	section("Did not build", func(r result) bool { return r.verdict == invalid }, func(r result) string { return "" })
 	if len(rep.stale) > 0 {
-		b.WriteString("\n## Stale entries of equivalent.txt\n\n")
+		b.WriteString("\n## Stale entries of equivalent.txt and survivors.txt\n\n")
 		for _, s := range rep.stale {
 			fmt.Fprintf(&b, "- %s\n", s)
 		}
