@@ -89,7 +89,7 @@ func TestCommandPassesMemory(t *testing.T) {
 	plugin := binary(t, "holdfast-backend-memory")
 	report := filepath.Join(dir, "junit.xml")
 	out, err := exec.CommandContext(t.Context(), cli, "backend", "--plugin", plugin,
-		"--label-filter", "!disruptive && !ttl", "--junit-report", report).CombinedOutput()
+		"--label-filter", "!disruptive && !ttl && !watch", "--junit-report", report).CombinedOutput()
 	if err != nil {
 		t.Fatalf("holdfast-conformance on memory: %v; output:\n%s", err, out)
 	}

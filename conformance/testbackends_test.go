@@ -39,9 +39,12 @@ var testBackends = []struct {
 	},
 }
 
+// The four runs go side by side: each is its own process, on a store of its
+// own, and mostly waits for leases to run out.
 func TestConformanceOnTestBackends(t *testing.T) {
 	for _, b := range testBackends {
 		t.Run(b.name+"/backend", func(t *testing.T) {
+			t.Parallel()
 			var cfg conformance.Config
 			if conformance.SuiteProcess(t) {
 				plugin := testBackend(t, b.name, b.pkg)
@@ -56,6 +59,7 @@ func TestConformanceOnTestBackends(t *testing.T) {
 			conformance.RunBackend(t, cfg)
 		})
 		t.Run(b.name+"/service", func(t *testing.T) {
+			t.Parallel()
 			var cfg conformance.Config
 			if conformance.SuiteProcess(t) {
 				plugin := testBackend(t, b.name, b.pkg)
