@@ -10,6 +10,11 @@
 // queue per key, shared by every engine that uses the same Fair, like the
 // etcd backend (backend.FairBackend).
 //
+// NewFair also runs as a plugin process
+// (cmd/holdfast-backend-fakefair): the in-memory fair backend on which the
+// conformance suite checks the fair queue and the engine's fair path, end
+// to end, without etcd.
+//
 // It is not a backend to ship: it never forgets a key's fencing token or
 // stamp, and it has no bounds.
 package fakebackend
@@ -45,7 +50,7 @@ type Backend struct {
 	mu       sync.Mutex
 	closed   bool
 	locks    map[string]*lock
-	fences   map[string]uint64        // last fencing token per key, kept forever
+	fences   map[string]uint64        // last fencing token per key, kept forever, never below the wall clock
 	stamps   map[string]hlc.Timestamp // last stamp per key, kept forever
 	watchers map[*watcher]struct{}
 	// queues, for Fair only: the waiter IDs per key, head first.
@@ -175,7 +180,10 @@ func (b *Backend) Acquire(_ context.Context, req backend.AcquireRequest) (backen
 		}
 		b.removeWaiter(req.Key, req.WaiterID)
 	}
-	b.fences[req.Key]++
+	// Never below the wall clock: a plugin process of the fake (the fair
+	// one the conformance suite runs) starts above every token the process
+	// before it handed out, as plugins/memory does.
+	b.fences[req.Key] = max(b.fences[req.Key]+1, uint64(now.UnixNano()))
 	stamp := backend.NextStamp(b.stamps[req.Key], req.Stamp)
 	b.stamps[req.Key] = stamp
 	l := &lock{key: req.Key, token: req.OwnerToken, holder: req.Holder, fence: b.fences[req.Key], stamp: stamp, expires: now.Add(req.TTL)}
