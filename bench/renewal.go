@@ -267,7 +267,8 @@ func renewalRun(ctx context.Context, mode string, n int, ttl time.Duration, clie
 // by design).
 func bigServerArgs(n int) []string {
 	return []string{"serve", "--addr", "127.0.0.1:0", "--backend", "memory",
-		"--max-waiters-per-connection", strconv.Itoa(max(n, 1024))}
+		"--max-waiters-per-client", strconv.Itoa(max(n, 1024)),
+		"--max-locks", "0", "--max-locks-per-client", "0"}
 }
 
 // renewer is one client's renewal loop, by Extend per lock or by one
