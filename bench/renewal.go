@@ -264,11 +264,13 @@ func renewalRun(ctx context.Context, mode string, n int, ttl time.Duration, clie
 
 // bigServerArgs are the arguments of a memory server that holds n locks
 // from few clients: per-client quotas lifted (they would refuse the load
-// by design).
+// by design), and a liveness ping timeout long enough that a plugin
+// starved of CPU on a loaded 2-core machine while the locks are taken is
+// not reported down (seen at load 10: the 2s default cut the run short).
 func bigServerArgs(n int) []string {
 	return []string{"serve", "--addr", "127.0.0.1:0", "--backend", "memory",
 		"--max-waiters-per-client", strconv.Itoa(max(n, 1024)),
-		"--max-locks", "0", "--max-locks-per-client", "0"}
+		"--max-locks", "0", "--max-locks-per-client", "0", "--backend-ping-timeout", "30s"}
 }
 
 // renewer is one client's renewal loop, by Extend per lock or by one
