@@ -256,7 +256,9 @@ type ExtendRequest struct {
 	TTL        time.Duration
 	Stamp      hlc.Timestamp
 	// Request (Info.RequestIDs): a repeat renews again; one with another
-	// Fingerprint is a conflict.
+	// Fingerprint is a conflict. Kept with the lock in place of the one
+	// kept before; a zero Request keeps the lock's own (the engine renews a
+	// replayed lease so, and later repeats of its Acquire still match).
 	Request Request
 }
 
