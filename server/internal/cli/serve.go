@@ -466,11 +466,11 @@ func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
 	if o.conn.MaxConnections < 0 || o.conn.MaxConnectionsPerClient < 0 {
 		return nil, fmt.Errorf("--max-connections, --max-connections-per-client: must not be negative (0 is unbounded)")
 	}
-	if o.maxKeys < 1 {
-		return nil, fmt.Errorf("--max-keys: %d is below 1 (1: one key per request)", o.maxKeys)
+	if o.maxKeys < 0 {
+		return nil, fmt.Errorf("--max-keys: %d is negative (1: one key per request)", o.maxKeys)
 	}
-	if o.maxLockDelay <= 0 {
-		return nil, fmt.Errorf("--max-lock-delay: %s is not positive", o.maxLockDelay)
+	if o.maxLockDelay < 0 {
+		return nil, fmt.Errorf("--max-lock-delay: %s is negative", o.maxLockDelay)
 	}
 	opts = append(opts, httpserver.WithLimits(o.conn))
 	icpt = append(icpt, limits.New(lim))
