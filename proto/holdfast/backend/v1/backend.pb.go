@@ -349,11 +349,11 @@ type InfoResponse struct {
 	MaxTtl         *durationpb.Duration   `protobuf:"bytes,7,opt,name=max_ttl,json=maxTtl,proto3" json:"max_ttl,omitempty"`
 	Fair           bool                   `protobuf:"varint,8,opt,name=fair,proto3" json:"fair,omitempty"`
 	// The most keys one AcquireSet may claim; 0 or 1: no set calls.
-	MaxKeys uint32 `protobuf:"varint,9,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
+	MaxKeys uint32 `protobuf:"varint,10,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
 	// Request identities are kept with leases (RequestIdentity is honoured).
-	RequestIds bool `protobuf:"varint,10,opt,name=request_ids,json=requestIds,proto3" json:"request_ids,omitempty"`
+	RequestIds bool `protobuf:"varint,11,opt,name=request_ids,json=requestIds,proto3" json:"request_ids,omitempty"`
 	// The longest lock_delay the backend keeps; 0: none.
-	MaxLockDelay  *durationpb.Duration `protobuf:"bytes,11,opt,name=max_lock_delay,json=maxLockDelay,proto3" json:"max_lock_delay,omitempty"`
+	MaxLockDelay  *durationpb.Duration `protobuf:"bytes,12,opt,name=max_lock_delay,json=maxLockDelay,proto3" json:"max_lock_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2117,11 +2117,11 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\amin_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06minTtl\x122\n" +
 	"\amax_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06maxTtl\x12\x12\n" +
 	"\x04fair\x18\b \x01(\bR\x04fair\x12\x19\n" +
-	"\bmax_keys\x18\t \x01(\rR\amaxKeys\x12\x1f\n" +
-	"\vrequest_ids\x18\n" +
-	" \x01(\bR\n" +
+	"\bmax_keys\x18\n" +
+	" \x01(\rR\amaxKeys\x12\x1f\n" +
+	"\vrequest_ids\x18\v \x01(\bR\n" +
 	"requestIds\x12?\n" +
-	"\x0emax_lock_delay\x18\v \x01(\v2\x19.google.protobuf.DurationR\fmaxLockDelay\"\x8a\x03\n" +
+	"\x0emax_lock_delay\x18\f \x01(\v2\x19.google.protobuf.DurationR\fmaxLockDelay\"\x8a\x03\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
