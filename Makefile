@@ -146,9 +146,10 @@ lint-python: sdk-codegen-tools ## ruff (lint and format check) and mypy --strict
 .PHONY: test-go
 # The SDK matrix (every SDK on every backend) is test-sdk-conformance's:
 # test-go leaves it out rather than run its memory rows twice.
-test-go: build ## go test -race across the Go modules that need no external service
+test-go: build ## go test -race across the Go modules that need no external service (and a smoke of the mutation driver)
 	@for m in $(GO_UNIT_MODULES); do echo "== go test $$m"; \
 		(cd $$m && HOLDFAST_CONFORMANCE_BACKENDS=memory $(GO_TEST) -skip '^TestSDKConformance$$' ./...); done
+	@echo "== go test tools/mutation"; cd tools && GOWORK=off $(GO_TEST) ./mutation
 
 .PHONY: test
 # Every suite, service-free first. Each backend target starts its own
@@ -166,6 +167,15 @@ test-conformance: build ## conformance suite on the memory backend (both levels)
 test-example: ## the example backend (plugins/example) through the one command a backend author runs
 	go build -o $(BIN)/ ./conformance/cmd/holdfast-conformance ./plugins/example/cmd/holdfast-backend-example
 	$(BIN)/holdfast-conformance backend --plugin ./bin/holdfast-backend-example
+
+.PHONY: mutation
+# The suite's own strength: mutants of plugins/example and plugins/memory
+# (tools/mutation), each built into its plugin and run through
+# holdfast-conformance backend. Long (about half an hour on 2 cores), so not
+# in make test; test-go runs a one-mutant smoke of the driver.
+MUTATION_FLAGS ?=
+mutation: build ## mutation testing of plugins/example and plugins/memory through holdfast-conformance backend (score, survivors: bin/mutation.md); MUTATION_FLAGS=-targets example, -only ID, -j N
+	cd tools && GOWORK=off go run ./mutation -repo $(CURDIR) -bin $(BIN) -report $(BIN)/mutation.md $(MUTATION_FLAGS)
 
 .PHONY: test-sdk-conformance
 test-sdk-conformance: build sdk-codegen-tools ## SDK-level conformance: the Go, TypeScript and Python SDKs on memory, etcd, Redis and PostgreSQL (throw-away servers, 3 cells at a time); prints the 3 x 4 matrix

@@ -62,6 +62,9 @@ func (sc *BackendContext) setup(ctx ginkgo.SpecContext) {
 	ginkgo.GinkgoWriter.Printf("backend %q version %q: shared=%v durable=%v fair=%v ttl_granularity=%s min_ttl=%s max_ttl=%s; specs use TTL %s\n",
 		sc.Info.Name, sc.Info.Version, sc.Info.Shared, sc.Info.Durable, sc.Info.Fair,
 		sc.Info.TTLGranularity, sc.Info.MinTTL, sc.Info.MaxTTL, sc.TTL())
+	if sc.Config.SingleInstance && sc.Info.Shared {
+		ginkgo.Fail("Config.SingleInstance (--single-instance) with a backend that declares shared=true: a store that allows one owner cannot be shared by several servers")
+	}
 }
 
 func (sc *BackendContext) teardown() {
@@ -176,3 +179,7 @@ func randomHex(n int) string {
 // isUnavailable reports whether err says the backend cannot answer now (as
 // while the plugin host restarts a plugin).
 func isUnavailable(err error) bool { return errors.Is(err, backend.ErrUnavailable) }
+
+// isInvalidArgument reports whether err says the request is outside what the
+// backend accepts.
+func isInvalidArgument(err error) bool { return errors.Is(err, backend.ErrInvalidArgument) }

@@ -23,7 +23,7 @@ var _ = describeBackend("store restart", Label("fencing", "store-restart"), func
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ok).To(BeTrue())
 
-		Expect(sc.Config.RestartStore(ctx)).To(Succeed(), "Config.RestartStore")
+		Expect(sc.Config.RestartStore(withPluginPID(ctx, sc.PluginPID()))).To(Succeed(), "Config.RestartStore")
 
 		rec := awaitAcquireAfterRestart(ctx, sc, key)
 		Expect(rec.FencingToken).To(BeNumerically(">", last.FencingToken),

@@ -83,4 +83,28 @@ var _ = describeBackend("TTL", Label("ttl"), func(sc *BackendContext) {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(held).To(BeFalse(), "a refused Acquire stored a lock")
 	}, SpecTimeout(30*time.Second))
+
+	It("accepts a TTL of exactly the backend's minimum or maximum: the bounds are inclusive", func(ctx SpecContext) {
+		if sc.Info.MinTTL <= 0 && sc.Info.MaxTTL <= 0 {
+			Skip("the backend declares no TTL bounds (Info.MinTTL = Info.MaxTTL = 0)")
+		}
+		for _, ttl := range []time.Duration{sc.Info.MinTTL, sc.Info.MaxTTL} {
+			if ttl <= 0 {
+				continue
+			}
+			key := sc.Key("ttl-bound")
+			req, res, err := sc.Acquire(ctx, key, ttl)
+			Expect(err).NotTo(HaveOccurred(), "Acquire with TTL %s, a bound the backend declares", ttl)
+			Expect(res.Acquired).To(BeTrue(), "Acquire of a free key with TTL %s", ttl)
+			ext, err := sc.Backend.Extend(ctx, backend.ExtendRequest{Key: key, OwnerToken: req.OwnerToken, TTL: ttl, Stamp: sc.Stamp()})
+			Expect(err).NotTo(HaveOccurred(), "Extend with TTL %s, a bound the backend declares", ttl)
+			if ttl == sc.Info.MaxTTL {
+				// (a lease of the minimum may be over already: then
+				// extended=false is the right answer)
+				Expect(ext.Extended).To(BeTrue(), "Extend by the holder with TTL %s", ttl)
+			}
+			_, err = sc.Backend.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: req.OwnerToken, Stamp: sc.Stamp()})
+			Expect(err).NotTo(HaveOccurred())
+		}
+	}, SpecTimeout(30*time.Second))
 })

@@ -2,9 +2,12 @@ package conformance
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/holdfast/holdfast/harness"
@@ -28,6 +31,16 @@ type Config struct {
 	Plugin string
 	// PluginArgs are extra command-line arguments for the plugin.
 	PluginArgs []string
+	// SingleInstance says the backend's store allows one owner at a time: a
+	// file the plugin locks, an embedded database. The suite then never runs
+	// two plugin instances, or two servers, on it at once: the specs that
+	// would (a second plugin instance or server on the same store) check
+	// instead that a second owner is refused while the first runs, and the
+	// specs that start servers of their own (restarts, kill -9 of the
+	// plugin) stop the server under test first and start it again after.
+	// A single-instance store cannot be shared: the run fails if the
+	// backend declares shared=true.
+	SingleInstance bool
 	// PluginOptions reach the plugin's open function (the plugin host passes
 	// them in HOLDFAST_BACKEND_OPTIONS), e.g. {"endpoints": "127.0.0.1:2379"}.
 	PluginOptions map[string]string
@@ -81,6 +94,9 @@ type Config struct {
 	// lock is held: fencing tokens must keep increasing, and a durable
 	// backend must keep the lock. Calls may answer ErrUnavailable until the
 	// backend is back (within RestartTimeout). Nil skips that spec.
+	// PluginPID(ctx) is the plugin instance's process id, for a store that
+	// lives in the plugin process (the command gives it to --restart-store
+	// as $HOLDFAST_CONFORMANCE_PLUGIN_PID).
 	RestartStore func(ctx context.Context) error
 
 	// --- report ---
@@ -142,6 +158,45 @@ func isInTreeName(plugin string) bool {
 	}
 	_, err := os.Stat(plugin)
 	return err != nil
+}
+
+type pluginPIDKey struct{}
+
+// PluginPID is the process id of the plugin instance under test, in the
+// context the suite passes to Config.RestartStore, and 0 in any other. A
+// store that lives in the plugin process restarts by killing it: the plugin
+// host starts a new one.
+func PluginPID(ctx context.Context) int {
+	pid, _ := ctx.Value(pluginPIDKey{}).(int)
+	return pid
+}
+
+func withPluginPID(ctx context.Context, pid int) context.Context {
+	return context.WithValue(ctx, pluginPIDKey{}, pid)
+}
+
+// KillPlugin is a Config.RestartStore for a store that lives in the plugin
+// process (or that the plugin process owns, as a locked file): it sends
+// SIGKILL to the plugin instance under test and returns once the process is
+// gone, so the suite's next call reaches the instance the plugin host starts
+// instead.
+func KillPlugin(ctx context.Context) error {
+	pid := PluginPID(ctx)
+	if pid <= 0 {
+		return errors.New("conformance: KillPlugin: no plugin process in this context (it is Config.RestartStore's)")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("conformance: kill plugin %d: %w", pid, err)
+	}
+	// Until the host has reaped it: a zombie still answers signal 0.
+	for syscall.Kill(pid, 0) == nil {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // ParseKnownFailing reads a known-failing list (Config.KnownFailing): one

@@ -29,12 +29,14 @@
 //
 // Every spec carries the label of its promise (atomic-acquire, owner-token,
 // ttl, fencing, stamps, watch, list, get, sharing, durable, watchdog,
-// waiting, server-info, bad-input, store-restart) and of its level (backend,
-// service); specs that kill, pause or restart a process also carry
-// "disruptive". Config.RestartStore lets the suite restart a backend's store. Select them with
-// Config.LabelFilter, -ginkgo.label-filter or the command's --label-filter.
-// A spec that does not apply to what the backend declares (Info.Shared,
-// Info.Durable, TTL bounds) is skipped with the reason in the report.
+// waiting, fair, server-info, bad-input, store-restart) and of its level
+// (backend, service); specs that kill, pause or restart a process also carry
+// "disruptive". Select them with Config.LabelFilter, -ginkgo.label-filter or
+// the command's --label-filter. A spec that does not apply to what the
+// backend declares (Info.Shared, Info.Durable, Info.Fair, TTL bounds) is
+// skipped with the reason in the report. Config.RestartStore lets the suite
+// restart a backend's store (KillPlugin, for a store in the plugin process);
+// Config.SingleInstance says the store allows one owner at a time.
 //
 // Ginkgo runs one suite per process. RunBackend and RunService therefore run
 // the suite in a child process (the test binary itself, re-executed for just

@@ -1,8 +1,11 @@
 package conformance_test
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/holdfast/holdfast/conformance"
@@ -42,12 +45,18 @@ func binary(t *testing.T, name string) string {
 	return p
 }
 
-// brokenBackend builds conformance/internal/brokenbackends/<name>.
+// brokenBackend returns the broken backend called name (package
+// internal/brokenbackends): a link, named after the bug, to the one
+// executable that serves them all.
 func brokenBackend(t *testing.T, name string) string {
 	t.Helper()
-	p, err := harness.Build(t.Context(), buildDir, name, "./conformance/internal/brokenbackends/"+name)
+	exe, err := harness.Build(t.Context(), buildDir, "holdfast-backend-broken", "./conformance/internal/brokenbackends/cmd/holdfast-backend-broken")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	link := filepath.Join(buildDir, name)
+	if err := os.Symlink(exe, link); err != nil && !errors.Is(err, fs.ErrExist) {
+		t.Fatal(err)
+	}
+	return link
 }

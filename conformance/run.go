@@ -6,9 +6,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/ginkgo/v2/types"
@@ -189,7 +191,7 @@ func judge(w io.Writer, level Level, cfg Config, r ginkgo.Report) bool {
 			if s.State.Is(types.SpecStateFailureStates) {
 				ok = false
 				failed++
-				lines = append(lines, fmt.Sprintf("  FAIL  [%s] %s\n        %s", s.LeafNodeType, s.FullText(), firstLine(s.Failure.Message)))
+				lines = append(lines, fmt.Sprintf("  FAIL  [%s] %s\n%s", s.LeafNodeType, s.FullText(), failureLines(s)))
 			}
 			continue
 		}
@@ -204,11 +206,11 @@ func judge(w io.Writer, level Level, cfg Config, r ginkgo.Report) bool {
 			passed++
 		case s.State.Is(types.SpecStateFailureStates) && k >= 0:
 			known++
-			lines = append(lines, fmt.Sprintf("  XFAIL %s\n        %s", text, firstLine(s.Failure.Message)))
+			lines = append(lines, fmt.Sprintf("  XFAIL %s\n%s", text, failureLines(s)))
 		case s.State.Is(types.SpecStateFailureStates):
 			ok = false
 			failed++
-			lines = append(lines, fmt.Sprintf("  FAIL  %s\n        %s", text, firstLine(s.Failure.Message)))
+			lines = append(lines, fmt.Sprintf("  FAIL  %s\n%s", text, failureLines(s)))
 		case s.State == types.SpecStateSkipped && s.Failure.Message != "":
 			skipped++
 			lines = append(lines, fmt.Sprintf("  N/A   %s\n        %s", text, firstLine(s.Failure.Message)))
@@ -238,4 +240,59 @@ func judge(w io.Writer, level Level, cfg Config, r ginkgo.Report) bool {
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return s
+}
+
+// maxSummaryLine bounds one line of the summary: a failure message may
+// carry a server's whole log tail.
+const maxSummaryLine = 400
+
+// failureLines is what the summary says about a failed spec, indented: the
+// failed assertion's own message on one line with where it failed (gomega's
+// "Expected ... to equal ..." or the error, not only its first line), and
+// the first line at level ERROR in the spec's log (the plugin's and the
+// servers' logs go there), where a plugin's panic or its own error shows.
+func failureLines(s types.SpecReport) string {
+	msg := oneLine(s.Failure.Message)
+	if p := s.Failure.ForwardedPanic; p != "" {
+		msg = "panic: " + oneLine(p)
+	}
+	if loc := s.Failure.Location; loc.FileName != "" {
+		msg += fmt.Sprintf(" (%s:%d)", filepath.Base(loc.FileName), loc.LineNumber)
+	}
+	out := "        " + msg
+	if line := firstErrorLine(s.CombinedOutput()); line != "" {
+		out += "\n        log: " + oneLine(line)
+	}
+	return out
+}
+
+// oneLine joins s's lines and collapses its white space, up to
+// maxSummaryLine bytes.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > maxSummaryLine {
+		cut := maxSummaryLine
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + " ..."
+	}
+	return s
+}
+
+// firstErrorLine is the first line of log at level ERROR, as slog's text
+// and JSON handlers write it, or "".
+func firstErrorLine(log string) string {
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "level=ERROR") || strings.Contains(line, `"level":"ERROR"`) {
+			line = strings.TrimSpace(line)
+			if rest, ok := strings.CutPrefix(line, "time="); ok { // the text handler's first field
+				if _, after, ok := strings.Cut(rest, " "); ok {
+					line = after
+				}
+			}
+			return line
+		}
+	}
+	return ""
 }

@@ -40,8 +40,13 @@ type ServiceContext struct {
 	seq       atomic.Uint64
 
 	mu      sync.Mutex
-	servers []*harness.Server // started by the suite (Config.Serve)
+	servers []*harness.Server // started by the suite (Config.Serve), the one under test first
+	main    *harness.Server   // the server under test, when the suite started it
 	second  string            // URL of the second server, once known
+	// yielded: a spec stopped the server under test because the store
+	// allows one owner (Config.SingleInstance); it starts again when the
+	// spec ends.
+	yielded bool
 }
 
 func newServiceContext(cfg Config) *ServiceContext {
@@ -56,10 +61,11 @@ func (sc *ServiceContext) setup(ctx ginkgo.SpecContext) {
 			sc.URL = "http://" + sc.URL
 		}
 	case sc.Config.Serve != nil:
-		s, err := sc.StartServer(ctx)
+		s, err := sc.startServer(ctx)
 		if err != nil {
 			ginkgo.Fail("starting the server: " + strings.Join(strings.Fields(err.Error()), " "))
 		}
+		sc.main = s
 		sc.URL = s.URL
 	default:
 		ginkgo.Fail("Config.Addr (--addr) or Config.Serve must say which server to test")
@@ -74,6 +80,9 @@ func (sc *ServiceContext) setup(ctx ginkgo.SpecContext) {
 	ginkgo.GinkgoWriter.Printf("server %s version %q, backend %q: shared=%v durable=%v fair=%v ttl_granularity=%s min_ttl=%s max_ttl=%s; specs use TTL %s\n",
 		sc.URL, sc.Info.GetVersion(), b.GetName(), b.GetShared(), b.GetDurable(), b.GetFair(),
 		b.GetTtlGranularity().AsDuration(), b.GetMinTtl().AsDuration(), b.GetMaxTtl().AsDuration(), sc.TTL())
+	if sc.Config.SingleInstance && b.GetShared() {
+		ginkgo.Fail("Config.SingleInstance (--single-instance) with a backend that declares shared=true: a store that allows one owner cannot be shared by several servers")
+	}
 }
 
 func (sc *ServiceContext) teardown() {
@@ -101,7 +110,11 @@ func (sc *ServiceContext) teardown() {
 func (sc *ServiceContext) CanStartServers() bool { return sc.Config.Serve != nil }
 
 // StartServer starts one more server with Config.Serve; the suite stops it
-// at the end of the run unless the caller stops it first.
+// at the end of the run unless the caller stops it first. On a
+// single-instance store (Config.SingleInstance) it first stops every server
+// the suite runs, the one under test included, and the suite starts the
+// server under test again when the spec ends: the store allows one owner at
+// a time.
 func (sc *ServiceContext) StartServer(ctx context.Context) (*harness.Server, error) {
 	return sc.StartServerWith(ctx)
 }
@@ -109,6 +122,17 @@ func (sc *ServiceContext) StartServer(ctx context.Context) (*harness.Server, err
 // StartServerWith is StartServer with extra `holdfast serve` arguments
 // (say --max-wait 1s).
 func (sc *ServiceContext) StartServerWith(ctx context.Context, args ...string) (*harness.Server, error) {
+	if sc.Config.SingleInstance {
+		if err := sc.yieldStore(); err != nil {
+			return nil, err
+		}
+	}
+	return sc.startServer(ctx, args...)
+}
+
+// startServer starts a server with Config.Serve and args, whatever else
+// runs.
+func (sc *ServiceContext) startServer(ctx context.Context, args ...string) (*harness.Server, error) {
 	if sc.Config.Serve == nil {
 		return nil, errors.New("conformance: Config.Serve is not set")
 	}
@@ -140,15 +164,56 @@ func (sc *ServiceContext) StartServerWith(ctx context.Context, args ...string) (
 	return s, nil
 }
 
-// Server returns the first server the suite started, or nil when it tests a
-// server given by address.
+// yieldStore stops every server the suite runs, so that the calling spec
+// may start one of its own on a single-instance store, and arranges for the
+// server under test to start again when the spec ends.
+func (sc *ServiceContext) yieldStore() error {
+	sc.mu.Lock()
+	servers := slices.Clone(sc.servers)
+	first := !sc.yielded
+	sc.yielded = true
+	sc.mu.Unlock()
+	if first {
+		ginkgo.DeferCleanup(sc.restoreServer)
+	}
+	var errs []error
+	for _, s := range servers {
+		if err := s.Stop(0); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("conformance: stopping the servers on the single-instance store: %w", err)
+	}
+	return nil
+}
+
+// restoreServer ends a spec that took the single-instance store: it stops
+// the servers the spec left running and starts the server under test again,
+// on a new address.
+func (sc *ServiceContext) restoreServer(ctx ginkgo.SpecContext) {
+	sc.mu.Lock()
+	servers := slices.Clone(sc.servers)
+	sc.yielded = false
+	sc.mu.Unlock()
+	for _, s := range servers {
+		_ = s.Stop(0) // a server the spec stopped already answers its first Stop's outcome
+	}
+	s, err := sc.startServer(ctx)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "starting the server under test again after the spec took the single-instance store")
+	sc.mu.Lock()
+	sc.main = s
+	sc.mu.Unlock()
+	sc.URL = s.URL
+	sc.RPC = lockv1connect.NewLockServiceClient(&http.Client{Transport: sc.transport}, sc.URL)
+}
+
+// Server returns the server under test when the suite started it, or nil
+// when it tests a server given by address.
 func (sc *ServiceContext) Server() *harness.Server {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if len(sc.servers) == 0 {
-		return nil
-	}
-	return sc.servers[0]
+	return sc.main
 }
 
 // SecondURL returns a second server with the same backend configuration
@@ -161,13 +226,15 @@ func (sc *ServiceContext) SecondURL(ctx context.Context) (string, error) {
 		return second, nil
 	}
 	switch {
+	case sc.Config.SingleInstance:
+		return "", nil // the store allows one server at a time
 	case sc.Config.SecondAddr != "":
 		second = strings.TrimRight(sc.Config.SecondAddr, "/")
 		if !strings.Contains(second, "://") {
 			second = "http://" + second
 		}
 	case sc.Config.Serve != nil:
-		s, err := sc.StartServer(ctx)
+		s, err := sc.startServer(ctx)
 		if err != nil {
 			return "", err
 		}

@@ -27,6 +27,9 @@ var _ = describeService("server info", Label("server-info", "sharing"), func(sc 
 	}, SpecTimeout(30*time.Second))
 
 	It("behaves as shared or not shared, as it says, with a second server on the same backend", func(ctx SpecContext) {
+		if sc.Config.SingleInstance {
+			Skip("Config.SingleInstance: the store allows one server at a time (the spec 'refuses a second server' checks that)")
+		}
 		second, err := sc.SecondURL(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		if second == "" {
@@ -48,4 +51,26 @@ var _ = describeService("server info", Label("server-info", "sharing"), func(sc 
 			Expect(res.GetAcquired()).To(BeTrue(), "the backend says shared=false, yet a second server sees the first one's lock")
 		}
 	}, SpecTimeout(30*time.Second))
+
+	It("refuses a second server on a single-instance store while the first runs, and the first keeps its locks", func(ctx SpecContext) {
+		if !sc.Config.SingleInstance {
+			Skip("no Config.SingleInstance (--single-instance): the store allows several owners")
+		}
+		if !sc.CanStartServers() {
+			Skip("the suite tests a server given by address; it cannot start a second one (use Config.Serve)")
+		}
+		key := sc.Key("single-instance")
+		l := sc.MustAcquire(ctx, key, sc.LongTTL())
+		s, err := sc.startServer(ctx)
+		if err == nil {
+			Expect(s.Stop(0)).To(Succeed())
+		}
+		Expect(err).To(HaveOccurred(), "a second server started on a store that allows one owner")
+		AddReportEntry("why the second server did not start", err.Error(), ReportEntryVisibilityFailureOrVerbose)
+		ins, err := sc.RPC.Inspect(ctx, &lockv1.InspectRequest{Key: key})
+		Expect(err).NotTo(HaveOccurred(), "the first server after a second one was refused")
+		Expect(ins.GetHeld()).To(BeTrue(), "the lock is gone after a second server was refused")
+		Expect(ins.GetState().GetFencingToken()).To(Equal(l.GetFencingToken()))
+		Expect(sc.Release(ctx, key, l.GetOwnerToken())).To(BeTrue(), "the owner token no longer holds after a second server was refused")
+	}, SpecTimeout(time.Minute))
 })

@@ -78,4 +78,43 @@ var _ = describeService("stamps", Label("stamps"), func(sc *ServiceContext) {
 		Expect(hlc.FromProto(res.GetLease().GetStamp()).After(hlc.FromProto(l1.GetStamp()))).To(BeTrue())
 		Expect(res.GetLease().GetFencingToken()).To(BeNumerically(">", l1.GetFencingToken()))
 	}, SpecTimeout(30*time.Second))
+
+	It("orders stamps along a key's holders across a restart of the server when the store outlives it", Label("disruptive"), func(ctx SpecContext) {
+		if !sc.CanStartServers() {
+			Skip("the suite tests a server given by address; it cannot restart it (use Config.Serve)")
+		}
+		if b := sc.Backend(); !b.GetDurable() && !b.GetShared() {
+			Skip("the backend declares shared=false and durable=false: a key's stamps live and die with the server")
+		}
+		// The first server accepts a client stamp a minute ahead, so the
+		// key's stamp is far past the clock of the server that starts after
+		// it: only the stamp the store kept can order the next holder after
+		// it (the new server learns it from the answer, too late to propose
+		// a later one).
+		const ahead = time.Minute
+		s1, err := sc.StartServerWith(ctx, "--max-clock-offset", (2 * ahead).String())
+		Expect(err).NotTo(HaveOccurred())
+		rpc1 := sc.RPCFor(s1.URL)
+		key := sc.Key("stamps-restart")
+		client := hlc.Timestamp{WallTime: time.Now().Add(ahead).UnixNano()}
+		res, err := rpc1.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(sc.LongTTL()), ClientStamp: client.ToProto()})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.GetAcquired()).To(BeTrue())
+		first := hlc.FromProto(res.GetLease().GetStamp())
+		Expect(first.After(client)).To(BeTrue(), "lease stamp %s is not after the client stamp %s", first, client)
+		rel, err := rpc1.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: res.GetLease().GetOwnerToken()})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(rel.GetReleased()).To(BeTrue())
+		Expect(s1.Stop(0)).To(Succeed(), "graceful stop")
+
+		s2, err := sc.StartServer(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		l2, err := sc.Acquire(ctx, sc.RPCFor(s2.URL), key, sc.LongTTL(), 0)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(l2.GetAcquired()).To(BeTrue())
+		second := hlc.FromProto(l2.GetLease().GetStamp())
+		Expect(second.After(first)).To(BeTrue(),
+			"after the server restart the next holder's stamp %s is not after the previous holder's %s (the store must keep a key's last stamp)", second, first)
+		Expect(s2.Stop(0)).To(Succeed())
+	}, SpecTimeout(time.Minute))
 })

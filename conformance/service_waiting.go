@@ -182,6 +182,48 @@ var _ = describeService("waiting", Label("waiting"), func(sc *ServiceContext) {
 		Expect(took).To(BeNumerically(">=", w/2), "gave up after %s of wait=%s", took, w)
 	}, SpecTimeout(30*time.Second))
 
+	It("hands the lock to the next waiter when the one queued before it disconnected (on another server when shared)", func(ctx SpecContext) {
+		key := sc.Key("wait-cancel-handoff")
+		held := sc.MustAcquire(ctx, key, sc.LongTTL())
+		rpc2, second, behind := sc.RPC, sc.URL, 1 // behind: waiters on the first waiter's server once it left
+		if sc.Backend().GetShared() {
+			url, err := sc.SecondURL(ctx)
+			Expect(err).NotTo(HaveOccurred())
+			if url != "" {
+				rpc2, second, behind = sc.RPCFor(url), url, 0
+			}
+		}
+		AddReportEntry("second waiter's server", second, ReportEntryVisibilityFailureOrVerbose)
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		first := wait(wctx, key, sc.LongTTL(), 20*time.Second)
+		awaitWaiters(ctx, key, 1)
+		next := make(chan result, 1)
+		go func() {
+			res, err := sc.Acquire(ctx, rpc2, key, sc.LongTTL(), 20*time.Second)
+			next <- result{res, err, time.Now()}
+		}()
+		// The second waiter is queued once its server counts it (behind
+		// the first, when it is the same server).
+		Eventually(ctx, func(g Gomega) {
+			ins, err := rpc2.Inspect(ctx, &lockv1.InspectRequest{Key: key})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(ins.GetState().GetWaiters()).To(BeNumerically("==", behind+1))
+		}).WithTimeout(5*time.Second).WithPolling(2*time.Millisecond).Should(Succeed(), "the second waiter never queued")
+		cancel()
+		Eventually(first).WithTimeout(5 * time.Second).Should(Receive())
+		awaitWaiters(ctx, key, behind)
+		released := time.Now()
+		Expect(sc.Release(ctx, key, held.GetOwnerToken())).To(BeTrue())
+		var r result
+		Eventually(next).WithTimeout(25 * time.Second).Should(Receive(&r))
+		Expect(r.err).NotTo(HaveOccurred())
+		Expect(r.res.GetAcquired()).To(BeTrue(), "the waiter behind one that disconnected never got the lock (the first one's place in the queue outlived it?)")
+		Expect(r.at.Sub(released)).To(BeNumerically("<=", sc.FreeWithin()+time.Second),
+			"the waiter behind one that disconnected got the lock %s after the release", r.at.Sub(released))
+		Expect(sc.Release(ctx, key, r.res.GetLease().GetOwnerToken())).To(BeTrue())
+	}, SpecTimeout(time.Minute))
+
 	It("drops a waiter that disconnects from the queue at once", func(ctx SpecContext) {
 		key := sc.Key("wait-cancel")
 		sc.MustAcquire(ctx, key, sc.LongTTL())

@@ -34,6 +34,9 @@ type counting struct {
 	afterHook atomic.Pointer[func()]
 	// enqueueErr, when set, is what Enqueue answers.
 	enqueueErr atomic.Pointer[error]
+	// enqueueLost, when set, is what Enqueue answers after queueing the
+	// entry: an outcome the caller cannot know (the answer was lost).
+	enqueueLost atomic.Pointer[error]
 
 	// Watch control, to simulate a plugin restart: breakWatch ends the
 	// current watch, and new watches wait for gate.
@@ -134,6 +137,12 @@ func (c fairCounting) EnqueueSet(ctx context.Context, keys []string, id string) 
 
 func (c fairCounting) Enqueue(ctx context.Context, key, id string) error {
 	if err := c.enqueueErr.Load(); err != nil {
+		return *err
+	}
+	if err := c.enqueueLost.Load(); err != nil {
+		if qerr := c.fair.Enqueue(ctx, key, id); qerr != nil {
+			return qerr
+		}
 		return *err
 	}
 	return c.fair.Enqueue(ctx, key, id)

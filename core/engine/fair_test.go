@@ -151,3 +151,24 @@ func TestFairEnqueueFailureFailsTheAcquire(t *testing.T) {
 		t.Fatal("the waiter stayed in this server's queue")
 	}
 }
+
+// TestFairEnqueueOfUnknownOutcomeIsTakenBack: an Enqueue that fails may still
+// have queued the entry (the store did it, the answer was lost). The waiter
+// fails, and takes its entry back, so that the entry does not hold the key
+// for every later caller: a free key is then free for a newcomer.
+func TestFairEnqueueOfUnknownOutcomeIsTakenBack(t *testing.T) {
+	e, b := fair.newEngine(t, engine.Config{})
+	holder := mustAcquire(t, e, "k", time.Minute)
+	lost := errors.Join(backend.ErrUnavailable, errors.New("the answer was lost"))
+	b.enqueueLost.Store(&lost)
+	_, err := e.Acquire(context.Background(), acq("k", time.Minute, 5*time.Second))
+	if !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+	b.enqueueLost.Store(nil)
+	if q := b.fair.Queue("k"); len(q) != 0 {
+		t.Fatalf("the failed waiter's entry stayed in the store's queue: %v", q)
+	}
+	release(t, e, holder)
+	mustAcquire(t, e, "k", time.Minute)
+}

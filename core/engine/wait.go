@@ -291,7 +291,12 @@ func (t *fairTurns) join(ctx context.Context) (*waitq.Waiter, error) {
 	unlock()
 	if enqErr != nil {
 		// Fail now rather than queue again later: a later entry would sit
-		// behind this server's later waiters, which wait for this one.
+		// behind this server's later waiters, which wait for this one. The
+		// outcome is unknown (the store may have queued the entry and the
+		// answer been lost), so take the entry back: left there, it would
+		// block the key for as long as the store keeps it. Dequeue of an
+		// absent entry is a no-op.
+		t.leave(false)
 		w.Leave()
 		return nil, enqErr
 	}

@@ -28,6 +28,10 @@ func (b *Backend) checkTTL(ttl time.Duration) error {
 // runs beside the transaction instead of before it: one etcd round trip
 // less on the way to a lock.
 func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
+	if req.Key == "" || req.OwnerToken == "" {
+		// A lock under the empty token is one the empty token would release.
+		return backend.AcquireResult{}, fmt.Errorf("etcd: key and owner_token must not be empty: %w", backend.ErrInvalidArgument)
+	}
 	if err := b.checkTTL(req.TTL); err != nil {
 		return backend.AcquireResult{}, err
 	}

@@ -3,13 +3,9 @@ package example_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -47,44 +43,9 @@ func TestBackendConformance(t *testing.T) {
 		// This store lives in the plugin process, so restarting the store
 		// means killing that process (the plugin host starts a new one).
 		// A backend over a database would restart the database here.
-		cfg.RestartStore = func(ctx context.Context) error { return killChild(ctx, cfg.Plugin) }
+		cfg.RestartStore = conformance.KillPlugin
 	}
 	conformance.RunBackend(t, cfg)
-}
-
-// killChild sends SIGKILL to this process's children running exe and waits
-// until they are gone.
-func killChild(ctx context.Context, exe string) error {
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", os.Getpid()))
-	if err != nil {
-		return err
-	}
-	var killed []int
-	for _, f := range tasks {
-		b, _ := os.ReadFile(f)
-		for _, field := range strings.Fields(string(b)) {
-			pid, _ := strconv.Atoi(field)
-			if path, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); pid > 0 && path == exe {
-				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-					return err
-				}
-				killed = append(killed, pid)
-			}
-		}
-	}
-	if len(killed) == 0 {
-		return fmt.Errorf("no child process runs %s", exe)
-	}
-	for _, pid := range killed {
-		for syscall.Kill(pid, 0) == nil { // until the plugin host has reaped it
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}
-	return nil
 }
 
 // The service-level suite: the suite starts `holdfast serve --backend

@@ -1,6 +1,7 @@
 package example_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,4 +96,147 @@ func TestGuideFlagsExist(t *testing.T) {
 			t.Errorf("the guide uses %s, which `holdfast-conformance backend -h` does not list:\n%s", f, help)
 		}
 	}
+}
+
+// A command of the guide's console examples, with what the guide shows of
+// its output.
+type guideCommand struct {
+	line    int    // in the guide
+	command string // as typed, continuation lines joined
+	output  []string
+}
+
+// guideConsoleBlocks returns the guide's console blocks that run
+// holdfast-conformance, each as its commands.
+func guideConsoleBlocks(guide string) [][]guideCommand {
+	var blocks [][]guideCommand
+	var cur []guideCommand
+	in, cont := false, false
+	for i, line := range strings.Split(guide, "\n") {
+		switch {
+		case !in && strings.HasPrefix(line, "```console"):
+			in, cur = true, nil
+			continue
+		case in && strings.HasPrefix(line, "```"):
+			in = false
+			for _, c := range cur {
+				if strings.HasPrefix(c.command, "./bin/holdfast-conformance ") {
+					blocks = append(blocks, cur)
+					break
+				}
+			}
+			continue
+		case !in:
+			continue
+		}
+		switch {
+		case cont:
+			cur[len(cur)-1].command += "\n" + line
+		case strings.HasPrefix(line, "$ "):
+			cur = append(cur, guideCommand{line: i + 1, command: strings.TrimPrefix(line, "$ ")})
+		case len(cur) > 0:
+			cur[len(cur)-1].output = append(cur[len(cur)-1].output, line)
+		}
+		cont = len(cur) > 0 && strings.HasSuffix(line, "\\")
+	}
+	return blocks
+}
+
+// verdictLines are the lines of a holdfast-conformance run that must be as
+// the guide prints them: the counts, the verdict, and each spec named as
+// failed, passing or not applicable (not the messages: they carry source
+// lines).
+func verdictLines(output []string) []string {
+	var out []string
+	for _, l := range output {
+		for _, p := range []string{"=== holdfast conformance", "=== PASS", "=== FAIL", "Will run ", "  FAIL  ", "  N/A   ", "  XFAIL "} {
+			if strings.HasPrefix(l, p) {
+				out = append(out, strings.TrimRight(l, " "))
+			}
+		}
+	}
+	return out
+}
+
+// Every holdfast-conformance example of the guide runs as the guide shows
+// it, from a directory that is not the checkout's root: one of its own, with
+// bin/ (the binaries the examples name) and scripts/ linked into it. Its
+// counts, verdicts, spec names and exit statuses must be the ones printed.
+func TestGuideExamplesRun(t *testing.T) {
+	guide, err := os.ReadFile(filepath.Join("..", "..", "docs", "writing-a-backend.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := guideConsoleBlocks(string(guide))
+	if len(blocks) < 4 {
+		t.Fatalf("found %d console blocks that run holdfast-conformance: did the guide's format change?", len(blocks))
+	}
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	binaries := map[string]string{"holdfast-backend-example": pluginBinary(t)}
+	for _, name := range []string{"holdfast-conformance", "holdfast-backend-redis"} {
+		if binaries[name], err = harness.Binary(t.Context(), t.TempDir(), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, path := range binaries {
+		if err := os.Symlink(path, filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(root, "scripts"), filepath.Join(dir, "scripts")); err != nil {
+		t.Fatal(err)
+	}
+	for _, block := range blocks {
+		t.Run(fmt.Sprintf("line%d", block[0].line), func(t *testing.T) {
+			t.Parallel() // each block's runs mostly wait on leases running out
+			script := &strings.Builder{}
+			if strings.Contains(block[0].command, "scripts/redis.sh") {
+				if _, err := exec.LookPath("redis-server"); err != nil {
+					harness.SkipOrFail(t, "the example needs redis-server: "+err.Error())
+				}
+				// Whatever happens, stop the Redis the example starts.
+				script.WriteString(`trap '[ -n "${dir:-}" ] && scripts/redis.sh stop "$dir" >/dev/null 2>&1' EXIT` + "\n")
+			}
+			for i, c := range block {
+				fmt.Fprintf(script, "echo '@@@ %d'\n%s\nrc=$?\n", i, strings.ReplaceAll(c.command, "echo $?", "echo $rc"))
+			}
+			cmd := exec.CommandContext(t.Context(), "bash", "-c", script.String())
+			cmd.Dir = dir
+			out, _ := cmd.CombinedOutput()
+			got := strings.Split("\n"+string(out), "\n@@@ ")
+			if len(got) != len(block)+1 {
+				t.Fatalf("the example's commands did not all run; output:\n%s", out)
+			}
+			for i, c := range block {
+				_, lines, _ := strings.Cut(got[i+1], "\n")
+				actual := strings.Split(lines, "\n")
+				want := verdictLines(c.output)
+				if strings.HasPrefix(c.command, "echo $?") || strings.HasPrefix(c.command, "grep -c ") {
+					want = c.output
+				}
+				have := map[string]bool{}
+				for _, l := range actual {
+					have[strings.TrimRight(l, " ")] = true
+				}
+				for _, w := range want {
+					if w = strings.TrimRight(w, " "); w != "" && !have[w] {
+						t.Errorf("docs/writing-a-backend.md:%d: `%s` printed no line %q; it printed:\n%s", c.line, firstLine(c.command), w, lines)
+					}
+				}
+			}
+		})
+	}
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
 }

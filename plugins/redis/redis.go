@@ -269,6 +269,10 @@ func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 
 // Acquire runs the acquire script: one atomic step.
 func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
+	if req.Key == "" || req.OwnerToken == "" {
+		// A lock under the empty token is one the empty token would release.
+		return backend.AcquireResult{}, fmt.Errorf("%w: key and owner_token must not be empty", backend.ErrInvalidArgument)
+	}
 	if err := b.checkTTL(req.TTL); err != nil {
 		return backend.AcquireResult{}, err
 	}

@@ -16,7 +16,10 @@
 // fencing, stamps, watch, list, get, sharing, durable, watchdog, waiting,
 // server-info, bad-input, store-restart, disruptive), --focus and --skip.
 // --restart-store CMD gives the backend level a shell command that restarts
-// the store behind the plugin, for the store-restart spec. A backend with
+// the store behind the plugin, for the store-restart spec
+// ($HOLDFAST_CONFORMANCE_PLUGIN_PID is the plugin's PID, for a store that
+// lives in the plugin process). --single-instance says the store allows one
+// owner at a time. A backend with
 // known gaps lists them in a file given to --known-failing: those specs may
 // fail, but the run fails when one of them passes (so the list cannot rot).
 // Any ginkgo flag can be passed as --ginkgo.NAME. Exit status: 0 when every selected spec
@@ -31,6 +34,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 
 	"github.com/holdfast/holdfast/conformance"
@@ -90,7 +94,7 @@ func run(args []string, stderr io.Writer) int {
 		fs.Var(&pluginOpts, "plugin-opt", "plugin option key=value (repeatable)")
 		fs.Var(&pluginArgs, "plugin-arg", "extra argument for the plugin (repeatable)")
 		fs.DurationVar(&cfg.RestartTimeout, "restart-timeout", 0, "how long the plugin host may take to restart a killed plugin (default 20s)")
-		fs.StringVar(&restartStore, "restart-store", "", "shell command that restarts the backend's store (e.g. 'scripts/redis.sh restart DIR'); enables the store-restart spec")
+		fs.StringVar(&restartStore, "restart-store", "", "shell command that restarts the backend's store (e.g. 'scripts/redis.sh restart DIR'; $"+pluginPIDEnv+" is the plugin's PID); enables the store-restart spec")
 	case conformance.LevelSDK:
 		fs.StringVar(&runner, "runner", "", "command line of the SDK adapter to drive, e.g. \"node runner.js\" (required; quotes group words)")
 		fs.StringVar(&cfg.RunnerDir, "runner-dir", "", "working directory of the adapter")
@@ -104,6 +108,7 @@ func run(args []string, stderr io.Writer) int {
 		fs.DurationVar(&cfg.WakeBound, "wake-bound", 0, "how soon after a release a waiter must hold the lock (default 50ms)")
 	}
 	fs.StringVar(&cfg.Name, "name", "", "name of the run in the report")
+	fs.BoolVar(&cfg.SingleInstance, "single-instance", false, "the store allows one owner at a time (a locked file): never run two plugin instances or servers on it at once, and check that a second one is refused")
 	fs.StringVar(&cfg.JUnitReport, "junit-report", "", "write a JUnit XML report to this file")
 	fs.StringVar(&cfg.LabelFilter, "label-filter", "", "run only specs whose labels match (e.g. 'fencing || ttl', '!disruptive')")
 	fs.StringVar(&cfg.Focus, "focus", "", "run only specs whose text matches this regular expression")
@@ -194,11 +199,15 @@ type reporter struct{ failed bool }
 
 func (r *reporter) Fail() { r.failed = true }
 
-// shellHook runs command with sh -c, its output on stderr, and fails with its
-// exit status.
+// pluginPIDEnv gives the --restart-store command the plugin's process id.
+const pluginPIDEnv = "HOLDFAST_CONFORMANCE_PLUGIN_PID"
+
+// shellHook runs command with sh -c, its output on stderr, with the plugin's
+// PID in $HOLDFAST_CONFORMANCE_PLUGIN_PID, and fails with its exit status.
 func shellHook(command string, stderr io.Writer) func(context.Context) error {
 	return func(ctx context.Context) error {
 		cmd := exec.CommandContext(ctx, "sh", "-c", command)
+		cmd.Env = append(os.Environ(), pluginPIDEnv+"="+strconv.Itoa(conformance.PluginPID(ctx)))
 		cmd.Stdout, cmd.Stderr = stderr, stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("%q: %w", command, err)

@@ -13,6 +13,11 @@
 // identities and keep lock-delays, as every in-tree backend does; a single
 // key is a set of one.
 //
+// NewFair also runs as a plugin process
+// (cmd/holdfast-backend-fakefair): the in-memory fair backend on which the
+// conformance suite checks the fair queue and the engine's fair path, end
+// to end, without etcd.
+//
 // It is not a backend to ship: it never forgets a key's fencing token or
 // stamp, and it has no bounds.
 package fakebackend
@@ -50,7 +55,7 @@ type Backend struct {
 	mu       sync.Mutex
 	closed   bool
 	locks    map[string]*lock
-	fences   map[string]uint64        // last fencing token per key, kept forever
+	fences   map[string]uint64        // last fencing token per key, kept forever, never below the wall clock
 	stamps   map[string]hlc.Timestamp // last stamp per key, kept forever
 	watchers map[*watcher]struct{}
 	// delays: keys in their lock-delay, until when (monotonic).
@@ -260,7 +265,10 @@ func (b *Backend) AcquireSet(_ context.Context, req backend.AcquireSetRequest) (
 	}
 	res := backend.AcquireSetResult{Acquired: true, Records: make([]backend.Record, len(req.Claims))}
 	for i, c := range req.Claims {
-		b.fences[c.Key]++
+		// Never below the wall clock: a plugin process of the fake (the fair
+		// one the conformance suite runs) starts above every token the process
+		// before it handed out, as plugins/memory does.
+		b.fences[c.Key] = max(b.fences[c.Key]+1, uint64(now.UnixNano()))
 		b.stamps[c.Key] = stamp
 		l := &lock{key: c.Key, token: req.OwnerToken, holder: req.Holder, fence: b.fences[c.Key], stamp: stamp,
 			expires: now.Add(req.TTL), lockDelay: req.LockDelay, request: req.Request, replay: req.Replay}
