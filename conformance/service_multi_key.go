@@ -70,14 +70,14 @@ var _ = describeService("multi-key", Label("multi-key"), func(sc *ServiceContext
 	}, SpecTimeout(30*time.Second))
 
 	It("refuses more keys than max_keys, a key named twice, and key beside claims, naming the field", func(ctx SpecContext) {
-		max := int(sc.Backend().GetMaxKeys())
-		keys := make([]string, max+1)
+		limit := int(sc.Backend().GetMaxKeys())
+		keys := make([]string, limit+1)
 		for i := range keys {
 			keys[i] = sc.Key(fmt.Sprintf("k%d", i))
 		}
 		_, err := sc.AcquireSet(ctx, sc.RPC, sc.LongTTL(), 0, keys...)
 		Expect(codeOf(err)).To(Equal(connect.CodeInvalidArgument), "%d keys: %v", len(keys), err)
-		Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("claims: %d keys exceeds the maximum %d", len(keys), max)))
+		Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("claims: %d keys exceeds the maximum %d", len(keys), limit)))
 		_, err = sc.AcquireSet(ctx, sc.RPC, sc.LongTTL(), 0, keys[0], keys[1], keys[0])
 		Expect(codeOf(err)).To(Equal(connect.CodeInvalidArgument))
 		Expect(err.Error()).To(ContainSubstring("named twice"))
@@ -221,7 +221,7 @@ var _ = describeService("multi-key", Label("multi-key"), func(sc *ServiceContext
 			Expect(err).NotTo(HaveOccurred())
 			wins <- won{"b", res}
 		}()
-		Consistently(wins).WithTimeout(300 * time.Millisecond).ShouldNot(Receive(), "a waiter barged past a set that queued first")
+		Consistently(wins).WithTimeout(300*time.Millisecond).ShouldNot(Receive(), "a waiter barged past a set that queued first")
 		Expect(sc.Release(ctx, a, held.GetOwnerToken())).To(BeTrue())
 		var first won
 		Eventually(wins).WithTimeout(10 * time.Second).Should(Receive(&first))

@@ -47,9 +47,9 @@ func ToInfoResponse(info backend.Info, fair, sets bool) *backendv1.InfoResponse 
 		maxKeys = uint32(min(info.MaxKeys, maxWireKeys))
 	}
 	return &backendv1.InfoResponse{
-		MaxKeys:      maxKeys,
-		RequestIds:   info.RequestIDs,
-		MaxLockDelay: toDelay(info.MaxLockDelay),
+		MaxKeys:        maxKeys,
+		RequestIds:     info.RequestIDs,
+		MaxLockDelay:   toDelay(info.MaxLockDelay),
 		Name:           info.Name,
 		Version:        info.Version,
 		Shared:         info.Shared,
