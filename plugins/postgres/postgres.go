@@ -106,8 +106,27 @@
 //     answers errors wrapping backend.ErrUnavailable; each call is bounded by
 //     call_timeout (default 5s) even when the caller's context is not. A
 //     value PostgreSQL refuses as data (class 22) wraps ErrInvalidArgument.
+//   - Sets of keys (backend.SetBackend, up to MaxKeys = 64): AcquireSet,
+//     ReleaseSet and ExtendSet are each one transaction, atomic in the
+//     database. It first inserts a free row for every key that has none
+//     (ON CONFLICT DO NOTHING, in key order), then locks every key's row
+//     with SELECT ... ORDER BY key FOR UPDATE, so two sets sharing keys wait
+//     for each other in one global order and never deadlock (a single-key
+//     statement locks one row and cannot close a cycle). It decides on the
+//     locked rows: AcquireSet takes every row (one UPDATE, nextval() per
+//     row after the locks, one stamp, the latest of the proposal and the
+//     successor of every row's stamp) only if none holds a live lease, and
+//     otherwise reports the first holder (marking it contended under
+//     notify=contended, as a failed Acquire does); ReleaseSet and ExtendSet
+//     change the rows only if the owner digest holds a live lease on every
+//     one. The trigger announces each key's change on its own, in the
+//     transaction's commit.
+//   - Not kept: request identities and lock-delays (Info declares neither:
+//     the table has no columns for them yet), so the server refuses a
+//     lock_delay with failed_precondition naming the capability, and a
+//     request id is not deduplicated here.
 //   - Info: shared, durable (rows and the sequence survive a restart of
-//     PostgreSQL), TTL between 1ms and 24h, not fair.
+//     PostgreSQL), TTL between 1ms and 24h, not fair, sets of up to 64 keys.
 //
 // # Options
 //
@@ -294,6 +313,7 @@ type Backend struct {
 	pool     *pgxpool.Pool
 	n        names
 	sql      statements
+	sets     setStatements
 	mark     bool  // a failed Acquire marks the row contended (notify=contended)
 	instance int64 // this plugin process, stored in acquired_by
 
@@ -382,6 +402,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		pool:     pool,
 		n:        n,
 		sql:      newStatements(n),
+		sets:     newSetStatements(n),
 		mark:     o.Notify == NotifyContended,
 		instance: instance,
 		ctx:      bctx,
@@ -418,6 +439,7 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		MinTTL:         MinTTL,
 		MaxTTL:         MaxTTL,
 		Fair:           false,
+		MaxKeys:        MaxKeys,
 	}, nil
 }
 
