@@ -28,7 +28,24 @@
 //
 // Keys: <key_prefix>{K}:lock and <key_prefix>{K}:meta, where the hash tag {K}
 // puts both in one Cluster slot (the key's own '{', '}' and '%' are
-// %-escaped so they cannot break the tag).
+// %-escaped so they cannot break the tag). A key with a hash tag of its own
+// ({T}: the text between its first '{' and the next '}', as Redis Cluster
+// reads keys) is stored under that tag instead, <key_prefix>{T}K:lock, so
+// that keys sharing a tag share a slot.
+//
+// Sets of keys (backend.SetBackend, up to MaxKeys = 64): AcquireSet,
+// ReleaseSet and ExtendSet are one Lua script each over the lock and meta
+// hash of every key, atomic in Redis: the script checks every key before it
+// writes any (all free for AcquireSet, every key held by the owner token for
+// ReleaseSet and ExtendSet), then changes all of them. Each key gets its own
+// fencing token (max(its last + 1, TIME)); all get one stamp, the latest of
+// the proposal and the successor of every key's last stamp. Each key is
+// announced on its own channel. In a Cluster a script's keys must share a
+// slot, so a set is taken only when every key hashes to one slot (one hash
+// tag for the set's keys); the backend computes the slots first and refuses
+// any other set with backend.ErrFailedPrecondition naming the rule. Request
+// identities and lock-delays are not kept (Info declares neither).
+
 //
 // Watch: Acquire and Release PUBLISH an event on <key_prefix>events:K (a
 // PUBLISH is cluster-wide); expiries are caught from Redis keyspace
@@ -264,6 +281,7 @@ func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 		MinTTL:         b.opts.MinTTL,
 		MaxTTL:         b.opts.MaxTTL,
 		Fair:           false,
+		MaxKeys:        MaxKeys,
 	}, nil
 }
 
@@ -342,19 +360,27 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Record, bool, er
 // and reads one page. A page costs a scan of the keyspace's matching keys:
 // List is for operators, not for the hot path.
 func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.ListPage, error) {
-	pattern := b.opts.KeyPrefix + "{" + globEscape(escapeKey(req.Prefix)) + "*}:lock"
+	// Both layouts of baseKey: keys that are their own hash tag, and keys
+	// with a hash tag of their own (whose escaped form follows the tag).
+	esc := globEscape(escapeKey(req.Prefix))
+	patterns := []string{b.opts.KeyPrefix + "{" + esc + "*}:lock", b.opts.KeyPrefix + "{*}" + esc + "*:lock"}
 	var keys []string
 	seen := map[string]bool{}
 	err := b.forEachNode(ctx, func(ctx context.Context, c goredis.UniversalClient) error {
-		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
-		for it.Next(ctx) {
-			k, ok := b.decodeLockKey(it.Val())
-			if ok && strings.HasPrefix(k, req.Prefix) && k > req.PageToken && !seen[k] {
-				seen[k] = true
-				keys = append(keys, k)
+		for _, pattern := range patterns {
+			it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+			for it.Next(ctx) {
+				k, ok := b.decodeLockKey(it.Val())
+				if ok && strings.HasPrefix(k, req.Prefix) && k > req.PageToken && !seen[k] {
+					seen[k] = true
+					keys = append(keys, k)
+				}
+			}
+			if err := it.Err(); err != nil {
+				return err
 			}
 		}
-		return it.Err()
+		return nil
 	})
 	if err != nil {
 		return backend.ListPage{}, b.fail("list", err)
@@ -424,25 +450,75 @@ func isAuthErr(err error) bool {
 
 // keys are the lock and meta keys of key, in one Cluster slot.
 func (b *Backend) keys(key string) []string {
-	tag := b.opts.KeyPrefix + "{" + escapeKey(key) + "}"
-	return []string{tag + ":lock", tag + ":meta"}
+	base := b.baseKey(key)
+	return []string{base + ":lock", base + ":meta"}
 }
 
-func (b *Backend) lockKey(key string) string {
-	return b.opts.KeyPrefix + "{" + escapeKey(key) + "}:lock"
+func (b *Backend) lockKey(key string) string { return b.baseKey(key) + ":lock" }
+
+// baseKey is what key's lock and meta keys start with. Its hash tag (the
+// text between the first '{' and the next '}', which alone decides a
+// Cluster slot) is the key's own hash tag when it has one, as Redis Cluster
+// reads keys, so that keys sharing a tag ({accounts}/1, {accounts}/2) share
+// a slot and can be taken as one set: <prefix>{T}E. Any other key is its own
+// tag: <prefix>{E}. E is the %-escaped key, which holds no '{' or '}'.
+func (b *Backend) baseKey(key string) string {
+	esc := escapeKey(key)
+	if tag, ok := hashTag(key); ok {
+		return b.opts.KeyPrefix + "{" + tag + "}" + esc
+	}
+	return b.opts.KeyPrefix + "{" + esc + "}"
 }
 
-// decodeLockKey returns the lock key's holdfast key.
+// hashTag is key's Redis Cluster hash tag: the text between its first '{'
+// and the first '}' after it, when not empty.
+func hashTag(key string) (string, bool) {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return "", false
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return "", false
+	}
+	return key[i+1 : i+1+j], true
+}
+
+// decodeLockKey returns the lock key's holdfast key (either layout of
+// baseKey).
 func (b *Backend) decodeLockKey(rk string) (string, bool) {
 	rest, ok := strings.CutPrefix(rk, b.opts.KeyPrefix+"{")
 	if !ok {
 		return "", false
 	}
-	esc, ok := strings.CutSuffix(rest, "}:lock")
-	if !ok || strings.ContainsAny(esc, "{}") {
+	rest, ok = strings.CutSuffix(rest, ":lock")
+	if !ok {
 		return "", false
 	}
-	return unescapeKey(esc)
+	i := strings.IndexByte(rest, '}')
+	if i < 0 {
+		return "", false
+	}
+	if i == len(rest)-1 { // <prefix>{E}
+		esc := rest[:i]
+		if strings.ContainsAny(esc, "{}") {
+			return "", false
+		}
+		key, ok := unescapeKey(esc)
+		if !ok || b.baseKey(key) != b.opts.KeyPrefix+"{"+esc+"}" {
+			return "", false
+		}
+		return key, true
+	}
+	esc := rest[i+1:] // <prefix>{T}E
+	if strings.ContainsAny(esc, "{}") {
+		return "", false
+	}
+	key, ok := unescapeKey(esc)
+	if !ok || b.baseKey(key)+":lock" != rk {
+		return "", false
+	}
+	return key, true
 }
 
 func (b *Backend) channel(key string) string { return b.opts.KeyPrefix + "events:" + key }
