@@ -123,7 +123,7 @@
 //     transaction's commit.
 //   - Not kept: request identities and lock-delays (Info declares neither:
 //     the table has no columns for them yet), so the server refuses a
-//     lock_delay with failed_precondition naming the capability, and a
+//     lock_delay with unimplemented naming the capability, and a
 //     request id is not deduplicated here.
 //   - Info: shared, durable (rows and the sequence survive a restart of
 //     PostgreSQL), TTL between 1ms and 24h, not fair, sets of up to 64 keys.
