@@ -101,6 +101,29 @@
 // read's older revision, which etcd serves on its 100ms unsynced loop. See
 // queue.go.
 //
+// # Sets of keys (backend.FairSetBackend, Info.MaxKeys = 16)
+//
+// AcquireSet is atomic in etcd: it takes one lease of the TTL, reads every
+// key's record, stamp key and queue head at one revision, and runs one
+// transaction comparing, for every key, no record (CreateRevision == 0),
+// the stamp key's ModRevision as read (so the one stamp the set stores, the
+// latest of the proposal and every key's successor, is above every key's
+// last), and the queue as Acquire compares it; its Then branch writes every
+// key's record, owner and stamp on the one lease (and deletes the waiter's
+// entries). A compare that fails because a key changed is retried from the
+// read, at most maxTxnAttempts times. Every key's fencing token is its
+// record's CreateRevision: the transaction's revision. ReleaseSet and
+// ExtendSet are one transaction each comparing every key's owner (and for
+// Extend every record's ModRevision). The records of a set carry Set, so
+// that their shared lease is pooled once, by the set's own Release or
+// Extend, and never on behalf of one key alone. EnqueueSet puts the
+// waiter's entry in every key's queue in one transaction: the entries share
+// one CreateRevision, so waiters stand in the same order in every queue they
+// share, and a set is served when it heads all of them (no deadlock). The
+// bound of 16 keys keeps a set's transaction (about four operations per
+// key) inside etcd's --max-txn-ops default of 128. Request identities and
+// lock-delays are not kept (Info declares neither).
+//
 // Every call is bounded by call_timeout; when etcd cannot answer in time the
 // call fails with backend.ErrUnavailable.
 package etcd

@@ -221,6 +221,7 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		MinTTL:         b.minTTL,
 		MaxTTL:         MaxTTL,
 		Fair:           true,
+		MaxKeys:        MaxKeys,
 	}, nil
 }
 

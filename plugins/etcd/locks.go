@@ -379,8 +379,19 @@ func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.Li
 
 // detached hands the lease of a lock record that a committed transaction
 // just detached from it (deleted or moved the record and the owner key) to
-// the pool.
+// the pool. The lease of a set's record is left alone: the set's other
+// records are still on it (a single-key Release or Extend of one key of a
+// set detaches that key only; the lease expires with the rest).
 func (b *Backend) detached(kv *mvccpb.KeyValue) {
+	if inSet(kv) {
+		return
+	}
+	b.detachedLease(kv)
+}
+
+// detachedLease hands the lease of kv, which no record uses any more, to
+// the pool, or revokes it when it cannot be pooled.
+func (b *Backend) detachedLease(kv *mvccpb.KeyValue) {
 	id, secs, renewed, ok := detachedLease(kv)
 	if !ok {
 		if kv != nil {

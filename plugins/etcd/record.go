@@ -33,12 +33,28 @@ type recordValue struct {
 	// LeaseTTL is the lease's TTL in seconds, so that whoever detaches the
 	// lease (Release, Extend) can pool it for reuse.
 	LeaseTTL int64 `json:"lease_ttl_s,omitempty"`
+	// Set: the record is one key of a set, whose records share one lease;
+	// only the set's own Release or Extend detaches that lease.
+	Set bool `json:"set,omitempty"`
 }
 
 func encodeRecord(holder string, stamp hlc.Timestamp, expires time.Time, leaseTTL time.Duration) string {
 	v, _ := json.Marshal(recordValue{Holder: holder, StampWall: stamp.WallTime, StampLog: stamp.Logical,
 		ExpiresNs: expires.UnixNano(), LeaseTTL: int64(leaseTTL / time.Second)})
 	return string(v)
+}
+
+// encodeSetRecord is the record of one key of a set (recordValue.Set).
+func encodeSetRecord(holder string, stamp hlc.Timestamp, expires time.Time, leaseTTL time.Duration) string {
+	v, _ := json.Marshal(recordValue{Holder: holder, StampWall: stamp.WallTime, StampLog: stamp.Logical,
+		ExpiresNs: expires.UnixNano(), LeaseTTL: int64(leaseTTL / time.Second), Set: true})
+	return string(v)
+}
+
+// inSet reports a record stored by AcquireSet or ExtendSet.
+func inSet(kv *mvccpb.KeyValue) bool {
+	var v recordValue
+	return kv != nil && json.Unmarshal(kv.Value, &v) == nil && v.Set
 }
 
 // detachedLease describes the lease of a lock record that was just detached
