@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -18,98 +18,11 @@ const MaxKeys = 64
 
 var _ backend.SetBackend = (*Backend)(nil)
 
-// A set's script gets KEYS = lock and meta key of every key, in the set's
-// order (lock_1, meta_1, lock_2, meta_2, ...), and decides for all of them
-// before it writes any: Redis runs a script as one atomic step, so the set
-// is taken, released or renewed whole or not at all.
+// MaxLockDelay is the longest lock-delay kept (Consul's bound).
+const MaxLockDelay = time.Minute
 
-// acquireSetScript: ARGV = token, ttl ms, holder, stamp seconds,
-// nanoseconds and logical, meta retention ms, then one event channel per
-// key. Returns {0, i, fence, holder, ss, sn, sl, pttl ms, time s, time us}
-// when key i (from 1) is held (nothing changed), else {1, time s, time us,
-// ss, sn, sl, fence_1, ..., fence_n}: every key stores one stamp, the
-// latest of the proposal and the successor of every key's last stamp.
-var acquireSetScript = goredis.NewScript(luaPrelude + `
-local token, ttl, holder = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local n = #KEYS / 2
-local ts, tus, nowus = now()
-for i = 1, n do
-  local cur = redis.call('HMGET', KEYS[2*i-1], 't', 'f', 'h', 'ss', 'sn', 'sl')
-  if cur[1] then
-    return {0, i, cur[2], cur[3], cur[4], cur[5], cur[6], redis.call('PTTL', KEYS[2*i-1]), ts, tus}
-  end
-end
-local ps, pn, pl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local metas = {}
-for i = 1, n do
-  local m = redis.call('HMGET', KEYS[2*i], 'f', 'ss', 'sn', 'sl')
-  metas[i] = m
-  local ns, nn, nl = succ(tonumber(m[2]) or 0, tonumber(m[3]) or 0, tonumber(m[4]) or 0)
-  if before(ps, pn, pl, ns, nn, nl) then ps, pn, pl = ns, nn, nl end
-end
-local s1, s2, s3 = fmt(ps), fmt(pn), fmt(pl)
-local retain = tonumber(ARGV[7])
-local out = {1, ts, tus, s1, s2, s3}
-for i = 1, n do
-  local lock, meta = KEYS[2*i-1], KEYS[2*i]
-  local f = fmt(math.max((tonumber(metas[i][1]) or 0) + 1, nowus))
-  redis.call('HSET', lock, 't', token, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3)
-  redis.call('PEXPIRE', lock, ttl)
-  redis.call('HSET', meta, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3)
-  if retain > 0 then keep(meta, ttl + retain) else keep(meta, 0) end
-  redis.call('PUBLISH', ARGV[7 + i], table.concat({'acquired', f, s1, s2, s3, fmt(ttl), ts, tus, holder}, '\n'))
-  out[6 + i] = f
-end
-return out
-`)
-
-// releaseSetScript: ARGV = token, stamp seconds, nanoseconds and logical,
-// meta retention ms, then one event channel per key. Returns 1 when the
-// token held every key and all are deleted, else 0 (nothing changed).
-var releaseSetScript = goredis.NewScript(luaPrelude + `
-local n = #KEYS / 2
-local curs = {}
-for i = 1, n do
-  local cur = redis.call('HMGET', KEYS[2*i-1], 't', 'f', 'h', 'ss', 'sn', 'sl')
-  if cur[1] ~= ARGV[1] then return 0 end
-  curs[i] = cur
-end
-local ts, tus = now()
-for i = 1, n do
-  local lock, meta, cur = KEYS[2*i-1], KEYS[2*i], curs[i]
-  local pttl = redis.call('PTTL', lock)
-  redis.call('DEL', lock)
-  remember(meta, cur[2], cur[3], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
-  keep(meta, tonumber(ARGV[5]))
-  redis.call('PUBLISH', ARGV[5 + i], table.concat({'released', cur[2], cur[4], cur[5], cur[6], fmt(pttl), ts, tus, cur[3]}, '\n'))
-end
-return 1
-`)
-
-// extendSetScript: ARGV = token, ttl ms, stamp seconds, nanoseconds and
-// logical, meta retention ms. Returns {0} when the token does not hold
-// every key (nothing changed), else {1, time s, time us, then fence,
-// holder, ss, sn, sl of every key}; each key keeps its acquisition stamp.
-var extendSetScript = goredis.NewScript(luaPrelude + `
-local n = #KEYS / 2
-local curs = {}
-for i = 1, n do
-  local cur = redis.call('HMGET', KEYS[2*i-1], 't', 'f', 'h', 'ss', 'sn', 'sl')
-  if cur[1] ~= ARGV[1] then return {0} end
-  curs[i] = cur
-end
-local ts, tus = now()
-local ttl, retain = tonumber(ARGV[2]), tonumber(ARGV[6])
-local out = {1, ts, tus}
-for i = 1, n do
-  local lock, meta, cur = KEYS[2*i-1], KEYS[2*i], curs[i]
-  redis.call('PEXPIRE', lock, ttl)
-  remember(meta, cur[2], cur[3], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
-  if retain > 0 then keep(meta, ttl + retain) else keep(meta, 0) end
-  for j = 2, 6 do out[#out + 1] = cur[j] end
-end
-return out
-`)
+// errConflict is a repeat of a kept request id with another fingerprint.
+var errConflict = fmt.Errorf("%w: the request id was used with other arguments", backend.ErrRequestConflict)
 
 // setKeys checks a set's keys and returns its Redis keys (lock and meta of
 // each, in order) and event channels. In a Cluster every key of a set must
@@ -147,7 +60,7 @@ func (b *Backend) setKeys(keys []string) (rkeys, channels []string, err error) {
 	return rkeys, channels, nil
 }
 
-// AcquireSet runs the set acquire script: one atomic step over every key.
+// AcquireSet runs the acquire script over every key: one atomic step.
 func (b *Backend) AcquireSet(ctx context.Context, req backend.AcquireSetRequest) (backend.AcquireSetResult, error) {
 	keys := make([]string, len(req.Claims))
 	for i, c := range req.Claims {
@@ -158,51 +71,68 @@ func (b *Backend) AcquireSet(ctx context.Context, req backend.AcquireSetRequest)
 		return backend.AcquireSetResult{}, err
 	}
 	if req.OwnerToken == "" {
-		return backend.AcquireSetResult{}, fmt.Errorf("%w: owner_token must not be empty", backend.ErrInvalidArgument)
+		// A lock under the empty token is one the empty token would release.
+		return backend.AcquireSetResult{}, fmt.Errorf("%w: key and owner_token must not be empty", backend.ErrInvalidArgument)
 	}
 	if err := b.checkTTL(req.TTL); err != nil {
 		return backend.AcquireSetResult{}, err
 	}
+	if req.LockDelay < 0 || req.LockDelay > MaxLockDelay {
+		return backend.AcquireSetResult{}, fmt.Errorf("%w: lock_delay %s is outside the redis backend's range [0, %s]",
+			backend.ErrInvalidArgument, req.LockDelay, MaxLockDelay)
+	}
 	s, n, l := splitStamp(req.Stamp)
-	args := []any{req.OwnerToken, millis(req.TTL), req.Holder, s, n, l, millis(b.opts.MetaRetention)}
+	args := []any{req.OwnerToken, millis(req.TTL), req.Holder, s, n, l, millis(b.opts.MetaRetention),
+		req.Request.ID, req.Request.Fingerprint, req.Replay, millis(req.LockDelay), flag(req.ReplayOnly)}
 	for _, c := range channels {
 		args = append(args, c)
 	}
-	res, err := acquireSetScript.Run(ctx, b.client, rkeys, args...).Slice()
+	res, err := acquireScript.Run(ctx, b.client, rkeys, args...).Slice()
 	if err != nil {
-		return backend.AcquireSetResult{}, b.fail("acquire set", err)
+		return backend.AcquireSetResult{}, b.fail("acquire", err)
 	}
-	if asInt(res[0]) != 1 {
-		if len(res) < 10 {
-			return backend.AcquireSetResult{}, b.fail("acquire set", fmt.Errorf("unexpected script reply %v", res))
+	bad := func() (backend.AcquireSetResult, error) {
+		return backend.AcquireSetResult{}, b.fail("acquire", fmt.Errorf("unexpected script reply %v", res))
+	}
+	switch asInt(res[0]) {
+	case 1: // {1, ts, tus, replayed, replay, rec...}
+		if len(res) != 5+recLen*len(keys) {
+			return bad()
 		}
-		i := int(asInt(res[1])) - 1
-		if i < 0 || i >= len(keys) {
-			return backend.AcquireSetResult{}, b.fail("acquire set", fmt.Errorf("unexpected script reply %v", res))
+		out := backend.AcquireSetResult{Acquired: true, Replayed: asInt(res[3]) == 1, Replay: asString(res[4]),
+			Records: make([]backend.Record, len(keys))}
+		for i, k := range keys {
+			if out.Records[i], err = parseRec(k, res[1], res[2], res[5+recLen*i:]); err != nil {
+				return backend.AcquireSetResult{}, b.fail("acquire", err)
+			}
 		}
-		rec, err := parseRecord(keys[i], res[2:])
+		return out, nil
+	case 0: // {0, ts, tus, i, rec}
+		i := int(asInt(res[3])) - 1
+		if len(res) != 4+recLen || i < 0 || i >= len(keys) {
+			return bad()
+		}
+		rec, err := parseRec(keys[i], res[1], res[2], res[4:])
 		if err != nil {
-			return backend.AcquireSetResult{}, b.fail("acquire set", err)
+			return backend.AcquireSetResult{}, b.fail("acquire", err)
 		}
 		return backend.AcquireSetResult{Blocker: rec}, nil
-	}
-	if len(res) != 6+len(keys) {
-		return backend.AcquireSetResult{}, b.fail("acquire set", fmt.Errorf("unexpected script reply %v", res))
-	}
-	out := backend.AcquireSetResult{Acquired: true, Records: make([]backend.Record, len(keys))}
-	ttl := strconv.FormatInt(millis(req.TTL), 10)
-	for i, k := range keys {
-		rec, err := parseRecord(k, []any{res[6+i], req.Holder, res[3], res[4], res[5], ttl, res[1], res[2]})
-		if err != nil {
-			return backend.AcquireSetResult{}, b.fail("acquire set", err)
+	case 3: // {3, i, delay ms}
+		i := int(asInt(res[1])) - 1
+		if len(res) != 3 || i < 0 || i >= len(keys) {
+			return bad()
 		}
-		out.Records[i] = rec
+		return backend.AcquireSetResult{Blocker: backend.Record{Key: keys[i], DelayRemaining: time.Duration(asInt(res[2])) * time.Millisecond}}, nil
+	case 4:
+		return backend.AcquireSetResult{}, nil
+	case -1:
+		return backend.AcquireSetResult{}, errConflict
 	}
-	return out, nil
+	return bad()
 }
 
-// ReleaseSet runs the set release script: compare the token on every key,
-// then delete every lock.
+// ReleaseSet runs the release script over every key: compare the token on
+// every key, then delete every lock.
 func (b *Backend) ReleaseSet(ctx context.Context, req backend.ReleaseSetRequest) (bool, error) {
 	rkeys, channels, err := b.setKeys(req.Keys)
 	if err != nil {
@@ -212,19 +142,22 @@ func (b *Backend) ReleaseSet(ctx context.Context, req backend.ReleaseSetRequest)
 		return false, nil
 	}
 	s, n, l := splitStamp(req.Stamp)
-	args := []any{req.OwnerToken, s, n, l, millis(b.opts.MetaRetention)}
+	args := []any{req.OwnerToken, s, n, l, millis(b.opts.MetaRetention), req.Request.ID, req.Request.Fingerprint, flag(req.Abandon)}
 	for _, c := range channels {
 		args = append(args, c)
 	}
-	res, err := releaseSetScript.Run(ctx, b.client, rkeys, args...).Int64()
+	res, err := releaseScript.Run(ctx, b.client, rkeys, args...).Int64()
 	if err != nil {
-		return false, b.fail("release set", err)
+		return false, b.fail("release", err)
+	}
+	if res == -1 {
+		return false, errConflict
 	}
 	return res == 1, nil
 }
 
-// ExtendSet runs the set extend script: compare the token on every key,
-// then renew every lock.
+// ExtendSet runs the extend script over every key: compare the token on
+// every key, then renew every lock.
 func (b *Backend) ExtendSet(ctx context.Context, req backend.ExtendSetRequest) (backend.ExtendSetResult, error) {
 	rkeys, _, err := b.setKeys(req.Keys)
 	if err != nil {
@@ -237,28 +170,72 @@ func (b *Backend) ExtendSet(ctx context.Context, req backend.ExtendSetRequest) (
 		return backend.ExtendSetResult{}, nil
 	}
 	s, n, l := splitStamp(req.Stamp)
-	res, err := extendSetScript.Run(ctx, b.client, rkeys,
-		req.OwnerToken, millis(req.TTL), s, n, l, millis(b.opts.MetaRetention)).Slice()
+	res, err := extendScript.Run(ctx, b.client, rkeys, req.OwnerToken, millis(req.TTL), s, n, l,
+		millis(b.opts.MetaRetention), req.Request.ID, req.Request.Fingerprint).Slice()
 	if err != nil {
-		return backend.ExtendSetResult{}, b.fail("extend set", err)
+		return backend.ExtendSetResult{}, b.fail("extend", err)
 	}
-	if asInt(res[0]) != 1 {
+	switch asInt(res[0]) {
+	case 0:
 		return backend.ExtendSetResult{}, nil
+	case -1:
+		return backend.ExtendSetResult{}, errConflict
 	}
-	if len(res) != 3+5*len(req.Keys) {
-		return backend.ExtendSetResult{}, b.fail("extend set", fmt.Errorf("unexpected script reply %v", res))
+	if len(res) != 3+recLen*len(req.Keys) {
+		return backend.ExtendSetResult{}, b.fail("extend", fmt.Errorf("unexpected script reply %v", res))
 	}
 	out := backend.ExtendSetResult{Extended: true, Records: make([]backend.Record, len(req.Keys))}
-	ttl := strconv.FormatInt(millis(req.TTL), 10)
 	for i, k := range req.Keys {
-		f := res[3+5*i : 3+5*i+5]
-		rec, err := parseRecord(k, []any{f[0], f[1], f[2], f[3], f[4], ttl, res[1], res[2]})
-		if err != nil {
-			return backend.ExtendSetResult{}, b.fail("extend set", err)
+		if out.Records[i], err = parseRec(k, res[1], res[2], res[3+recLen*i:]); err != nil {
+			return backend.ExtendSetResult{}, b.fail("extend", err)
 		}
-		out.Records[i] = rec
 	}
 	return out, nil
+}
+
+// parseGet reads the get script's reply.
+func (b *Backend) parseGet(key string, res []any) (backend.Record, bool, error) {
+	switch asInt(res[0]) {
+	case 1:
+		if len(res) != 3+recLen {
+			break
+		}
+		rec, err := parseRec(key, res[1], res[2], res[3:])
+		if err != nil {
+			return backend.Record{}, false, b.fail("get", err)
+		}
+		return rec, true, nil
+	case 3:
+		if len(res) != 2 {
+			break
+		}
+		return backend.Record{Key: key, DelayRemaining: time.Duration(asInt(res[1])) * time.Millisecond}, false, nil
+	case 0:
+		return backend.Record{}, false, nil
+	}
+	return backend.Record{}, false, b.fail("get", fmt.Errorf("unexpected script reply %v", res))
+}
+
+// recLen is the length of a lock in a script's reply: fence, holder, ss,
+// sn, sl, pttl ms, lock-delay ms.
+const recLen = 7
+
+// parseRec reads one lock of a script's reply, answered at server time
+// ts (seconds), tus (microseconds).
+func parseRec(key string, ts, tus any, v []any) (backend.Record, error) {
+	if len(v) < recLen {
+		return backend.Record{}, fmt.Errorf("unexpected script reply %v", v)
+	}
+	rec, err := parseRecord(key, []any{v[0], v[1], v[2], v[3], v[4], v[5], ts, tus})
+	rec.LockDelay = time.Duration(asInt(v[6])) * time.Millisecond
+	return rec, err
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // clusterSlot is the Redis Cluster slot of a Redis key: CRC16 (XMODEM) of
