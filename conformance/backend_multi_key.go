@@ -146,6 +146,81 @@ var _ = describeBackend("multi-key", Label("multi-key"), func(sc *BackendContext
 		}
 	}, SpecTimeout(time.Minute))
 
+	It("queues a set waiter in every key's queue in one step, and serves it only at the head of all of them (fair backends)", Label("fair"), func(ctx SpecContext) {
+		if !sc.Info.Fair {
+			Skip("the backend declares fair=false: waiters are queued by the server")
+		}
+		fs, ok := sc.Backend.(backend.FairSetBackend)
+		Expect(ok).To(BeTrue(), "the plugin host does not offer the set queue call")
+		a, b := sc.Key("qa"), sc.Key("qb")
+		first, set, third := sc.Token(), sc.Token(), sc.Token()
+		// In arrival order: first waits for a, the set waiter for a and b,
+		// third for b.
+		Expect(fs.Enqueue(ctx, a, first)).To(Succeed())
+		Expect(fs.EnqueueSet(ctx, []string{a, b}, set)).To(Succeed())
+		Expect(fs.Enqueue(ctx, b, third)).To(Succeed())
+		defer func() {
+			for _, w := range [][2]string{{a, first}, {a, set}, {b, set}, {b, third}} {
+				Expect(fs.Dequeue(ctx, w[0], w[1])).To(Succeed())
+			}
+		}()
+		try := func(waiterID string, keys ...string) backend.AcquireSetResult {
+			GinkgoHelper()
+			req := sc.SetRequest(sc.LongTTL(), keys...)
+			req.WaiterID = waiterID
+			if len(keys) == 1 {
+				r, err := fs.Acquire(ctx, backend.AcquireRequest{Key: keys[0], OwnerToken: req.OwnerToken, TTL: req.TTL, Stamp: req.Stamp, WaiterID: waiterID})
+				Expect(err).NotTo(HaveOccurred())
+				res := backend.AcquireSetResult{Acquired: r.Acquired}
+				if r.Acquired {
+					res.Records = []backend.Record{r.Record}
+				}
+				return res
+			}
+			res, err := fs.AcquireSet(ctx, req)
+			Expect(err).NotTo(HaveOccurred())
+			return res
+		}
+		release := func(owner string, keys ...string) {
+			GinkgoHelper()
+			ok, err := fs.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: keys, OwnerToken: owner, Stamp: sc.Stamp()})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(ok).To(BeTrue())
+		}
+
+		Expect(try(set, a, b).Acquired).To(BeFalse(), "the set waiter took its keys while first headed a's queue")
+		Expect(try(third, b).Acquired).To(BeFalse(), "third took b while the set waiter, queued before it, waits for b")
+		Expect(try("", b).Acquired).To(BeFalse(), "a caller with no entry took b while waiters were queued")
+
+		reqA := sc.SetRequest(sc.LongTTL(), a)
+		ra, err := fs.Acquire(ctx, backend.AcquireRequest{Key: a, OwnerToken: reqA.OwnerToken, TTL: reqA.TTL, Stamp: reqA.Stamp, WaiterID: first})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ra.Acquired).To(BeTrue(), "first, the head of a's queue, did not take a")
+		ok, err = fs.Release(ctx, backend.ReleaseRequest{Key: a, OwnerToken: reqA.OwnerToken, Stamp: sc.Stamp()})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ok).To(BeTrue())
+		for _, k := range []string{a, b} {
+			head, err := fs.WaitTurn(ctx, k, set)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(head).To(BeTrue(), "the set waiter is not the head of %q's queue once first left", k)
+		}
+
+		reqSet := sc.SetRequest(sc.LongTTL(), a, b)
+		reqSet.WaiterID = set
+		rs, err := fs.AcquireSet(ctx, reqSet)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(rs.Acquired).To(BeTrue(), "the set waiter, head of both queues, did not take its keys")
+		Expect(try(third, b).Acquired).To(BeFalse(), "third took b from the set")
+		release(reqSet.OwnerToken, a, b)
+		reqB := sc.SetRequest(sc.LongTTL(), b)
+		rb, err := fs.Acquire(ctx, backend.AcquireRequest{Key: b, OwnerToken: reqB.OwnerToken, TTL: reqB.TTL, Stamp: reqB.Stamp, WaiterID: third})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(rb.Acquired).To(BeTrue(), "third, now the head of b's queue, did not take b once the set let it go")
+		ok, err = fs.Release(ctx, backend.ReleaseRequest{Key: b, OwnerToken: reqB.OwnerToken, Stamp: sc.Stamp()})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ok).To(BeTrue())
+	}, SpecTimeout(30*time.Second))
+
 	It("refuses more keys than max_keys", func(ctx SpecContext) {
 		keys := make([]string, sc.Info.MaxKeys+1)
 		for i := range keys {
