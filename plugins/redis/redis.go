@@ -60,7 +60,7 @@
 // key is in its lock-delay: Acquire refuses it and Get reports the delay
 // key's PTTL as DelayRemaining. It is atomic with every call (the same
 // scripts), and needs nothing to run at the expiry.
-
+//
 // Watch: Acquire and Release PUBLISH an event on <key_prefix>events:K (a
 // PUBLISH is cluster-wide); expiries are caught from Redis keyspace
 // notifications (__keyevent@DB__:expired), which the backend turns on at
