@@ -121,8 +121,23 @@
 // one CreateRevision, so waiters stand in the same order in every queue they
 // share, and a set is served when it heads all of them (no deadlock). The
 // bound of 16 keys keeps a set's transaction (about four operations per
-// key) inside etcd's --max-txn-ops default of 128. Request identities and
-// lock-delays are not kept (Info declares neither).
+// key) inside etcd's --max-txn-ops default of 128.
+//
+// # Request identities (Info.RequestIDs)
+//
+// The identity of the last Acquire or Extend applied to a lock, its
+// Acquire's replay and whether a replay was answered are fields of the lock
+// record, so the transaction that takes, moves or deletes the lock writes
+// them, they live on the lock's lease, and no earlier lease's identity
+// survives a take. An Acquire that finds every key held under its request
+// id answers the locks as a replay, marking them claimed in a transaction
+// that compares their ModRevisions; ReplayOnly only reads. A Release with
+// an identity writes it to P "released/" K in its transaction (no lease:
+// one small key per key, overwritten by the next such release), and a
+// Release that finds the key no longer held by its token answers true when
+// that key holds its identity. Abandon reads the records first and releases
+// only unclaimed ones, comparing their ModRevisions. Lock-delays are not
+// kept (Info.MaxLockDelay 0).
 //
 // Every call is bounded by call_timeout; when etcd cannot answer in time the
 // call fails with backend.ErrUnavailable.

@@ -54,6 +54,9 @@ type Backend struct {
 	locks  string // prefix + "locks/"
 	owners string // prefix + "owners/"
 	queue  string // prefix + "queue/": the fair queues (queue.go)
+	// released: prefix + "released/", each key's last Release's request
+	// identity (requests.go).
+	released string
 
 	q         queueState
 	revoke    chan clientv3.LeaseID
@@ -194,6 +197,7 @@ func parseOptions(opts map[string]string) (clientv3.Config, *Backend, error) {
 		locks:       prefix + "locks/",
 		owners:      prefix + "owners/",
 		queue:       prefix + "queue/",
+		released:    prefix + "released/",
 	}
 	return cfg, b, nil
 }
@@ -222,6 +226,7 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		MaxTTL:         MaxTTL,
 		Fair:           true,
 		MaxKeys:        MaxKeys,
+		RequestIDs:     true,
 	}, nil
 }
 

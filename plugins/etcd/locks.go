@@ -35,6 +35,13 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 	if err := b.checkTTL(req.TTL); err != nil {
 		return backend.AcquireResult{}, err
 	}
+	if err := checkNoDelay(req.LockDelay); err != nil {
+		return backend.AcquireResult{}, err
+	}
+	if req.ReplayOnly {
+		res, err := b.replayOnly(ctx, []string{req.Key}, req.Request)
+		return single(res), err
+	}
 	cctx, cancel := b.call(ctx)
 	defer cancel()
 	secs := ttlSeconds(req.TTL)
@@ -130,7 +137,7 @@ func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireReques
 			clientv3.Compare(clientv3.CreateRevision(lockKey), "=", 0),
 			stampCmp,
 		}, queueCmps...)...).Then(append([]clientv3.Op{
-			clientv3.OpPut(lockKey, encodeRecord(req.Holder, stored, expires, granted), clientv3.WithLease(leaseID)),
+			clientv3.OpPut(lockKey, newRecord(req.Holder, stored, false, req.Request, req.Replay).encode(expires, granted), clientv3.WithLease(leaseID)),
 			clientv3.OpPut(ownerKey, req.OwnerToken, clientv3.WithLease(leaseID)),
 			clientv3.OpPut(stampKey, encodeStamp(stored)),
 		}, leave...)...).Else(
@@ -155,7 +162,12 @@ func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireReques
 			}}, true, nil
 		}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			// Held by someone else.
+			// Held: by this request's earlier attempt (a replay), or by
+			// someone else.
+			recs, replay, ok, err := b.replay(cctx, parent, []string{req.Key}, kvs, req.Request)
+			if err != nil || ok {
+				return single(backend.AcquireSetResult{Acquired: ok, Records: recs, Replayed: ok, Replay: replay}), false, err
+			}
 			rec, err := decodeRecord(req.Key, kvs[0])
 			return backend.AcquireResult{Record: rec}, false, err
 		}
@@ -183,6 +195,24 @@ func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireReques
 			return backend.AcquireResult{}, false, fmt.Errorf("etcd acquire %q: stamp kept changing over %d attempts: %w", req.Key, attempt, backend.ErrUnavailable)
 		}
 	}
+}
+
+// single is the answer of a set of one as an Acquire's.
+func single(res backend.AcquireSetResult) backend.AcquireResult {
+	out := backend.AcquireResult{Acquired: res.Acquired, Record: res.Blocker, Replayed: res.Replayed, Replay: res.Replay}
+	if res.Acquired && len(res.Records) > 0 {
+		out.Record = res.Records[0]
+	}
+	return out
+}
+
+// checkNoDelay refuses a lock-delay: the backend keeps none (Info says
+// MaxLockDelay 0, so the engine never sends one).
+func checkNoDelay(d time.Duration) error {
+	if d != 0 {
+		return fmt.Errorf("etcd: lock_delay %s: the etcd backend keeps no lock-delay: %w", d, backend.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // knowRev makes sure the waiter's entry's create revision is known (it is
@@ -227,9 +257,13 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 	defer cancel()
 	lockKey, ownerKey, stampKey := b.lockKey(req.Key), b.ownerKey(req.Key), b.stampKey(req.Key)
 	stamp := encodeStamp(req.Stamp)
-	resp, err := b.cli.Txn(cctx).If(
+	guards, kept, spared, err := b.releaseGuards(cctx, ctx, []string{req.Key}, req.Request, req.Abandon)
+	if err != nil || spared {
+		return false, err
+	}
+	resp, err := b.cli.Txn(cctx).If(append(guards,
 		clientv3.Compare(clientv3.Value(ownerKey), "=", req.OwnerToken),
-	).Then(
+	)...).Then(append(kept,
 		clientv3.OpDelete(lockKey, clientv3.WithPrevKV()),
 		clientv3.OpDelete(ownerKey),
 		// The stamp key is always written: Watch tells a release (record
@@ -239,14 +273,17 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 			[]clientv3.Op{clientv3.OpPut(stampKey, stamp)},
 			[]clientv3.Op{clientv3.OpPut(stampKey, "", clientv3.WithIgnoreValue())},
 		),
-	).Commit()
+	)...).Commit()
 	if err != nil {
 		return false, wrap(ctx, "release", err)
 	}
 	if !resp.Succeeded {
-		return false, nil
+		if req.Abandon {
+			return false, nil
+		}
+		return b.releasedBefore(cctx, ctx, []string{req.Key}, req.Request)
 	}
-	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
+	if prev := resp.Responses[len(kept)].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
 		b.detached(prev[0])
 	}
 	return true, nil
@@ -275,6 +312,13 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 		if err != nil {
 			return backend.ExtendResult{}, err
 		}
+		val, err := decodeValue(lockKVs[0])
+		if err != nil {
+			return backend.ExtendResult{}, err
+		}
+		if val, err = extended(val, req.Request); err != nil {
+			return backend.ExtendResult{}, err
+		}
 
 		leaseID, granted, start, err := b.lease(cctx, ttlSeconds(req.TTL))
 		if err != nil {
@@ -285,7 +329,7 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 			clientv3.Compare(clientv3.Value(ownerKey), "=", req.OwnerToken),
 			clientv3.Compare(clientv3.ModRevision(lockKey), "=", lockKVs[0].ModRevision),
 		).Then(
-			clientv3.OpPut(lockKey, encodeRecord(rec.Holder, rec.Stamp, expires, granted), clientv3.WithLease(leaseID)),
+			clientv3.OpPut(lockKey, val.encode(expires, granted), clientv3.WithLease(leaseID)),
 			clientv3.OpPut(ownerKey, req.OwnerToken, clientv3.WithLease(leaseID)),
 		).Commit()
 		if err != nil {

@@ -64,6 +64,12 @@ func (b *Backend) AcquireSet(ctx context.Context, req backend.AcquireSetRequest)
 	if err := b.checkTTL(req.TTL); err != nil {
 		return backend.AcquireSetResult{}, err
 	}
+	if err := checkNoDelay(req.LockDelay); err != nil {
+		return backend.AcquireSetResult{}, err
+	}
+	if req.ReplayOnly {
+		return b.replayOnly(ctx, keys, req.Request)
+	}
 	cctx, cancel := b.call(ctx)
 	defer cancel()
 	myRevs := make([]int64, len(keys))
@@ -105,6 +111,18 @@ func (b *Backend) attachSet(cctx, parent context.Context, req backend.AcquireSet
 		if err != nil {
 			return backend.AcquireSetResult{}, false, wrap(parent, "acquire set: read", err)
 		}
+		var held []*mvccpb.KeyValue
+		for i := range keys {
+			if kvs := cur.Responses[3*i].GetResponseRange().Kvs; len(kvs) > 0 {
+				held = append(held, kvs[0])
+			}
+		}
+		if len(held) == len(keys) {
+			recs, replay, ok, err := b.replay(cctx, parent, keys, held, req.Request)
+			if err != nil || ok {
+				return backend.AcquireSetResult{Acquired: ok, Records: recs, Replayed: ok, Replay: replay}, false, err
+			}
+		}
 		stored := req.Stamp
 		stampRevs := make([]int64, len(keys))
 		for i, k := range keys {
@@ -129,7 +147,7 @@ func (b *Backend) attachSet(cctx, parent context.Context, req backend.AcquireSet
 		}
 		var cmps []clientv3.Cmp
 		var ops []clientv3.Op
-		rec := encodeSetRecord(req.Holder, stored, expires, granted)
+		rec := newRecord(req.Holder, stored, true, req.Request, req.Replay).encode(expires, granted)
 		for i, k := range keys {
 			pfx := b.queuePrefix(k)
 			cmps = append(cmps,
@@ -190,8 +208,11 @@ func (b *Backend) ReleaseSet(ctx context.Context, req backend.ReleaseSetRequest)
 	cctx, cancel := b.call(ctx)
 	defer cancel()
 	stamp := encodeStamp(req.Stamp)
-	var cmps []clientv3.Cmp
-	var ops []clientv3.Op
+	cmps, kept, spared, err := b.releaseGuards(cctx, ctx, req.Keys, req.Request, req.Abandon)
+	if err != nil || spared {
+		return false, err
+	}
+	ops := kept
 	for _, k := range req.Keys {
 		stampKey := b.stampKey(k)
 		cmps = append(cmps, clientv3.Compare(clientv3.Value(b.ownerKey(k)), "=", req.OwnerToken))
@@ -209,9 +230,12 @@ func (b *Backend) ReleaseSet(ctx context.Context, req backend.ReleaseSetRequest)
 		return false, wrap(ctx, "release set", err)
 	}
 	if !resp.Succeeded {
-		return false, nil
+		if req.Abandon {
+			return false, nil
+		}
+		return b.releasedBefore(cctx, ctx, req.Keys, req.Request)
 	}
-	b.detachedSet(resp.Responses[0].GetResponseDeleteRange().PrevKvs)
+	b.detachedSet(resp.Responses[len(kept)].GetResponseDeleteRange().PrevKvs)
 	return true, nil
 }
 
@@ -240,6 +264,7 @@ func (b *Backend) ExtendSet(ctx context.Context, req backend.ExtendSetRequest) (
 			return backend.ExtendSetResult{}, wrap(ctx, "extend set: read", err)
 		}
 		recs := make([]backend.Record, len(req.Keys))
+		vals := make([]recordValue, len(req.Keys))
 		lockKVs := make([]*mvccpb.KeyValue, len(req.Keys))
 		for i, k := range req.Keys {
 			lk := cur.Responses[2*i].GetResponseRange().Kvs
@@ -248,6 +273,12 @@ func (b *Backend) ExtendSet(ctx context.Context, req backend.ExtendSetRequest) (
 				return backend.ExtendSetResult{}, nil
 			}
 			if recs[i], err = decodeRecord(k, lk[0]); err != nil {
+				return backend.ExtendSetResult{}, err
+			}
+			if vals[i], err = decodeValue(lk[0]); err != nil {
+				return backend.ExtendSetResult{}, err
+			}
+			if vals[i], err = extended(vals[i], req.Request); err != nil {
 				return backend.ExtendSetResult{}, err
 			}
 			lockKVs[i] = lk[0]
@@ -264,7 +295,7 @@ func (b *Backend) ExtendSet(ctx context.Context, req backend.ExtendSetRequest) (
 				clientv3.Compare(clientv3.Value(b.ownerKey(k)), "=", req.OwnerToken),
 				clientv3.Compare(clientv3.ModRevision(b.lockKey(k)), "=", lockKVs[i].ModRevision))
 			ops = append(ops,
-				clientv3.OpPut(b.lockKey(k), encodeSetRecord(recs[i].Holder, recs[i].Stamp, expires, granted), clientv3.WithLease(leaseID)),
+				clientv3.OpPut(b.lockKey(k), vals[i].encode(expires, granted), clientv3.WithLease(leaseID)),
 				clientv3.OpPut(b.ownerKey(k), req.OwnerToken, clientv3.WithLease(leaseID)))
 		}
 		resp, err := b.cli.Txn(cctx).If(cmps...).Then(ops...).Commit()
