@@ -136,8 +136,18 @@
 // one small key per key, overwritten by the next such release), and a
 // Release that finds the key no longer held by its token answers true when
 // that key holds its identity. Abandon reads the records first and releases
-// only unclaimed ones, comparing their ModRevisions. Lock-delays are not
-// kept (Info.MaxLockDelay 0).
+// only unclaimed ones, comparing their ModRevisions.
+//
+// # Lock-delay (Info.MaxLockDelay = 1m)
+//
+// An Acquire with a lock-delay d puts P "delays/" K in its transaction, on a
+// lease of its own of the TTL plus d (each in whole seconds, rounded up), so
+// etcd deletes it d after the lock's lease ends. Every take compares that K
+// has no delay key: while the lock is gone and the delay key is not, the key
+// refuses holders, and Get and Acquire report the delay key's estimated
+// time left. Release deletes the delay key in its transaction; Extend puts
+// it on a new lease of the new TTL plus d. Delay leases no key uses any
+// more are left to expire (the keys of a set share one). See delays.go.
 //
 // Every call is bounded by call_timeout; when etcd cannot answer in time the
 // call fails with backend.ErrUnavailable.

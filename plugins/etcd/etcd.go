@@ -57,6 +57,9 @@ type Backend struct {
 	// released: prefix + "released/", each key's last Release's request
 	// identity (requests.go).
 	released string
+	// delays: prefix + "delays/", the keys that hold lock-delays
+	// (delays.go).
+	delays string
 
 	q         queueState
 	revoke    chan clientv3.LeaseID
@@ -198,6 +201,7 @@ func parseOptions(opts map[string]string) (clientv3.Config, *Backend, error) {
 		owners:      prefix + "owners/",
 		queue:       prefix + "queue/",
 		released:    prefix + "released/",
+		delays:      prefix + "delays/",
 	}
 	return cfg, b, nil
 }
@@ -227,6 +231,7 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		Fair:           true,
 		MaxKeys:        MaxKeys,
 		RequestIDs:     true,
+		MaxLockDelay:   MaxLockDelay,
 	}, nil
 }
 

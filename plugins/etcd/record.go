@@ -43,6 +43,9 @@ type recordValue struct {
 	ReqFP   string `json:"req_fp,omitempty"`
 	Replay  string `json:"replay,omitempty"`
 	Claimed bool   `json:"claimed,omitempty"`
+	// LockDelayMs: the lock-delay that follows the lock if it expires
+	// (delays.go).
+	LockDelayMs int64 `json:"lock_delay_ms,omitempty"`
 }
 
 // encode is the record's value with the lease's expiry and TTL.
@@ -53,9 +56,9 @@ func (v recordValue) encode(expires time.Time, leaseTTL time.Duration) string {
 }
 
 // newRecord is the record of a lock taken now.
-func newRecord(holder string, stamp hlc.Timestamp, set bool, req backend.Request, replay string) recordValue {
+func newRecord(holder string, stamp hlc.Timestamp, set bool, req backend.Request, replay string, lockDelay time.Duration) recordValue {
 	return recordValue{Holder: holder, StampWall: stamp.WallTime, StampLog: stamp.Logical, Set: set,
-		ReqID: req.ID, ReqFP: req.Fingerprint, Replay: replay}
+		ReqID: req.ID, ReqFP: req.Fingerprint, Replay: replay, LockDelayMs: lockDelay.Milliseconds()}
 }
 
 // inSet reports a record stored by AcquireSet or ExtendSet.
@@ -104,6 +107,7 @@ func decodeRecord(key string, kv *mvccpb.KeyValue) (backend.Record, error) {
 		ExpiresAt:    expires,
 		Remaining:    max(0, time.Until(expires)),
 		Stamp:        hlc.Timestamp{WallTime: v.StampWall, Logical: v.StampLog},
+		LockDelay:    time.Duration(v.LockDelayMs) * time.Millisecond,
 	}, nil
 }
 

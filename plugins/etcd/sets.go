@@ -64,7 +64,7 @@ func (b *Backend) AcquireSet(ctx context.Context, req backend.AcquireSetRequest)
 	if err := b.checkTTL(req.TTL); err != nil {
 		return backend.AcquireSetResult{}, err
 	}
-	if err := checkNoDelay(req.LockDelay); err != nil {
+	if err := checkDelay(req.LockDelay); err != nil {
 		return backend.AcquireSetResult{}, err
 	}
 	if req.ReplayOnly {
@@ -86,26 +86,32 @@ func (b *Backend) AcquireSet(ctx context.Context, req backend.AcquireSetRequest)
 	if err != nil {
 		return backend.AcquireSetResult{}, wrap(ctx, "acquire set: lease", err)
 	}
+	dl, until, err := b.delayLease(cctx, req.TTL, req.LockDelay)
+	if err != nil {
+		b.pool.put(leaseID, int64(granted/time.Second), start)
+		return backend.AcquireSetResult{}, wrap(ctx, "acquire set: lock-delay lease", err)
+	}
 	expires := start.Add(granted)
-	res, attached, err := b.attachSet(cctx, ctx, req, keys, myRevs, leaseID, expires, granted)
+	res, attached, err := b.attachSet(cctx, ctx, req, keys, myRevs, leaseID, expires, granted, delaySpec{dl, until})
 	switch {
 	case err != nil:
 		b.revokeLater(leaseID) // unknown outcome: nobody has the owner token
 	case !attached:
 		b.pool.put(leaseID, int64(granted/time.Second), start)
+		b.revokeLater(dl) // no key is on it
 	}
 	return res, err
 }
 
 func (b *Backend) attachSet(cctx, parent context.Context, req backend.AcquireSetRequest, keys []string, myRevs []int64,
-	leaseID clientv3.LeaseID, expires time.Time, granted time.Duration) (backend.AcquireSetResult, bool, error) {
+	leaseID clientv3.LeaseID, expires time.Time, granted time.Duration, delay delaySpec) (backend.AcquireSetResult, bool, error) {
 	for attempt := 1; ; attempt++ {
 		// Read every key's lock record, stamp key and queue head at one
 		// revision.
-		reads := make([]clientv3.Op, 0, 3*len(keys))
+		reads := make([]clientv3.Op, 0, 4*len(keys))
 		for _, k := range keys {
 			reads = append(reads, clientv3.OpGet(b.lockKey(k)), clientv3.OpGet(b.stampKey(k)),
-				clientv3.OpGet(b.queuePrefix(k), clientv3.WithFirstCreate()...))
+				clientv3.OpGet(b.queuePrefix(k), clientv3.WithFirstCreate()...), clientv3.OpGet(b.delayKey(k)))
 		}
 		cur, err := b.cli.Txn(cctx).Then(reads...).Commit()
 		if err != nil {
@@ -113,7 +119,7 @@ func (b *Backend) attachSet(cctx, parent context.Context, req backend.AcquireSet
 		}
 		var held []*mvccpb.KeyValue
 		for i := range keys {
-			if kvs := cur.Responses[3*i].GetResponseRange().Kvs; len(kvs) > 0 {
+			if kvs := cur.Responses[4*i].GetResponseRange().Kvs; len(kvs) > 0 {
 				held = append(held, kvs[0])
 			}
 		}
@@ -126,17 +132,24 @@ func (b *Backend) attachSet(cctx, parent context.Context, req backend.AcquireSet
 		stored := req.Stamp
 		stampRevs := make([]int64, len(keys))
 		for i, k := range keys {
-			if kvs := cur.Responses[3*i].GetResponseRange().Kvs; len(kvs) > 0 {
+			if kvs := cur.Responses[4*i].GetResponseRange().Kvs; len(kvs) > 0 {
 				rec, err := decodeRecord(k, kvs[0])
 				return backend.AcquireSetResult{Blocker: rec}, false, err
 			}
-			first := cur.Responses[3*i+2].GetResponseRange().Kvs
+		}
+		for i, k := range keys {
+			if kvs := cur.Responses[4*i+3].GetResponseRange().Kvs; len(kvs) > 0 {
+				return backend.AcquireSetResult{Blocker: delayed(k, kvs[0])}, false, nil // in its lock-delay
+			}
+		}
+		for i, k := range keys {
+			first := cur.Responses[4*i+2].GetResponseRange().Kvs
 			qk := b.queueKey(k, req.WaiterID)
 			if req.WaiterID == "" && len(first) > 0 ||
 				req.WaiterID != "" && (len(first) == 0 || string(first[0].Key) != qk || first[0].CreateRevision != myRevs[i]) {
 				return backend.AcquireSetResult{}, false, nil // free, but not this caller's turn
 			}
-			if kvs := cur.Responses[3*i+1].GetResponseRange().Kvs; len(kvs) > 0 {
+			if kvs := cur.Responses[4*i+1].GetResponseRange().Kvs; len(kvs) > 0 {
 				last, err := decodeStamp(kvs[0].Value)
 				if err != nil {
 					return backend.AcquireSetResult{}, false, err
@@ -147,12 +160,16 @@ func (b *Backend) attachSet(cctx, parent context.Context, req backend.AcquireSet
 		}
 		var cmps []clientv3.Cmp
 		var ops []clientv3.Op
-		rec := newRecord(req.Holder, stored, true, req.Request, req.Replay).encode(expires, granted)
+		rec := newRecord(req.Holder, stored, true, req.Request, req.Replay, req.LockDelay).encode(expires, granted)
 		for i, k := range keys {
 			pfx := b.queuePrefix(k)
 			cmps = append(cmps,
 				clientv3.Compare(clientv3.CreateRevision(b.lockKey(k)), "=", 0),
-				clientv3.Compare(clientv3.ModRevision(b.stampKey(k)), "=", stampRevs[i]))
+				clientv3.Compare(clientv3.ModRevision(b.stampKey(k)), "=", stampRevs[i]),
+				b.noDelay(k))
+			if delay.lease != clientv3.NoLease {
+				ops = append(ops, b.putDelay(k, delay.lease, delay.until))
+			}
 			if req.WaiterID == "" {
 				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix())
 			} else {
@@ -184,6 +201,7 @@ func (b *Backend) attachSet(cctx, parent context.Context, req backend.AcquireSet
 					ExpiresAt:    expires,
 					Remaining:    max(0, time.Until(expires)),
 					Stamp:        stored,
+					LockDelay:    req.LockDelay,
 				}
 			}
 			return out, true, nil
@@ -219,6 +237,7 @@ func (b *Backend) ReleaseSet(ctx context.Context, req backend.ReleaseSetRequest)
 		ops = append(ops,
 			clientv3.OpDelete(b.lockKey(k), clientv3.WithPrevKV()),
 			clientv3.OpDelete(b.ownerKey(k)),
+			clientv3.OpDelete(b.delayKey(k)),
 			clientv3.OpTxn(
 				[]clientv3.Cmp{clientv3.Compare(clientv3.Value(stampKey), "<", stamp)},
 				[]clientv3.Op{clientv3.OpPut(stampKey, stamp)},
@@ -287,10 +306,22 @@ func (b *Backend) ExtendSet(ctx context.Context, req backend.ExtendSetRequest) (
 		if err != nil {
 			return backend.ExtendSetResult{}, wrap(ctx, "extend set: lease", err)
 		}
+		var delay time.Duration // the set's one lock-delay
+		for _, r := range recs {
+			delay = max(delay, r.LockDelay)
+		}
+		dl, until, err := b.delayLease(cctx, req.TTL, delay)
+		if err != nil {
+			b.pool.put(leaseID, int64(granted/time.Second), start)
+			return backend.ExtendSetResult{}, wrap(ctx, "extend set: lock-delay lease", err)
+		}
 		expires := start.Add(granted)
 		var cmps []clientv3.Cmp
 		var ops []clientv3.Op
 		for i, k := range req.Keys {
+			if recs[i].LockDelay > 0 {
+				ops = append(ops, b.putDelay(k, dl, until))
+			}
 			cmps = append(cmps,
 				clientv3.Compare(clientv3.Value(b.ownerKey(k)), "=", req.OwnerToken),
 				clientv3.Compare(clientv3.ModRevision(b.lockKey(k)), "=", lockKVs[i].ModRevision))
@@ -312,6 +343,7 @@ func (b *Backend) ExtendSet(ctx context.Context, req backend.ExtendSetRequest) (
 			return backend.ExtendSetResult{Extended: true, Records: recs}, nil
 		}
 		b.pool.put(leaseID, int64(granted/time.Second), start)
+		b.revokeLater(dl)
 		if attempt == maxTxnAttempts {
 			return backend.ExtendSetResult{}, fmt.Errorf("etcd extend set: the records kept changing over %d attempts: %w", attempt, backend.ErrUnavailable)
 		}
