@@ -280,16 +280,14 @@ type fairTurns struct {
 	verified bool
 }
 
+// join puts the waiter in the store's queues and then in this server's, in
+// one step of the enqueue locks (so both orders agree). The store first: a
+// waiter that Inspect counts is in the store's queue, so a caller that saw
+// it counted and then queues elsewhere stands behind it.
 func (t *fairTurns) join(ctx context.Context) (*waitq.Waiter, error) {
 	unlock := t.e.lockEnqueue(t.keys)
-	w, err := t.e.q.JoinSet(t.keys)
-	if err != nil {
-		unlock()
-		return nil, newErr(ErrResourceExhausted, "wait: %v", err)
-	}
-	enqErr := t.e.enqueue(ctx, t.f, t.keys, t.id)
-	unlock()
-	if enqErr != nil {
+	defer unlock()
+	if err := t.e.enqueue(ctx, t.f, t.keys, t.id); err != nil {
 		// Fail now rather than queue again later: a later entry would sit
 		// behind this server's later waiters, which wait for this one. The
 		// outcome is unknown (the store may have queued the entry and the
@@ -297,8 +295,12 @@ func (t *fairTurns) join(ctx context.Context) (*waitq.Waiter, error) {
 		// block the key for as long as the store keeps it. Dequeue of an
 		// absent entry is a no-op.
 		t.leave(false)
-		w.Leave()
-		return nil, enqErr
+		return nil, err
+	}
+	w, err := t.e.q.JoinSet(t.keys)
+	if err != nil {
+		t.leave(false) // this server takes no more waiters: the store's entry goes too
+		return nil, newErr(ErrResourceExhausted, "wait: %v", err)
 	}
 	t.queued, t.guessed = true, true
 	return w, nil
