@@ -29,6 +29,7 @@ type counting struct {
 	fake      *fakebackend.Backend
 	fair      *fakebackend.Fair // nil unless fair
 	acquires  atomic.Int64
+	releases  atomic.Int64
 	waitTurns atomic.Int64
 	afterHook atomic.Pointer[func()]
 	// enqueueErr, when set, is what Enqueue answers.
@@ -100,8 +101,39 @@ func (c *counting) Acquire(ctx context.Context, req backend.AcquireRequest) (bac
 	return res, err
 }
 
-// fairCounting is counting on a fair fake: a backend.FairBackend.
+func (c *counting) Release(ctx context.Context, req backend.ReleaseRequest) (bool, error) {
+	c.releases.Add(1)
+	return c.Backend.Release(ctx, req)
+}
+
+// AcquireSet, ReleaseSet and ExtendSet make counting a backend.SetBackend.
+func (c *counting) AcquireSet(ctx context.Context, req backend.AcquireSetRequest) (backend.AcquireSetResult, error) {
+	c.acquires.Add(1)
+	res, err := c.fake.AcquireSet(ctx, req)
+	if h := c.afterHook.Load(); h != nil {
+		(*h)()
+	}
+	return res, err
+}
+
+func (c *counting) ReleaseSet(ctx context.Context, req backend.ReleaseSetRequest) (bool, error) {
+	c.releases.Add(1)
+	return c.fake.ReleaseSet(ctx, req)
+}
+
+func (c *counting) ExtendSet(ctx context.Context, req backend.ExtendSetRequest) (backend.ExtendSetResult, error) {
+	return c.fake.ExtendSet(ctx, req)
+}
+
+// fairCounting is counting on a fair fake: a backend.FairSetBackend.
 type fairCounting struct{ *counting }
+
+func (c fairCounting) EnqueueSet(ctx context.Context, keys []string, id string) error {
+	if err := c.enqueueErr.Load(); err != nil {
+		return *err
+	}
+	return c.fair.EnqueueSet(ctx, keys, id)
+}
 
 func (c fairCounting) Enqueue(ctx context.Context, key, id string) error {
 	if err := c.enqueueErr.Load(); err != nil {

@@ -144,9 +144,10 @@ type Host struct {
 }
 
 var (
-	_ backend.Backend     = (*Host)(nil)
-	_ backend.FairBackend = (*Host)(nil)
-	_ io.Closer           = (*Host)(nil)
+	_ backend.Backend        = (*Host)(nil)
+	_ backend.FairBackend    = (*Host)(nil)
+	_ backend.FairSetBackend = (*Host)(nil)
+	_ io.Closer              = (*Host)(nil)
 )
 
 // generation is one launch of the plugin.
