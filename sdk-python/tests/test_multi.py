@@ -239,18 +239,15 @@ async def test_a_lost_extend_answer_is_retried_with_the_same_id(addr: str) -> No
         await g.unlock()
 
 
-async def test_a_backend_without_the_capabilities_answers_unimplemented(server_binary: str) -> None:
-    # --max-keys 1 and --max-lock-delay 0 leave the server as a backend that
-    # takes one key per request and keeps no lock-delay.
-    with run_server("--max-keys", "1", "--max-lock-delay", "0s", binary=server_binary) as server:
+async def test_a_server_that_takes_one_key_per_request_answers_unimplemented(server_binary: str) -> None:
+    # --max-keys 1 leaves the server as a backend that takes one key per request.
+    with run_server("--max-keys", "1", binary=server_binary) as server:
         async with AsyncClient(server.address) as c:
-            info = await c.server_info()
-            assert info.backend.max_keys == 1 and info.backend.max_lock_delay == 0
+            assert (await c.server_info()).backend.max_keys == 1
             with pytest.raises(ServerError) as ei:
                 await c.try_acquire(key("cap-a"), key("cap-b"))
             assert ei.value.code == "unimplemented"
             assert "CAPABILITY_MULTI_KEY" in str(ei.value)
-            with pytest.raises(ServerError) as ei:
-                await c.acquire(key("cap-delay"), lock_delay=1)
-            assert ei.value.code == "unimplemented"
-            assert "CAPABILITY_LOCK_DELAY" in str(ei.value)
+            # Not retried: a single key still works at once.
+            g = await c.acquire(key("cap-one"), ttl=10)
+            await g.unlock()
