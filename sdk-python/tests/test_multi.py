@@ -103,6 +103,32 @@ async def test_the_watchdog_renews_the_whole_set(addr: str, other: AsyncClient) 
         await g.unlock()
 
 
+async def test_a_set_granted_after_a_wait_longer_than_its_ttl_is_confirmed(
+    client: AsyncClient, other: AsyncClient
+) -> None:
+    a, b = key("multi-late-a"), key("multi-late-b")
+    held = await other.acquire(b, ttl=10)
+    ttl = 0.5
+    waiting = asyncio.ensure_future(client.acquire(a, b, ttl=ttl, wait=5))
+
+    async def queued() -> bool:
+        st = await other.inspect(b)
+        return st is not None and st.waiters > 0
+
+    await eventually("the set to queue", queued)
+    await asyncio.sleep(ttl + 0.3)  # the stimulus: queued for longer than its TTL
+    await held.unlock()
+    g = await waiting
+    assert g.held, g.lost_error
+    start = time.monotonic()
+    await eventually("2 TTLs to pass", lambda: time.monotonic() - start > 2 * ttl)
+    assert g.held, g.lost_error
+    for k in (a, b):
+        st = await other.inspect(k)
+        assert st is not None and st.fencing_token == g.fencing_token_for(k)
+    await g.unlock()
+
+
 async def test_with_lock_and_run_if_free_take_a_list_of_keys(client: AsyncClient, other: AsyncClient) -> None:
     keys = [key("multi-list-a"), key("multi-list-b")]
 

@@ -94,6 +94,24 @@ describe("several keys as one lease", { skip: needsServer }, () => {
     await c.close();
   });
 
+  it("a set granted after a server-side wait longer than its TTL is confirmed (an Extend of the set)", async () => {
+    const [a, b] = [key("multi-late-a"), key("multi-late-b")];
+    const held = await other.lock(b).ttl("10s").acquire();
+    const ttl = 500;
+    const waiting = client.lock(a, b).ttl(ttl).wait("5s").acquire();
+    await eventually("the set to queue", async () => ((await other.inspect(b))?.waiters ?? 0) > 0);
+    // The stimulus: keep the set queued for longer than its TTL.
+    await new Promise((r) => setTimeout(r, ttl + 300));
+    await held.unlock();
+    const g = await waiting;
+    assert.ok(g.held, String(g.lostError));
+    const start = performance.now();
+    await eventually("2 TTLs to pass", () => performance.now() - start > 2 * ttl);
+    assert.ok(g.held, String(g.lostError));
+    for (const k of [a, b]) assert.equal((await other.inspect(k))?.fencingToken, g.fencingTokenFor(k));
+    await g.unlock();
+  });
+
   it("acquire() and withLock take a list of keys too", async () => {
     const keys = [key("multi-list-a"), key("multi-list-b")];
     const value = await client.withLock(keys, { ttl: "10s" }, async (g) => {
