@@ -22,9 +22,9 @@ from connectrpc.protocol import ProtocolType
 from . import _durations
 from ._address import base_url
 from ._durations import Duration
-from ._guard import AsyncGuard, Session, from_duration, lease_target, new_request_id, to_duration
+from ._guard import AsyncGuard, Session, from_duration, lease_target, to_duration
 from ._options import Backoff, ExpiryMargin
-from ._rpc import Rpc
+from ._rpc import Rpc, new_request_id
 from ._timestamp import Timestamp
 from ._transport import HttpxTransport, tls_verify
 from .errors import (

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import secrets
 import time
 from collections.abc import Callable
 from typing import Any, Literal
@@ -14,7 +13,7 @@ from google.protobuf import duration_pb2
 
 from . import _durations
 from ._options import ExpiryMargin
-from ._rpc import Rpc
+from ._rpc import Rpc, new_request_id
 from ._timestamp import Timestamp
 from .errors import (
     ClockOffsetError,
@@ -42,14 +41,6 @@ def to_duration(seconds: float) -> duration_pb2.Duration:
 def from_duration(d: duration_pb2.Duration) -> float:
     """Seconds of a wire duration."""
     return float(d.ToNanoseconds()) / 1e9
-
-
-def new_request_id() -> str:
-    """A fresh request id: 128 random bits, base64url (22 characters). One is
-    sent with every Acquire, Extend and Release, the same on each retry of
-    that one call, so that a retry whose first attempt's answer was lost is
-    answered as that attempt was (the same lease, a release confirmed)."""
-    return secrets.token_urlsafe(16)
 
 
 def lease_target(lease: lock_pb2.Lease) -> dict[str, Any]:
