@@ -81,7 +81,13 @@ var _ = describeSDK("behaviour table: the guard and the watchdog", Label("sdk-be
 		AddReportEntry("pauses between failed renewals", fmt.Sprint(retries), ReportEntryVisibilityFailureOrVerbose)
 		for i, gap := range retries {
 			d := min(50*time.Millisecond<<i, time.Second)
-			Expect(gap).To(BeNumerically(">=", d/2-10*time.Millisecond), "pause %d after a failed renewal: %s (all %v), want at least %s", i, gap, retries, d/2)
+			// The last attempt may come early: a pause is the backoff or the
+			// time left to the local expiry, whichever is less, and the
+			// first failure leaves about 2/3 of the TTL: the backoff's
+			// pauses add up to that within four or five attempts.
+			if i < len(retries)-1 {
+				Expect(gap).To(BeNumerically(">=", d/2-10*time.Millisecond), "pause %d after a failed renewal: %s (all %v), want at least %s", i, gap, retries, d/2)
+			}
 			Expect(gap).To(BeNumerically("<=", d+2*sc.Config.Slack), "pause %d after a failed renewal: %s (all %v), want at most %s (+ 2 x slack)", i, gap, retries, d)
 		}
 	}, SpecTimeout(time.Minute))
