@@ -142,11 +142,12 @@ var _ = describeSDK("behaviour table: the guard and the watchdog", Label("sdk-be
 		defer cancel()
 		ev, err := sc.Adapter.LeaseLost(wctx, l.Guard)
 		Expect(err).NotTo(HaveOccurred(), "no lease_lost event for a guard cut off from its server")
-		next, _, stillHeld, err := sc.AwaitFree(ctx, key, sc.LongTTL(), sc.FreeWithin()+5*time.Second)
+		next, stillHeld, err := sc.AwaitTakeover(ctx, key, uint64(l.FencingToken), sc.LongTTL(), sc.FreeWithin()+5*time.Second)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func(ctx SpecContext) { sc.Release(ctx, key, next.GetOwnerToken()) })
-		// The store still held the key when the last refused attempt was
-		// sent, after the loss was reported: it could grant it no earlier.
+		// The store still held the guard's lease when the last attempt it
+		// refused for that lease was sent, after the loss was reported: it
+		// could grant the key no earlier.
 		Expect(stillHeld).NotTo(BeZero(), "the store had let the key go before the guard reported its loss")
 		grantedAt := stillHeld
 		tol := min(sc.Config.Slack, margin/2)

@@ -356,6 +356,68 @@ func (sc *ServiceContext) AwaitFree(ctx context.Context, key string, ttl, within
 	}
 }
 
+// AwaitTakeover waits, as AwaitFree does, for key to be granted to a new
+// holder after the lease with fencing token old, and also returns heldUntil:
+// the latest send of an attempt the store refused because that old lease
+// still held the key. The store held it at some moment after each such send,
+// so its grant came after heldUntil. Attempts go out every few milliseconds
+// without waiting for the previous answers (a few in flight at once), so
+// one slow round trip does not blind the measurement: under load a single
+// attempt can take hundreds of milliseconds, and with one attempt at a time
+// the last refusal seen would be that long before the grant. Refusals
+// naming another holder (the new one, to an attempt decided after the
+// grant) say nothing about the old lease and are not counted.
+func (sc *ServiceContext) AwaitTakeover(ctx context.Context, key string, old uint64, ttl, within time.Duration) (lease *lockv1.Lease, heldUntil time.Time, err error) {
+	const inFlight = 8
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	type answer struct {
+		sent time.Time
+		res  *lockv1.AcquireResponse
+		err  error
+	}
+	answers := make(chan answer, inFlight)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	running := 0
+	send := func() {
+		running++
+		go func() {
+			sent := time.Now()
+			res, err := sc.Acquire(ctx, sc.RPC, key, ttl, 0)
+			answers <- answer{sent, res, err}
+		}()
+	}
+	send()
+	for running > 0 || (lease == nil && err == nil) {
+		select {
+		case <-tick.C:
+			if lease == nil && err == nil && running < inFlight {
+				send()
+			}
+		case a := <-answers:
+			running--
+			switch {
+			case a.err != nil:
+				if lease == nil && err == nil {
+					err = a.err // the rest are cancelled; drain them
+					cancel()
+				}
+			case a.res.GetAcquired():
+				lease = a.res.GetLease()
+			case a.res.GetCurrent().GetFencingToken() == old && a.sent.After(heldUntil):
+				heldUntil = a.sent
+			}
+		}
+	}
+	if lease != nil {
+		err = nil // an attempt cancelled after the grant does not matter
+	} else if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("%q not granted to a new holder within %s: %w", key, within, err)
+	}
+	return lease, heldUntil, err
+}
+
 // codeOf is the Connect code of err (connect.CodeUnknown for non-Connect
 // errors, 0 for nil).
 func codeOf(err error) connect.Code {
