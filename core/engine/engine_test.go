@@ -627,16 +627,23 @@ func TestLeaseWonAfterCallerLeftIsReleased(t *testing.T) {
 		t.Fatalf("err = %v, want ErrCanceled", err)
 	}
 	// The caller is not kept waiting for the release: it follows.
+	awaitFree(t, e, "k", "a lease nobody got")
+}
+
+// awaitFree polls until key is free, for at most 5s: the engine releases a
+// lease its caller left in the background, after the caller's answer.
+func awaitFree(t *testing.T, e *engine.Engine, key, what string) {
+	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		ins, err := e.Inspect(context.Background(), &lockv1.InspectRequest{Key: "k"})
+		ins, err := e.Inspect(context.Background(), &lockv1.InspectRequest{Key: key})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !ins.GetHeld() {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a lease nobody got is still held: %v", ins)
+			t.Fatalf("%s is still held: %v", what, ins)
 		}
 	}
 }
@@ -877,18 +884,7 @@ func TestAStuckBackendHoldsNoCallerPastItsWaitOrDeadline(t *testing.T) {
 	// the lease is released.
 	b.afterHook.Store(nil)
 	unstick()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		ins, err := e.Inspect(context.Background(), &lockv1.InspectRequest{Key: "free"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ins.GetHeld() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a lease granted after its caller left is still held: %v", ins)
-		}
-	}
+	awaitFree(t, e, "free", "a lease granted after its caller left")
 }
 
 // A watcher that does not take its events is ended once it is more than
