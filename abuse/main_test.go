@@ -104,16 +104,11 @@ func serve(t *testing.T, args ...string) *harness.Server {
 // submatch.
 func logged(t *testing.T, s *harness.Server, re *regexp.Regexp) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if m := re.FindStringSubmatch(s.Logs()); m != nil {
-			return m[1]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("log does not match %s:\n%s", re, s.Logs())
-		}
-		time.Sleep(10 * time.Millisecond)
+	var m []string
+	if !eventually(10*time.Second, func() bool { m = re.FindStringSubmatch(s.Logs()); return m != nil }) {
+		t.Fatalf("log does not match %s:\n%s", re, s.Logs())
 	}
+	return m[1]
 }
 
 var (

@@ -57,6 +57,10 @@ type Op struct {
 	Fence   uint64  `json:"fence,omitempty"` // acquire: the token granted; release/write: the token used
 	Outcome Outcome `json:"outcome"`
 	Note    string  `json:"note,omitempty"`
+	// Set: the keys of the multi-key lease this acquire or release belongs
+	// to (its other keys have ops of their own: histories are checked per
+	// key).
+	Set []string `json:"set,omitempty"`
 }
 
 // lockState is the model's state for one key. It is a comparable value so
@@ -91,6 +95,12 @@ type stepIn struct{ op *Op }
 // possible). Renewals by the SDK watchdog are not recorded: they only make a
 // lease valid for longer, so ignoring them makes the model more permissive,
 // never stricter than the truth — every violation it reports is real.
+//
+// A multi-key lease (Op.Set) is recorded as one acquire, and one release, per
+// key, each with that key's fencing token and the lease's call and return
+// times; every key's history must then be linearizable on its own, so two
+// overlapping sets, or a set and a single-key lease, never both hold a key,
+// and each key's tokens keep increasing through sets and faults.
 //
 // Transitions (illegal ones make the history non-linearizable):
 //
@@ -203,10 +213,14 @@ func step(s lockState, o *Op) (bool, lockState) {
 func describe(o *Op) string {
 	switch o.Kind {
 	case Acquire:
-		if o.Outcome == OK {
-			return fmt.Sprintf("c%d acquire(ttl=%s) → %d", o.Client, time.Duration(o.TTL), o.Fence)
+		set := ""
+		if len(o.Set) > 0 {
+			set = fmt.Sprintf(", one lease with %v", o.Set)
 		}
-		return fmt.Sprintf("c%d acquire(ttl=%s) → %s", o.Client, time.Duration(o.TTL), o.Outcome)
+		if o.Outcome == OK {
+			return fmt.Sprintf("c%d acquire(ttl=%s%s) → %d", o.Client, time.Duration(o.TTL), set, o.Fence)
+		}
+		return fmt.Sprintf("c%d acquire(ttl=%s%s) → %s", o.Client, time.Duration(o.TTL), set, o.Outcome)
 	case Release:
 		return fmt.Sprintf("c%d release(%d) → %s", o.Client, o.Fence, o.Outcome)
 	case Write:

@@ -77,6 +77,9 @@ func (r *Report) Counts() (ops map[string]int, faults map[string]int) {
 	ops, faults = map[string]int{}, map[string]int{}
 	for _, o := range r.History {
 		ops[string(o.Kind)+"/"+string(o.Outcome)]++
+		if len(o.Set) > 0 {
+			ops["of-a-set:"+string(o.Kind)+"/"+string(o.Outcome)]++
+		}
 	}
 	for _, f := range r.Faults {
 		faults[f.Kind]++
@@ -237,12 +240,14 @@ type client struct {
 }
 
 type clientCommand struct {
-	Seq    int    `json:"seq"`
-	Key    string `json:"key"`
-	TTLms  int64  `json:"ttl_ms"`
-	WaitMs int64  `json:"wait_ms"`
-	WorkMs int64  `json:"work_ms"`
-	Writes int    `json:"writes"`
+	Seq int    `json:"seq"`
+	Key string `json:"key"`
+	// More: the other keys of a multi-key lease.
+	More   []string `json:"more,omitempty"`
+	TTLms  int64    `json:"ttl_ms"`
+	WaitMs int64    `json:"wait_ms"`
+	WorkMs int64    `json:"work_ms"`
+	Writes int      `json:"writes"`
 }
 
 type clientEvent struct {
@@ -352,6 +357,15 @@ func (r *run) drive(ctx context.Context, c *client) error {
 			WorkMs: rng.Int64N(ttl.Milliseconds() / 4),
 			Writes: 1 + rng.IntN(3),
 		}
+		if r.cfg.Keys > 1 && rng.IntN(3) == 0 {
+			// A multi-key lease: the key and another, overlapping other
+			// clients' sets and single keys.
+			other := fmt.Sprintf("chaos/k%d", rng.IntN(r.cfg.Keys))
+			for other == cmd.Key {
+				other = fmt.Sprintf("chaos/k%d", rng.IntN(r.cfg.Keys))
+			}
+			cmd.More = []string{other}
+		}
 		if rng.IntN(3) > 0 {
 			cmd.WaitMs = rng.Int64N(2 * ttl.Milliseconds())
 		}
@@ -359,7 +373,7 @@ func (r *run) drive(ctx context.Context, c *client) error {
 			return fmt.Errorf("client %d: %w", c.id, err)
 		}
 		bound := time.Duration(cmd.WaitMs)*time.Millisecond + 4*ttl + 30*time.Second
-		var fence uint64
+		fences := map[string]uint64{} // per key: a multi-key lease reports each key
 		for {
 			ev, err := c.next(ctx, bound)
 			if err != nil {
@@ -369,10 +383,13 @@ func (r *run) drive(ctx context.Context, c *client) error {
 				break
 			}
 			o := Op{Key: ev.Key, Client: c.id, Call: ev.Call, Return: ev.Return, Outcome: outcome(ev.Outcome), Fence: ev.Fence, Note: ev.Err}
+			if len(cmd.More) > 0 {
+				o.Set = append([]string{cmd.Key}, cmd.More...)
+			}
 			switch ev.Op {
 			case "acquire":
 				o.Kind, o.TTL = Acquire, int64(ttl)
-				fence = ev.Fence
+				fences[ev.Key] = ev.Fence
 				r.record(o)
 				if ev.Holding {
 					if err := r.maybePause(ctx, c, rng); err != nil {
@@ -387,7 +404,7 @@ func (r *run) drive(ctx context.Context, c *client) error {
 				if ev.LostBefore > 0 {
 					c.lostRefused += min(ev.Refused, ev.LostBefore)
 				}
-				if fence != 0 {
+				if fences[ev.Key] != 0 {
 					o.Kind = Release
 					r.record(o)
 				}

@@ -126,14 +126,22 @@ var _ = describeBackend("watch", Label("watch"), func(sc *BackendContext) {
 			}
 		}
 
-		// A lease of a minute extended to end in T, before a lease of
-		// T+3S+L: a backend that announces expiries from a queue must move
-		// it forward and wake for it.
-		earlier, other := prefix+"earlier", prefix+"other"
+		// A lease of a minute extended to end in T, before a lease then
+		// T+3S+L from its end: a backend that announces expiries from a
+		// queue must move it forward and wake for it. The marker's end is
+		// awaited first so that the extension comes after the store has
+		// settled on the other lease as its next end: without that, a
+		// store that wakes for each acquisition could pick the extended
+		// lease up by chance, and a missing wake-up on Extend would pass.
+		earlier, other, marker := prefix+"earlier", prefix+"other", prefix+"marker"
 		reqEarlier, _ := acquire(earlier, sc.LongTTL())
 		otherSent := time.Now()
-		otherTTL := T + 3*S + noticeLag
+		otherTTL := 2*T + 3*S + noticeLag
 		_, otherAnswered := acquire(other, otherTTL)
+		markerSent := time.Now()
+		_, markerAnswered := acquire(marker, T)
+		check(ends.await(T+sc.Info.TTLGranularity+S+noticeLag+2*time.Second, marker),
+			end{marker, T, markerSent, markerAnswered, "a lease that ends first"})
 		earlierSent, earlierAnswered := extend(reqEarlier, T)
 		check(ends.await(otherTTL+sc.Info.TTLGranularity+S+noticeLag+2*time.Second, earlier, other),
 			end{earlier, T, earlierSent, earlierAnswered, "a lease extended to end earlier"},

@@ -60,19 +60,32 @@ var (
 // holds as well.
 type NotAcquiredError struct {
 	Key string
-	// Current is the holder the server last reported; nil when the server
-	// did not say (for example when the lock was released too late to be
-	// retried within the wait).
+	// Keys are every key of a multi-key lock (nil for one key).
+	Keys []string
+	// Current is the holder the server last reported (of one of the keys);
+	// nil when the server did not say (for example when the lock was
+	// released too late to be retried within the wait).
 	Current *LockState
+	// Delay is set when a key nobody held was in its lock-delay.
+	Delay *KeyDelay
 	// cause is the context error when the caller's context ended the wait.
 	cause error
 }
 
 func (e *NotAcquiredError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "holdfast: lock %q not acquired", e.Key)
-	if e.Current != nil {
+	if e.Keys != nil {
+		fmt.Fprintf(&b, "holdfast: lock %q not acquired", e.Keys)
+	} else {
+		fmt.Fprintf(&b, "holdfast: lock %q not acquired", e.Key)
+	}
+	switch {
+	case e.Current != nil && e.Keys != nil:
+		fmt.Fprintf(&b, ": %q held by %q (fencing token %d)", e.Current.Key, e.Current.Holder, e.Current.FencingToken)
+	case e.Current != nil:
 		fmt.Fprintf(&b, ": held by %q (fencing token %d)", e.Current.Holder, e.Current.FencingToken)
+	case e.Delay != nil:
+		fmt.Fprintf(&b, ": %q is in its lock-delay (%s left)", e.Delay.Key, e.Delay.Remaining)
 	}
 	if e.cause != nil {
 		fmt.Fprintf(&b, ": %v", e.cause)
@@ -146,7 +159,9 @@ func (r LossReason) describe() string {
 // errors.Is(err, ErrLeaseLost) holds; so does errors.Is(err, X) for the last
 // renewal error X (for example ErrUnavailable) when there was one.
 type LeaseLostError struct {
-	Key          string
+	Key string
+	// Keys are every key of a multi-key lease (nil for one key).
+	Keys         []string
 	FencingToken uint64
 	Reason       LossReason
 	// LastErr is the last renewal error seen before a LossExpired loss, or
@@ -156,6 +171,9 @@ type LeaseLostError struct {
 
 func (e *LeaseLostError) Error() string {
 	msg := fmt.Sprintf("holdfast: lease on %q (fencing token %d) lost: %s", e.Key, e.FencingToken, e.Reason.describe())
+	if e.Keys != nil {
+		msg = fmt.Sprintf("holdfast: lease on %q lost: %s", e.Keys, e.Reason.describe())
+	}
 	if e.LastErr != nil {
 		msg += "; last renewal error: " + e.LastErr.Error()
 	}

@@ -41,8 +41,11 @@ func (t LeaseEventType) String() string {
 
 // LeaseEvent is what WithLeaseEvents receives, and what the client logs.
 type LeaseEvent struct {
-	Type         LeaseEventType
+	Type LeaseEventType
+	// Key and FencingToken are the guard's (for a multi-key lease its first
+	// key and that key's token; Keys lists every key).
 	Key          string
+	Keys         []string
 	FencingToken uint64
 	// TTL (LeaseRenewed) is the lease length renewed with.
 	TTL time.Duration
@@ -67,9 +70,9 @@ func (c *Client) emitEnd(g *Guard) {
 	var lost *LeaseLostError
 	switch {
 	case errors.As(cause, &lost):
-		c.emit(LeaseEvent{Type: LeaseLost, Key: g.key, FencingToken: g.fencing, Reason: lost.Reason, Err: lost})
+		c.emit(LeaseEvent{Type: LeaseLost, Key: g.key, Keys: g.keys, FencingToken: g.fencing, Reason: lost.Reason, Err: lost})
 	case errors.Is(cause, ErrReleased):
-		c.emit(LeaseEvent{Type: LeaseReleased, Key: g.key, FencingToken: g.fencing})
+		c.emit(LeaseEvent{Type: LeaseReleased, Key: g.key, Keys: g.keys, FencingToken: g.fencing})
 	}
 }
 

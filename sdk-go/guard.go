@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,10 +37,12 @@ import (
 // A Guard is safe for concurrent use.
 type Guard struct {
 	c       *Client
-	key     string
-	owner   string // the owner token; never leaves the SDK
+	key     string   // the (first) key
+	keys    []string // every key of a multi-key lease; nil for one key
+	fences  []uint64 // the fencing token of each of keys
+	owner   string   // the owner token; never leaves the SDK
 	holder  string
-	fencing uint64
+	fencing uint64 // of key
 	stamp   hlc.Timestamp
 
 	ctx    context.Context
@@ -78,7 +81,36 @@ func newGuard(c *Client, holder string, lease *lockv1.Lease, sent time.Time, ttl
 		expiry:    c.localExpiry(sent, ttl),
 		lastSent:  sent,
 	}
+	for _, k := range lease.GetKeys() {
+		g.keys = append(g.keys, k.GetKey())
+		g.fences = append(g.fences, k.GetFencingToken())
+	}
+	if len(g.keys) > 0 {
+		g.key, g.fencing = g.keys[0], g.fences[0]
+	}
 	return g
+}
+
+// extendRequest is an Extend of the guard's lease for ttl.
+func (g *Guard) extendRequest(ttl time.Duration, rid string) *lockv1.ExtendRequest {
+	req := &lockv1.ExtendRequest{OwnerToken: g.owner, Ttl: durationpb.New(ttl), ClientStamp: g.c.stamp(), RequestId: rid}
+	if g.keys == nil {
+		req.Key = g.key
+	} else {
+		req.Keys = g.keys
+	}
+	return req
+}
+
+// releaseRequest is a Release of the guard's lease.
+func (g *Guard) releaseRequest(rid string) *lockv1.ReleaseRequest {
+	req := &lockv1.ReleaseRequest{OwnerToken: g.owner, ClientStamp: g.c.stamp(), RequestId: rid}
+	if g.keys == nil {
+		req.Key = g.key
+	} else {
+		req.Keys = g.keys
+	}
+	return req
 }
 
 // localExpiry is when a lease of ttl whose acquire or renewal was sent at
@@ -101,12 +133,7 @@ func (g *Guard) confirm(ctx context.Context, sent time.Time) (ok bool, err error
 	now := time.Now()
 	ctx, cancel := context.WithDeadline(ctx, earliest(g.c.localExpiry(now, g.ttl), now.Add(g.c.opts.requestTimeout)))
 	defer cancel()
-	resp, err := g.c.rpc.Extend(ctx, &lockv1.ExtendRequest{
-		Key:         g.key,
-		OwnerToken:  g.owner,
-		Ttl:         durationpb.New(g.ttl),
-		ClientStamp: g.c.stamp(),
-	})
+	resp, err := g.c.rpc.Extend(ctx, g.extendRequest(g.ttl, newRequestID()))
 	if err != nil {
 		if time.Now().Before(g.expiry) {
 			return true, nil // still valid on the safe clock; the watchdog renews at once
@@ -152,8 +179,16 @@ func GuardFromContext(ctx context.Context) (*Guard, bool) {
 	return g, ok
 }
 
-// Key is the locked key.
+// Key is the locked key (the first key of a multi-key lease).
 func (g *Guard) Key() string { return g.key }
+
+// Keys are every locked key, in the order given to Client.Lock.
+func (g *Guard) Keys() []string {
+	if g.keys == nil {
+		return []string{g.key}
+	}
+	return slices.Clone(g.keys)
+}
 
 // Holder is the holder label the lease was taken with.
 func (g *Guard) Holder() string { return g.holder }
@@ -191,14 +226,30 @@ func (g *Guard) Renewals() int {
 // FencingToken returns the lease's fencing token, or the loss (or
 // ErrReleased) once the guard no longer holds. Pass the token to the
 // resource you protect and have it reject tokens older than the newest it
-// has seen (see Fence and ValidateWrite).
+// has seen (see Fence and ValidateWrite). A multi-key lease has a token per
+// key: use FencingTokenFor.
 func (g *Guard) FencingToken() (uint64, error) {
+	if len(g.keys) > 1 {
+		return 0, invalidArgument("fencing token: the lease holds %d keys, each with its own fencing token: use FencingTokenFor(key)", len(g.keys))
+	}
+	return g.FencingTokenFor(g.key)
+}
+
+// FencingTokenFor returns the fencing token of key, one of the guard's
+// keys, or the loss (or ErrReleased) once the guard no longer holds.
+func (g *Guard) FencingTokenFor(key string) (uint64, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err := g.checkLocked(); err != nil {
 		return 0, err
 	}
-	return g.fencing, nil
+	if key == g.key {
+		return g.fencing, nil
+	}
+	if i := slices.Index(g.keys, key); i >= 0 {
+		return g.fences[i], nil
+	}
+	return 0, invalidArgument("fencing token: %q is not a key of this lease (%q)", key, g.Keys())
 }
 
 // Context is cancelled when the guard stops holding: with a *LeaseLostError
@@ -228,7 +279,7 @@ func (g *Guard) checkLocked() error {
 }
 
 func (g *Guard) lossError(reason LossReason) *LeaseLostError {
-	e := &LeaseLostError{Key: g.key, FencingToken: g.fencing, Reason: reason}
+	e := &LeaseLostError{Key: g.key, Keys: g.keys, FencingToken: g.fencing, Reason: reason}
 	if reason == LossExpired {
 		e.LastErr = g.lastErr
 	}
@@ -312,16 +363,12 @@ const (
 	extendFailed
 )
 
-// extendRPC sends one Extend and applies its answer to the guard. A failed
-// RPC returns the RPC's own error (callers map it).
-func (g *Guard) extendRPC(ctx context.Context, ttl time.Duration) (extendResult, error) {
+// extendRPC sends one Extend (request id rid: the same on every retry of
+// one renewal) and applies its answer to the guard. A failed RPC returns
+// the RPC's own error (callers map it).
+func (g *Guard) extendRPC(ctx context.Context, ttl time.Duration, rid string) (extendResult, error) {
 	sent := time.Now()
-	resp, err := g.c.rpc.Extend(ctx, &lockv1.ExtendRequest{
-		Key:         g.key,
-		OwnerToken:  g.owner,
-		Ttl:         durationpb.New(ttl),
-		ClientStamp: g.c.stamp(),
-	})
+	resp, err := g.c.rpc.Extend(ctx, g.extendRequest(ttl, rid))
 	if err != nil {
 		return extendFailed, err
 	}
@@ -335,7 +382,7 @@ func (g *Guard) extendRPC(ctx context.Context, ttl time.Duration) (extendResult,
 	if !g.renewed(sent, ttl) {
 		return extendRejected, g.Err()
 	}
-	g.c.emit(LeaseEvent{Type: LeaseRenewed, Key: g.key, FencingToken: g.fencing, TTL: ttl, Renewals: g.Renewals(), Latency: time.Since(sent)})
+	g.c.emit(LeaseEvent{Type: LeaseRenewed, Key: g.key, Keys: g.keys, FencingToken: g.fencing, TTL: ttl, Renewals: g.Renewals(), Latency: time.Since(sent)})
 	return extendOK, nil
 }
 
@@ -373,9 +420,10 @@ func (g *Guard) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	var res extendResult
 	var answer error // the server's answer when it was not a failure
+	rid := newRequestID()
 	err = g.c.retrying(ctx, "Extend", expiry, func(actx context.Context) error {
 		var err error
-		res, err = g.extendRPC(actx, ttl)
+		res, err = g.extendRPC(actx, ttl, rid)
 		if res != extendFailed {
 			answer = err
 			return nil
@@ -443,7 +491,7 @@ func (g *Guard) releaseAfterLoss(ctx context.Context, err error) {
 	}
 	actx, cancel := context.WithTimeout(ctx, g.TTL())
 	defer cancel()
-	_, _ = g.c.rpc.Release(actx, &lockv1.ReleaseRequest{Key: g.key, OwnerToken: g.owner, ClientStamp: g.c.stamp()})
+	_, _ = g.c.rpc.Release(actx, g.releaseRequest(newRequestID()))
 	g.c.untrack(g)
 }
 
@@ -456,8 +504,12 @@ func (g *Guard) release(ctx context.Context) error {
 	}
 	defer g.releaseSem()
 	// inDoubt: an earlier attempt failed in transit and may have reached
-	// the server; a later released=false then does not prove a loss.
+	// the server; a later released=false then does not prove a loss. (Every
+	// attempt carries one request id: a server whose backend keeps request
+	// ids answers a repeat of a release it did true, so this is left for
+	// backends that keep none.)
 	inDoubt := false
+	rid := newRequestID()
 	start := time.Now()
 	budgetEnd := start.Add(g.c.opts.retryBudget)
 	for attempt := 0; ; attempt++ {
@@ -471,11 +523,7 @@ func (g *Guard) release(ctx context.Context) error {
 		}
 		// A release after the local expiry is moot: the key frees itself.
 		actx, cancel := context.WithDeadline(ctx, earliest(expiry, budgetEnd, time.Now().Add(g.c.opts.requestTimeout)))
-		resp, rerr := g.c.rpc.Release(actx, &lockv1.ReleaseRequest{
-			Key:         g.key,
-			OwnerToken:  g.owner,
-			ClientStamp: g.c.stamp(),
-		})
+		resp, rerr := g.c.rpc.Release(actx, g.releaseRequest(rid))
 		if rerr == nil {
 			cancel()
 			g.c.merge(resp.GetServerStamp())
@@ -545,5 +593,8 @@ func (g *Guard) closeForClient(ctx context.Context) error {
 
 // String describes the guard for logs; it never shows the owner token.
 func (g *Guard) String() string {
+	if g.keys != nil {
+		return fmt.Sprintf("holdfast.Guard(%q, fencing tokens %d)", g.keys, g.fences)
+	}
 	return fmt.Sprintf("holdfast.Guard(%q, fencing token %d)", g.key, g.fencing)
 }

@@ -9,10 +9,22 @@ import (
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
-// Inspect reports who holds key. held is false when nobody does.
+// Inspect reports who holds key. held is false when nobody does
+// (InspectDelay also says whether such a key is in its lock-delay).
 func (c *Client) Inspect(ctx context.Context, key string) (state LockState, held bool, err error) {
+	state, held, _, err = c.inspect(ctx, key)
+	return state, held, err
+}
+
+// InspectDelay is Inspect that also reports a key nobody holds that is in
+// its lock-delay (delay non-nil).
+func (c *Client) InspectDelay(ctx context.Context, key string) (state LockState, held bool, delay *KeyDelay, err error) {
+	return c.inspect(ctx, key)
+}
+
+func (c *Client) inspect(ctx context.Context, key string) (state LockState, held bool, delay *KeyDelay, err error) {
 	if c.isClosed() {
-		return LockState{}, false, ErrClosed
+		return LockState{}, false, nil, ErrClosed
 	}
 	ctx, done := c.callContext(ctx)
 	defer done()
@@ -23,13 +35,13 @@ func (c *Client) Inspect(ctx context.Context, key string) (state LockState, held
 		return err
 	})
 	if err != nil {
-		return LockState{}, false, err
+		return LockState{}, false, nil, err
 	}
 	c.merge(resp.GetServerStamp(), resp.GetState().GetStamp())
 	if !resp.GetHeld() {
-		return LockState{}, false, nil
+		return LockState{}, false, keyDelayFromProto(resp.GetDelayed()), nil
 	}
-	return lockStateFromProto(resp.GetState()), true, nil
+	return lockStateFromProto(resp.GetState()), true, nil, nil
 }
 
 // Page is one page of List results.

@@ -10,27 +10,39 @@ import (
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
-// Lock describes a lock to take: key, TTL, how long to wait, holder label.
-// It is a small value: each setter returns a modified copy, so a Lock can be
-// kept and reused as a template. Make one with Client.Lock:
+// Lock describes a lock to take: key (or keys), TTL, how long to wait,
+// holder label, lock-delay. It is a small value: each setter returns a
+// modified copy, so a Lock can be kept and reused as a template. Make one
+// with Client.Lock:
 //
 //	g, err := client.Lock("jobs/nightly").TTL(10 * time.Second).Wait(30 * time.Second).Lock(ctx)
 //
+// Several keys are taken together, all or none, under one lease:
+//
+//	g, err := client.Lock("accounts/1", "accounts/2").Lock(ctx)
+//
 // The zero Lock has no client; every call on it fails.
 type Lock struct {
-	c       *Client
-	key     string
-	ttl     time.Duration
-	wait    time.Duration
-	waitSet bool
-	holder  string
+	c         *Client
+	key       string
+	more      []string // the other keys of a multi-key lock
+	ttl       time.Duration
+	wait      time.Duration
+	waitSet   bool
+	holder    string
+	lockDelay time.Duration
 }
 
-// Lock starts describing a lock on key with the client's default TTL and
-// holder label and no wait of its own (Lock then queues until it holds the
-// lock or its context ends).
-func (c *Client) Lock(key string) Lock {
-	return Lock{c: c, key: key, ttl: c.opts.defaultTTL, holder: c.opts.holder}
+// Lock starts describing a lock on key (and on every key of more, taken
+// together with it, all or none, in one atomic step of the server's
+// backend) with the client's default TTL and holder label and no wait of
+// its own (Lock then queues until it holds the lock or its context ends).
+// Waiting sets and single keys are served in arrival order, and
+// overlapping sets never deadlock (the server queues a set on all of its
+// keys at once). A multi-key lock needs a backend with
+// CAPABILITY_MULTI_KEY (ServerInfo's BackendInfo.MaxKeys > 1).
+func (c *Client) Lock(key string, more ...string) Lock {
+	return Lock{c: c, key: key, more: more, ttl: c.opts.defaultTTL, holder: c.opts.holder}
 }
 
 // TTL sets the lease length, at least MinTTL (100ms). The watchdog renews
@@ -48,8 +60,19 @@ func (l Lock) Wait(wait time.Duration) Lock { l.wait, l.waitSet = wait, true; re
 // "hostname:pid" unless WithHolder set one).
 func (l Lock) Holder(holder string) Lock { l.holder = holder; return l }
 
-// Key is the key the lock is on.
+// LockDelay sets the lock-delay: if the lease expires (its holder stopped
+// renewing it; not when it is released), its keys refuse new holders for
+// d, so that the stalled holder's writes in flight drain before the next
+// holder starts. Waiters wait through it. 0 (the default) is none; the
+// server caps it (BackendInfo.MaxLockDelay, 1 minute by default) and needs
+// CAPABILITY_LOCK_DELAY.
+func (l Lock) LockDelay(d time.Duration) Lock { l.lockDelay = d; return l }
+
+// Key is the (first) key the lock is on.
 func (l Lock) Key() string { return l.key }
+
+// Keys are every key the lock is on.
+func (l Lock) Keys() []string { return append([]string{l.key}, l.more...) }
 
 func (l Lock) check() error {
 	if l.c == nil {
@@ -64,7 +87,23 @@ func (l Lock) check() error {
 	if l.wait < 0 {
 		return invalidArgument("wait: %s is negative; Wait(0) is one attempt, and without Wait, Lock queues until acquired or its context ends", l.wait)
 	}
+	if l.lockDelay < 0 {
+		return invalidArgument("lock_delay: %s is negative; 0 is none", l.lockDelay)
+	}
 	return nil
+}
+
+// notAcquired is the error for a lock that stayed held.
+func (l Lock) notAcquired(current *LockState, delay *KeyDelay, cause error) *NotAcquiredError {
+	return &NotAcquiredError{Key: l.key, Keys: l.multiKeys(), Current: current, Delay: delay, cause: cause}
+}
+
+// multiKeys are the keys of a multi-key lock (nil for one key).
+func (l Lock) multiKeys() []string {
+	if len(l.more) == 0 {
+		return nil
+	}
+	return l.Keys()
 }
 
 // checkTTL refuses a lease the watchdog could not keep: shorter than MinTTL,
@@ -96,20 +135,21 @@ func (l Lock) once(ctx context.Context) (*Guard, error) {
 	defer done()
 	var resp *lockv1.AcquireResponse
 	var sent time.Time
+	rid := newRequestID() // the same on every retry: a retry of a lost answer gets its lease
 	err := l.c.retrying(cctx, "Acquire", time.Time{}, func(actx context.Context) error {
 		var err error
-		resp, sent, err = l.send(actx, 0)
+		resp, sent, err = l.send(actx, 0, rid)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	g, current, err := l.take(cctx, resp, sent)
+	g, current, delay, err := l.take(cctx, resp, sent)
 	if err != nil {
 		return nil, err
 	}
 	if g == nil {
-		return nil, &NotAcquiredError{Key: l.key, Current: current}
+		return nil, l.notAcquired(current, delay, nil)
 	}
 	return g, nil
 }
@@ -154,12 +194,18 @@ func (l Lock) Lock(ctx context.Context) (*Guard, error) {
 		deadline, ctxBound = d, true
 	}
 	var current *LockState
+	var delay *KeyDelay
 	var lastErr error
 	var failing time.Time // send time of the first failed attempt in a row
 	retries := 0
+	// One request id for the whole acquisition: an attempt whose answer
+	// was lost may have taken the lease, and the next attempt, carrying
+	// the same id, is answered with it (not with a wait for its own
+	// orphan's TTL).
+	rid := newRequestID()
 	for {
 		if cctx.Err() != nil {
-			return nil, l.ended(ctx, cctx, current, lastErr)
+			return nil, l.ended(ctx, cctx, current, delay, lastErr)
 		}
 		wait := l.c.serverWait()
 		if !deadline.IsZero() {
@@ -182,7 +228,7 @@ func (l Lock) Lock(ctx context.Context) (*Guard, error) {
 					// fired yet.
 					cause = context.DeadlineExceeded
 				}
-				return nil, &NotAcquiredError{Key: l.key, Current: current, cause: cause}
+				return nil, l.notAcquired(current, delay, cause)
 			}
 			wait = min(wait, left)
 		}
@@ -190,17 +236,17 @@ func (l Lock) Lock(ctx context.Context) (*Guard, error) {
 		// The server's wait is the attempt's business, not the request
 		// timeout's.
 		actx, cancel := context.WithTimeout(cctx, wait+l.c.opts.requestTimeout)
-		resp, _, err := l.send(actx, wait)
+		resp, _, err := l.send(actx, wait, rid)
 		if err == nil {
 			cancel()
-			g, cur, err := l.take(cctx, resp, sent)
+			g, cur, del, err := l.take(cctx, resp, sent)
 			switch {
 			case g != nil:
 				return g, nil
 			case err != nil:
 				return nil, err
 			}
-			current, lastErr, failing = cur, nil, time.Time{}
+			current, delay, lastErr, failing = cur, del, nil, time.Time{}
 			if time.Since(sent) >= wait/2 {
 				retries = 0
 				continue
@@ -213,7 +259,7 @@ func (l Lock) Lock(ctx context.Context) (*Guard, error) {
 			cancel()
 			switch {
 			case cctx.Err() != nil:
-				return nil, l.ended(ctx, cctx, current, failed)
+				return nil, l.ended(ctx, cctx, current, delay, failed)
 			case !retry && errors.Is(failed, ErrInvalidArgument) && l.c.learnMaxWait(cctx, wait):
 				// The server refused a wait the SDK chose; it now asks
 				// for at most the server's max_wait.
@@ -243,7 +289,7 @@ func (l Lock) Lock(ctx context.Context) (*Guard, error) {
 }
 
 // ended is Lock's answer when its context (or Close) ended the wait.
-func (l Lock) ended(ctx, cctx context.Context, current *LockState, last error) error {
+func (l Lock) ended(ctx, cctx context.Context, current *LockState, delay *KeyDelay, last error) error {
 	if ctx.Err() == nil {
 		// Close ended it, not the caller.
 		if last != nil && errors.Is(last, ErrClosed) {
@@ -251,20 +297,31 @@ func (l Lock) ended(ctx, cctx context.Context, current *LockState, last error) e
 		}
 		return ErrClosed
 	}
-	return &NotAcquiredError{Key: l.key, Current: current, cause: ctx.Err()}
+	return l.notAcquired(current, delay, ctx.Err())
 }
 
-// send sends one Acquire with the given server-side wait and returns the
-// server's answer and the moment it was sent, or the RPC's own error.
-func (l Lock) send(ctx context.Context, wait time.Duration) (*lockv1.AcquireResponse, time.Time, error) {
+// send sends one Acquire with the given server-side wait and request id and
+// returns the server's answer and the moment it was sent, or the RPC's own
+// error.
+func (l Lock) send(ctx context.Context, wait time.Duration, rid string) (*lockv1.AcquireResponse, time.Time, error) {
 	req := &lockv1.AcquireRequest{
-		Key:         l.key,
 		Ttl:         durationpb.New(l.ttl),
 		Holder:      l.holder,
 		ClientStamp: l.c.stamp(),
+		RequestId:   rid,
+	}
+	if len(l.more) == 0 {
+		req.Key = l.key
+	} else {
+		for _, k := range l.Keys() {
+			req.Claims = append(req.Claims, &lockv1.Claim{Key: k})
+		}
 	}
 	if wait > 0 {
 		req.Wait = durationpb.New(wait)
+	}
+	if l.lockDelay > 0 {
+		req.LockDelay = durationpb.New(l.lockDelay)
 	}
 	// The lease starts on the server some time after this moment; counting
 	// from here keeps the local expiry on the safe side.
@@ -273,9 +330,9 @@ func (l Lock) send(ctx context.Context, wait time.Duration) (*lockv1.AcquireResp
 	return resp, sent, err
 }
 
-// take turns an Acquire answer into a guard, or the holder's state when the
-// key was held.
-func (l Lock) take(ctx context.Context, resp *lockv1.AcquireResponse, sent time.Time) (*Guard, *LockState, error) {
+// take turns an Acquire answer into a guard, or the holder's state (or a
+// key's lock-delay) when the key was held.
+func (l Lock) take(ctx context.Context, resp *lockv1.AcquireResponse, sent time.Time) (*Guard, *LockState, *KeyDelay, error) {
 	l.c.merge(resp.GetServerStamp(), resp.GetLease().GetStamp(), resp.GetCurrent().GetStamp())
 	if !resp.GetAcquired() {
 		var cur *LockState
@@ -283,14 +340,15 @@ func (l Lock) take(ctx context.Context, resp *lockv1.AcquireResponse, sent time.
 			s := lockStateFromProto(resp.GetCurrent())
 			cur = &s
 		}
-		return nil, cur, nil
+		return nil, cur, keyDelayFromProto(resp.GetDelayed()), nil
 	}
-	if resp.GetLease().GetOwnerToken() == "" {
-		return nil, nil, &rpcError{op: "Acquire", code: "internal", message: "acquired=true without a lease and owner token", kind: ErrServer}
+	lease := resp.GetLease()
+	if lease.GetOwnerToken() == "" || (len(l.more) > 0) != (len(lease.GetKeys()) > 0) {
+		return nil, nil, nil, &rpcError{op: "Acquire", code: "internal", message: "acquired=true without a lease, owner token and its keys", kind: ErrServer}
 	}
-	g := newGuard(l.c, l.holder, resp.GetLease(), sent, l.ttl)
+	g := newGuard(l.c, l.holder, lease, sent, l.ttl)
 	if ok, err := g.confirm(ctx, sent); !ok {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	g.start(ctx)
 	if !l.c.track(g) {
@@ -298,7 +356,7 @@ func (l Lock) take(ctx context.Context, resp *lockv1.AcquireResponse, sent time.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeReleaseTimeout)
 		defer cancel()
 		_ = g.Unlock(uctx)
-		return nil, nil, ErrClosed
+		return nil, nil, nil, ErrClosed
 	}
-	return g, nil, nil
+	return g, nil, nil, nil
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
@@ -23,7 +22,10 @@ import (
 // renewed together stay together. Each guard keeps its own outcome and its
 // own loss semantics (promise 5): extended=false poisons that guard alone,
 // an item the server could not decide is a failed renewal of that guard,
-// retried with the backoff like a failed call.
+// retried with the backoff like a failed call. Every renewal carries one
+// request id, the same on each of its retries, so a retried renewal is not
+// applied twice. A multi-key guard is renewed by its own Extend (an
+// ExtendBatch item is one key), at the same moment as the others.
 
 // Bounds of one renewal call.
 const (
@@ -63,6 +65,7 @@ type renewal struct {
 	idx      int       // in the heap; -1 when not in it
 	inFlight bool      // in a renewal RPC, holding the guard's RPC slot
 	removed  bool      // stopped (Unlock, Close): never renewed again
+	rid      string    // the request id of the renewal under way; "" between renewals
 }
 
 func newRenewer(c *Client) *renewer {
@@ -140,7 +143,7 @@ func (r *renewer) reschedule(g *Guard) {
 		return
 	}
 	g.ren.next = next
-	g.ren.attempt = 0
+	g.ren.attempt, g.ren.rid = 0, ""
 	heap.Fix(&r.due, g.ren.idx)
 	r.poke()
 }
@@ -221,6 +224,9 @@ func (r *renewer) take(now time.Time) []*Guard {
 		select {
 		case g.sem <- struct{}{}:
 			g.ren.inFlight = true
+			if g.ren.rid == "" {
+				g.ren.rid = newRequestID() // kept by its retries (failed)
+			}
 			batch = append(batch, g)
 		default:
 			g.ren.next = now.Add(busyRetry)
@@ -234,76 +240,100 @@ func (r *renewer) take(now time.Time) []*Guard {
 }
 
 // renew sends one renewal for the guards of batch (each holds its RPC
-// slot) and applies each one's outcome.
+// slot) and applies each one's outcome: the single-key guards in one
+// ExtendBatch, each multi-key guard (and a single-key guard alone, or every
+// guard on a server without ExtendBatch) in its own Extend, all at once.
 func (r *renewer) renew(batch []*Guard) {
-	items := make([]*lockv1.ExtendBatchItem, len(batch))
-	ttls := make([]time.Duration, len(batch))
+	reqs := make([]*lockv1.ExtendRequest, len(batch))
 	// Each attempt is bounded by the lease with the least time left and
 	// by a third of its TTL, so that a hung connection leaves every guard
 	// time for another attempt, and by the request timeout.
 	bound := r.c.opts.requestTimeout
+	r.mu.Lock()
+	rids := make([]string, len(batch))
+	for i, g := range batch {
+		rids[i] = g.ren.rid
+	}
+	single := r.single
+	r.mu.Unlock()
+	var items []*lockv1.ExtendBatchItem
+	var inBatch, alone []int
 	for i, g := range batch {
 		g.mu.Lock()
-		ttls[i] = g.ttl
+		ttl := g.ttl
 		bound = min(bound, max(min(time.Until(g.expiry), g.ttl/3), time.Millisecond))
 		g.mu.Unlock()
-		items[i] = &lockv1.ExtendBatchItem{Key: g.key, OwnerToken: g.owner, Ttl: durationpb.New(ttls[i])}
+		reqs[i] = g.extendRequest(ttl, rids[i])
+		if g.keys != nil {
+			alone = append(alone, i)
+			continue
+		}
+		inBatch = append(inBatch, i)
+		items = append(items, &lockv1.ExtendBatchItem{Key: g.key, OwnerToken: g.owner, Ttl: reqs[i].GetTtl(), RequestId: rids[i]})
+	}
+	if single || len(inBatch) == 1 {
+		alone, inBatch, items = append(alone, inBatch...), nil, nil
 	}
 	ctx, cancel := context.WithTimeout(r.c.closing, bound)
 	defer cancel()
-	r.mu.Lock()
-	single := r.single || len(batch) == 1
-	r.mu.Unlock()
 	sent := time.Now()
-	if single {
-		r.renewEach(ctx, batch, items, sent)
-		return
+	var wg sync.WaitGroup
+	wg.Go(func() { r.renewEach(ctx, batch, reqs, alone, sent) })
+	if len(inBatch) > 0 {
+		r.renewBatch(ctx, batch, reqs, inBatch, items, sent)
 	}
+	wg.Wait()
+}
+
+// renewBatch renews the guards batch[i] for i in idx in one ExtendBatch of
+// items (an older server's unimplemented: each by its own Extend, and
+// every renewal after it).
+func (r *renewer) renewBatch(ctx context.Context, batch []*Guard, reqs []*lockv1.ExtendRequest, idx []int, items []*lockv1.ExtendBatchItem, sent time.Time) {
 	resp, err := r.c.rpc.ExtendBatch(ctx, &lockv1.ExtendBatchRequest{Items: items, ClientStamp: r.c.stamp()})
 	if connect.CodeOf(err) == connect.CodeUnimplemented {
-		// An older server: plain Extends from now on.
 		r.mu.Lock()
 		r.single = true
 		r.mu.Unlock()
-		r.renewEach(ctx, batch, items, time.Now())
+		r.renewEach(ctx, batch, reqs, idx, time.Now())
 		return
 	}
-	if err == nil && len(resp.GetResults()) != len(batch) {
+	if err == nil && len(resp.GetResults()) != len(items) {
 		err = &rpcError{op: "ExtendBatch", code: "internal", message: "answered a different number of results than leases sent", kind: ErrServer}
 	}
 	if err != nil {
 		_, mapped := attemptError(r.c.closing, ctx, "ExtendBatch", err)
-		for _, g := range batch {
-			r.failed(g, mapped)
+		for _, i := range idx {
+			r.failed(batch[i], mapped)
 		}
 		return
 	}
 	r.c.merge(resp.GetServerStamp())
-	for i, g := range batch {
-		res := resp.GetResults()[i]
+	for j, i := range idx {
+		res := resp.GetResults()[j]
 		if e := res.GetError(); e != nil {
-			r.failed(g, &rpcError{op: "ExtendBatch", code: e.GetCode(), message: e.GetMessage(), kind: codeKind(e.GetCode())})
+			r.failed(batch[i], &rpcError{op: "ExtendBatch", code: e.GetCode(), message: e.GetMessage(), kind: codeKind(e.GetCode())})
 			continue
 		}
 		r.c.merge(res.GetLease().GetStamp())
-		r.answered(g, sent, ttls[i], res.GetExtended())
+		r.answered(batch[i], sent, reqs[i].GetTtl().AsDuration(), res.GetExtended())
 	}
 }
 
-// renewEach renews each guard of batch with its own Extend, at once.
-func (r *renewer) renewEach(ctx context.Context, batch []*Guard, items []*lockv1.ExtendBatchItem, sent time.Time) {
+// renewEach renews each guard batch[i] for i in idx with its own Extend
+// (reqs[i]), at once.
+func (r *renewer) renewEach(ctx context.Context, batch []*Guard, reqs []*lockv1.ExtendRequest, idx []int, sent time.Time) {
 	var wg sync.WaitGroup
-	for i, g := range batch {
+	for _, i := range idx {
 		wg.Go(func() {
-			it := items[i]
-			resp, err := r.c.rpc.Extend(ctx, &lockv1.ExtendRequest{Key: it.GetKey(), OwnerToken: it.GetOwnerToken(), Ttl: it.GetTtl(), ClientStamp: r.c.stamp()})
+			g := batch[i]
+			resp, err := r.c.rpc.Extend(ctx, reqs[i])
 			if err != nil {
 				_, mapped := attemptError(r.c.closing, ctx, "Extend", err)
 				r.failed(g, mapped)
 				return
 			}
 			r.c.merge(resp.GetServerStamp(), resp.GetLease().GetStamp())
-			r.answered(g, sent, it.GetTtl().AsDuration(), resp.GetExtended())
+			r.answered(g, sent, reqs[i].GetTtl().AsDuration(), resp.GetExtended())
 		})
 	}
 	wg.Wait()
@@ -337,7 +367,7 @@ func (r *renewer) answered(g *Guard, sent time.Time, ttl time.Duration, extended
 	if !g.renewed(sent, ttl) {
 		return // ended meanwhile: the loss stands
 	}
-	g.c.emit(LeaseEvent{Type: LeaseRenewed, Key: g.key, FencingToken: g.fencing, TTL: ttl, Renewals: g.Renewals(), Latency: time.Since(sent)})
+	g.c.emit(LeaseEvent{Type: LeaseRenewed, Key: g.key, Keys: g.keys, FencingToken: g.fencing, TTL: ttl, Renewals: g.Renewals(), Latency: time.Since(sent)})
 	r.schedule(g, sent.Add(ttl/3), 0)
 }
 
@@ -362,7 +392,7 @@ func (r *renewer) failed(g *Guard, err error) {
 	expiry := g.expiry
 	g.mu.Unlock()
 	if left := time.Until(expiry); left > 0 {
-		g.c.emit(LeaseEvent{Type: LeaseRenewalFailed, Key: g.key, FencingToken: g.fencing, Err: err, Remaining: left})
+		g.c.emit(LeaseEvent{Type: LeaseRenewalFailed, Key: g.key, Keys: g.keys, FencingToken: g.fencing, Err: err, Remaining: left})
 	}
 	r.mu.Lock()
 	attempt := g.ren.attempt
@@ -378,6 +408,9 @@ func (r *renewer) schedule(g *Guard, next time.Time, attempt int) {
 		return
 	}
 	g.ren.next, g.ren.attempt = next, attempt
+	if attempt == 0 {
+		g.ren.rid = "" // answered: the next renewal is a new request
+	}
 	heap.Push(&r.due, g)
 	r.poke()
 }

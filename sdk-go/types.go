@@ -1,7 +1,10 @@
 package holdfast
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/holdfast/holdfast/proto/hlc"
@@ -22,6 +25,25 @@ type LockState struct {
 	Stamp hlc.Timestamp
 	// Waiters is how many callers queue for the key on the answering server.
 	Waiters uint32
+	// LockDelay is the lock-delay that follows this lease if it expires.
+	LockDelay time.Duration
+}
+
+// KeyDelay is a key nobody holds that refuses new holders for a while: the
+// lock-delay after the expiry of a lease taken with one.
+type KeyDelay struct {
+	Key string
+	// Until is the server's view of when the key takes holders again
+	// (informational); Remaining is the time left when it answered.
+	Until     time.Time
+	Remaining time.Duration
+}
+
+func keyDelayFromProto(p *lockv1.KeyDelay) *KeyDelay {
+	if p == nil {
+		return nil
+	}
+	return &KeyDelay{Key: p.GetKey(), Until: p.GetUntil().AsTime(), Remaining: p.GetRemaining().AsDuration()}
 }
 
 // BackendInfo states what the server's backend promises.
@@ -41,6 +63,14 @@ type BackendInfo struct {
 	// Fair is true when waiters are served first-in first-out across
 	// servers, not only within one server.
 	Fair bool
+	// MaxKeys is the most keys one multi-key Lock may take (1: the backend
+	// takes one key per lock).
+	MaxKeys int
+	// RequestIDs is true when the backend recognises repeats of a request
+	// (the SDK sends a request id on every call and its retries).
+	RequestIDs bool
+	// MaxLockDelay is the longest LockDelay accepted (0: none).
+	MaxLockDelay time.Duration
 }
 
 // ServerInfo is what Client.ServerInfo reports.
@@ -106,6 +136,7 @@ func lockStateFromProto(p *lockv1.LockState) LockState {
 		Holder:       p.GetHolder(),
 		Stamp:        hlc.FromProto(p.GetStamp()),
 		Waiters:      p.GetWaiters(),
+		LockDelay:    p.GetLockDelay().AsDuration(),
 	}
 	if p.GetExpiresAt() != nil {
 		s.ExpiresAt = p.GetExpiresAt().AsTime()
@@ -126,7 +157,20 @@ func backendInfoFromProto(p *lockv1.BackendInfo) BackendInfo {
 		MinTTL:         p.GetMinTtl().AsDuration(),
 		MaxTTL:         p.GetMaxTtl().AsDuration(),
 		Fair:           p.GetFair(),
+		MaxKeys:        int(max(p.GetMaxKeys(), 1)),
+		RequestIDs:     slices.Contains(p.GetCapabilities(), lockv1.Capability_CAPABILITY_REQUEST_ID),
+		MaxLockDelay:   p.GetMaxLockDelay().AsDuration(),
 	}
+}
+
+// newRequestID draws a request id: 128 random bits, base64url. One is sent
+// with every Acquire, Extend and Release, the same on each retry of one
+// call, so that a retry whose first attempt's answer was lost is answered
+// as that attempt was (the same lease, a release confirmed).
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 func eventTypeFromProto(t lockv1.EventType) EventType {

@@ -82,6 +82,9 @@ const (
 	CapProtocolGRPCWeb = "protocol:grpc-web"
 	CapClockUpdate     = "clock_update"
 	CapLeaseLostEvent  = "event:lease_lost"
+	// CapRequestIDs: the SDK sends a request id on every Acquire, Extend
+	// and Release, the same on each retry of one call.
+	CapRequestIDs = "request_ids"
 )
 
 // Events an adapter emits: lease_lost when a guard is poisoned, lease_event

@@ -29,6 +29,32 @@
 //     (NextStamp), so stamps strictly increase along a key's holders.
 //   - Watch reports acquisitions, releases and expiries, after first
 //     sending one EventSynced.
+//
+// # Optional promises, declared in Info
+//
+//   - Sets of keys (Info.MaxKeys > 1, SetBackend): AcquireSet stores a lock
+//     on every claimed key under one owner token, or on none, in one atomic
+//     step of the store (one transaction, one script); ReleaseSet and
+//     ExtendSet act on every named key or on none, in one step too. Each key
+//     keeps its own fencing token and its own chain of stamps; the keys of
+//     one set share one stamp, one TTL, one lock-delay and one request
+//     identity. A set is not an object of the store: it is N locks sharing an
+//     owner token, and Get, List and Watch report each key on its own.
+//   - Request identities (Info.RequestIDs): each held lock keeps the Request
+//     (ID and Fingerprint, opaque strings from the engine) of the last
+//     Acquire or Extend applied to it, and the Replay of its Acquire; a
+//     released key keeps the Request of its Release until its next release.
+//     A mutating call whose Request.ID equals the one kept is a repeat: with
+//     the same Fingerprint it is answered as the first was (Acquire:
+//     Replayed with the stored Replay; Extend: renewed again; Release: true)
+//     and with another one it fails with ErrRequestConflict and changes
+//     nothing. An Acquire answered as a replay marks its lock claimed; a
+//     Release with Abandon leaves a claimed lock alone. What is kept is
+//     bounded by the keys: one identity per key, gone with the key's record.
+//   - Lock-delay (Info.MaxLockDelay > 0): a lock taken with LockDelay d that
+//     expires (its TTL runs out; not a Release) leaves its key refusing new
+//     holders until d after the expiry, by the store's clock; Get and Acquire
+//     report the time left in Record.DelayRemaining.
 package backend
 
 import (
@@ -82,6 +108,37 @@ type FairBackend interface {
 	Dequeue(ctx context.Context, key, waiterID string) error
 }
 
+// SetBackend is a Backend that takes several keys in one atomic step
+// (Info.MaxKeys > 1). The engine uses it only then, and only for two keys or
+// more: a single key goes through Backend.Acquire, Release and Extend.
+type SetBackend interface {
+	Backend
+	// AcquireSet stores a lock on every claimed key if every one is free or
+	// expired (Acquired=true, Records = the new locks in the order of
+	// Claims), or on none (Blocker = the holder of one of them, when known).
+	AcquireSet(ctx context.Context, req AcquireSetRequest) (AcquireSetResult, error)
+	// ReleaseSet deletes the locks on req.Keys if req.OwnerToken holds every
+	// one of them, and reports whether it did.
+	ReleaseSet(ctx context.Context, req ReleaseSetRequest) (bool, error)
+	// ExtendSet renews the locks on req.Keys for req.TTL from now if
+	// req.OwnerToken holds every one of them.
+	ExtendSet(ctx context.Context, req ExtendSetRequest) (ExtendSetResult, error)
+}
+
+// FairSetBackend is a FairBackend that takes sets of keys: a waiter for a
+// set has an entry in every key's queue, put there in one step.
+type FairSetBackend interface {
+	FairBackend
+	SetBackend
+	// EnqueueSet puts waiterID at the tail of every key's queue in one
+	// atomic step, so that two waiters stand in the same order in every
+	// queue they share (and a set waiter is the head of all of its queues
+	// once every earlier waiter has gone). WaitTurn and Dequeue work per key
+	// as for a single key; AcquireSet with WaiterID needs the waiter at the
+	// head of every key's queue and removes its entries in the same step.
+	EnqueueSet(ctx context.Context, keys []string, waiterID string) error
+}
+
 // Info is what a backend promises; the server reports it to clients.
 type Info struct {
 	Name    string
@@ -97,6 +154,15 @@ type Info struct {
 	// Fair: waiters are served in order across servers. Only a backend
 	// that implements FairBackend may say so.
 	Fair bool
+	// MaxKeys is the most keys one AcquireSet may claim. Above 1 only for a
+	// SetBackend (and, when Fair, a FairSetBackend); 0 or 1: single keys.
+	MaxKeys int
+	// RequestIDs: the backend keeps request identities (Request) with its
+	// locks and answers repeats (see the package doc).
+	RequestIDs bool
+	// MaxLockDelay is the longest LockDelay the backend keeps; 0: it keeps
+	// none.
+	MaxLockDelay time.Duration
 }
 
 // Record is a held lock, without its owner token.
@@ -110,6 +176,28 @@ type Record struct {
 	// times waiters with it, on its own monotonic clock.
 	Remaining time.Duration
 	Stamp     hlc.Timestamp
+	// LockDelay is the lock-delay that follows this lock if it expires.
+	LockDelay time.Duration
+	// DelayRemaining is set only on the record of a key nobody holds (Get
+	// answering false, an Acquire that did not acquire): the key is in its
+	// lock-delay for this much longer. Only Key is set beside it.
+	DelayRemaining time.Duration
+}
+
+// Request identifies a retry-safe mutating call (Info.RequestIDs). Both
+// fields are opaque strings made by the engine; the zero Request is a call
+// that is not retry-safe.
+type Request struct {
+	// ID is the same for every repeat of one request.
+	ID string
+	// Fingerprint stands for the request's arguments: a repeat with another
+	// one is a conflict (ErrRequestConflict).
+	Fingerprint string
+}
+
+// Claim is one key an AcquireSet takes.
+type Claim struct {
+	Key string
 }
 
 // AcquireRequest asks for a lock.
@@ -125,12 +213,27 @@ type AcquireRequest struct {
 	// never jumps ahead of queued waiters. Set: acquire only if this waiter
 	// is the head of key's queue, and remove its entry in the same step.
 	WaiterID string
+	// Request (Info.RequestIDs): when key is held under Request.ID, answer
+	// that lock as a replay (same Fingerprint) or fail with
+	// ErrRequestConflict; a lock taken now keeps Request and Replay.
+	Request Request
+	// Replay is opaque; a replay of this Acquire answers it.
+	Replay string
+	// LockDelay (Info.MaxLockDelay): once this lock expires, key refuses
+	// holders for this long.
+	LockDelay time.Duration
+	// ReplayOnly: answer a replay, or report the holder; never take key.
+	ReplayOnly bool
 }
 
 // AcquireResult is the new lock (Acquired) or the current holder.
 type AcquireResult struct {
 	Acquired bool
 	Record   Record
+	// Replayed: Acquired is true for a lock an earlier Acquire with the same
+	// Request took; Replay is what that Acquire stored.
+	Replayed bool
+	Replay   string
 }
 
 // ReleaseRequest gives a lock up.
@@ -139,6 +242,12 @@ type ReleaseRequest struct {
 	OwnerToken string
 	// Stamp is kept as the key's last stamp when it is later.
 	Stamp hlc.Timestamp
+	// Request (Info.RequestIDs) is kept with the key once released: a
+	// repeat then answers true.
+	Request Request
+	// Abandon: the engine gives back a lock whose acquirer was never told
+	// of it. Release it only if no replay of its Acquire was answered.
+	Abandon bool
 }
 
 // ExtendRequest renews a lock for TTL from now.
@@ -147,6 +256,68 @@ type ExtendRequest struct {
 	OwnerToken string
 	TTL        time.Duration
 	Stamp      hlc.Timestamp
+	// Request (Info.RequestIDs): a repeat renews again; one with another
+	// Fingerprint is a conflict. Kept with the lock in place of the one
+	// kept before; a zero Request keeps the lock's own (the engine renews a
+	// replayed lease so, and later repeats of its Acquire still match).
+	Request Request
+}
+
+// AcquireSetRequest asks for a lock on every claimed key, or none.
+type AcquireSetRequest struct {
+	// Claims are distinct keys in byte order (the engine sorts them), at
+	// least two and at most Info.MaxKeys.
+	Claims     []Claim
+	OwnerToken string
+	TTL        time.Duration
+	Holder     string
+	// Stamp is the engine's proposal; every key stores the same stamp, the
+	// latest of Stamp and NextStamp of each key's last stamp.
+	Stamp hlc.Timestamp
+	// WaiterID, Request, Replay, LockDelay and ReplayOnly mean what they
+	// mean in AcquireRequest, for every key.
+	WaiterID   string
+	Request    Request
+	Replay     string
+	LockDelay  time.Duration
+	ReplayOnly bool
+}
+
+// AcquireSetResult is the new locks (Acquired) or what blocked them.
+type AcquireSetResult struct {
+	Acquired bool
+	// Records are the new locks, one per claim in the order of Claims.
+	Records []Record
+	// Blocker, when not acquired: the holder of a claimed key, or the
+	// lock-delay of one (DelayRemaining); zero when unknown.
+	Blocker  Record
+	Replayed bool
+	Replay   string
+}
+
+// ReleaseSetRequest gives up the locks on Keys, all or none.
+type ReleaseSetRequest struct {
+	Keys       []string // distinct, in byte order
+	OwnerToken string
+	Stamp      hlc.Timestamp
+	Request    Request
+	Abandon    bool
+}
+
+// ExtendSetRequest renews the locks on Keys, all or none.
+type ExtendSetRequest struct {
+	Keys       []string // distinct, in byte order
+	OwnerToken string
+	TTL        time.Duration
+	Stamp      hlc.Timestamp
+	Request    Request
+}
+
+// ExtendSetResult is the renewed locks, one per key in the order of Keys,
+// when Extended.
+type ExtendSetResult struct {
+	Extended bool
+	Records  []Record
 }
 
 // ExtendResult is the renewed lock when Extended.
@@ -215,6 +386,14 @@ var (
 	// ErrInvalidArgument: the request is outside what this backend accepts
 	// (for example a TTL beyond its range). Clients see invalid_argument.
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrRequestConflict: a request's Request.ID is already kept with
+	// another Fingerprint (a repeat with other arguments); nothing changed.
+	// Clients see invalid_argument.
+	ErrRequestConflict = errors.New("request id reused with other arguments")
+	// ErrFailedPrecondition: the store, as configured, cannot do this
+	// request (for example keys of one set in different Redis Cluster
+	// slots). Clients see failed_precondition.
+	ErrFailedPrecondition = errors.New("failed precondition")
 )
 
 // NextStamp is the stamp a backend stores on Acquire: the later of the
@@ -223,4 +402,17 @@ var (
 // with different clocks share the backend.
 func NextStamp(last, proposed hlc.Timestamp) hlc.Timestamp {
 	return hlc.Max(proposed, last.Next())
+}
+
+// Repeat says what a backend does with a call carrying req when kept is the
+// Request kept with the key: not a repeat (false, nil), a repeat to answer
+// as the first attempt was (true, nil), or a conflict (ErrRequestConflict).
+func Repeat(kept, req Request) (bool, error) {
+	if req.ID == "" || kept.ID != req.ID {
+		return false, nil
+	}
+	if kept.Fingerprint != req.Fingerprint {
+		return false, ErrRequestConflict
+	}
+	return true, nil
 }

@@ -7,17 +7,56 @@ import (
 	"github.com/holdfast/holdfast/core/backend"
 )
 
+// outcome is one backend acquire's answer, for one key or a set.
+type outcome struct {
+	acquired bool
+	records  []backend.Record // the new locks, one per key in order, when acquired
+	blocker  backend.Record   // the holder or a lock-delay, when not
+	replayed bool
+	replay   string
+}
+
+// acquireBackend makes one backend Acquire (or AcquireSet) of s's keys
+// under token.
+func (e *Engine) acquireBackend(ctx context.Context, s *acquireSpec, token, waiterID string, replayOnly bool) (outcome, error) {
+	stamp := e.clock.Now()
+	if !s.keys.set() {
+		res, err := e.calls.Acquire(ctx, backend.AcquireRequest{
+			Key: s.keys.keys[0], OwnerToken: token, TTL: s.ttl, Holder: s.holder, Stamp: stamp, WaiterID: waiterID,
+			Request: s.ident, Replay: s.rid.sealFor(s.ident, token), LockDelay: s.lockDelay, ReplayOnly: replayOnly,
+		})
+		if err != nil {
+			return outcome{}, err
+		}
+		if res.Acquired {
+			return outcome{acquired: true, records: []backend.Record{res.Record}, replayed: res.Replayed, replay: res.Replay}, nil
+		}
+		return outcome{blocker: res.Record}, nil
+	}
+	sb, _ := e.sets()
+	res, err := sb.AcquireSet(ctx, backend.AcquireSetRequest{
+		Claims: s.keys.claims(), OwnerToken: token, TTL: s.ttl, Holder: s.holder, Stamp: stamp, WaiterID: waiterID,
+		Request: s.ident, Replay: s.rid.sealFor(s.ident, token), LockDelay: s.lockDelay, ReplayOnly: replayOnly,
+	})
+	if err != nil {
+		return outcome{}, err
+	}
+	return outcome{acquired: res.Acquired, records: res.Records, blocker: res.Blocker, replayed: res.Replayed, replay: res.Replay}, nil
+}
+
 // acquireDetached makes one backend Acquire whose outcome the engine must
 // learn even when its caller gives up, without making the caller wait past
 // ctx. The call runs detached from ctx (bounded by CallTimeout and by
 // Close) on a goroutine of the engine's; the caller waits for its answer or
 // for ctx's end, whichever comes first. A call the caller stopped waiting
-// for goes on in the background, and a lease it wins then is released at
-// once: nobody will be told of it. So a frozen or slow backend never holds
+// for goes on in the background, and a lease it wins then is given back at
+// once (abandoned: unless a repeat of the request has been answered with
+// it meanwhile): nobody will be told of it. A replay is never given back:
+// it is the first attempt's lease. So a frozen or slow backend never holds
 // a waiter past its wait nor any Acquire past its request deadline.
-func (e *Engine) acquireDetached(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
+func (e *Engine) acquireDetached(ctx context.Context, s *acquireSpec, token, waiterID string, replayOnly bool) (outcome, error) {
 	type answer struct {
-		res backend.AcquireResult
+		out outcome
 		err error
 	}
 	out := make(chan answer)
@@ -27,25 +66,25 @@ func (e *Engine) acquireDetached(ctx context.Context, req backend.AcquireRequest
 		defer cancel()
 		stop := context.AfterFunc(e.closing, cancel)
 		defer stop()
-		res, err := e.calls.Acquire(callCtx, req)
+		res, err := e.acquireBackend(callCtx, s, token, waiterID, replayOnly)
 		select {
 		case out <- answer{res, err}:
 		case <-gaveUp:
-			if err == nil && res.Acquired {
-				e.releaseDetached(callCtx, req.Key, req.OwnerToken)
+			if err == nil && res.acquired && !res.replayed {
+				e.abandon(callCtx, s.keys, token)
 			}
 		}
 	})
 	if !ok {
 		cancel()
-		return backend.AcquireResult{}, newErr(ErrUnavailable, "acquire: the server is shutting down")
+		return outcome{}, newErr(ErrUnavailable, "acquire: the server is shutting down")
 	}
 	select {
 	case a := <-out:
-		return a.res, a.err
+		return a.out, a.err
 	case <-ctx.Done():
 		close(gaveUp)
-		return backend.AcquireResult{}, ctx.Err()
+		return outcome{}, ctx.Err()
 	}
 }
 

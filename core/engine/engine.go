@@ -76,9 +76,11 @@ import (
 
 // Defaults for Config fields left zero.
 const (
-	DefaultMaxTTL      = 24 * time.Hour
-	DefaultMaxWait     = time.Hour
-	DefaultCallTimeout = 10 * time.Second
+	DefaultMaxTTL       = 24 * time.Hour
+	DefaultMaxWait      = time.Hour
+	DefaultCallTimeout  = 10 * time.Second
+	DefaultMaxKeys      = 16
+	DefaultMaxLockDelay = time.Minute
 )
 
 // Config tunes an Engine. The zero value is usable.
@@ -101,6 +103,12 @@ type Config struct {
 	// CallTimeout bounds backend calls the engine makes detached from the
 	// caller (0: DefaultCallTimeout).
 	CallTimeout time.Duration
+	// MaxKeys caps the keys of one multi-key request below the backend's
+	// own maximum (0: DefaultMaxKeys).
+	MaxKeys int
+	// MaxLockDelay caps Acquire's lock_delay below the backend's own
+	// maximum (0: DefaultMaxLockDelay).
+	MaxLockDelay time.Duration
 	// Clock is the server's HLC (nil: a new clock on the system time).
 	Clock *hlc.Clock
 	// Logger receives the engine's logs (nil: discarded).
@@ -153,6 +161,12 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.MaxKeys <= 0 {
+		cfg.MaxKeys = DefaultMaxKeys
+	}
+	if cfg.MaxLockDelay <= 0 {
+		cfg.MaxLockDelay = DefaultMaxLockDelay
 	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
@@ -296,42 +310,120 @@ func (e *Engine) state(r backend.Record) *lockv1.LockState {
 	if !r.ExpiresAt.IsZero() {
 		s.ExpiresAt = timestamppb.New(r.ExpiresAt)
 	}
+	if r.LockDelay > 0 {
+		s.LockDelay = durationpb.New(r.LockDelay)
+	}
 	return s
 }
 
-func lease(r backend.Record, token string, ttl time.Duration) *lockv1.Lease {
-	l := &lockv1.Lease{
-		Key:          r.Key,
-		OwnerToken:   token,
-		FencingToken: r.FencingToken,
-		Ttl:          durationpb.New(ttl),
-		Stamp:        r.Stamp.ToProto(),
+// delay describes a key in its lock-delay (rec.DelayRemaining > 0).
+func delay(rec backend.Record) *lockv1.KeyDelay {
+	return &lockv1.KeyDelay{
+		Key:       rec.Key,
+		Until:     timestamppb.New(time.Now().Add(rec.DelayRemaining)),
+		Remaining: durationpb.New(rec.DelayRemaining),
 	}
-	if !r.ExpiresAt.IsZero() {
-		l.ExpiresAt = timestamppb.New(r.ExpiresAt)
+}
+
+// lease is the answer for the locks recs (one per key of ks.keys, in that
+// order) taken or renewed under token.
+func lease(ks keySet, recs []backend.Record, token string, ttl time.Duration) *lockv1.Lease {
+	l := &lockv1.Lease{OwnerToken: token, Ttl: durationpb.New(ttl)}
+	var stamp hlc.Timestamp
+	var expires time.Time
+	for _, r := range recs {
+		stamp = hlc.Max(stamp, r.Stamp)
+		if !r.ExpiresAt.IsZero() && (expires.IsZero() || r.ExpiresAt.Before(expires)) {
+			expires = r.ExpiresAt
+		}
+		if r.LockDelay > 0 {
+			l.LockDelay = durationpb.New(r.LockDelay)
+		}
+	}
+	l.Stamp = stamp.ToProto()
+	if !expires.IsZero() {
+		l.ExpiresAt = timestamppb.New(expires)
+	}
+	if !ks.multi {
+		l.Key, l.FencingToken = recs[0].Key, recs[0].FencingToken
+		return l
+	}
+	fence := make(map[string]uint64, len(recs))
+	for _, r := range recs {
+		fence[r.Key] = r.FencingToken
+	}
+	l.Keys = make([]*lockv1.LeasedKey, len(ks.asked))
+	for i, k := range ks.asked {
+		l.Keys[i] = &lockv1.LeasedKey{Key: k, FencingToken: fence[k]}
 	}
 	return l
 }
 
-// Acquire takes the lease on req.Key, queueing for at most req.Wait.
+func fences(recs []backend.Record) []uint64 {
+	out := make([]uint64, len(recs))
+	for i, r := range recs {
+		out[i] = r.FencingToken
+	}
+	return out
+}
+
+// acquireSpec is a validated Acquire.
+type acquireSpec struct {
+	keys      keySet
+	ttl       time.Duration
+	wait      time.Duration
+	holder    string
+	lockDelay time.Duration
+	rid       requestID
+	// ident is what the backend keeps for the request id (zero without
+	// one, or when the backend keeps none).
+	ident backend.Request
+}
+
+// ident is the backend's identity of a request with id rid and arguments
+// fp, when the backend keeps request identities.
+func (e *Engine) ident(rid requestID, fp *fingerprint) backend.Request {
+	if !rid.set() || !e.Info().RequestIDs {
+		return backend.Request{}
+	}
+	return rid.identity(*fp)
+}
+
+func (e *Engine) acquireSpec(req *lockv1.AcquireRequest) (*acquireSpec, error) {
+	ks, err := e.keysOf(req.GetKey(), claimKeys(req.GetClaims()), "claims")
+	if err != nil {
+		return nil, err
+	}
+	lo, hi := e.ttlRange()
+	s := &acquireSpec{keys: ks, holder: req.GetHolder()}
+	if s.ttl, err = checkTTL(req.GetTtl(), lo, hi); err != nil {
+		return nil, err
+	}
+	if s.wait, err = checkWait(req.GetWait(), e.cfg.MaxWait); err != nil {
+		return nil, err
+	}
+	if err := checkText("holder", req.GetHolder(), MaxHolderBytes); err != nil {
+		return nil, err
+	}
+	if s.lockDelay, err = e.checkLockDelay(req.GetLockDelay()); err != nil {
+		return nil, err
+	}
+	if s.rid, err = checkRequestID(req.GetRequestId()); err != nil {
+		return nil, err
+	}
+	s.ident = e.ident(s.rid, newFingerprint("acquire").strs(ks.keys).flag(ks.multi).
+		dur(s.ttl).str(s.holder).dur(s.lockDelay))
+	return s, nil
+}
+
+// Acquire takes the lease on req.Key (or on every key of req.Claims),
+// queueing for at most req.Wait.
 func (e *Engine) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
-	key := req.GetKey()
-	if err := checkKey("key", key); err != nil {
-		return nil, err
-	}
-	lo, hi := e.ttlRange()
-	ttl, err := checkTTL(req.GetTtl(), lo, hi)
+	s, err := e.acquireSpec(req)
 	if err != nil {
-		return nil, err
-	}
-	wait, err := checkWait(req.GetWait(), e.cfg.MaxWait)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkText("holder", req.GetHolder(), MaxHolderBytes); err != nil {
 		return nil, err
 	}
 	if err := e.merge(req.GetClientStamp()); err != nil {
@@ -339,13 +431,19 @@ func (e *Engine) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lock
 	}
 	start := time.Now()
 	var resp *lockv1.AcquireResponse
-	if wait == 0 {
-		resp, err = e.tryOnce(ctx, key, ttl, req.GetHolder())
+	if s.wait == 0 {
+		resp, err = e.tryOnce(ctx, s)
 	} else {
-		resp, err = e.acquireWaiting(ctx, key, ttl, wait, req.GetHolder())
+		resp, err = e.acquireWaiting(ctx, s)
 	}
 	if err == nil {
-		e.cfg.Observer.AcquireDone(resp.GetAcquired(), wait > 0, time.Since(start))
+		e.cfg.Observer.AcquireDone(resp.GetAcquired(), s.wait > 0, time.Since(start))
+		if resp.GetAcquired() && s.keys.multi {
+			e.cfg.Observer.SetAcquired(len(s.keys.keys))
+		}
+		if resp.GetDelayed() != nil {
+			e.cfg.Observer.LockDelayed()
+		}
 	}
 	return resp, err
 }
@@ -354,121 +452,227 @@ func (e *Engine) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lock
 type attempt struct {
 	acquired bool
 	lease    *lockv1.Lease
-	current  *backend.Record // the holder, when not acquired and known
+	fences   []uint64        // per key of the set, when acquired
+	current  *backend.Record // a holder, when not acquired and known
+	delayed  *backend.Record // a key in its lock-delay, when not acquired
 }
 
 // try makes one backend Acquire for a caller still interested in ctx.
-func (e *Engine) try(ctx context.Context, key string, ttl time.Duration, holder string) (attempt, error) {
-	return e.tryAs(ctx, key, ttl, holder, "")
+func (e *Engine) try(ctx context.Context, s *acquireSpec) (attempt, error) {
+	return e.tryAs(ctx, s, "", false)
 }
 
 // tryAs is try for a fair backend's queued waiter (waiterID set: acquire
-// only as the head of the store's queue) or for a newcomer (empty: only when
-// nobody is queued).
-func (e *Engine) tryAs(ctx context.Context, key string, ttl time.Duration, holder, waiterID string) (attempt, error) {
+// only as the head of the store's queues) or for a newcomer (empty: only
+// when nobody is queued). replayOnly asks only whether the lease is already
+// this request's (a repeat), never taking a free key: a repeat that finds
+// others queued must not barge, but its own lease must not wait behind
+// them either.
+func (e *Engine) tryAs(ctx context.Context, s *acquireSpec, waiterID string, replayOnly bool) (attempt, error) {
 	token := newOwnerToken()
 	start := time.Now()
-	res, err := e.acquireDetached(ctx, backend.AcquireRequest{
-		Key: key, OwnerToken: token, TTL: ttl, Holder: holder, Stamp: e.clock.Now(), WaiterID: waiterID,
-	})
+	out, err := e.acquireDetached(ctx, s, token, waiterID, replayOnly)
 	if err != nil {
+		if errors.Is(err, backend.ErrRequestConflict) && ctx.Err() == nil {
+			return attempt{}, conflictErr("acquire", "key or claims", "ttl", "holder", "lock_delay")
+		}
 		return attempt{}, backendErr(ctx, "acquire", err)
 	}
-	// The backend's stamp is trusted: it orders the key's chain of holders.
-	e.clock.Observe(res.Record.Stamp)
-	if !res.Acquired {
-		if res.Record.Key == "" {
+	// The backend's stamps are trusted: they order the keys' chains of
+	// holders.
+	for _, r := range out.records {
+		e.clock.Observe(r.Stamp)
+	}
+	e.clock.Observe(out.blocker.Stamp)
+	if !out.acquired {
+		rec := out.blocker
+		switch {
+		case rec.DelayRemaining > 0:
+			return attempt{delayed: &rec}, nil
+		case rec.Key == "":
 			// No holder to report: the holder is unknown, or (on a fair
 			// backend) the lock is free but another waiter has the turn.
 			return attempt{}, nil
+		default:
+			return attempt{current: &rec}, nil
 		}
-		rec := res.Record
-		return attempt{current: &rec}, nil
+	}
+	if out.replayed {
+		return e.replayed(ctx, s, out)
 	}
 	// The lease started no earlier than start, so it lasts at least until
 	// start+ttl. Past that (a slow backend) it may already be someone
 	// else's: never report it.
-	if ctx.Err() != nil || time.Since(start) >= ttl {
-		e.releaseDetached(ctx, key, token)
+	if ctx.Err() != nil || time.Since(start) >= s.ttl {
+		e.abandon(ctx, s.keys, token)
 		if ctx.Err() != nil {
 			return attempt{}, ctxErr(ctx, "acquire")
 		}
 		return attempt{}, nil
 	}
-	return attempt{acquired: true, lease: lease(res.Record, token, ttl)}, nil
+	return attempt{acquired: true, lease: lease(s.keys, out.records, token, s.ttl), fences: fences(out.records)}, nil
 }
 
-// releaseDetached gives back a lease that nobody will be told about.
-func (e *Engine) releaseDetached(ctx context.Context, key, token string) {
+// replayed answers a repeat of an Acquire whose lease is held: the lease
+// the first attempt took, with its owner token (sealed under the request
+// id). That lease began before this repeat was sent, so it is renewed from
+// now first: the client counts the lease from the repeat's sending. A
+// replay is never given back when its caller goes away: the lease is the
+// first attempt's, which another repeat may be receiving.
+func (e *Engine) replayed(ctx context.Context, s *acquireSpec, out outcome) (attempt, error) {
+	token, err := s.rid.open(out.replay)
+	if err != nil {
+		return attempt{}, err
+	}
 	callCtx, cancel := e.detached(ctx)
 	defer cancel()
-	ok, err := e.calls.Release(callCtx, backend.ReleaseRequest{Key: key, OwnerToken: token, Stamp: e.clock.Now()})
+	recs, ok, err := e.extendKeys(callCtx, s.keys, token, s.ttl, backend.Request{})
+	switch {
+	case ctx.Err() != nil:
+		return attempt{}, ctxErr(ctx, "acquire")
+	case err != nil:
+		return attempt{}, backendErr(ctx, "acquire: renew the repeated lease", err)
+	case !ok:
+		return attempt{}, nil // it ended meanwhile: try again, as anyone would
+	}
+	e.cfg.Observer.Replayed("acquire")
+	return attempt{acquired: true, lease: lease(s.keys, recs, token, s.ttl), fences: fences(recs)}, nil
+}
+
+// abandon gives back a lease that nobody will be told about, unless a
+// repeat of its Acquire has been answered with it meanwhile.
+func (e *Engine) abandon(ctx context.Context, ks keySet, token string) {
+	callCtx, cancel := e.detached(ctx)
+	defer cancel()
+	ok, err := e.releaseKeys(callCtx, ks, token, backend.Request{}, true)
 	if err != nil {
 		e.log.Warn("could not release a lease the caller no longer wants; it will expire at its TTL",
-			"key", key, "err", err)
+			"keys", ks.keys, "err", err)
 		return
 	}
 	if ok {
-		e.q.Released(key, token)
+		for _, k := range ks.keys {
+			e.q.Released(k, token)
+		}
 	}
+}
+
+// releaseKeys makes the backend Release (or ReleaseSet) of ks.
+func (e *Engine) releaseKeys(ctx context.Context, ks keySet, token string, ident backend.Request, abandon bool) (bool, error) {
+	if !ks.set() {
+		return e.calls.Release(ctx, backend.ReleaseRequest{Key: ks.keys[0], OwnerToken: token, Stamp: e.clock.Now(), Request: ident, Abandon: abandon})
+	}
+	sb, _ := e.sets()
+	return sb.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: ks.keys, OwnerToken: token, Stamp: e.clock.Now(), Request: ident, Abandon: abandon})
+}
+
+// extendKeys makes the backend Extend (or ExtendSet) of ks: the renewed
+// locks, in the order of ks.keys, when extended.
+func (e *Engine) extendKeys(ctx context.Context, ks keySet, token string, ttl time.Duration, ident backend.Request) ([]backend.Record, bool, error) {
+	if !ks.set() {
+		res, err := e.calls.Extend(ctx, backend.ExtendRequest{Key: ks.keys[0], OwnerToken: token, TTL: ttl, Stamp: e.clock.Now(), Request: ident})
+		return []backend.Record{res.Record}, res.Extended, err
+	}
+	sb, _ := e.sets()
+	res, err := sb.ExtendSet(ctx, backend.ExtendSetRequest{Keys: ks.keys, OwnerToken: token, TTL: ttl, Stamp: e.clock.Now(), Request: ident})
+	return res.Records, res.Extended, err
 }
 
 func (e *Engine) acquired(a attempt) *lockv1.AcquireResponse {
 	return &lockv1.AcquireResponse{Acquired: true, Lease: a.lease, ServerStamp: e.stamp()}
 }
 
-func (e *Engine) notAcquired(cur *backend.Record) *lockv1.AcquireResponse {
+func (e *Engine) notAcquired(cur, delayed *backend.Record) *lockv1.AcquireResponse {
 	resp := &lockv1.AcquireResponse{}
 	if cur != nil {
 		resp.Current = e.state(*cur)
+	}
+	if delayed != nil {
+		resp.Delayed = delay(*delayed)
 	}
 	resp.ServerStamp = e.stamp()
 	return resp
 }
 
-func (e *Engine) tryOnce(ctx context.Context, key string, ttl time.Duration, holder string) (*lockv1.AcquireResponse, error) {
-	if e.q.Depth(key) > 0 {
-		// No barging past this server's waiters: report the holder.
+// queued is the first key of ks that has waiters on this server, if any.
+func (e *Engine) queued(ks keySet) (string, bool) {
+	for _, k := range ks.keys {
+		if e.q.Depth(k) > 0 {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+func (e *Engine) tryOnce(ctx context.Context, s *acquireSpec) (*lockv1.AcquireResponse, error) {
+	if key, busy := e.queued(s.keys); busy {
+		// No barging past this server's waiters: report the holder, unless
+		// the lease is already this request's (a repeat).
+		if s.ident.ID != "" {
+			a, err := e.tryAs(ctx, s, "", true)
+			if err != nil || a.acquired {
+				return e.answer(a, err)
+			}
+		}
 		rec, held, err := e.b.Get(ctx, key)
 		if err != nil {
 			return nil, backendErr(ctx, "acquire", err)
 		}
-		if !held {
-			return e.notAcquired(nil), nil
+		switch {
+		case held:
+			return e.notAcquired(&rec, nil), nil
+		case rec.DelayRemaining > 0:
+			return e.notAcquired(nil, &rec), nil
 		}
-		return e.notAcquired(&rec), nil
+		return e.notAcquired(nil, nil), nil
 	}
-	a, err := e.try(ctx, key, ttl, holder)
+	return e.answer(e.try(ctx, s))
+}
+
+// answer is the response to a try-once Acquire.
+func (e *Engine) answer(a attempt, err error) (*lockv1.AcquireResponse, error) {
 	if err != nil {
 		return nil, err
 	}
 	if a.acquired {
 		return e.acquired(a), nil
 	}
-	return e.notAcquired(a.current), nil
+	return e.notAcquired(a.current, a.delayed), nil
 }
 
-// Release gives the lease up if req.OwnerToken holds it.
+// Release gives the lease up if req.OwnerToken holds it (on req.Key, or on
+// every key of req.Keys).
 func (e *Engine) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
-	key := req.GetKey()
-	if err := checkKey("key", key); err != nil {
+	ks, err := e.keysOf(req.GetKey(), req.GetKeys(), "keys")
+	if err != nil {
 		return nil, err
 	}
-	if err := checkToken(req.GetOwnerToken()); err != nil {
+	token := req.GetOwnerToken()
+	if err := checkToken(token); err != nil {
+		return nil, err
+	}
+	rid, err := checkRequestID(req.GetRequestId())
+	if err != nil {
 		return nil, err
 	}
 	if err := e.merge(req.GetClientStamp()); err != nil {
 		return nil, err
 	}
-	ok, err := e.calls.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: req.GetOwnerToken(), Stamp: e.clock.Now()})
+	ident := e.ident(rid, newFingerprint("release").strs(ks.keys).flag(ks.multi).str(token))
+	ok, err := e.releaseKeys(ctx, ks, token, ident, false)
 	if err != nil {
+		if errors.Is(err, backend.ErrRequestConflict) && ctx.Err() == nil {
+			return nil, conflictErr("release", "key or keys", "owner_token")
+		}
 		return nil, backendErr(ctx, "release", err)
 	}
 	if ok {
-		e.q.Released(key, req.GetOwnerToken()) // local handoff, before the watch event arrives
+		for _, k := range ks.keys {
+			e.q.Released(k, token) // local handoff, before the watch event arrives
+		}
 	}
 	e.cfg.Observer.ReleaseDone(ok)
 	return &lockv1.ReleaseResponse{Released: ok, ServerStamp: e.stamp()}, nil
@@ -484,16 +688,18 @@ func checkToken(tok string) error {
 	return nil
 }
 
-// Extend renews the lease for req.Ttl from now if req.OwnerToken holds it.
+// Extend renews the lease for req.Ttl from now if req.OwnerToken holds it
+// (on req.Key, or on every key of req.Keys).
 func (e *Engine) Extend(ctx context.Context, req *lockv1.ExtendRequest) (*lockv1.ExtendResponse, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
-	key := req.GetKey()
-	if err := checkKey("key", key); err != nil {
+	ks, err := e.keysOf(req.GetKey(), req.GetKeys(), "keys")
+	if err != nil {
 		return nil, err
 	}
-	if err := checkToken(req.GetOwnerToken()); err != nil {
+	token := req.GetOwnerToken()
+	if err := checkToken(token); err != nil {
 		return nil, err
 	}
 	lo, hi := e.ttlRange()
@@ -501,18 +707,28 @@ func (e *Engine) Extend(ctx context.Context, req *lockv1.ExtendRequest) (*lockv1
 	if err != nil {
 		return nil, err
 	}
+	rid, err := checkRequestID(req.GetRequestId())
+	if err != nil {
+		return nil, err
+	}
 	if err := e.merge(req.GetClientStamp()); err != nil {
 		return nil, err
 	}
-	res, err := e.calls.Extend(ctx, backend.ExtendRequest{Key: key, OwnerToken: req.GetOwnerToken(), TTL: ttl, Stamp: e.clock.Now()})
+	ident := e.ident(rid, newFingerprint("extend").strs(ks.keys).flag(ks.multi).str(token).dur(ttl))
+	recs, ok, err := e.extendKeys(ctx, ks, token, ttl, ident)
 	if err != nil {
+		if errors.Is(err, backend.ErrRequestConflict) && ctx.Err() == nil {
+			return nil, conflictErr("extend", "key or keys", "owner_token", "ttl")
+		}
 		return nil, backendErr(ctx, "extend", err)
 	}
-	e.cfg.Observer.ExtendDone(res.Extended)
-	resp := &lockv1.ExtendResponse{Extended: res.Extended}
-	if res.Extended {
-		e.clock.Observe(res.Record.Stamp)
-		resp.Lease = lease(res.Record, req.GetOwnerToken(), ttl)
+	e.cfg.Observer.ExtendDone(ok)
+	resp := &lockv1.ExtendResponse{Extended: ok}
+	if ok {
+		for _, r := range recs {
+			e.clock.Observe(r.Stamp)
+		}
+		resp.Lease = lease(ks, recs, token, ttl)
 	}
 	resp.ServerStamp = e.stamp()
 	return resp, nil
@@ -531,8 +747,11 @@ func (e *Engine) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lock
 		return nil, backendErr(ctx, "inspect", err)
 	}
 	resp := &lockv1.InspectResponse{Held: held}
-	if held {
+	switch {
+	case held:
 		resp.State = e.state(rec)
+	case rec.DelayRemaining > 0:
+		resp.Delayed = delay(rec)
 	}
 	resp.ServerStamp = e.stamp()
 	return resp, nil
@@ -585,12 +804,31 @@ func (e *Engine) GetServerInfo(context.Context, *lockv1.GetServerInfoRequest) (*
 			TtlGranularity: durationpb.New(info.TTLGranularity),
 			// The range this server accepts: the backend's, narrowed by the
 			// engine's 1ms floor and the server's MaxTTL.
-			MinTtl: durationpb.New(lo),
-			MaxTtl: durationpb.New(hi),
-			Fair:   info.Fair,
+			MinTtl:       durationpb.New(lo),
+			MaxTtl:       durationpb.New(hi),
+			Fair:         info.Fair,
+			Capabilities: e.capabilities(),
+			MaxKeys:      uint32(e.maxKeys()),
+			MaxLockDelay: durationpb.New(e.maxLockDelay()),
 		},
 		MaxClockOffset: durationpb.New(max(e.clock.MaxOffset(), 0)),
 		MaxWait:        durationpb.New(e.cfg.MaxWait),
 		ServerStamp:    e.stamp(),
 	}, nil
+}
+
+// capabilities are what the backend does beyond single-key leases, as this
+// server offers them.
+func (e *Engine) capabilities() []lockv1.Capability {
+	var caps []lockv1.Capability
+	if e.maxKeys() > 1 {
+		caps = append(caps, lockv1.Capability_CAPABILITY_MULTI_KEY)
+	}
+	if e.Info().RequestIDs {
+		caps = append(caps, lockv1.Capability_CAPABILITY_REQUEST_ID)
+	}
+	if e.maxLockDelay() > 0 {
+		caps = append(caps, lockv1.Capability_CAPABILITY_LOCK_DELAY)
+	}
+	return caps
 }

@@ -29,6 +29,7 @@ type counting struct {
 	fake      *fakebackend.Backend
 	fair      *fakebackend.Fair // nil unless fair
 	acquires  atomic.Int64
+	releases  atomic.Int64
 	waitTurns atomic.Int64
 	afterHook atomic.Pointer[func()]
 	// enqueueErr, when set, is what Enqueue answers.
@@ -100,8 +101,39 @@ func (c *counting) Acquire(ctx context.Context, req backend.AcquireRequest) (bac
 	return res, err
 }
 
-// fairCounting is counting on a fair fake: a backend.FairBackend.
+func (c *counting) Release(ctx context.Context, req backend.ReleaseRequest) (bool, error) {
+	c.releases.Add(1)
+	return c.Backend.Release(ctx, req)
+}
+
+// AcquireSet, ReleaseSet and ExtendSet make counting a backend.SetBackend.
+func (c *counting) AcquireSet(ctx context.Context, req backend.AcquireSetRequest) (backend.AcquireSetResult, error) {
+	c.acquires.Add(1)
+	res, err := c.fake.AcquireSet(ctx, req)
+	if h := c.afterHook.Load(); h != nil {
+		(*h)()
+	}
+	return res, err
+}
+
+func (c *counting) ReleaseSet(ctx context.Context, req backend.ReleaseSetRequest) (bool, error) {
+	c.releases.Add(1)
+	return c.fake.ReleaseSet(ctx, req)
+}
+
+func (c *counting) ExtendSet(ctx context.Context, req backend.ExtendSetRequest) (backend.ExtendSetResult, error) {
+	return c.fake.ExtendSet(ctx, req)
+}
+
+// fairCounting is counting on a fair fake: a backend.FairSetBackend.
 type fairCounting struct{ *counting }
+
+func (c fairCounting) EnqueueSet(ctx context.Context, keys []string, id string) error {
+	if err := c.enqueueErr.Load(); err != nil {
+		return *err
+	}
+	return c.fair.EnqueueSet(ctx, keys, id)
+}
 
 func (c fairCounting) Enqueue(ctx context.Context, key, id string) error {
 	if err := c.enqueueErr.Load(); err != nil {
@@ -595,16 +627,23 @@ func TestLeaseWonAfterCallerLeftIsReleased(t *testing.T) {
 		t.Fatalf("err = %v, want ErrCanceled", err)
 	}
 	// The caller is not kept waiting for the release: it follows.
+	awaitFree(t, e, "k", "a lease nobody got")
+}
+
+// awaitFree polls until key is free, for at most 5s: the engine releases a
+// lease its caller left in the background, after the caller's answer.
+func awaitFree(t *testing.T, e *engine.Engine, key, what string) {
+	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		ins, err := e.Inspect(context.Background(), &lockv1.InspectRequest{Key: "k"})
+		ins, err := e.Inspect(context.Background(), &lockv1.InspectRequest{Key: key})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !ins.GetHeld() {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a lease nobody got is still held: %v", ins)
+			t.Fatalf("%s is still held: %v", what, ins)
 		}
 	}
 }
@@ -845,18 +884,7 @@ func TestAStuckBackendHoldsNoCallerPastItsWaitOrDeadline(t *testing.T) {
 	// the lease is released.
 	b.afterHook.Store(nil)
 	unstick()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		ins, err := e.Inspect(context.Background(), &lockv1.InspectRequest{Key: "free"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ins.GetHeld() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a lease granted after its caller left is still held: %v", ins)
-		}
-	}
+	awaitFree(t, e, "free", "a lease granted after its caller left")
 }
 
 // A watcher that does not take its events is ended once it is more than

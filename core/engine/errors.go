@@ -19,6 +19,12 @@ var (
 	ErrResourceExhausted = errors.New("resource exhausted")
 	ErrDeadlineExceeded  = errors.New("deadline exceeded")
 	ErrCanceled          = errors.New("canceled")
+	// ErrUnimplemented: the request needs a capability the backend lacks
+	// (the message names it).
+	ErrUnimplemented = errors.New("unimplemented")
+	// ErrFailedPrecondition: the backend, as configured, cannot do this
+	// request (the message says why).
+	ErrFailedPrecondition = errors.New("failed precondition")
 )
 
 // Error is an engine error: Kind is one of the sentinels, Msg the message
@@ -61,6 +67,13 @@ func backendErr(ctx context.Context, what string, err error) error {
 		// message starts with the field: "page_token: ...".
 		msg := strings.Replace(err.Error(), backend.ErrInvalidArgument.Error()+": ", "", 1)
 		return newErr(ErrInvalidArgument, "%s", msg)
+	}
+	if errors.Is(err, backend.ErrRequestConflict) {
+		return invalidf("request_id: already used for another %s (a repeat must send the same arguments)", what)
+	}
+	if errors.Is(err, backend.ErrFailedPrecondition) {
+		msg := strings.Replace(err.Error(), backend.ErrFailedPrecondition.Error()+": ", "", 1)
+		return newErr(ErrFailedPrecondition, "%s: %s", what, msg)
 	}
 	// Said once: the plugin host's errors already start with the
 	// sentinel's own text.

@@ -30,6 +30,7 @@ func (e *Engine) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchRequest
 	}
 	lo, hi := e.ttlRange()
 	reqs := make([]backend.ExtendRequest, len(items))
+	rids := make([]requestID, len(items))
 	for i, it := range items {
 		field := fmt.Sprintf("items[%d]", i)
 		if err := checkKey(field+".key", it.GetKey()); err != nil {
@@ -42,7 +43,13 @@ func (e *Engine) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchRequest
 		if err != nil {
 			return nil, prefixed(field, err)
 		}
+		if rids[i], err = checkRequestID(it.GetRequestId()); err != nil {
+			return nil, prefixed(field, err)
+		}
 		reqs[i] = backend.ExtendRequest{Key: it.GetKey(), OwnerToken: it.GetOwnerToken(), TTL: ttl}
+		// The fingerprint of a single-key Extend's: a renewal retried as an
+		// Extend, or an Extend retried in a batch, is the same request.
+		reqs[i].Request = e.ident(rids[i], newFingerprint("extend").strs([]string{it.GetKey()}).flag(false).str(it.GetOwnerToken()).dur(ttl))
 	}
 	if err := e.merge(req.GetClientStamp()); err != nil {
 		return nil, err
@@ -72,18 +79,24 @@ func (e *Engine) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchRequest
 // extendResult is one item's answer.
 func (e *Engine) extendResult(req backend.ExtendRequest, out backend.Outcome[backend.ExtendResult]) *lockv1.ExtendBatchResult {
 	if out.Err != nil {
-		code := "unavailable"
-		if errors.Is(out.Err, backend.ErrInvalidArgument) {
+		code, msg := "unavailable", out.Err.Error()
+		switch {
+		case errors.Is(out.Err, backend.ErrRequestConflict):
+			// As Extend answers it: the caller's mistake, not the store's.
+			code, msg = "invalid_argument", conflictErr("extend", "key", "owner_token", "ttl").Error()
+		case errors.Is(out.Err, backend.ErrInvalidArgument):
 			code = "invalid_argument"
+		case errors.Is(out.Err, backend.ErrFailedPrecondition):
+			code = "failed_precondition"
 		}
-		return &lockv1.ExtendBatchResult{Error: &lockv1.ItemError{Code: code, Message: out.Err.Error()}}
+		return &lockv1.ExtendBatchResult{Error: &lockv1.ItemError{Code: code, Message: msg}}
 	}
 	e.cfg.Observer.ExtendDone(out.Value.Extended)
 	if !out.Value.Extended {
 		return &lockv1.ExtendBatchResult{}
 	}
 	e.clock.Observe(out.Value.Record.Stamp)
-	return &lockv1.ExtendBatchResult{Extended: true, Lease: lease(out.Value.Record, req.OwnerToken, req.TTL)}
+	return &lockv1.ExtendBatchResult{Extended: true, Lease: lease(singleKey(req.Key), []backend.Record{out.Value.Record}, req.OwnerToken, req.TTL)}
 }
 
 // batchItems is the most requests one backend batch call carries.

@@ -24,9 +24,10 @@ var errStop = errors.New("stop")
 // is in testdata/fuzz/FuzzRequestValidation.
 func FuzzRequestValidation(f *testing.F) {
 	for kind, m := range []proto.Message{
-		&lockv1.AcquireRequest{Key: "k", Ttl: durationpb.New(time.Second), Holder: "h"},
-		&lockv1.ReleaseRequest{Key: "k", OwnerToken: "t"},
-		&lockv1.ExtendRequest{Key: "k", OwnerToken: "t", Ttl: durationpb.New(time.Second)},
+		&lockv1.AcquireRequest{Claims: []*lockv1.Claim{{Key: "k"}, {Key: "j"}}, Ttl: durationpb.New(time.Second), Holder: "h",
+			RequestId: "0123456789abcdef", LockDelay: durationpb.New(time.Second)},
+		&lockv1.ReleaseRequest{Keys: []string{"k", "j"}, OwnerToken: "t", RequestId: "0123456789abcdef"},
+		&lockv1.ExtendRequest{Keys: []string{"k", "j"}, OwnerToken: "t", Ttl: durationpb.New(time.Second), RequestId: "0123456789abcdef"},
 		&lockv1.InspectRequest{Key: "k"},
 		&lockv1.ListRequest{Prefix: "k", PageSize: 2, PageToken: "x"},
 		&lockv1.WatchRequest{Target: &lockv1.WatchRequest_Prefix{Prefix: "k"}},
@@ -51,10 +52,15 @@ func FuzzRequestValidation(f *testing.F) {
 			var resp *lockv1.AcquireResponse
 			resp, err = e.Acquire(ctx, &r)
 			if err == nil && resp.GetAcquired() {
-				if resp.GetLease().GetKey() != r.GetKey() || resp.GetLease().GetOwnerToken() == "" {
-					t.Fatalf("lease %v for request %v", resp.GetLease(), &r)
+				l := resp.GetLease()
+				if l.GetKey() != r.GetKey() || len(l.GetKeys()) != len(r.GetClaims()) || l.GetOwnerToken() == "" {
+					t.Fatalf("lease %v for request %v", l, &r)
 				}
-				_, _ = e.Release(ctx, &lockv1.ReleaseRequest{Key: r.GetKey(), OwnerToken: resp.GetLease().GetOwnerToken()})
+				var keys []string
+				for _, k := range l.GetKeys() {
+					keys = append(keys, k.GetKey())
+				}
+				_, _ = e.Release(ctx, &lockv1.ReleaseRequest{Key: l.GetKey(), Keys: keys, OwnerToken: l.GetOwnerToken()})
 			}
 		case 1:
 			var r lockv1.ReleaseRequest
@@ -114,8 +120,9 @@ func FuzzRequestValidation(f *testing.F) {
 
 // namesField reports whether msg starts with a request field's name.
 func namesField(msg string) bool {
-	for _, f := range []string{"key", "ttl", "wait", "holder", "client_stamp", "owner_token", "prefix", "page_size", "page_token"} {
-		if strings.HasPrefix(msg, f+":") || strings.HasPrefix(msg, f+" ") {
+	for _, f := range []string{"key", "ttl", "wait", "holder", "client_stamp", "owner_token", "prefix", "page_size", "page_token",
+		"claims", "keys", "request_id", "lock_delay"} {
+		if strings.HasPrefix(msg, f+":") || strings.HasPrefix(msg, f+" ") || strings.HasPrefix(msg, f+"[") {
 			return true
 		}
 	}

@@ -28,6 +28,15 @@ type Observer interface {
 	// holds, including those taken through other servers of a shared
 	// backend. An expired event is a lease lost to its TTL.
 	BackendEvent(t backend.EventType)
+	// SetAcquired reports a multi-key Acquire (claims) that acquired, with
+	// the number of its keys.
+	SetAcquired(keys int)
+	// Replayed reports a repeat of a request (same request_id) answered as
+	// its first attempt was; op is "acquire".
+	Replayed(op string)
+	// LockDelayed reports an Acquire that answered not acquired because a
+	// key was in its lock-delay.
+	LockDelayed()
 }
 
 // nopObserver observes nothing.
@@ -37,6 +46,9 @@ func (nopObserver) AcquireDone(bool, bool, time.Duration) {}
 func (nopObserver) ReleaseDone(bool)                      {}
 func (nopObserver) ExtendDone(bool)                       {}
 func (nopObserver) BackendEvent(backend.EventType)        {}
+func (nopObserver) SetAcquired(int)                       {}
+func (nopObserver) Replayed(string)                       {}
+func (nopObserver) LockDelayed()                          {}
 
 // QueueDepth is the number of callers queued on this server, over every
 // key.

@@ -20,7 +20,14 @@ type recorder struct {
 	releases []bool
 	extends  []bool
 	events   map[backend.EventType]int
+	sets     []int
+	replays  []string
+	delayed  int
 }
+
+func (r *recorder) SetAcquired(n int)  { r.mu.Lock(); r.sets = append(r.sets, n); r.mu.Unlock() }
+func (r *recorder) Replayed(op string) { r.mu.Lock(); r.replays = append(r.replays, op); r.mu.Unlock() }
+func (r *recorder) LockDelayed()       { r.mu.Lock(); r.delayed++; r.mu.Unlock() }
 
 func (r *recorder) AcquireDone(acquired, queued bool, waited time.Duration) {
 	r.mu.Lock()

@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
 // Limits on request fields that do not depend on configuration.
@@ -115,4 +117,24 @@ func fmtDur(d time.Duration) string {
 		s = s[:len(s)-2]
 	}
 	return s
+}
+
+// checkLockDelay validates a lock_delay against the backend's and the
+// server's maximum.
+func (e *Engine) checkLockDelay(d *durationpb.Duration) (time.Duration, error) {
+	delay, sent, err := checkDuration("lock_delay", d)
+	if err != nil || delay == 0 {
+		return 0, err
+	}
+	hi := e.maxLockDelay()
+	switch {
+	case delay < 0:
+		return 0, invalidf("lock_delay: %s is negative; the minimum is 0s (none)", sent)
+	case hi == 0:
+		return 0, newErr(ErrUnimplemented, "lock_delay: the backend %q keeps no lock-delay (it lacks capability %s)",
+			e.Info().Name, lockv1.Capability_CAPABILITY_LOCK_DELAY)
+	case delay > hi:
+		return 0, invalidf("lock_delay: %s exceeds the maximum %s", sent, fmtDur(hi))
+	}
+	return delay, nil
 }

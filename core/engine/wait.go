@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"slices"
 	"time"
 
 	"github.com/holdfast/holdfast/core/backend"
@@ -56,19 +57,31 @@ const (
 // event, by this server's own release, by a resync, or by a timer set for the
 // holder's expiry (in case an event is lost) or for a retry. turns says
 // whether it may try and as whom; the loop is the same for every backend.
-func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.Duration, holder string) (*lockv1.AcquireResponse, error) {
-	waitCtx, cancel := context.WithTimeout(ctx, wait)
+func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.AcquireResponse, error) {
+	waitCtx, cancel := context.WithTimeout(ctx, s.wait)
 	defer cancel()
 	stopOnClose := context.AfterFunc(e.closing, cancel)
 	defer stopOnClose()
 
-	var turns turnSource = &localTurns{e: e, key: key}
+	_, busy := e.queued(s.keys)
+	if busy && s.ident.ID != "" {
+		// A repeat whose lease is held must not queue behind the waiters
+		// that wait for that very lease: ask first, taking nothing.
+		a, err := e.tryAs(ctx, s, "", true)
+		if err != nil && !errors.Is(err, ErrUnavailable) {
+			return nil, err
+		}
+		if err == nil && a.acquired {
+			return e.acquired(a), nil
+		}
+	}
+	var turns turnSource = &localTurns{e: e, keys: s.keys.keys}
 	if f, ok := e.fair(); ok {
 		// Nobody waits here: try as a newcomer first. A fair backend
 		// refuses when anyone is queued in the store, so this never jumps
 		// the queue, and an uncontended lock costs no queue entry.
-		if e.q.Depth(key) == 0 {
-			a, err := e.try(ctx, key, ttl, holder)
+		if !busy {
+			a, err := e.try(ctx, s)
 			if err != nil && !errors.Is(err, ErrUnavailable) {
 				return nil, err
 			}
@@ -76,12 +89,13 @@ func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.
 				return e.acquired(a), nil
 			}
 		}
-		turns = &fairTurns{e: e, f: f, ctx: ctx, key: key, id: newOwnerToken()}
+		turns = &fairTurns{e: e, f: f, ctx: ctx, keys: s.keys.keys, id: newOwnerToken()}
 	}
 	w, err := turns.join(ctx)
 	if err != nil {
 		return nil, err
 	}
+	w.SetRequest(s.ident.ID)
 	defer w.Leave()
 	won := false
 	defer func() { turns.leave(won) }()
@@ -91,6 +105,7 @@ func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.
 	defer timer.Stop()
 	var (
 		current *backend.Record
+		delayed *backend.Record
 		lastErr error
 		retry   = backoff.New(minRetry, maxRetry)
 	)
@@ -111,7 +126,7 @@ func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.
 				return nil, lastErr
 			}
 			w.Leave() // so that waiters counts the others only
-			return e.notAcquired(current), nil
+			return e.notAcquired(current, delayed), nil
 		}
 		// Only the head tries. Only the head is woken or arms the timer, and
 		// a head stays head until it leaves; the check keeps that invariant
@@ -138,9 +153,12 @@ func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.
 			timer.Reset(retry.Next())
 			continue
 		}
-		a, err := e.tryAs(waitCtx, key, ttl, holder, id)
+		a, err := e.tryAs(waitCtx, s, id, false)
 		if waitCtx.Err() != nil {
 			continue // the wait ended during the try: the select above says how
+		}
+		if err == nil && !a.acquired {
+			current, delayed = nil, nil
 		}
 		switch {
 		case err != nil && !errors.Is(err, ErrUnavailable):
@@ -150,14 +168,21 @@ func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.
 			// does this backoff, in case the outage never broke the watch.
 			lastErr = err
 			turns.failed()
-			e.log.Debug("waiting acquire: backend call failed", "key", key, "err", err)
+			e.log.Debug("waiting acquire: backend call failed", "keys", s.keys.keys, "err", err)
 			timer.Reset(retry.Next())
 		case a.acquired:
 			won = true
 			// The lease lasts at most ttl from now: the backend started it
 			// after this call began.
-			w.Won(a.lease.GetFencingToken(), a.lease.GetOwnerToken(), time.Now().Add(ttl))
+			w.Won(a.fences, a.lease.GetOwnerToken(), time.Now().Add(s.ttl))
 			return e.acquired(a), nil
+		case a.delayed != nil:
+			// Free, but in its lock-delay: wait through it. Nothing
+			// announces its end, so the timer does.
+			lastErr = nil
+			delayed = a.delayed
+			retry.Reset()
+			timer.Reset(max(a.delayed.DelayRemaining+e.Info().TTLGranularity, time.Millisecond))
 		case a.current == nil:
 			// Not ours, and no holder to wait for: a lease that came back
 			// too late to be used (and was given back), a holder the
@@ -192,12 +217,12 @@ func (e *Engine) acquireWaiting(ctx context.Context, key string, ttl, wait time.
 // localTurns: this server's FIFO is the order; its head tries at once, as
 // nobody in particular.
 type localTurns struct {
-	e   *Engine
-	key string
+	e    *Engine
+	keys []string
 }
 
 func (t *localTurns) join(context.Context) (*waitq.Waiter, error) {
-	w, err := t.e.q.Join(t.key)
+	w, err := t.e.q.JoinSet(t.keys)
 	if err != nil {
 		return nil, newErr(ErrResourceExhausted, "wait: %v", err)
 	}
@@ -221,12 +246,15 @@ func (e *Engine) fair() (backend.FairBackend, bool) {
 var enqSeed = maphash.MakeSeed()
 
 // fairTurns: the store keeps the order, across all servers. Every waiter has
-// an entry in the store's queue for key (in the store's order), and the
-// backend's Acquire lets only the head of that queue win, and a newcomer
-// only when the queue is empty. Each waiter also joins this server's queue,
-// in the same order (enqMu), so the store's head among this server's
-// waiters is always the local head: only the local head asks the store for
-// its turn, and the others sleep in this server's queue.
+// an entry in the store's queue for each of its keys (in the store's order),
+// and the backend's Acquire lets only the head of those queues win, and a
+// newcomer only when they are empty. Each waiter also joins this server's
+// queues, in the same order (enqMu), so the store's head among this
+// server's waiters is always the local head: only the local head asks the
+// store for its turn, and the others sleep in this server's queues. A set's
+// entries go into the store's queues in one step (EnqueueSet), so a set
+// stands in the same place, relative to every other waiter, in each of
+// them.
 //
 // The head learns its turn from the backend (WaitTurn, woken by the store
 // when the entry before it goes), then tries; while the lock is held it is
@@ -234,11 +262,11 @@ var enqSeed = maphash.MakeSeed()
 // timer). A waiter that gives up, or whose caller goes away, removes its
 // entry at once.
 type fairTurns struct {
-	e   *Engine
-	f   backend.FairBackend
-	ctx context.Context // the caller's: bounds the store calls (detached)
-	key string
-	id  string // the waiter's entry in the store's queue
+	e    *Engine
+	f    backend.FairBackend
+	ctx  context.Context // the caller's: bounds the store calls (detached)
+	keys []string
+	id   string // the waiter's entry in the store's queues
 
 	queued bool // the entry is in the store's queue (as far as we know)
 	atHead bool // the entry is the head of the store's queue
@@ -252,17 +280,14 @@ type fairTurns struct {
 	verified bool
 }
 
+// join puts the waiter in the store's queues and then in this server's, in
+// one step of the enqueue locks (so both orders agree). The store first: a
+// waiter that Inspect counts is in the store's queue, so a caller that saw
+// it counted and then queues elsewhere stands behind it.
 func (t *fairTurns) join(ctx context.Context) (*waitq.Waiter, error) {
-	mu := &t.e.enqMu[maphash.String(enqSeed, t.key)%uint64(len(t.e.enqMu))]
-	mu.Lock()
-	w, err := t.e.q.Join(t.key)
-	if err != nil {
-		mu.Unlock()
-		return nil, newErr(ErrResourceExhausted, "wait: %v", err)
-	}
-	enqErr := t.e.enqueue(ctx, t.f, t.key, t.id)
-	mu.Unlock()
-	if enqErr != nil {
+	unlock := t.e.lockEnqueue(t.keys)
+	defer unlock()
+	if err := t.e.enqueue(ctx, t.f, t.keys, t.id); err != nil {
 		// Fail now rather than queue again later: a later entry would sit
 		// behind this server's later waiters, which wait for this one. The
 		// outcome is unknown (the store may have queued the entry and the
@@ -270,8 +295,12 @@ func (t *fairTurns) join(ctx context.Context) (*waitq.Waiter, error) {
 		// block the key for as long as the store keeps it. Dequeue of an
 		// absent entry is a no-op.
 		t.leave(false)
-		w.Leave()
-		return nil, enqErr
+		return nil, err
+	}
+	w, err := t.e.q.JoinSet(t.keys)
+	if err != nil {
+		t.leave(false) // this server takes no more waiters: the store's entry goes too
+		return nil, newErr(ErrResourceExhausted, "wait: %v", err)
 	}
 	t.queued, t.guessed = true, true
 	return w, nil
@@ -279,9 +308,15 @@ func (t *fairTurns) join(ctx context.Context) (*waitq.Waiter, error) {
 
 func (t *fairTurns) ready(waitCtx context.Context) (step, string, error) {
 	if !t.queued {
-		// The entry is gone (the plugin restarted, or its session
-		// lapsed): queue again, at the tail.
-		if err := t.e.enqueue(t.ctx, t.f, t.key, t.id); err != nil {
+		// An entry is gone (the plugin restarted, or its session
+		// lapsed): queue again, at the tail. A set takes its other
+		// entries out first: put back beside their old places they would
+		// keep those, and the set would not stand at one place in all of
+		// its queues.
+		if len(t.keys) > 1 {
+			t.dequeue()
+		}
+		if err := t.e.enqueue(t.ctx, t.f, t.keys, t.id); err != nil {
 			return stepBackoff, "", err
 		}
 		t.queued, t.atHead = true, false
@@ -293,15 +328,19 @@ func (t *fairTurns) ready(waitCtx context.Context) (step, string, error) {
 		t.atHead, t.guessed = true, false
 	default:
 		t.verified = true
-		ok, err := t.e.waitTurn(waitCtx, t.f, t.key, t.id)
-		switch {
-		case waitCtx.Err() != nil:
-			return stepAgain, "", nil //nolint:nilerr // the wait ended: the loop reports that, not WaitTurn's cancellation
-		case err != nil:
-			return stepBackoff, "", backendErr(t.ctx, "acquire: wait for turn", err)
-		case !ok:
-			t.queued = false
-			return stepAgain, "", nil
+		// The head of every queue: a waiter only moves up, so once at the
+		// head of one queue it stays there while it waits for the next.
+		for _, key := range t.keys {
+			ok, err := t.e.waitTurn(waitCtx, t.f, key, t.id)
+			switch {
+			case waitCtx.Err() != nil:
+				return stepAgain, "", nil //nolint:nilerr // the wait ended: the loop reports that, not WaitTurn's cancellation
+			case err != nil:
+				return stepBackoff, "", backendErr(t.ctx, "acquire: wait for turn", err)
+			case !ok:
+				t.queued = false
+				return stepAgain, "", nil
+			}
 		}
 		t.atHead = true
 	}
@@ -324,20 +363,54 @@ func (t *fairTurns) missed() step {
 // took it. It runs before the waiter leaves this server's queue, so the next
 // local head finds the entry gone.
 func (t *fairTurns) leave(won bool) {
-	if won {
-		return
-	}
-	callCtx, cancel := t.e.detached(t.ctx)
-	defer cancel()
-	if err := t.f.Dequeue(callCtx, t.key, t.id); err != nil {
-		t.e.log.Warn("could not leave the fair queue; the backend deletes the entry when it can, or it goes with the backend's session", "key", t.key, "err", err)
+	if !won {
+		t.dequeue()
 	}
 }
 
-func (e *Engine) enqueue(ctx context.Context, f backend.FairBackend, key, id string) error {
+// dequeue removes the waiter's entries from the store's queues.
+func (t *fairTurns) dequeue() {
+	callCtx, cancel := t.e.detached(t.ctx)
+	defer cancel()
+	for _, key := range t.keys {
+		if err := t.f.Dequeue(callCtx, key, t.id); err != nil {
+			t.e.log.Warn("could not leave the fair queue; the backend deletes the entry when it can, or it goes with the backend's session", "key", key, "err", err)
+		}
+	}
+}
+
+// lockEnqueue takes the enqueue locks of keys (by key hash, in stripe
+// order: two sets that share stripes take them in one order) and returns
+// their unlock.
+func (e *Engine) lockEnqueue(keys []string) (unlock func()) {
+	stripes := make([]int, 0, len(keys))
+	for _, k := range keys {
+		stripes = append(stripes, int(maphash.String(enqSeed, k)%uint64(len(e.enqMu))))
+	}
+	slices.Sort(stripes)
+	stripes = slices.Compact(stripes)
+	for _, i := range stripes {
+		e.enqMu[i].Lock()
+	}
+	return func() {
+		for _, i := range stripes {
+			e.enqMu[i].Unlock()
+		}
+	}
+}
+
+func (e *Engine) enqueue(ctx context.Context, f backend.FairBackend, keys []string, id string) error {
 	callCtx, cancel := e.detached(ctx)
 	defer cancel()
-	if err := f.Enqueue(callCtx, key, id); err != nil {
+	var err error
+	if len(keys) == 1 {
+		err = f.Enqueue(callCtx, keys[0], id)
+	} else if fs, ok := f.(backend.FairSetBackend); ok {
+		err = fs.EnqueueSet(callCtx, keys, id)
+	} else {
+		return newErr(ErrUnimplemented, "acquire: the backend keeps no fair queue for sets of keys")
+	}
+	if err != nil {
 		return backendErr(ctx, "acquire: enqueue", err)
 	}
 	return nil

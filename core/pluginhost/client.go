@@ -282,3 +282,53 @@ func (h *Host) ExtendBatch(ctx context.Context, reqs []backend.ExtendRequest) ([
 	}
 	return wire.FromExtendBatchResponse(resp, reqs, h.cfg.Name)
 }
+
+// AcquireSet implements backend.SetBackend (a plugin without sets answers
+// unavailable; the engine calls it only when Info.MaxKeys > 1).
+func (h *Host) AcquireSet(ctx context.Context, req backend.AcquireSetRequest) (backend.AcquireSetResult, error) {
+	var resp *backendv1.AcquireSetResponse
+	err := h.unary(ctx, "AcquireSet", func(ctx context.Context, c backendv1.BackendServiceClient) (err error) {
+		resp, err = c.AcquireSet(ctx, wire.ToAcquireSetRequest(req))
+		return err
+	})
+	if err != nil {
+		return backend.AcquireSetResult{}, err
+	}
+	keys := make([]string, len(req.Claims))
+	for i, c := range req.Claims {
+		keys[i] = c.Key
+	}
+	return wire.FromAcquireSetResponse(resp, keys)
+}
+
+// ReleaseSet implements backend.SetBackend.
+func (h *Host) ReleaseSet(ctx context.Context, req backend.ReleaseSetRequest) (bool, error) {
+	var released bool
+	err := h.unary(ctx, "ReleaseSet", func(ctx context.Context, c backendv1.BackendServiceClient) error {
+		resp, err := c.ReleaseSet(ctx, wire.ToReleaseSetRequest(req))
+		released = resp.GetReleased()
+		return err
+	})
+	return released, err
+}
+
+// ExtendSet implements backend.SetBackend.
+func (h *Host) ExtendSet(ctx context.Context, req backend.ExtendSetRequest) (backend.ExtendSetResult, error) {
+	var resp *backendv1.ExtendSetResponse
+	err := h.unary(ctx, "ExtendSet", func(ctx context.Context, c backendv1.BackendServiceClient) (err error) {
+		resp, err = c.ExtendSet(ctx, wire.ToExtendSetRequest(req))
+		return err
+	})
+	if err != nil {
+		return backend.ExtendSetResult{}, err
+	}
+	return wire.FromExtendSetResponse(resp, req.Keys)
+}
+
+// EnqueueSet implements backend.FairSetBackend.
+func (h *Host) EnqueueSet(ctx context.Context, keys []string, waiterID string) error {
+	return h.unary(ctx, "EnqueueSet", func(ctx context.Context, c backendv1.BackendServiceClient) error {
+		_, err := c.EnqueueSet(ctx, &backendv1.EnqueueSetRequest{Keys: keys, WaiterId: waiterID})
+		return err
+	})
+}

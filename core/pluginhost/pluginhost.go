@@ -144,10 +144,11 @@ type Host struct {
 }
 
 var (
-	_ backend.Backend      = (*Host)(nil)
-	_ backend.FairBackend  = (*Host)(nil)
-	_ backend.BatchBackend = (*Host)(nil)
-	_ io.Closer            = (*Host)(nil)
+	_ backend.Backend        = (*Host)(nil)
+	_ backend.FairBackend    = (*Host)(nil)
+	_ backend.FairSetBackend = (*Host)(nil)
+	_ backend.BatchBackend   = (*Host)(nil)
+	_ io.Closer              = (*Host)(nil)
 )
 
 // generation is one launch of the plugin.

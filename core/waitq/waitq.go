@@ -10,6 +10,18 @@
 //
 // Queues are bounded per key and in total, so waiters cannot grow memory
 // without bound; Join answers ErrFull over a bound.
+//
+// # Sets of keys
+//
+// A waiter for several keys (JoinSet) stands in the queue of every one of
+// them, and is the head only when it is at the front of all of them. It
+// joins all of them in one step, under the one mutex, so that two waiters
+// stand in the same order, their order of arrival, in every queue they
+// share. That order is total and every waiter waits only for waiters that
+// arrived before it: the earliest waiter still waiting is at the front of
+// all of its queues, so overlapping sets never deadlock, and a waiter is
+// passed by nobody who came later, so nobody starves. A single-key waiter is
+// a set of one.
 package waitq
 
 import (
@@ -47,9 +59,10 @@ type Queues struct {
 // wonLock is a lock a waiter won: its fencing token, and the instant (on
 // this process's monotonic clock) by which it has expired unless extended.
 type wonLock struct {
-	fence uint64
-	token string
-	until time.Time
+	fence   uint64
+	token   string
+	request string // the winner's request id (see Waiter.SetRequest)
+	until   time.Time
 }
 
 // New returns empty queues bounded to maxPerKey waiters per key and maxTotal
@@ -67,112 +80,178 @@ func New(maxPerKey, maxTotal int) *Queues {
 // MaxPerKey is the bound on waiters per key.
 func (q *Queues) MaxPerKey() int { return q.maxPerKey }
 
-// Waiter is one caller's place in a key's queue.
+// Waiter is one caller's place in the queue of each of its keys.
 type Waiter struct {
-	q    *Queues
-	key  string
-	elem *list.Element // nil once left
+	q     *Queues
+	keys  []string
+	elems []*list.Element // one per key; nil once left
 	// wake has room for one signal, so a wake-up sent while the waiter is
 	// busy (trying the backend) is kept, never lost, and several wake-ups
 	// collapse into one.
 	wake chan struct{}
+	// request is the id of the request the waiter waits for (empty:
+	// none); set before the waiter's first Won or HeldUntil.
+	request string
 }
+
+// SetRequest names the (retry-safe) request w waits for. A lock won by a
+// waiter of the same request is no reason for w to wait (HeldUntil): it is
+// the lease w asks for, and the backend answers w with it. Call it right
+// after joining, before w's first HeldUntil or Won.
+func (w *Waiter) SetRequest(id string) { w.request = id }
 
 // Join appends a waiter for key at the tail of its queue. A waiter that
 // joins an empty queue is the head and finds its wake channel already
 // signalled, so it tries at once. The caller must call Leave exactly once.
-func (q *Queues) Join(key string) (*Waiter, error) {
+func (q *Queues) Join(key string) (*Waiter, error) { return q.JoinSet([]string{key}) }
+
+// JoinSet appends one waiter at the tail of the queue of every key in keys
+// (distinct), in one step (see the package doc). It is the head once it is
+// at the front of every one of those queues; a waiter that joins as the
+// head finds its wake channel signalled. Each key counts as one waiter
+// towards the bounds. The caller must call Leave exactly once.
+func (q *Queues) JoinSet(keys []string) (*Waiter, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	l := q.keys[key]
-	n := 0
-	if l != nil {
-		n = l.Len()
+	for _, key := range keys {
+		if n := q.depth(key); n >= q.maxPerKey {
+			return nil, fmt.Errorf("%w: %d waiters already queued for key %q (the maximum per key)", ErrFull, n, key)
+		}
 	}
-	if n >= q.maxPerKey {
-		return nil, fmt.Errorf("%w: %d waiters already queued for this key (the maximum per key)", ErrFull, n)
+	if q.total+len(keys) > q.maxTotal {
+		return nil, fmt.Errorf("%w: %d waiters already queued on this server (the maximum is %d)", ErrFull, q.total, q.maxTotal)
 	}
-	if q.total >= q.maxTotal {
-		return nil, fmt.Errorf("%w: %d waiters already queued on this server (the maximum)", ErrFull, q.total)
+	w := &Waiter{q: q, keys: keys, elems: make([]*list.Element, len(keys)), wake: make(chan struct{}, 1)}
+	for i, key := range keys {
+		l := q.keys[key]
+		if l == nil {
+			l = list.New()
+			q.keys[key] = l
+		}
+		w.elems[i] = l.PushBack(w)
 	}
-	if l == nil {
-		l = list.New()
-		q.keys[key] = l
-	}
-	w := &Waiter{q: q, key: key, wake: make(chan struct{}, 1)}
-	w.elem = l.PushBack(w)
-	q.total++
-	if l.Len() == 1 {
+	q.total += len(keys)
+	if w.isHeadLocked() {
 		w.signal()
 	}
 	return w, nil
 }
 
-// Key is the key the waiter queues for.
-func (w *Waiter) Key() string { return w.key }
+// depth is the length of key's queue. q.mu must be held.
+func (q *Queues) depth(key string) int {
+	if l := q.keys[key]; l != nil {
+		return l.Len()
+	}
+	return 0
+}
+
+// Key is the (first) key the waiter queues for.
+func (w *Waiter) Key() string { return w.keys[0] }
+
+// Keys are the keys the waiter queues for.
+func (w *Waiter) Keys() []string { return w.keys }
 
 // Wake receives a value when the waiter should look at the lock again. Only
 // the head is woken.
 func (w *Waiter) Wake() <-chan struct{} { return w.wake }
 
-// IsHead reports whether w is at the head of its queue.
+// IsHead reports whether w is at the front of every one of its queues.
 func (w *Waiter) IsHead() bool {
 	w.q.mu.Lock()
 	defer w.q.mu.Unlock()
-	return w.elem != nil && w.elem.Prev() == nil
+	return w.isHeadLocked()
 }
 
-// Won records that w won the lock (fencing token fence, owner token token,
-// expired by until unless extended) and removes w from its queue, as Leave
-// does. Until that lock's release or expiry is seen (Wake, Released with
-// its owner token, WakeReleased with a fencing token not below fence,
-// WakeAll), HeldUntil tells the next head that the lock is
-// held and till when, so that it waits for the release instead of trying
-// the backend in vain; and release events of earlier locks on the key no
-// longer wake it.
-func (w *Waiter) Won(fence uint64, token string, until time.Time) {
+func (w *Waiter) isHeadLocked() bool {
+	for _, e := range w.elems {
+		if e == nil || e.Prev() != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// front reports whether w is at the front of key's queue. q.mu must be held.
+func (q *Queues) front(key string) *Waiter {
+	if l := q.keys[key]; l != nil {
+		return l.Front().Value.(*Waiter)
+	}
+	return nil
+}
+
+// Won records that w won the locks on its keys (fences[i], the fencing
+// token of keys[i]; owner token token, expired by until unless extended)
+// and removes w from its queues, as Leave does. Until a lock's release or
+// expiry is seen (Wake, Released with its owner token, WakeReleased with a
+// fencing token not below its fence, WakeAll), HeldUntil tells the next
+// head of that key's queue that the lock is held and till when, so that it
+// waits for the release instead of trying the backend in vain; and release
+// events of earlier locks on the key no longer wake it.
+func (w *Waiter) Won(fences []uint64, token string, until time.Time) {
 	q := w.q
 	q.mu.Lock()
-	if w.elem != nil && w.elem.Next() != nil && fence >= q.won[w.key].fence {
-		q.won[w.key] = wonLock{fence: fence, token: token, until: until}
+	for i, e := range w.elems {
+		key := w.keys[i]
+		if e != nil && e.Next() != nil && i < len(fences) && fences[i] >= q.won[key].fence {
+			q.won[key] = wonLock{fence: fences[i], token: token, request: w.request, until: until}
+		}
 	}
 	q.mu.Unlock()
 	w.Leave()
 }
 
-// HeldUntil reports, while a waiter of w's queue holds the lock it won and
-// its release has not been seen, the instant by which that lock has expired
-// unless extended.
+// HeldUntil reports, while a waiter of one of w's queues holds the lock it
+// won and its release has not been seen, the latest instant by which those
+// locks have expired unless extended (a lock won for w's own request
+// excepted: see SetRequest).
 func (w *Waiter) HeldUntil() (time.Time, bool) {
 	w.q.mu.Lock()
 	defer w.q.mu.Unlock()
-	l, ok := w.q.won[w.key]
-	return l.until, ok
+	var until time.Time
+	held := false
+	for _, key := range w.keys {
+		if l, ok := w.q.won[key]; ok && (w.request == "" || l.request != w.request) {
+			held = true
+			if l.until.After(until) {
+				until = l.until
+			}
+		}
+	}
+	return until, held
 }
 
-// Leave removes w from its queue (whether it got the lock or gave up). If w
-// was the head, the next waiter becomes head and is woken. Calling Leave
-// again does nothing.
+// Leave removes w from its queues (whether it got the locks or gave up).
+// The next waiter of a queue w was at the front of is woken when that makes
+// it the head. Calling Leave again does nothing.
 func (w *Waiter) Leave() {
 	q := w.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if w.elem == nil {
-		return
+	var next []*Waiter
+	for i, e := range w.elems {
+		if e == nil {
+			continue
+		}
+		key := w.keys[i]
+		l := q.keys[key]
+		wasFront := e.Prev() == nil
+		after := e.Next()
+		l.Remove(e)
+		w.elems[i] = nil
+		q.total--
+		if l.Len() == 0 {
+			delete(q.keys, key)
+			delete(q.won, key)
+			continue
+		}
+		if wasFront && after != nil {
+			next = append(next, after.Value.(*Waiter))
+		}
 	}
-	l := q.keys[w.key]
-	wasHead := w.elem.Prev() == nil
-	next := w.elem.Next()
-	l.Remove(w.elem)
-	w.elem = nil
-	q.total--
-	if l.Len() == 0 {
-		delete(q.keys, w.key)
-		delete(q.won, w.key)
-		return
-	}
-	if wasHead && next != nil {
-		next.Value.(*Waiter).signal()
+	for _, n := range next {
+		if n.isHeadLocked() {
+			n.signal()
+		}
 	}
 }
 
@@ -188,12 +267,12 @@ func (w *Waiter) signal() {
 func (q *Queues) Wake(key string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	l := q.keys[key]
-	if l == nil {
+	w := q.front(key)
+	if w == nil {
 		return false
 	}
 	delete(q.won, key)
-	l.Front().Value.(*Waiter).signal()
+	w.signal()
 	return true
 }
 
@@ -206,8 +285,8 @@ func (q *Queues) Wake(key string) bool {
 func (q *Queues) Released(key, token string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	l := q.keys[key]
-	if l == nil {
+	w := q.front(key)
+	if w == nil {
 		return false
 	}
 	if won, ok := q.won[key]; ok {
@@ -216,7 +295,7 @@ func (q *Queues) Released(key, token string) bool {
 		}
 		delete(q.won, key)
 	}
-	l.Front().Value.(*Waiter).signal()
+	w.signal()
 	return true
 }
 
@@ -227,8 +306,8 @@ func (q *Queues) Released(key, token string) bool {
 func (q *Queues) WakeReleased(key string, fence uint64) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	l := q.keys[key]
-	if l == nil {
+	w := q.front(key)
+	if w == nil {
 		return false
 	}
 	if won, ok := q.won[key]; ok {
@@ -237,7 +316,7 @@ func (q *Queues) WakeReleased(key string, fence uint64) bool {
 		}
 		delete(q.won, key)
 	}
-	l.Front().Value.(*Waiter).signal()
+	w.signal()
 	return true
 }
 
@@ -256,13 +335,11 @@ func (q *Queues) WakeAll() {
 func (q *Queues) Depth(key string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if l := q.keys[key]; l != nil {
-		return l.Len()
-	}
-	return 0
+	return q.depth(key)
 }
 
-// Total is the number of waiters queued for every key.
+// Total is the number of waiters queued for every key (a waiter for a set
+// counts once per key).
 func (q *Queues) Total() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()

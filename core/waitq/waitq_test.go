@@ -143,7 +143,7 @@ func TestWonHoldsTheNextHeadUntilItsRelease(t *testing.T) {
 	defer b.Leave()
 	woken(a)
 	until := time.Now().Add(time.Minute)
-	a.Won(10, "tok10", until)
+	a.Won([]uint64{10}, "tok10", until)
 	if !b.IsHead() || !woken(b) {
 		t.Fatal("the next waiter should become head and be woken")
 	}
@@ -178,7 +178,7 @@ func TestWakeAndUnknownFenceEndWon(t *testing.T) {
 			a, _ := q.Join("k")
 			b, _ := q.Join("k")
 			defer b.Leave()
-			a.Won(10, "tok10", time.Now().Add(time.Minute))
+			a.Won([]uint64{10}, "tok10", time.Now().Add(time.Minute))
 			woken(b)
 			release(q)
 			if !woken(b) {
@@ -194,7 +194,7 @@ func TestWakeAndUnknownFenceEndWon(t *testing.T) {
 func TestWonWithoutOthersLeavesNothing(t *testing.T) {
 	q := New(0, 0)
 	a, _ := q.Join("k")
-	a.Won(10, "tok10", time.Now().Add(time.Minute))
+	a.Won([]uint64{10}, "tok10", time.Now().Add(time.Minute))
 	b, _ := q.Join("k")
 	defer b.Leave()
 	if !woken(b) {
@@ -210,7 +210,7 @@ func TestReleasedOfAnOlderLockIsOldNews(t *testing.T) {
 	a, _ := q.Join("k")
 	b, _ := q.Join("k")
 	defer b.Leave()
-	a.Won(10, "tok10", time.Now().Add(time.Minute))
+	a.Won([]uint64{10}, "tok10", time.Now().Add(time.Minute))
 	woken(b)
 	// The previous holder's release call returns after its release event
 	// already handed the lock to a.

@@ -101,6 +101,54 @@
 // read's older revision, which etcd serves on its 100ms unsynced loop. See
 // queue.go.
 //
+// # Sets of keys (backend.FairSetBackend, Info.MaxKeys = 16)
+//
+// AcquireSet is atomic in etcd: it takes one lease of the TTL, reads every
+// key's record, stamp key and queue head at one revision, and runs one
+// transaction comparing, for every key, no record (CreateRevision == 0),
+// the stamp key's ModRevision as read (so the one stamp the set stores, the
+// latest of the proposal and every key's successor, is above every key's
+// last), and the queue as Acquire compares it; its Then branch writes every
+// key's record, owner and stamp on the one lease (and deletes the waiter's
+// entries). A compare that fails because a key changed is retried from the
+// read, at most maxTxnAttempts times. Every key's fencing token is its
+// record's CreateRevision: the transaction's revision. ReleaseSet and
+// ExtendSet are one transaction each comparing every key's owner (and for
+// Extend every record's ModRevision). The records of a set carry Set, so
+// that their shared lease is pooled once, by the set's own Release or
+// Extend, and never on behalf of one key alone. EnqueueSet puts the
+// waiter's entry in every key's queue in one transaction: the entries share
+// one CreateRevision, so waiters stand in the same order in every queue they
+// share, and a set is served when it heads all of them (no deadlock). The
+// bound of 16 keys keeps a set's transaction (about four operations per
+// key) inside etcd's --max-txn-ops default of 128.
+//
+// # Request identities (Info.RequestIDs)
+//
+// The identity of the last Acquire or Extend applied to a lock, its
+// Acquire's replay and whether a replay was answered are fields of the lock
+// record, so the transaction that takes, moves or deletes the lock writes
+// them, they live on the lock's lease, and no earlier lease's identity
+// survives a take. An Acquire that finds every key held under its request
+// id answers the locks as a replay, marking them claimed in a transaction
+// that compares their ModRevisions; ReplayOnly only reads. A Release with
+// an identity writes it to P "released/" K in its transaction (no lease:
+// one small key per key, overwritten by the next such release), and a
+// Release that finds the key no longer held by its token answers true when
+// that key holds its identity. Abandon reads the records first and releases
+// only unclaimed ones, comparing their ModRevisions.
+//
+// # Lock-delay (Info.MaxLockDelay = 1m)
+//
+// An Acquire with a lock-delay d puts P "delays/" K in its transaction, on a
+// lease of its own of the TTL plus d (each in whole seconds, rounded up), so
+// etcd deletes it d after the lock's lease ends. Every take compares that K
+// has no delay key: while the lock is gone and the delay key is not, the key
+// refuses holders, and Get and Acquire report the delay key's estimated
+// time left. Release deletes the delay key in its transaction; Extend puts
+// it on a new lease of the new TTL plus d. Delay leases no key uses any
+// more are left to expire (the keys of a set share one). See delays.go.
+//
 // Every call is bounded by call_timeout; when etcd cannot answer in time the
 // call fails with backend.ErrUnavailable.
 package etcd

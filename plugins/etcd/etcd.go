@@ -54,6 +54,12 @@ type Backend struct {
 	locks  string // prefix + "locks/"
 	owners string // prefix + "owners/"
 	queue  string // prefix + "queue/": the fair queues (queue.go)
+	// released: prefix + "released/", each key's last Release's request
+	// identity (requests.go).
+	released string
+	// delays: prefix + "delays/", the keys that hold lock-delays
+	// (delays.go).
+	delays string
 
 	q         queueState
 	revoke    chan clientv3.LeaseID
@@ -194,6 +200,8 @@ func parseOptions(opts map[string]string) (clientv3.Config, *Backend, error) {
 		locks:       prefix + "locks/",
 		owners:      prefix + "owners/",
 		queue:       prefix + "queue/",
+		released:    prefix + "released/",
+		delays:      prefix + "delays/",
 	}
 	return cfg, b, nil
 }
@@ -221,6 +229,9 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		MinTTL:         b.minTTL,
 		MaxTTL:         MaxTTL,
 		Fair:           true,
+		MaxKeys:        MaxKeys,
+		RequestIDs:     true,
+		MaxLockDelay:   MaxLockDelay,
 	}, nil
 }
 

@@ -35,6 +35,13 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 	if err := b.checkTTL(req.TTL); err != nil {
 		return backend.AcquireResult{}, err
 	}
+	if err := checkDelay(req.LockDelay); err != nil {
+		return backend.AcquireResult{}, err
+	}
+	if req.ReplayOnly {
+		res, err := b.replayOnly(ctx, []string{req.Key}, req.Request)
+		return single(res), err
+	}
 	cctx, cancel := b.call(ctx)
 	defer cancel()
 	secs := ttlSeconds(req.TTL)
@@ -44,10 +51,30 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 			return backend.AcquireResult{}, err // gone from the queue: not acquired
 		}
 	}
+	dl, until, err := b.delayLease(cctx, req.TTL, req.LockDelay)
+	if err != nil {
+		return backend.AcquireResult{}, wrap(ctx, "acquire: lock-delay lease", err)
+	}
+	res, attached, err := b.acquireOn(cctx, ctx, req, secs, delaySpec{dl, until})
+	if !attached {
+		b.revokeLater(dl) // no key is on it
+	}
+	return res, err
+}
+
+// delaySpec is the lease and estimated end of a lock's delay keys (a zero
+// lease: no lock-delay).
+type delaySpec struct {
+	lease clientv3.LeaseID
+	until time.Time
+}
+
+// acquireOn is Acquire with its lock-delay lease in hand.
+func (b *Backend) acquireOn(cctx, ctx context.Context, req backend.AcquireRequest, secs int64, delay delaySpec) (backend.AcquireResult, bool, error) {
 
 	if id, r, sent, ok := b.renewAsync(cctx, secs); ok {
 		granted := time.Duration(secs) * time.Second
-		res, attached, err := b.attach(cctx, ctx, req, id, sent.Add(granted), granted)
+		res, attached, err := b.attach(cctx, ctx, req, id, sent.Add(granted), granted, delay)
 		<-r.done
 		if r.err == nil {
 			switch {
@@ -55,14 +82,14 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 				// Unknown outcome: a lock created on the lease would be
 				// held by an owner token nobody received; revoke it.
 				b.revokeLater(id)
-				return backend.AcquireResult{}, err
+				return backend.AcquireResult{}, true, err // the delay keys may be on their lease: left to expire
 			case attached:
 				res.Record.ExpiresAt = sent.Add(time.Duration(r.ttl) * time.Second)
 				res.Record.Remaining = max(0, time.Until(res.Record.ExpiresAt))
-				return res, nil
+				return res, true, nil
 			default: // held by someone else; the renewed lease was not attached
 				b.pool.put(id, secs, sent)
-				return res, nil
+				return res, false, nil
 			}
 		}
 		// The renewal failed: the lease is gone, or etcd did not answer.
@@ -71,13 +98,13 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 			// Never hand out a lock whose lease's TTL is not vouched for:
 			// take it back (nobody has its owner token yet).
 			b.undo(req)
-			return backend.AcquireResult{}, wrap(ctx, "acquire: lease renewal", r.err)
+			return backend.AcquireResult{}, false, wrap(ctx, "acquire: lease renewal", r.err)
 		}
 		if err == nil {
-			return res, nil // held by someone else: the answer stands
+			return res, false, nil // held by someone else: the answer stands
 		}
 		if cctx.Err() != nil {
-			return backend.AcquireResult{}, err
+			return backend.AcquireResult{}, true, err
 		}
 		// Most likely the pooled lease had expired (the put failed for
 		// it): take a fresh grant.
@@ -85,23 +112,25 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 
 	leaseID, granted, start, err := b.lease(cctx, secs)
 	if err != nil {
-		return backend.AcquireResult{}, wrap(ctx, "acquire: lease", err)
+		return backend.AcquireResult{}, false, wrap(ctx, "acquire: lease", err)
 	}
-	res, attached, err := b.attach(cctx, ctx, req, leaseID, start.Add(granted), granted)
+	res, attached, err := b.attach(cctx, ctx, req, leaseID, start.Add(granted), granted, delay)
 	switch {
 	case err != nil:
 		b.revokeLater(leaseID) // as above: unknown outcome
+		return res, true, err
 	case attached:
 	default: // held by someone else: our lease was never attached; pool it
 		b.pool.put(leaseID, int64(granted/time.Second), start)
 	}
-	return res, err
+	return res, attached, err
 }
 
 // attach runs the acquire transaction with leaseID: if the key is free,
 // store the lock on that lease (attached=true); else report the holder.
 // parent is the caller's context (for wrap), cctx the bounded one.
-func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireRequest, leaseID clientv3.LeaseID, expires time.Time, granted time.Duration) (res backend.AcquireResult, attached bool, err error) {
+func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireRequest, leaseID clientv3.LeaseID, expires time.Time, granted time.Duration,
+	delay delaySpec) (res backend.AcquireResult, attached bool, err error) {
 	lockKey, ownerKey, stampKey := b.lockKey(req.Key), b.ownerKey(req.Key), b.stampKey(req.Key)
 	// First attempt: assume the key has a stamp below the engine's proposal
 	// (the common case: the engine's clock has moved on since the last
@@ -125,18 +154,23 @@ func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireReques
 		}
 		leave = []clientv3.Op{clientv3.OpDelete(qk)}
 	}
+	queueCmps = append(queueCmps, b.noDelay(req.Key))
+	if delay.lease != clientv3.NoLease {
+		leave = append(leave, b.putDelay(req.Key, delay.lease, delay.until))
+	}
 	for attempt := 1; ; attempt++ {
 		resp, err := b.cli.Txn(cctx).If(append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(lockKey), "=", 0),
 			stampCmp,
 		}, queueCmps...)...).Then(append([]clientv3.Op{
-			clientv3.OpPut(lockKey, encodeRecord(req.Holder, stored, expires, granted), clientv3.WithLease(leaseID)),
+			clientv3.OpPut(lockKey, newRecord(req.Holder, stored, false, req.Request, req.Replay, req.LockDelay).encode(expires, granted), clientv3.WithLease(leaseID)),
 			clientv3.OpPut(ownerKey, req.OwnerToken, clientv3.WithLease(leaseID)),
 			clientv3.OpPut(stampKey, encodeStamp(stored)),
 		}, leave...)...).Else(
 			clientv3.OpGet(lockKey),
 			clientv3.OpGet(stampKey),
 			clientv3.OpGet(pfx, clientv3.WithFirstCreate()...),
+			clientv3.OpGet(b.delayKey(req.Key)),
 		).Commit()
 		if err != nil {
 			return backend.AcquireResult{}, false, wrap(parent, "acquire", err)
@@ -152,12 +186,21 @@ func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireReques
 				ExpiresAt:    expires,
 				Remaining:    max(0, time.Until(expires)),
 				Stamp:        stored,
+				LockDelay:    req.LockDelay,
 			}}, true, nil
 		}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			// Held by someone else.
+			// Held: by this request's earlier attempt (a replay), or by
+			// someone else.
+			recs, replay, ok, err := b.replay(cctx, parent, []string{req.Key}, kvs, req.Request)
+			if err != nil || ok {
+				return single(backend.AcquireSetResult{Acquired: ok, Records: recs, Replayed: ok, Replay: replay}), false, err
+			}
 			rec, err := decodeRecord(req.Key, kvs[0])
 			return backend.AcquireResult{Record: rec}, false, err
+		}
+		if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) > 0 {
+			return backend.AcquireResult{Record: delayed(req.Key, kvs[0])}, false, nil // in its lock-delay
 		}
 		// Free, but others are queued ahead (or this waiter's entry is
 		// gone): not acquired, and no holder to report.
@@ -183,6 +226,15 @@ func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireReques
 			return backend.AcquireResult{}, false, fmt.Errorf("etcd acquire %q: stamp kept changing over %d attempts: %w", req.Key, attempt, backend.ErrUnavailable)
 		}
 	}
+}
+
+// single is the answer of a set of one as an Acquire's.
+func single(res backend.AcquireSetResult) backend.AcquireResult {
+	out := backend.AcquireResult{Acquired: res.Acquired, Record: res.Blocker, Replayed: res.Replayed, Replay: res.Replay}
+	if res.Acquired && len(res.Records) > 0 {
+		out.Record = res.Records[0]
+	}
+	return out
 }
 
 // knowRev makes sure the waiter's entry's create revision is known (it is
@@ -215,6 +267,7 @@ func (b *Backend) undo(req backend.AcquireRequest) {
 	).Then(
 		clientv3.OpDelete(b.lockKey(req.Key)),
 		clientv3.OpDelete(b.ownerKey(req.Key)),
+		clientv3.OpDelete(b.delayKey(req.Key)),
 		clientv3.OpPut(b.stampKey(req.Key), "", clientv3.WithIgnoreValue()),
 	).Commit()
 }
@@ -227,11 +280,16 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 	defer cancel()
 	lockKey, ownerKey, stampKey := b.lockKey(req.Key), b.ownerKey(req.Key), b.stampKey(req.Key)
 	stamp := encodeStamp(req.Stamp)
-	resp, err := b.cli.Txn(cctx).If(
+	guards, kept, spared, err := b.releaseGuards(cctx, ctx, []string{req.Key}, req.Request, req.Abandon)
+	if err != nil || spared {
+		return false, err
+	}
+	resp, err := b.cli.Txn(cctx).If(append(guards,
 		clientv3.Compare(clientv3.Value(ownerKey), "=", req.OwnerToken),
-	).Then(
+	)...).Then(append(kept,
 		clientv3.OpDelete(lockKey, clientv3.WithPrevKV()),
 		clientv3.OpDelete(ownerKey),
+		clientv3.OpDelete(b.delayKey(req.Key)), // a released key has no lock-delay
 		// The stamp key is always written: Watch tells a release (record
 		// deleted with a stamp write) from an expiry (record deleted alone).
 		clientv3.OpTxn(
@@ -239,14 +297,17 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 			[]clientv3.Op{clientv3.OpPut(stampKey, stamp)},
 			[]clientv3.Op{clientv3.OpPut(stampKey, "", clientv3.WithIgnoreValue())},
 		),
-	).Commit()
+	)...).Commit()
 	if err != nil {
 		return false, wrap(ctx, "release", err)
 	}
 	if !resp.Succeeded {
-		return false, nil
+		if req.Abandon {
+			return false, nil
+		}
+		return b.releasedBefore(cctx, ctx, []string{req.Key}, req.Request)
 	}
-	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
+	if prev := resp.Responses[len(kept)].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
 		b.detached(prev[0])
 	}
 	return true, nil
@@ -275,19 +336,35 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 		if err != nil {
 			return backend.ExtendResult{}, err
 		}
+		val, err := decodeValue(lockKVs[0])
+		if err != nil {
+			return backend.ExtendResult{}, err
+		}
+		if val, err = extended(val, req.Request); err != nil {
+			return backend.ExtendResult{}, err
+		}
 
 		leaseID, granted, start, err := b.lease(cctx, ttlSeconds(req.TTL))
 		if err != nil {
 			return backend.ExtendResult{}, wrap(ctx, "extend: lease", err)
 		}
+		dl, until, err := b.delayLease(cctx, req.TTL, rec.LockDelay)
+		if err != nil {
+			b.pool.put(leaseID, int64(granted/time.Second), start)
+			return backend.ExtendResult{}, wrap(ctx, "extend: lock-delay lease", err)
+		}
 		expires := start.Add(granted)
+		ops := []clientv3.Op{
+			clientv3.OpPut(lockKey, val.encode(expires, granted), clientv3.WithLease(leaseID)),
+			clientv3.OpPut(ownerKey, req.OwnerToken, clientv3.WithLease(leaseID)),
+		}
+		if dl != clientv3.NoLease {
+			ops = append(ops, b.putDelay(req.Key, dl, until))
+		}
 		resp, err := b.cli.Txn(cctx).If(
 			clientv3.Compare(clientv3.Value(ownerKey), "=", req.OwnerToken),
 			clientv3.Compare(clientv3.ModRevision(lockKey), "=", lockKVs[0].ModRevision),
-		).Then(
-			clientv3.OpPut(lockKey, encodeRecord(rec.Holder, rec.Stamp, expires, granted), clientv3.WithLease(leaseID)),
-			clientv3.OpPut(ownerKey, req.OwnerToken, clientv3.WithLease(leaseID)),
-		).Commit()
+		).Then(ops...).Commit()
 		if err != nil {
 			// Unknown outcome: the record may be on the new lease now, so
 			// the new lease is left to expire rather than revoked (revoking
@@ -301,8 +378,9 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 			return backend.ExtendResult{Extended: true, Record: rec}, nil
 		}
 		// Released, expired, or extended concurrently by the same owner:
-		// read again and decide. The new lease was not attached.
+		// read again and decide. The new leases were not attached.
 		b.pool.put(leaseID, int64(granted/time.Second), start)
+		b.revokeLater(dl)
 		if attempt == maxTxnAttempts {
 			return backend.ExtendResult{}, fmt.Errorf("etcd extend %q: record kept changing over %d attempts: %w", req.Key, attempt, backend.ErrUnavailable)
 		}
@@ -313,14 +391,18 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 func (b *Backend) Get(ctx context.Context, key string) (backend.Record, bool, error) {
 	cctx, cancel := b.call(ctx)
 	defer cancel()
-	resp, err := b.cli.Get(cctx, b.lockKey(key))
+	resp, err := b.cli.Txn(cctx).Then(clientv3.OpGet(b.lockKey(key)), clientv3.OpGet(b.delayKey(key))).Commit()
 	if err != nil {
 		return backend.Record{}, false, wrap(ctx, "get", err)
 	}
-	if len(resp.Kvs) == 0 {
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		if d := resp.Responses[1].GetResponseRange().Kvs; len(d) > 0 {
+			return delayed(key, d[0]), false, nil
+		}
 		return backend.Record{}, false, nil
 	}
-	rec, err := decodeRecord(key, resp.Kvs[0])
+	rec, err := decodeRecord(key, kvs[0])
 	return rec, err == nil, err
 }
 
@@ -379,8 +461,19 @@ func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.Li
 
 // detached hands the lease of a lock record that a committed transaction
 // just detached from it (deleted or moved the record and the owner key) to
-// the pool.
+// the pool. The lease of a set's record is left alone: the set's other
+// records are still on it (a single-key Release or Extend of one key of a
+// set detaches that key only; the lease expires with the rest).
 func (b *Backend) detached(kv *mvccpb.KeyValue) {
+	if inSet(kv) {
+		return
+	}
+	b.detachedLease(kv)
+}
+
+// detachedLease hands the lease of kv, which no record uses any more, to
+// the pool, or revokes it when it cannot be pooled.
+func (b *Backend) detachedLease(kv *mvccpb.KeyValue) {
 	id, secs, renewed, ok := detachedLease(kv)
 	if !ok {
 		if kv != nil {

@@ -134,7 +134,7 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string) error {
 		}
 		resp, err := b.cli.Put(cctx, qk, "", clientv3.WithLease(lease))
 		if err != nil {
-			if attempt == 0 && (errors.Is(err, rpctypes.ErrLeaseNotFound) || strings.Contains(err.Error(), "lease not found")) {
+			if attempt == 0 && isLeaseNotFound(err) {
 				b.dropSession(lease) // it lapsed: take a new one
 				continue
 			}
@@ -151,6 +151,11 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string) error {
 		b.q.mu.Unlock()
 		return nil
 	}
+}
+
+// isLeaseNotFound reports a put on a session lease that has lapsed.
+func isLeaseNotFound(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || strings.Contains(err.Error(), "lease not found")
 }
 
 // Dequeue implements backend.FairBackend.

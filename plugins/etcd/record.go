@@ -33,12 +33,50 @@ type recordValue struct {
 	// LeaseTTL is the lease's TTL in seconds, so that whoever detaches the
 	// lease (Release, Extend) can pool it for reuse.
 	LeaseTTL int64 `json:"lease_ttl_s,omitempty"`
+	// Set: the record is one key of a set, whose records share one lease;
+	// only the set's own Release or Extend detaches that lease.
+	Set bool `json:"set,omitempty"`
+	// The request identity of the last Acquire or Extend applied to the
+	// lock, its Acquire's replay, and whether a replay was answered
+	// (Claimed): see requests.go.
+	ReqID   string `json:"req_id,omitempty"`
+	ReqFP   string `json:"req_fp,omitempty"`
+	Replay  string `json:"replay,omitempty"`
+	Claimed bool   `json:"claimed,omitempty"`
+	// LockDelayMs: the lock-delay that follows the lock if it expires
+	// (delays.go).
+	LockDelayMs int64 `json:"lock_delay_ms,omitempty"`
 }
 
-func encodeRecord(holder string, stamp hlc.Timestamp, expires time.Time, leaseTTL time.Duration) string {
-	v, _ := json.Marshal(recordValue{Holder: holder, StampWall: stamp.WallTime, StampLog: stamp.Logical,
-		ExpiresNs: expires.UnixNano(), LeaseTTL: int64(leaseTTL / time.Second)})
-	return string(v)
+// encode is the record's value with the lease's expiry and TTL.
+func (v recordValue) encode(expires time.Time, leaseTTL time.Duration) string {
+	v.ExpiresNs, v.LeaseTTL = expires.UnixNano(), int64(leaseTTL/time.Second)
+	out, _ := json.Marshal(v)
+	return string(out)
+}
+
+// newRecord is the record of a lock taken now.
+func newRecord(holder string, stamp hlc.Timestamp, set bool, req backend.Request, replay string, lockDelay time.Duration) recordValue {
+	return recordValue{Holder: holder, StampWall: stamp.WallTime, StampLog: stamp.Logical, Set: set,
+		ReqID: req.ID, ReqFP: req.Fingerprint, Replay: replay, LockDelayMs: lockDelay.Milliseconds()}
+}
+
+// inSet reports a record stored by AcquireSet or ExtendSet.
+func inSet(kv *mvccpb.KeyValue) bool {
+	v, err := decodeValue(kv)
+	return err == nil && v.Set
+}
+
+// decodeValue reads the lock key's value.
+func decodeValue(kv *mvccpb.KeyValue) (recordValue, error) {
+	var v recordValue
+	if kv == nil {
+		return v, fmt.Errorf("etcd: no lock record: %w", backend.ErrUnavailable)
+	}
+	if err := json.Unmarshal(kv.Value, &v); err != nil {
+		return v, fmt.Errorf("etcd: lock record %q is not holdfast's: %w: %w", kv.Key, backend.ErrUnavailable, err)
+	}
+	return v, nil
 }
 
 // detachedLease describes the lease of a lock record that was just detached
@@ -69,6 +107,7 @@ func decodeRecord(key string, kv *mvccpb.KeyValue) (backend.Record, error) {
 		ExpiresAt:    expires,
 		Remaining:    max(0, time.Until(expires)),
 		Stamp:        hlc.Timestamp{WallTime: v.StampWall, Logical: v.StampLog},
+		LockDelay:    time.Duration(v.LockDelayMs) * time.Millisecond,
 	}, nil
 }
 

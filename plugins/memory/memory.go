@@ -48,6 +48,19 @@
 //     O(log n + page), never a scan or a sort of every lock under the mutex,
 //     however many locks are held. The page token is an opaque encoding of
 //     the last key returned (the server seals it before a client sees it).
+//   - Sets of keys (backend.SetBackend, up to MaxKeys): AcquireSet checks
+//     and takes every key under the one mutex, so a set is as atomic as a
+//     single key; ReleaseSet and ExtendSet likewise. A single key is a set
+//     of one.
+//   - Request identities: each entry keeps the Request of its last Acquire
+//     or Extend and the Replay of its Acquire. A Release keeps its own
+//     Request for the key until the released lease would have expired (a
+//     repeat comes within the lease's life: after it the SDKs do not
+//     retry), then the reaper forgets it; so does the next release.
+//   - Lock-delay: an entry that expires with a LockDelay leaves its key
+//     refusing holders until the delay after its expiry instant, on the
+//     monotonic clock. Released entries leave none. The reaper forgets
+//     delays that have passed.
 //   - Info: not shared (each server has its own locks; fairness is the
 //     engine's FIFO within one server), not durable, TTL between 1ms and 24h.
 //     The 24h cap bounds how long a forgotten lock can stay held; clients
@@ -58,6 +71,7 @@ import (
 	"container/heap"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -86,6 +100,10 @@ const (
 	// comes from the reaper's timer, which Go fires within about a
 	// millisecond on an idle machine (more under heavy load).
 	TTLGranularity = time.Millisecond
+	// MaxKeys is the most keys one AcquireSet takes.
+	MaxKeys = 64
+	// MaxLockDelay is the longest lock-delay kept.
+	MaxLockDelay = time.Minute
 )
 
 // watchBuffer is how many undelivered events one watcher may have before its
@@ -123,12 +141,25 @@ type Backend struct {
 	ordered  *btree.BTreeG[*entry] // the same entries, in key order (List)
 	expiries expiryHeap
 	watchers map[*watcher]struct{}
+	// What a key keeps after its lease: its lock-delay, and its last
+	// release's request; each forgotten at its time (lapses).
+	delays   map[string]time.Time
+	released map[string]tombstone
+	lapses   lapseHeap
+}
+
+// tombstone is the request of a key's last release, kept until the
+// released lease would have expired.
+type tombstone struct {
+	req   backend.Request
+	until time.Time
 }
 
 // byKey orders the index.
 func byKey(a, b *entry) bool { return a.key < b.key }
 
 var (
+	_ backend.SetBackend         = (*Backend)(nil)
 	_ backend.BatchBackend       = (*Backend)(nil)
 	_ interface{ Close() error } = (*Backend)(nil)
 )
@@ -142,6 +173,10 @@ type entry struct {
 	stamp   hlc.Timestamp
 	expires time.Time // carries the monotonic reading
 	index   int       // position in the expiry heap
+	delay   time.Duration
+	request backend.Request // of the last Acquire or Extend
+	replay  string
+	claimed bool // a replay of its Acquire was answered
 }
 
 func (e *entry) record(now time.Time) backend.Record {
@@ -152,6 +187,7 @@ func (e *entry) record(now time.Time) backend.Record {
 		ExpiresAt:    e.expires.Round(0), // wall clock only, as over the wire
 		Remaining:    max(e.expires.Sub(now), 0),
 		Stamp:        e.stamp,
+		LockDelay:    e.delay,
 	}
 }
 
@@ -163,6 +199,8 @@ func New() *Backend {
 		locks:    make(map[string]*entry),
 		ordered:  btree.NewG(32, byKey),
 		watchers: make(map[*watcher]struct{}),
+		delays:   make(map[string]time.Time),
+		released: make(map[string]tombstone),
 	}
 	b.wg.Add(1)
 	go b.reap()
@@ -208,6 +246,9 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		MinTTL:         MinTTL,
 		MaxTTL:         MaxTTL,
 		Fair:           false,
+		MaxKeys:        MaxKeys,
+		RequestIDs:     true,
+		MaxLockDelay:   MaxLockDelay,
 	}, nil
 }
 
@@ -240,10 +281,25 @@ func (b *Backend) live(key string, now time.Time) *entry {
 	return e
 }
 
-// expire deletes e and announces it. b.mu must be held.
+// expire deletes e and announces it; its lock-delay starts, counted from
+// its expiry instant. b.mu must be held.
 func (b *Backend) expire(e *entry, now time.Time) {
 	b.remove(e)
+	if e.delay > 0 {
+		until := e.expires.Add(e.delay)
+		b.delays[e.key] = until
+		b.lapse(e.key, until, lapseDelay)
+	}
 	b.emit(backend.Event{Type: backend.EventExpired, Record: e.record(now)})
+}
+
+// delayed is how much longer key's lock-delay lasts (0: none). b.mu must
+// be held.
+func (b *Backend) delayed(key string, now time.Time) time.Duration {
+	if until, ok := b.delays[key]; ok && now.Before(until) {
+		return until.Sub(now)
+	}
+	return 0
 }
 
 // Expire ends the lease held on key now, as if its TTL had just run out:
@@ -269,54 +325,129 @@ func (b *Backend) remove(e *entry) {
 	heap.Remove(&b.expiries, e.index)
 }
 
-// Acquire implements backend.Backend.
-func (b *Backend) Acquire(_ context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
-	if err := checkAcquire(req); err != nil {
-		return backend.AcquireResult{}, err
+// Acquire implements backend.Backend: a set of one.
+func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
+	res, err := b.AcquireSet(ctx, backend.AcquireSetRequest{
+		Claims: []backend.Claim{{Key: req.Key}}, OwnerToken: req.OwnerToken, TTL: req.TTL, Holder: req.Holder, Stamp: req.Stamp,
+		Request: req.Request, Replay: req.Replay, LockDelay: req.LockDelay, ReplayOnly: req.ReplayOnly,
+	})
+	if err != nil || !res.Acquired {
+		return backend.AcquireResult{Record: res.Blocker}, err
+	}
+	return backend.AcquireResult{Acquired: true, Record: res.Records[0], Replayed: res.Replayed, Replay: res.Replay}, nil
+}
+
+func checkSet(n int) error {
+	if n < 1 || n > MaxKeys {
+		return fmt.Errorf("%w: a set of %d keys is outside the memory backend's range [1, %d]", backend.ErrInvalidArgument, n, MaxKeys)
+	}
+	return nil
+}
+
+func checkDelay(d time.Duration) error {
+	if d < 0 || d > MaxLockDelay {
+		return fmt.Errorf("%w: lock_delay %s is outside the memory backend's range [0, %s]", backend.ErrInvalidArgument, d, MaxLockDelay)
+	}
+	return nil
+}
+
+// AcquireSet implements backend.SetBackend: every key is checked and taken
+// under the one mutex.
+func (b *Backend) AcquireSet(_ context.Context, req backend.AcquireSetRequest) (backend.AcquireSetResult, error) {
+	if err := checkSet(len(req.Claims)); err != nil {
+		return backend.AcquireSetResult{}, err
+	}
+	for _, c := range req.Claims {
+		if err := checkKey(c.Key); err != nil {
+			return backend.AcquireSetResult{}, err
+		}
+	}
+	if req.OwnerToken == "" {
+		return backend.AcquireSetResult{}, fmt.Errorf("%w: owner_token must not be empty", backend.ErrInvalidArgument)
+	}
+	if err := checkTTL(req.TTL); err != nil {
+		return backend.AcquireSetResult{}, err
+	}
+	if err := checkDelay(req.LockDelay); err != nil {
+		return backend.AcquireSetResult{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return backend.AcquireResult{}, ErrClosed
+		return backend.AcquireSetResult{}, ErrClosed
 	}
-	return b.acquireLocked(req, time.Now()), nil
-}
-
-func checkAcquire(req backend.AcquireRequest) error {
-	if err := checkKey(req.Key); err != nil {
-		return err
-	}
-	if req.OwnerToken == "" {
-		return fmt.Errorf("%w: owner_token must not be empty", backend.ErrInvalidArgument)
-	}
-	return checkTTL(req.TTL)
-}
-
-// acquireLocked decides one valid Acquire. b.mu must be held.
-func (b *Backend) acquireLocked(req backend.AcquireRequest, now time.Time) backend.AcquireResult {
-	var last hlc.Timestamp
-	if e := b.locks[req.Key]; e != nil {
-		if now.Before(e.expires) {
-			return backend.AcquireResult{Acquired: false, Record: e.record(now)}
+	now := time.Now()
+	held := make([]*entry, 0, len(req.Claims))
+	// One stamp for the set: later than the proposal and than every key's
+	// last stamp at hand (an entry taken over after its expiry; forgotten
+	// stamps are behind the engine's clock, see the package doc).
+	stamp := req.Stamp
+	for _, c := range req.Claims {
+		if e := b.locks[c.Key]; e != nil && !now.Before(e.expires) {
+			stamp = backend.NextStamp(e.stamp, stamp)
 		}
-		last = e.stamp // taken over after expiry: its stamp is at hand
-		b.expire(e, now)
+		if e := b.live(c.Key, now); e != nil {
+			held = append(held, e)
+		}
 	}
-	e := &entry{
-		key:     req.Key,
-		token:   req.OwnerToken,
-		holder:  req.Holder,
-		fence:   nextFence(),
-		stamp:   backend.NextStamp(last, req.Stamp),
-		expires: now.Add(req.TTL),
+	if len(held) == len(req.Claims) {
+		if res, ok, err := replay(held, req.Request, now); ok || err != nil {
+			return res, err
+		}
 	}
-	b.locks[req.Key] = e
-	b.ordered.ReplaceOrInsert(e)
-	heap.Push(&b.expiries, e)
-	b.rearm(e)
-	rec := e.record(now)
-	b.emit(backend.Event{Type: backend.EventAcquired, Record: rec})
-	return backend.AcquireResult{Acquired: true, Record: rec}
+	if len(held) > 0 {
+		return backend.AcquireSetResult{Blocker: held[0].record(now)}, nil
+	}
+	for _, c := range req.Claims {
+		if d := b.delayed(c.Key, now); d > 0 {
+			return backend.AcquireSetResult{Blocker: backend.Record{Key: c.Key, DelayRemaining: d}}, nil
+		}
+	}
+	if req.ReplayOnly {
+		return backend.AcquireSetResult{}, nil
+	}
+	res := backend.AcquireSetResult{Acquired: true, Records: make([]backend.Record, len(req.Claims))}
+	for i, c := range req.Claims {
+		e := &entry{
+			key:     c.Key,
+			token:   req.OwnerToken,
+			holder:  req.Holder,
+			fence:   nextFence(),
+			stamp:   stamp,
+			expires: now.Add(req.TTL),
+			delay:   req.LockDelay,
+			request: req.Request,
+			replay:  req.Replay,
+		}
+		b.locks[c.Key] = e
+		b.ordered.ReplaceOrInsert(e)
+		heap.Push(&b.expiries, e)
+		b.rearm(e)
+		res.Records[i] = e.record(now)
+		b.emit(backend.Event{Type: backend.EventAcquired, Record: res.Records[i]})
+	}
+	return res, nil
+}
+
+// replay answers an Acquire of the keys of held (every one of them held)
+// as a repeat of the request that took them, when it is one (ok), or
+// refuses a repeat with other arguments. b.mu must be held.
+func replay(held []*entry, req backend.Request, now time.Time) (backend.AcquireSetResult, bool, error) {
+	for _, e := range held {
+		repeat, err := backend.Repeat(e.request, req)
+		if err != nil {
+			return backend.AcquireSetResult{}, false, err
+		}
+		if !repeat || e.token != held[0].token {
+			return backend.AcquireSetResult{}, false, nil
+		}
+	}
+	res := backend.AcquireSetResult{Acquired: true, Records: make([]backend.Record, len(held)), Replayed: true, Replay: held[0].replay}
+	for i, e := range held {
+		e.claimed = true
+		res.Records[i] = e.record(now)
+	}
+	return res, true, nil
 }
 
 // rearm wakes the reaper when e became the earliest expiry. b.mu must be held.
@@ -324,15 +455,42 @@ func (b *Backend) rearm(e *entry) {
 	if e.index != 0 {
 		return
 	}
+	b.wakeReaper()
+}
+
+func (b *Backend) wakeReaper() {
 	select {
 	case b.wake <- struct{}{}:
 	default: // a wake-up is already pending
 	}
 }
 
-// Release implements backend.Backend.
-func (b *Backend) Release(_ context.Context, req backend.ReleaseRequest) (bool, error) {
+// Release implements backend.Backend: a set of one.
+func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool, error) {
 	if err := checkKey(req.Key); err != nil {
+		return false, err
+	}
+	return b.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, Stamp: req.Stamp,
+		Request: req.Request, Abandon: req.Abandon})
+}
+
+// heldBy returns the entries of keys if token holds every one. b.mu must
+// be held.
+func (b *Backend) heldBy(keys []string, token string, now time.Time) ([]*entry, bool) {
+	out := make([]*entry, len(keys))
+	for i, k := range keys {
+		e := b.live(k, now)
+		if e == nil || token == "" || e.token != token {
+			return nil, false
+		}
+		out[i] = e
+	}
+	return out, true
+}
+
+// ReleaseSet implements backend.SetBackend.
+func (b *Backend) ReleaseSet(_ context.Context, req backend.ReleaseSetRequest) (bool, error) {
+	if err := checkSet(len(req.Keys)); err != nil {
 		return false, err
 	}
 	b.mu.Lock()
@@ -340,85 +498,118 @@ func (b *Backend) Release(_ context.Context, req backend.ReleaseRequest) (bool, 
 	if b.closed {
 		return false, ErrClosed
 	}
-	return b.releaseLocked(req, time.Now()), nil
-}
-
-// releaseLocked decides one valid Release. b.mu must be held.
-func (b *Backend) releaseLocked(req backend.ReleaseRequest, now time.Time) bool {
-	e := b.live(req.Key, now)
-	if e == nil || e.token != req.OwnerToken || req.OwnerToken == "" {
-		return false
+	now := time.Now()
+	held, ok := b.heldBy(req.Keys, req.OwnerToken, now)
+	if !ok {
+		// Answered true once already: every key keeps that release.
+		if req.Request.ID == "" {
+			return false, nil
+		}
+		for _, k := range req.Keys {
+			t := b.released[k]
+			if repeat, err := backend.Repeat(t.req, req.Request); err != nil || !repeat || !now.Before(t.until) {
+				return false, err
+			}
+		}
+		return true, nil
 	}
-	b.remove(e)
-	b.emit(backend.Event{Type: backend.EventReleased, Record: e.record(now)})
-	return true
+	for _, e := range held {
+		if req.Abandon && e.claimed {
+			return false, nil
+		}
+	}
+	for _, e := range held {
+		b.remove(e)
+		if req.Request.ID != "" {
+			b.released[e.key] = tombstone{req: req.Request, until: e.expires}
+			b.lapse(e.key, e.expires, lapseTombstone)
+		} else {
+			delete(b.released, e.key)
+		}
+		b.emit(backend.Event{Type: backend.EventReleased, Record: e.record(now)})
+	}
+	return true, nil
 }
 
-// Extend implements backend.Backend. The record keeps its acquisition stamp.
-func (b *Backend) Extend(_ context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
-	if err := checkExtend(req); err != nil {
+// Extend implements backend.Backend: a set of one. The record keeps its
+// acquisition stamp.
+func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
+	if err := checkKey(req.Key); err != nil {
 		return backend.ExtendResult{}, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return backend.ExtendResult{}, ErrClosed
+	res, err := b.ExtendSet(ctx, backend.ExtendSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, TTL: req.TTL,
+		Stamp: req.Stamp, Request: req.Request})
+	if err != nil || !res.Extended {
+		return backend.ExtendResult{}, err
 	}
-	return b.extendLocked(req, time.Now()), nil
+	return backend.ExtendResult{Extended: true, Record: res.Records[0]}, nil
 }
 
-func checkExtend(req backend.ExtendRequest) error {
-	if err := checkKey(req.Key); err != nil {
-		return err
+// ExtendSet implements backend.SetBackend. A zero Request keeps the
+// entries' own.
+func (b *Backend) ExtendSet(_ context.Context, req backend.ExtendSetRequest) (backend.ExtendSetResult, error) {
+	if err := checkSet(len(req.Keys)); err != nil {
+		return backend.ExtendSetResult{}, err
 	}
-	return checkTTL(req.TTL)
-}
-
-// extendLocked decides one valid Extend. b.mu must be held.
-func (b *Backend) extendLocked(req backend.ExtendRequest, now time.Time) backend.ExtendResult {
-	e := b.live(req.Key, now)
-	if e == nil || e.token != req.OwnerToken || req.OwnerToken == "" {
-		return backend.ExtendResult{}
-	}
-	e.expires = now.Add(req.TTL)
-	heap.Fix(&b.expiries, e.index)
-	b.rearm(e)
-	return backend.ExtendResult{Extended: true, Record: e.record(now)}
-}
-
-// AcquireBatch implements backend.BatchBackend: every item under one
-// acquisition of the mutex, each decided as Acquire decides it.
-func (b *Backend) AcquireBatch(_ context.Context, reqs []backend.AcquireRequest) ([]backend.Outcome[backend.AcquireResult], error) {
-	return batch(b, reqs, checkAcquire, b.acquireLocked)
-}
-
-// ReleaseBatch implements backend.BatchBackend.
-func (b *Backend) ReleaseBatch(_ context.Context, reqs []backend.ReleaseRequest) ([]backend.Outcome[bool], error) {
-	return batch(b, reqs, func(r backend.ReleaseRequest) error { return checkKey(r.Key) }, b.releaseLocked)
-}
-
-// ExtendBatch implements backend.BatchBackend.
-func (b *Backend) ExtendBatch(_ context.Context, reqs []backend.ExtendRequest) ([]backend.Outcome[backend.ExtendResult], error) {
-	return batch(b, reqs, checkExtend, b.extendLocked)
-}
-
-// batch checks each request, then decides the valid ones under one
-// acquisition of the mutex, in order.
-func batch[Req, Res any](b *Backend, reqs []Req, check func(Req) error, decide func(Req, time.Time) Res) ([]backend.Outcome[Res], error) {
-	out := make([]backend.Outcome[Res], len(reqs))
-	for i, r := range reqs {
-		out[i].Err = check(r)
+	if err := checkTTL(req.TTL); err != nil {
+		return backend.ExtendSetResult{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, ErrClosed
+		return backend.ExtendSetResult{}, ErrClosed
 	}
 	now := time.Now()
-	for i, r := range reqs {
-		if out[i].Err == nil {
-			out[i].Value = decide(r, now)
+	held, ok := b.heldBy(req.Keys, req.OwnerToken, now)
+	if !ok {
+		return backend.ExtendSetResult{}, nil
+	}
+	for _, e := range held {
+		if _, err := backend.Repeat(e.request, req.Request); err != nil {
+			return backend.ExtendSetResult{}, err
 		}
+	}
+	res := backend.ExtendSetResult{Extended: true, Records: make([]backend.Record, len(held))}
+	for i, e := range held {
+		e.expires = now.Add(req.TTL)
+		heap.Fix(&b.expiries, e.index)
+		b.rearm(e)
+		if req.Request.ID != "" {
+			e.request = req.Request
+		}
+		res.Records[i] = e.record(now)
+	}
+	return res, nil
+}
+
+// AcquireBatch implements backend.BatchBackend: each item decided by
+// Acquire, in order, so that request ids and lock-delays hold per item
+// exactly as they do for single calls. The store is this process's memory:
+// a batch saves the plugin hops, and there is no round trip to save.
+func (b *Backend) AcquireBatch(ctx context.Context, reqs []backend.AcquireRequest) ([]backend.Outcome[backend.AcquireResult], error) {
+	return eachItem(ctx, reqs, b.Acquire)
+}
+
+// ReleaseBatch implements backend.BatchBackend, item by item as Release.
+func (b *Backend) ReleaseBatch(ctx context.Context, reqs []backend.ReleaseRequest) ([]backend.Outcome[bool], error) {
+	return eachItem(ctx, reqs, b.Release)
+}
+
+// ExtendBatch implements backend.BatchBackend, item by item as Extend.
+func (b *Backend) ExtendBatch(ctx context.Context, reqs []backend.ExtendRequest) ([]backend.Outcome[backend.ExtendResult], error) {
+	return eachItem(ctx, reqs, b.Extend)
+}
+
+// eachItem decides reqs in order with the single call, each item's error
+// its own; a closed backend fails the whole batch, as it fails every call.
+func eachItem[Req, Res any](ctx context.Context, reqs []Req, call func(context.Context, Req) (Res, error)) ([]backend.Outcome[Res], error) {
+	out := make([]backend.Outcome[Res], len(reqs))
+	for i, r := range reqs {
+		v, err := call(ctx, r)
+		if errors.Is(err, ErrClosed) {
+			return nil, err
+		}
+		out[i] = backend.Outcome[Res]{Value: v, Err: err}
 	}
 	return out, nil
 }
@@ -436,6 +627,9 @@ func (b *Backend) Get(_ context.Context, key string) (backend.Record, bool, erro
 	now := time.Now()
 	e := b.live(key, now)
 	if e == nil {
+		if d := b.delayed(key, now); d > 0 {
+			return backend.Record{Key: key, DelayRemaining: d}, false, nil
+		}
 		return backend.Record{}, false, nil
 	}
 	return e.record(now), true, nil
@@ -587,9 +781,15 @@ func (b *Backend) reap() {
 		for len(b.expiries) > 0 && !now.Before(b.expiries[0].expires) {
 			b.expire(b.expiries[0], now)
 		}
+		b.forget(now)
 		var wait time.Duration = -1
 		if len(b.expiries) > 0 {
 			wait = b.expiries[0].expires.Sub(now)
+		}
+		if len(b.lapses) > 0 {
+			if d := b.lapses[0].at.Sub(now); wait < 0 || d < wait {
+				wait = d
+			}
 		}
 		b.mu.Unlock()
 
@@ -631,4 +831,57 @@ func (h *expiryHeap) Pop() any {
 	*h = old[:len(old)-1]
 	e.index = -1
 	return e
+}
+
+// What a key keeps after its lease lapses at its time.
+const (
+	lapseDelay = iota
+	lapseTombstone
+)
+
+// lapse is a lock-delay or a tombstone of key that ends at at.
+type lapse struct {
+	key  string
+	kind int
+	at   time.Time
+}
+
+// lapse schedules the end of what key keeps. b.mu must be held.
+func (b *Backend) lapse(key string, at time.Time, kind int) {
+	heap.Push(&b.lapses, lapse{key: key, kind: kind, at: at})
+	if b.lapses[0].at.Equal(at) {
+		b.wakeReaper()
+	}
+}
+
+// forget drops the lock-delays and tombstones whose time has come (unless
+// a later one replaced them). b.mu must be held.
+func (b *Backend) forget(now time.Time) {
+	for len(b.lapses) > 0 && !now.Before(b.lapses[0].at) {
+		l := heap.Pop(&b.lapses).(lapse)
+		switch l.kind {
+		case lapseDelay:
+			if b.delays[l.key].Equal(l.at) {
+				delete(b.delays, l.key)
+			}
+		case lapseTombstone:
+			if b.released[l.key].until.Equal(l.at) {
+				delete(b.released, l.key)
+			}
+		}
+	}
+}
+
+// lapseHeap orders lapses by time (container/heap).
+type lapseHeap []lapse
+
+func (h lapseHeap) Len() int           { return len(h) }
+func (h lapseHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h lapseHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *lapseHeap) Push(x any)        { *h = append(*h, x.(lapse)) }
+func (h *lapseHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return l
 }

@@ -12,7 +12,7 @@
 // Notify modes). The plugin creates and
 // migrates it on start, in one transaction under a transaction-level
 // advisory lock, so plugins starting together do not race. The schema
-// version is kept in the table's comment ("holdfast locks v2").
+// version is kept in the table's comment ("holdfast locks v3").
 //
 // # Semantics
 //
@@ -106,8 +106,40 @@
 //     answers errors wrapping backend.ErrUnavailable; each call is bounded by
 //     call_timeout (default 5s) even when the caller's context is not. A
 //     value PostgreSQL refuses as data (class 22) wraps ErrInvalidArgument.
+//   - Sets of keys (backend.SetBackend, up to MaxKeys = 64): AcquireSet,
+//     ReleaseSet and ExtendSet are each one transaction, atomic in the
+//     database. It first inserts a free row for every key that has none
+//     (ON CONFLICT DO NOTHING, in key order), then locks every key's row
+//     with SELECT ... ORDER BY key FOR UPDATE, so two sets sharing keys wait
+//     for each other in one global order and never deadlock (a single-key
+//     statement locks one row and cannot close a cycle). It decides on the
+//     locked rows: AcquireSet takes every row (one UPDATE, nextval() per
+//     row after the locks, one stamp, the latest of the proposal and the
+//     successor of every row's stamp) only if none holds a live lease, and
+//     otherwise reports the first holder (marking it contended under
+//     notify=contended, as a failed Acquire does); ReleaseSet and ExtendSet
+//     change the rows only if the owner digest holds a live lease on every
+//     one. The trigger announces each key's change on its own, in the
+//     transaction's commit.
+//   - Request identities (Info.RequestIDs; schema v3): the row keeps the
+//     identity of the last Acquire or Extend applied to its lease
+//     (request_id, request_fp), the Acquire's replay and whether a replay
+//     was answered (claimed), and the identity of the key's last Release
+//     until that lease would have expired (released_id, released_fp,
+//     released_until). A call that carries an identity, single key or
+//     set, runs in the set transaction above (rows locked FOR UPDATE),
+//     which compares and writes them in the step that decides the call, so
+//     a repeat through any plugin sharing the schema is answered as the
+//     first; a call without one keeps its single statement, which clears
+//     them when it takes or releases a lease, and an abandoning Release
+//     spares a claimed lease in that statement. A Release's identity is
+//     lost early only if the cleaner deletes the free row first
+//     (idle_retention after the release, shorter than a long lease): a
+//     repeat then answers false, never a wrong true.
+//   - Not kept: lock-delays (Info.MaxLockDelay 0), so the server refuses a
+//     lock_delay with unimplemented naming the capability.
 //   - Info: shared, durable (rows and the sequence survive a restart of
-//     PostgreSQL), TTL between 1ms and 24h, not fair.
+//     PostgreSQL), TTL between 1ms and 24h, not fair, sets of up to 64 keys.
 //
 // # Options
 //
@@ -294,6 +326,7 @@ type Backend struct {
 	pool     *pgxpool.Pool
 	n        names
 	sql      statements
+	sets     setStatements
 	mark     bool  // a failed Acquire marks the row contended (notify=contended)
 	instance int64 // this plugin process, stored in acquired_by
 
@@ -382,6 +415,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		pool:     pool,
 		n:        n,
 		sql:      newStatements(n),
+		sets:     newSetStatements(n),
 		mark:     o.Notify == NotifyContended,
 		instance: instance,
 		ctx:      bctx,
@@ -418,6 +452,8 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		MinTTL:         MinTTL,
 		MaxTTL:         MaxTTL,
 		Fair:           false,
+		MaxKeys:        MaxKeys,
+		RequestIDs:     true,
 	}, nil
 }
 
@@ -456,7 +492,8 @@ func newStatements(n names) statements {
 	VALUES ($1, $2, $3, nextval('` + n.fencing + `'), clock_timestamp() + $4::bigint * interval '1 microsecond',
 		$5, $6, clock_timestamp(), $8)
 	ON CONFLICT (key) DO UPDATE SET
-		(owner, holder, fencing, expires_at, stamp_wall, stamp_logical, changed_at, contended, acquired_by) = (
+		(owner, holder, fencing, expires_at, stamp_wall, stamp_logical, changed_at, contended, acquired_by,
+		 request_id, request_fp, replay, claimed) = (
 			SELECT CASE WHEN t.take THEN excluded.owner ELSE l.owner END,
 			       CASE WHEN t.take THEN excluded.holder ELSE l.holder END,
 			       CASE WHEN t.take THEN nextval('` + n.fencing + `') ELSE l.fencing END,
@@ -467,7 +504,11 @@ func newStatements(n names) statements {
 			            WHEN (excluded.stamp_wall, excluded.stamp_logical) >= (t.w, t.lg) THEN excluded.stamp_logical ELSE t.lg END,
 			       CASE WHEN t.take THEN t.now ELSE l.changed_at END,
 			       CASE WHEN t.take THEN false ELSE l.contended OR $7::boolean END,
-			       CASE WHEN t.take THEN excluded.acquired_by ELSE l.acquired_by END
+			       CASE WHEN t.take THEN excluded.acquired_by ELSE l.acquired_by END,
+			       CASE WHEN t.take THEN NULL ELSE l.request_id END,
+			       CASE WHEN t.take THEN NULL ELSE l.request_fp END,
+			       CASE WHEN t.take THEN NULL ELSE l.replay END,
+			       CASE WHEN t.take THEN false ELSE l.claimed END
 			FROM (SELECT l.owner IS NULL OR l.expires_at <= clock_timestamp() AS take, clock_timestamp() AS now,
 			             CASE WHEN l.stamp_logical >= 4294967295 THEN l.stamp_wall + 1 ELSE l.stamp_wall END AS w,
 			             CASE WHEN l.stamp_logical >= 4294967295 THEN 0 ELSE l.stamp_logical + 1 END AS lg) AS t)
@@ -479,13 +520,17 @@ UNION ALL
 SELECT false, ` + recordCols + ` FROM ` + n.locks + `
 WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM acq)`,
 
-		// $1 key, $2 owner digest, $3/$4 stamp.
+		// $1 key, $2 owner digest, $3/$4 stamp, $5 abandon (leave a lease
+		// alone when a replay of its Acquire was answered). A release
+		// without a request identity forgets the key's last one.
 		release: `UPDATE ` + n.locks + ` AS l SET
 	owner = NULL, holder = '', expires_at = NULL, changed_at = clock_timestamp(),
+	request_id = NULL, request_fp = NULL, replay = NULL, claimed = false,
+	released_id = NULL, released_fp = NULL, released_until = NULL,
 	(stamp_wall, stamp_logical) = (
 		SELECT CASE WHEN ($3::bigint, $4::bigint) > (l.stamp_wall, l.stamp_logical) THEN $3::bigint ELSE l.stamp_wall END,
 		       CASE WHEN ($3::bigint, $4::bigint) > (l.stamp_wall, l.stamp_logical) THEN $4::bigint ELSE l.stamp_logical END)
-WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`,
+WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() AND NOT ($5::boolean AND claimed)`,
 
 		// $1 key, $2 owner digest, $3 ttl µs.
 		extend: `UPDATE ` + n.locks + ` SET
@@ -627,6 +672,13 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 	if err := checkTTL(req.TTL); err != nil {
 		return backend.AcquireResult{}, err
 	}
+	if err := checkNoDelay(req.LockDelay); err != nil {
+		return backend.AcquireResult{}, err
+	}
+	if req.Request.ID != "" || req.ReplayOnly {
+		// A request identity is compared and kept in a transaction.
+		return b.acquireOne(ctx, req)
+	}
 	ctx, done, err := b.call(ctx)
 	if err != nil {
 		return backend.AcquireResult{}, err
@@ -660,6 +712,10 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 	if err := checkKey(req.Key); err != nil {
 		return false, err
 	}
+	if req.Request.ID != "" {
+		return b.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken,
+			Stamp: req.Stamp, Request: req.Request, Abandon: req.Abandon})
+	}
 	if req.OwnerToken == "" {
 		return false, nil
 	}
@@ -669,7 +725,7 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 	}
 	defer done()
 	tag, err := b.pool.Exec(ctx, b.sql.release, req.Key, digest(req.OwnerToken),
-		req.Stamp.WallTime, int64(req.Stamp.Logical))
+		req.Stamp.WallTime, int64(req.Stamp.Logical), req.Abandon)
 	if err != nil {
 		return false, b.wrap(ctx, "release "+strconv.Quote(req.Key), err)
 	}
@@ -686,6 +742,14 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 	}
 	if req.OwnerToken == "" {
 		return backend.ExtendResult{}, nil
+	}
+	if req.Request.ID != "" {
+		res, err := b.ExtendSet(ctx, backend.ExtendSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken,
+			TTL: req.TTL, Stamp: req.Stamp, Request: req.Request})
+		if err != nil || !res.Extended {
+			return backend.ExtendResult{}, err
+		}
+		return backend.ExtendResult{Extended: true, Record: res.Records[0]}, nil
 	}
 	ctx, done, err := b.call(ctx)
 	if err != nil {

@@ -13,9 +13,9 @@ import (
 )
 
 // SchemaVersion is the version of the table layout this plugin writes. It is
-// kept in the table's comment ("holdfast locks v2"), so the plugin owns one
+// kept in the table's comment ("holdfast locks v3"), so the plugin owns one
 // table and nothing else that could drift from it.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // notifyGUC is the session setting the trigger reads to decide what to
 // announce: "contended" (set on every connection of a plugin with
@@ -152,6 +152,22 @@ CREATE TRIGGER locks_notify_update AFTER UPDATE ON ` + n.locks + `
 	FOR EACH ROW WHEN (OLD.owner IS DISTINCT FROM NEW.owner AND
 		(` + everyChange + ` OR OLD.contended OR (NEW.owner IS NULL AND ` + otherInstance + `)))
 	EXECUTE FUNCTION ` + n.notifyFn + `();`,
+
+		// v3: request identities (retry-safe requests, see the package doc).
+		//   - request_id, request_fp: the identity of the last Acquire or
+		//     Extend applied to the current lease; replay: what its Acquire
+		//     stored for a replay; claimed: a replay of it was answered.
+		//   - released_id, released_fp, released_until: the identity of the
+		//     key's last Release, kept until the released lease would have
+		//     expired.
+		// A lease taken without an identity clears the first four.
+		`ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS request_id text;
+ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS request_fp text;
+ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS replay text;
+ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS claimed boolean NOT NULL DEFAULT false;
+ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS released_id text;
+ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS released_fp text;
+ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS released_until timestamptz;`,
 	}
 }
 

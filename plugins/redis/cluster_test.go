@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/plugins/redis"
 	"github.com/holdfast/holdfast/plugins/redis/redistest"
 )
 
@@ -94,6 +96,7 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("reacquire %q: %+v after fencing %d", k, r, fences[k])
 		}
 	}
+	clusterSets(t, b, addrs[0])
 	// Per key, in this order: released, acquired, expired (each lock expires
 	// on its own master; events of different keys interleave).
 	order := []backend.EventType{backend.EventReleased, backend.EventAcquired, backend.EventExpired}
@@ -106,6 +109,63 @@ func TestCluster(t *testing.T) {
 		}
 		if seen[k]++; seen[k] == len(order) {
 			done++
+		}
+	}
+}
+
+// clusterSets: in a Cluster a set whose keys share a hash tag is taken,
+// extended and released as one script on the slot's master; a set whose
+// keys hash to different slots is refused with ErrFailedPrecondition naming
+// the rule, and nothing is taken. The backend's slot is Redis's own
+// (CLUSTER KEYSLOT).
+func clusterSets(t *testing.T, b backend.Backend, addr string) {
+	t.Helper()
+	ctx := ctxT(t)
+	sets := b.(backend.SetBackend)
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer func() { _ = c.Close() }()
+	for _, k := range []string{"holdfast:{s/{acct}/1}:lock", "holdfast:{acct}s/%7Bacct%7D/2:lock", "x", "{}y", "a{b}c"} {
+		want, err := c.ClusterKeySlot(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := redis.ClusterSlot(k); got != int(want) {
+			t.Fatalf("slot of %q: %d, Redis says %d", k, got, want)
+		}
+	}
+
+	tagged := []string{"s/{acct}/1", "s/{acct}/2", "s/{acct}/3"}
+	claims := make([]backend.Claim, len(tagged))
+	for i, k := range tagged {
+		claims[i] = backend.Claim{Key: k}
+	}
+	tok := token()
+	res, err := sets.AcquireSet(ctx, backend.AcquireSetRequest{Claims: claims, OwnerToken: tok, TTL: time.Minute})
+	if err != nil || !res.Acquired || len(res.Records) != len(tagged) {
+		t.Fatalf("acquire set %q: %+v %v", tagged, res, err)
+	}
+	ext, err := sets.ExtendSet(ctx, backend.ExtendSetRequest{Keys: tagged, OwnerToken: tok, TTL: time.Minute})
+	if err != nil || !ext.Extended {
+		t.Fatalf("extend set %q: %+v %v", tagged, ext, err)
+	}
+	if ok, err := sets.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: tagged, OwnerToken: tok}); err != nil || !ok {
+		t.Fatalf("release set %q: %v %v", tagged, ok, err)
+	}
+
+	// Two untagged keys in different slots.
+	spread := []string{"s/0", "s/1"}
+	for i := 2; redis.ClusterSlot("holdfast:{"+spread[0]+"}:lock") == redis.ClusterSlot("holdfast:{"+spread[1]+"}:lock"); i++ {
+		spread[1] = fmt.Sprintf("s/%d", i)
+	}
+	_, err = sets.AcquireSet(ctx, backend.AcquireSetRequest{
+		Claims: []backend.Claim{{Key: spread[0]}, {Key: spread[1]}}, OwnerToken: token(), TTL: time.Minute})
+	if !errors.Is(err, backend.ErrFailedPrecondition) || !strings.Contains(err.Error(), "every key of a set must hash to one slot") ||
+		!strings.Contains(err.Error(), "hash tag") {
+		t.Fatalf("acquire set across slots %q: %v, want failed precondition naming the rule", spread, err)
+	}
+	for _, k := range spread {
+		if _, held, err := b.Get(ctx, k); err != nil || held {
+			t.Fatalf("%q after a refused set: held %v, %v", k, held, err)
 		}
 	}
 }

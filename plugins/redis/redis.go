@@ -28,7 +28,38 @@
 //
 // Keys: <key_prefix>{K}:lock and <key_prefix>{K}:meta, where the hash tag {K}
 // puts both in one Cluster slot (the key's own '{', '}' and '%' are
-// %-escaped so they cannot break the tag).
+// %-escaped so they cannot break the tag). A key with a hash tag of its own
+// ({T}: the text between its first '{' and the next '}', as Redis Cluster
+// reads keys) is stored under that tag instead, <key_prefix>{T}K:lock, so
+// that keys sharing a tag share a slot.
+//
+// Sets of keys (backend.SetBackend, up to MaxKeys = 64): AcquireSet,
+// ReleaseSet and ExtendSet are one Lua script each over the lock and meta
+// hash of every key, atomic in Redis: the script checks every key before it
+// writes any (all free for AcquireSet, every key held by the owner token for
+// ReleaseSet and ExtendSet), then changes all of them. Each key gets its own
+// fencing token (max(its last + 1, TIME)); all get one stamp, the latest of
+// the proposal and the successor of every key's last stamp. Each key is
+// announced on its own channel. In a Cluster a script's keys must share a
+// slot, so a set is taken only when every key hashes to one slot (one hash
+// tag for the set's keys); the backend computes the slots first and refuses
+// any other set with backend.ErrFailedPrecondition naming the rule. A single
+// key is a set of one: Acquire, Release and Extend run the same scripts.
+//
+// Request identities (Info.RequestIDs) are kept in the lock hash (the last
+// Acquire's or Extend's id and fingerprint, the Acquire's replay, and
+// whether a replay was answered) and, for a Release, in the meta hash until
+// the released lease would have expired; the scripts compare them in the
+// same atomic step that decides the call, on every key of a set, so a
+// repeat through any server sharing the Redis is answered as the first.
+//
+// Lock-delay (Info.MaxLockDelay = 1m): an Acquire with a lock-delay d also
+// writes <key_prefix>{K}:delay with PX = TTL + d (Extend renews it, Release
+// deletes it). Redis expires the lock at its TTL and the delay key d later,
+// by its own clock, so while the lock is gone and the delay key is not, the
+// key is in its lock-delay: Acquire refuses it and Get reports the delay
+// key's PTTL as DelayRemaining. It is atomic with every call (the same
+// scripts), and needs nothing to run at the expiry.
 //
 // Watch: Acquire and Release PUBLISH an event on <key_prefix>events:K (a
 // PUBLISH is cluster-wide); expiries are caught from Redis keyspace
@@ -264,97 +295,79 @@ func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 		MinTTL:         b.opts.MinTTL,
 		MaxTTL:         b.opts.MaxTTL,
 		Fair:           false,
+		MaxKeys:        MaxKeys,
+		RequestIDs:     true,
+		MaxLockDelay:   MaxLockDelay,
 	}, nil
 }
 
-// Acquire runs the acquire script: one atomic step.
+// Acquire runs the acquire script on one key: one atomic step.
 func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
-	if req.Key == "" || req.OwnerToken == "" {
-		// A lock under the empty token is one the empty token would release.
-		return backend.AcquireResult{}, fmt.Errorf("%w: key and owner_token must not be empty", backend.ErrInvalidArgument)
-	}
-	if err := b.checkTTL(req.TTL); err != nil {
+	res, err := b.AcquireSet(ctx, backend.AcquireSetRequest{Claims: []backend.Claim{{Key: req.Key}}, OwnerToken: req.OwnerToken,
+		TTL: req.TTL, Holder: req.Holder, Stamp: req.Stamp, Request: req.Request, Replay: req.Replay,
+		LockDelay: req.LockDelay, ReplayOnly: req.ReplayOnly})
+	if err != nil {
 		return backend.AcquireResult{}, err
 	}
-	s, n, l := splitStamp(req.Stamp)
-	res, err := acquireScript.Run(ctx, b.client, b.keys(req.Key),
-		req.OwnerToken, millis(req.TTL), req.Holder, s, n, l,
-		millis(b.opts.MetaRetention), b.channel(req.Key)).Slice()
-	if err != nil {
-		return backend.AcquireResult{}, b.fail("acquire", err)
+	out := backend.AcquireResult{Acquired: res.Acquired, Record: res.Blocker, Replayed: res.Replayed, Replay: res.Replay}
+	if res.Acquired {
+		out.Record = res.Records[0]
 	}
-	rec, err := parseRecord(req.Key, res[1:])
-	if err != nil {
-		return backend.AcquireResult{}, b.fail("acquire", err)
-	}
-	return backend.AcquireResult{Acquired: asInt(res[0]) == 1, Record: rec}, nil
+	return out, nil
 }
 
-// Release runs the release script: compare the token, then delete.
+// Release runs the release script on one key: compare the token, then
+// delete.
 func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool, error) {
-	s, n, l := splitStamp(req.Stamp)
-	res, err := releaseScript.Run(ctx, b.client, b.keys(req.Key),
-		req.OwnerToken, s, n, l, millis(b.opts.MetaRetention), b.channel(req.Key)).Int64()
-	if err != nil {
-		return false, b.fail("release", err)
-	}
-	return res == 1, nil
+	return b.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, Stamp: req.Stamp,
+		Request: req.Request, Abandon: req.Abandon})
 }
 
-// Extend runs the extend script: compare the token, then renew.
+// Extend runs the extend script on one key: compare the token, then renew.
 func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
-	if err := b.checkTTL(req.TTL); err != nil {
+	res, err := b.ExtendSet(ctx, backend.ExtendSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, TTL: req.TTL,
+		Stamp: req.Stamp, Request: req.Request})
+	if err != nil || !res.Extended {
 		return backend.ExtendResult{}, err
 	}
-	s, n, l := splitStamp(req.Stamp)
-	res, err := extendScript.Run(ctx, b.client, b.keys(req.Key),
-		req.OwnerToken, millis(req.TTL), s, n, l, millis(b.opts.MetaRetention)).Slice()
-	if err != nil {
-		return backend.ExtendResult{}, b.fail("extend", err)
-	}
-	if asInt(res[0]) != 1 {
-		return backend.ExtendResult{}, nil
-	}
-	rec, err := parseRecord(req.Key, res[1:])
-	if err != nil {
-		return backend.ExtendResult{}, b.fail("extend", err)
-	}
-	return backend.ExtendResult{Extended: true, Record: rec}, nil
+	return backend.ExtendResult{Extended: true, Record: res.Records[0]}, nil
 }
 
 // Get returns the lock on key, if held.
 func (b *Backend) Get(ctx context.Context, key string) (backend.Record, bool, error) {
-	res, err := getScript.Run(ctx, b.client, []string{b.lockKey(key)}).Slice()
+	keys := b.keys(key)
+	res, err := getScript.Run(ctx, b.client, []string{keys[0], keys[2]}).Slice()
 	if err != nil {
 		return backend.Record{}, false, b.fail("get", err)
 	}
-	if asInt(res[0]) != 1 {
-		return backend.Record{}, false, nil
-	}
-	rec, err := parseRecord(key, res[1:])
-	if err != nil {
-		return backend.Record{}, false, b.fail("get", err)
-	}
-	return rec, true, nil
+	return b.parseGet(key, res)
 }
 
 // List scans for lock keys under req.Prefix (SCAN on every node), sorts them
 // and reads one page. A page costs a scan of the keyspace's matching keys:
 // List is for operators, not for the hot path.
 func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.ListPage, error) {
-	pattern := b.opts.KeyPrefix + "{" + globEscape(escapeKey(req.Prefix)) + "*}:lock"
+	// Both layouts of baseKey: keys that are their own hash tag, and keys
+	// with a hash tag of their own (whose escaped form follows the tag).
+	esc := globEscape(escapeKey(req.Prefix))
+	patterns := []string{b.opts.KeyPrefix + "{" + esc + "*}:lock", b.opts.KeyPrefix + "{*}" + esc + "*:lock"}
 	var keys []string
 	seen := map[string]bool{}
 	err := b.forEachNode(ctx, func(ctx context.Context, c goredis.UniversalClient) error {
-		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
-		for it.Next(ctx) {
-			k, ok := b.decodeLockKey(it.Val())
-			if ok && strings.HasPrefix(k, req.Prefix) && k > req.PageToken && !seen[k] {
-				seen[k] = true
-				keys = append(keys, k)
+		for _, pattern := range patterns {
+			it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+			for it.Next(ctx) {
+				k, ok := b.decodeLockKey(it.Val())
+				if ok && strings.HasPrefix(k, req.Prefix) && k > req.PageToken && !seen[k] {
+					seen[k] = true
+					keys = append(keys, k)
+				}
+			}
+			if err := it.Err(); err != nil {
+				return err
 			}
 		}
-		return it.Err()
+		return nil
 	})
 	if err != nil {
 		return backend.ListPage{}, b.fail("list", err)
@@ -369,7 +382,8 @@ func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.Li
 		pipe := b.client.Pipeline()
 		cmds := make([]*goredis.Cmd, len(batch))
 		for i, k := range batch {
-			cmds[i] = getScript.Eval(ctx, pipe, []string{b.lockKey(k)})
+			keys := b.keys(k)
+			cmds[i] = getScript.Eval(ctx, pipe, []string{keys[0], keys[2]})
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return backend.ListPage{}, b.fail("list", err)
@@ -379,14 +393,13 @@ func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.Li
 			if err != nil {
 				return backend.ListPage{}, b.fail("list", err)
 			}
-			if asInt(res[0]) != 1 {
-				continue // expired or released since the scan
-			}
-			rec, err := parseRecord(batch[i], res[1:])
+			rec, held, err := b.parseGet(batch[i], res)
 			if err != nil {
 				return backend.ListPage{}, b.fail("list", err)
 			}
-			page.Records = append(page.Records, rec)
+			if held { // else expired or released since the scan
+				page.Records = append(page.Records, rec)
+			}
 		}
 	}
 	if len(keys) > 0 && len(page.Records) > 0 {
@@ -422,27 +435,77 @@ func isAuthErr(err error) bool {
 		strings.Contains(s, "invalid username-password")
 }
 
-// keys are the lock and meta keys of key, in one Cluster slot.
+// keys are the lock, meta and delay keys of key, in one Cluster slot.
 func (b *Backend) keys(key string) []string {
-	tag := b.opts.KeyPrefix + "{" + escapeKey(key) + "}"
-	return []string{tag + ":lock", tag + ":meta"}
+	base := b.baseKey(key)
+	return []string{base + ":lock", base + ":meta", base + ":delay"}
 }
 
-func (b *Backend) lockKey(key string) string {
-	return b.opts.KeyPrefix + "{" + escapeKey(key) + "}:lock"
+func (b *Backend) lockKey(key string) string { return b.baseKey(key) + ":lock" }
+
+// baseKey is what key's lock and meta keys start with. Its hash tag (the
+// text between the first '{' and the next '}', which alone decides a
+// Cluster slot) is the key's own hash tag when it has one, as Redis Cluster
+// reads keys, so that keys sharing a tag ({accounts}/1, {accounts}/2) share
+// a slot and can be taken as one set: <prefix>{T}E. Any other key is its own
+// tag: <prefix>{E}. E is the %-escaped key, which holds no '{' or '}'.
+func (b *Backend) baseKey(key string) string {
+	esc := escapeKey(key)
+	if tag, ok := hashTag(key); ok {
+		return b.opts.KeyPrefix + "{" + tag + "}" + esc
+	}
+	return b.opts.KeyPrefix + "{" + esc + "}"
 }
 
-// decodeLockKey returns the lock key's holdfast key.
+// hashTag is key's Redis Cluster hash tag: the text between its first '{'
+// and the first '}' after it, when not empty.
+func hashTag(key string) (string, bool) {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return "", false
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return "", false
+	}
+	return key[i+1 : i+1+j], true
+}
+
+// decodeLockKey returns the lock key's holdfast key (either layout of
+// baseKey).
 func (b *Backend) decodeLockKey(rk string) (string, bool) {
 	rest, ok := strings.CutPrefix(rk, b.opts.KeyPrefix+"{")
 	if !ok {
 		return "", false
 	}
-	esc, ok := strings.CutSuffix(rest, "}:lock")
-	if !ok || strings.ContainsAny(esc, "{}") {
+	rest, ok = strings.CutSuffix(rest, ":lock")
+	if !ok {
 		return "", false
 	}
-	return unescapeKey(esc)
+	i := strings.IndexByte(rest, '}')
+	if i < 0 {
+		return "", false
+	}
+	if i == len(rest)-1 { // <prefix>{E}
+		esc := rest[:i]
+		if strings.ContainsAny(esc, "{}") {
+			return "", false
+		}
+		key, ok := unescapeKey(esc)
+		if !ok || b.baseKey(key) != b.opts.KeyPrefix+"{"+esc+"}" {
+			return "", false
+		}
+		return key, true
+	}
+	esc := rest[i+1:] // <prefix>{T}E
+	if strings.ContainsAny(esc, "{}") {
+		return "", false
+	}
+	key, ok := unescapeKey(esc)
+	if !ok || b.baseKey(key)+":lock" != rk {
+		return "", false
+	}
+	return key, true
 }
 
 func (b *Backend) channel(key string) string { return b.opts.KeyPrefix + "events:" + key }

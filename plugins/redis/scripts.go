@@ -52,75 +52,208 @@ local function keep(meta, ms)
 end
 `
 
-// acquireScript: KEYS = lock, meta; ARGV = token, ttl ms, holder, stamp
-// seconds, stamp nanoseconds, stamp logical, meta retention ms, channel.
-// Returns {acquired, fence, holder, ss, sn, sl, pttl ms, time s, time us}:
-// the new lock, or the current holder. A retry of an acquisition that
-// already succeeded (same owner token) answers acquired again.
-var acquireScript = goredis.NewScript(luaPrelude + `
-local lock, meta = KEYS[1], KEYS[2]
-local token, ttl, holder = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local ts, tus, nowus = now()
-local cur = redis.call('HMGET', lock, 't', 'f', 'h', 'ss', 'sn', 'sl')
-if cur[1] then
-  local won = 0
-  if cur[1] == token then won = 1 end
-  return {won, cur[2], cur[3], cur[4], cur[5], cur[6], redis.call('PTTL', lock), ts, tus}
+// Every call names its keys as KEYS = lock, meta and delay key of each key,
+// in order (lock_1, meta_1, delay_1, lock_2, ...); a single key is a set of
+// one. Each script decides for every key before it writes any: Redis runs a
+// script as one atomic step, so a set is taken, released or renewed whole
+// or not at all.
+//
+// The lock hash also keeps the request identity of the last Acquire or
+// Extend applied to it (rid, rfp), its Acquire's replay (rp), whether a
+// replay of that Acquire was answered (cl) and its lock-delay in ms (ld).
+// The meta hash keeps the identity of the key's last Release (xid, xfp)
+// until that lease would have expired (xu, server time in µs). The delay
+// key exists, with PX = the lease's TTL + its lock-delay, from the Acquire
+// until the delay after the lease's expiry: Release deletes it, Extend
+// renews it; once the lock has expired, its PTTL is the lock-delay left.
+//
+// A lock is answered as {fence, holder, ss, sn, sl, pttl ms, lock-delay ms}
+// (rec below); booleans and missing fields never reach a reply (a nil ends
+// a Lua array).
+const luaKeys = `
+local n = #KEYS / 3
+local function lockk(i) return KEYS[3*i-2] end
+local function metak(i) return KEYS[3*i-1] end
+local function delayk(i) return KEYS[3*i] end
+local function rec(out, c, pttl)
+  for j = 2, 6 do out[#out + 1] = c[j] or '' end
+  out[#out + 1] = pttl
+  out[#out + 1] = tonumber(c[7]) or 0
 end
-local m = redis.call('HMGET', meta, 'f', 'ss', 'sn', 'sl')
-local fence = math.max((tonumber(m[1]) or 0) + 1, nowus)
+`
+
+// acquireScript: ARGV = token, ttl ms, holder, stamp seconds, nanoseconds
+// and logical, meta retention ms, request id, fingerprint, replay,
+// lock-delay ms, replay only (1/0), then one event channel per key.
+// Returns one of:
+//
+//	{1, time s, time us, replayed 1/0, replay, rec_1 ... rec_n}  acquired (a
+//	    new lock, a replay of the request that took every key, or a retry
+//	    by the owner token that holds every key)
+//	{0, time s, time us, i, rec}  key i (from 1) is held by someone else
+//	{3, i, delay ms}              key i is in its lock-delay
+//	{4}                           replay only, and not a replay
+//	{-1}                          a repeat of the request id with another fingerprint
+//
+// A new lock stores one stamp on every key, the latest of the proposal and
+// the successor of every key's last stamp, and on each key its own fencing
+// token: max(last + 1, TIME in µs).
+var acquireScript = goredis.NewScript(luaPrelude + luaKeys + `
+local token, ttl, holder = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local rid, rfp, replay, ld = ARGV[8], ARGV[9], ARGV[10], tonumber(ARGV[11])
+local ts, tus, nowus = now()
+local cur, held = {}, 0
+for i = 1, n do
+  cur[i] = redis.call('HMGET', lockk(i), 't', 'f', 'h', 'ss', 'sn', 'sl', 'ld', 'rid', 'rfp', 'rp')
+  if cur[i][1] then held = held + 1 end
+end
+if held == n then
+  local rep, mine = rid ~= '', true
+  for i = 1, n do
+    local c = cur[i]
+    if rid ~= '' and c[8] == rid and c[9] ~= rfp then return {-1} end
+    if c[8] ~= rid or c[1] ~= cur[1][1] then rep = false end
+    if c[1] ~= token then mine = false end
+  end
+  if rep or mine then
+    local out = {1, ts, tus, 0, ''}
+    if rep then out[4], out[5] = 1, cur[1][10] or '' end
+    for i = 1, n do
+      if rep then redis.call('HSET', lockk(i), 'cl', '1') end
+      rec(out, cur[i], redis.call('PTTL', lockk(i)))
+    end
+    return out
+  end
+end
+for i = 1, n do
+  if cur[i][1] then
+    local out = {0, ts, tus, i}
+    rec(out, cur[i], redis.call('PTTL', lockk(i)))
+    return out
+  end
+end
+for i = 1, n do
+  local d = redis.call('PTTL', delayk(i))
+  if d > 0 then return {3, i, d} end
+end
+if ARGV[12] == '1' then return {4} end
 local ps, pn, pl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local ns, nn, nl = succ(tonumber(m[2]) or 0, tonumber(m[3]) or 0, tonumber(m[4]) or 0)
-if before(ps, pn, pl, ns, nn, nl) then ps, pn, pl = ns, nn, nl end
-local f, s1, s2, s3 = fmt(fence), fmt(ps), fmt(pn), fmt(pl)
-redis.call('HSET', lock, 't', token, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3)
-redis.call('PEXPIRE', lock, ttl)
-redis.call('HSET', meta, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3)
+local metas = {}
+for i = 1, n do
+  local m = redis.call('HMGET', metak(i), 'f', 'ss', 'sn', 'sl')
+  metas[i] = m
+  local ns, nn, nl = succ(tonumber(m[2]) or 0, tonumber(m[3]) or 0, tonumber(m[4]) or 0)
+  if before(ps, pn, pl, ns, nn, nl) then ps, pn, pl = ns, nn, nl end
+end
+local s1, s2, s3 = fmt(ps), fmt(pn), fmt(pl)
 local retain = tonumber(ARGV[7])
-if retain > 0 then keep(meta, ttl + retain) else keep(meta, 0) end
-redis.call('PUBLISH', ARGV[8], table.concat({'acquired', f, s1, s2, s3, fmt(ttl), ts, tus, holder}, '\n'))
-return {1, f, holder, s1, s2, s3, ttl, ts, tus}
+local out = {1, ts, tus, 0, ''}
+for i = 1, n do
+  local lock, meta = lockk(i), metak(i)
+  local f = fmt(math.max((tonumber(metas[i][1]) or 0) + 1, nowus))
+  redis.call('HSET', lock, 't', token, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3, 'ld', fmt(ld))
+  if rid ~= '' then redis.call('HSET', lock, 'rid', rid, 'rfp', rfp, 'rp', replay) end
+  redis.call('PEXPIRE', lock, ttl)
+  if ld > 0 then redis.call('SET', delayk(i), '1', 'PX', ttl + ld) end
+  redis.call('HSET', meta, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3)
+  if retain > 0 then keep(meta, ttl + retain) else keep(meta, 0) end
+  redis.call('PUBLISH', ARGV[12 + i], table.concat({'acquired', f, s1, s2, s3, fmt(ttl), ts, tus, holder}, '\n'))
+  rec(out, {token, f, holder, s1, s2, s3, fmt(ld)}, ttl)
+end
+return out
 `)
 
-// releaseScript: KEYS = lock, meta; ARGV = token, stamp seconds, stamp
-// nanoseconds, stamp logical, meta retention ms, channel. Returns 1 when the
-// token held the lock and the lock is deleted, else 0 (nothing changed).
-var releaseScript = goredis.NewScript(luaPrelude + `
-local lock, meta = KEYS[1], KEYS[2]
-local cur = redis.call('HMGET', lock, 't', 'f', 'h', 'ss', 'sn', 'sl')
-if cur[1] ~= ARGV[1] then return 0 end
-local ts, tus = now()
-local pttl = redis.call('PTTL', lock)
-redis.call('DEL', lock)
-remember(meta, cur[2], cur[3], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
-keep(meta, tonumber(ARGV[5]))
-redis.call('PUBLISH', ARGV[6], table.concat({'released', cur[2], cur[4], cur[5], cur[6], fmt(pttl), ts, tus, cur[3]}, '\n'))
+// releaseScript: ARGV = token, stamp seconds, nanoseconds and logical, meta
+// retention ms, request id, fingerprint, abandon (1/0), then one event
+// channel per key. Returns 1 when the token held every key and all are
+// deleted, or when the request id is the one that released every key (a
+// repeat); 0 when nothing changed (also for an abandon of a lock whose
+// Acquire's replay was answered); -1 for a repeat with another fingerprint.
+var releaseScript = goredis.NewScript(luaPrelude + luaKeys + `
+local token, rid, rfp = ARGV[1], ARGV[6], ARGV[7]
+local ts, tus, nowus = now()
+local cur = {}
+for i = 1, n do
+  cur[i] = redis.call('HMGET', lockk(i), 't', 'f', 'h', 'ss', 'sn', 'sl', 'cl')
+  if cur[i][1] ~= token then
+    if rid == '' then return 0 end
+    for j = 1, n do
+      local m = redis.call('HMGET', metak(j), 'xid', 'xfp', 'xu')
+      if m[1] ~= rid then return 0 end
+      if m[2] ~= rfp then return -1 end
+      if (tonumber(m[3]) or 0) <= nowus then return 0 end
+    end
+    return 1
+  end
+end
+if ARGV[8] == '1' then
+  for i = 1, n do
+    if cur[i][7] == '1' then return 0 end
+  end
+end
+local retain = tonumber(ARGV[5])
+for i = 1, n do
+  local lock, meta, c = lockk(i), metak(i), cur[i]
+  local pttl = redis.call('PTTL', lock)
+  redis.call('DEL', lock, delayk(i))
+  remember(meta, c[2], c[3], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
+  if rid ~= '' then
+    redis.call('HSET', meta, 'xid', rid, 'xfp', rfp, 'xu', fmt(nowus + pttl * 1000))
+    if retain > 0 then keep(meta, math.max(retain, pttl)) else keep(meta, 0) end
+  else
+    redis.call('HDEL', meta, 'xid', 'xfp', 'xu')
+    keep(meta, retain)
+  end
+  redis.call('PUBLISH', ARGV[8 + i], table.concat({'released', c[2], c[4], c[5], c[6], fmt(pttl), ts, tus, c[3]}, '\n'))
+end
 return 1
 `)
 
-// extendScript: KEYS = lock, meta; ARGV = token, ttl ms, stamp seconds,
-// stamp nanoseconds, stamp logical, meta retention ms. Returns {0} when the
-// token does not hold the lock, else {1, fence, holder, ss, sn, sl, pttl ms,
-// time s, time us} of the renewed lock.
-var extendScript = goredis.NewScript(luaPrelude + `
-local lock, meta = KEYS[1], KEYS[2]
-local cur = redis.call('HMGET', lock, 't', 'f', 'h', 'ss', 'sn', 'sl')
-if cur[1] ~= ARGV[1] then return {0} end
+// extendScript: ARGV = token, ttl ms, stamp seconds, nanoseconds and
+// logical, meta retention ms, request id, fingerprint. Returns {0} when the
+// token does not hold every key, {-1} for a repeat of a kept request id with
+// another fingerprint, else {1, time s, time us, rec_1 ... rec_n} of the
+// renewed locks (each keeps its acquisition stamp and lock-delay; a request
+// id replaces the one kept, none keeps it).
+var extendScript = goredis.NewScript(luaPrelude + luaKeys + `
+local token, ttl, rid, rfp = ARGV[1], tonumber(ARGV[2]), ARGV[7], ARGV[8]
+local cur = {}
+for i = 1, n do
+  cur[i] = redis.call('HMGET', lockk(i), 't', 'f', 'h', 'ss', 'sn', 'sl', 'ld', 'rid', 'rfp')
+  if cur[i][1] ~= token then return {0} end
+  if rid ~= '' and cur[i][8] == rid and cur[i][9] ~= rfp then return {-1} end
+end
 local ts, tus = now()
-local ttl = tonumber(ARGV[2])
-redis.call('PEXPIRE', lock, ttl)
-remember(meta, cur[2], cur[3], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
 local retain = tonumber(ARGV[6])
-if retain > 0 then keep(meta, ttl + retain) else keep(meta, 0) end
-return {1, cur[2], cur[3], cur[4], cur[5], cur[6], ttl, ts, tus}
+local out = {1, ts, tus}
+for i = 1, n do
+  local lock, meta, c = lockk(i), metak(i), cur[i]
+  redis.call('PEXPIRE', lock, ttl)
+  local ld = tonumber(c[7]) or 0
+  if ld > 0 then redis.call('SET', delayk(i), '1', 'PX', ttl + ld) end
+  if rid ~= '' then redis.call('HSET', lock, 'rid', rid, 'rfp', rfp) end
+  remember(meta, c[2], c[3], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
+  if retain > 0 then keep(meta, ttl + retain) else keep(meta, 0) end
+  rec(out, c, ttl)
+end
+return out
 `)
 
-// getScript: KEYS = lock. Returns {0} when the key is free, else {1, fence,
-// holder, ss, sn, sl, pttl ms, time s, time us}; one script so the TTL and
-// the server time belong to the same instant.
+// getScript: KEYS = lock, delay. Returns {1, time s, time us, rec} when the
+// key is held, {3, delay ms} when it is free but in its lock-delay, else
+// {0}; one script so the TTL and the server time belong to the same
+// instant.
 var getScript = goredis.NewScript(luaPrelude + `
-local cur = redis.call('HMGET', KEYS[1], 'f', 'h', 'ss', 'sn', 'sl')
-if not cur[1] then return {0} end
+local c = redis.call('HMGET', KEYS[1], 't', 'f', 'h', 'ss', 'sn', 'sl', 'ld')
+if not c[1] then
+  local d = redis.call('PTTL', KEYS[2])
+  if d > 0 then return {3, d} end
+  return {0}
+end
 local ts, tus = now()
-return {1, cur[1], cur[2], cur[3], cur[4], cur[5], redis.call('PTTL', KEYS[1]), ts, tus}
+local out = {1, ts, tus}
+for j = 2, 6 do out[#out + 1] = c[j] or '' end
+out[#out + 1] = redis.call('PTTL', KEYS[1])
+out[#out + 1] = tonumber(c[7]) or 0
+return out
 `)

@@ -213,7 +213,13 @@ class Adapter:
             "sdk": "python",
             "version": holdfast.__version__,
             "duration_unit": "s",
-            "capabilities": ["protocol:connect", "protocol:grpc-web", "clock_update", "event:lease_lost"],
+            "capabilities": [
+                "protocol:connect",
+                "protocol:grpc-web",
+                "clock_update",
+                "event:lease_lost",
+                "request_ids",
+            ],
         }
 
     async def cmd_connect(self, args: Args) -> Result:

@@ -355,7 +355,7 @@ async function handle(cmd: string, args: Args, signal: AbortSignal): Promise<unk
         protocol_version: PROTOCOL_VERSION,
         sdk: "typescript",
         version: `@holdfast/sdk (this source tree), node ${process.version}`,
-        capabilities: ["protocol:connect", "protocol:grpc", "protocol:grpc-web", "clock_update", "event:lease_lost"],
+        capabilities: ["protocol:connect", "protocol:grpc", "protocol:grpc-web", "clock_update", "event:lease_lost", "request_ids"],
         duration_unit: "ms",
       };
     case "connect": {

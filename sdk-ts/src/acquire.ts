@@ -4,15 +4,15 @@
  */
 
 import { exhausted, fromConnectError, isTransient } from "./connect-errors.js";
-import { checkTtl, checkWait, formatDuration } from "./duration.js";
-import { ClientClosedError, HoldfastError, InvalidArgumentError, NotAcquiredError } from "./errors.js";
-import type { AcquireResponse, Lease, LockState as PbLockState } from "./gen/holdfast/lock/v1/lock_pb.js";
-import { Guard } from "./guard.js";
+import { checkNonNegative, checkTtl, checkWait, formatDuration } from "./duration.js";
+import { ClientClosedError, HoldfastError, InvalidArgumentError, NotAcquiredError, ServerError } from "./errors.js";
+import type { AcquireResponse, KeyDelay as PbKeyDelay, Lease, LockState as PbLockState } from "./gen/holdfast/lock/v1/lock_pb.js";
+import { Guard, leaseTarget } from "./guard.js";
 import { Timestamp } from "./hlc.js";
 import type { AcquireOptions } from "./options.js";
 import type { Session } from "./session.js";
-import type { LockState } from "./types.js";
-import { dateFromTimestamp, durationFromMs, monotonicNow, msFromDuration, sleep } from "./util.js";
+import type { KeyDelay, LockState } from "./types.js";
+import { dateFromTimestamp, durationFromMs, monotonicNow, msFromDuration, newRequestId, sleep } from "./util.js";
 
 export function lockStateFromProto(p: PbLockState | undefined): LockState | undefined {
   if (!p) return undefined;
@@ -23,14 +23,29 @@ export function lockStateFromProto(p: PbLockState | undefined): LockState | unde
     expiresAt: dateFromTimestamp(p.expiresAt),
     stamp: Timestamp.fromProto(p.stamp),
     waiters: p.waiters,
+    lockDelayMs: msFromDuration(p.lockDelay),
   };
+}
+
+export function keyDelayFromProto(p: PbKeyDelay | undefined): KeyDelay | undefined {
+  if (!p) return undefined;
+  return { key: p.key, until: dateFromTimestamp(p.until), remainingMs: msFromDuration(p.remaining) };
+}
+
+/** What an acquisition answers when its keys stayed held: the holder of one, or a key's lock-delay. */
+export interface Held {
+  current: LockState | undefined;
+  delay: KeyDelay | undefined;
 }
 
 /** How an acquisition treats a held key: queue (for the wait, or until aborted), or answer after one attempt. */
 export type Mode = "wait" | "try";
 
 /**
- * Takes the lease on key. Resolves to the guard, or to the holder's state
+ * Takes the lease on keys (one key, or several together: all or none, under
+ * one lease). Every attempt of one acquisition carries the same request id:
+ * an attempt whose answer was lost may have taken the lease, and the retry
+ * is answered with it instead of waiting out its own orphan. Resolves to the guard, or to the holder's state
  * when the key stayed held (after one attempt for "try" and wait 0, else
  * for the whole wait). `unavailable` answers and timed-out attempts are
  * retried with the backoff for at most the retry budget in a row, and never
@@ -38,8 +53,10 @@ export type Mode = "wait" | "try";
  * signal rejects with the signal's reason and cancels the server-side wait;
  * closing the client rejects with ClientClosedError.
  */
-export async function acquireLease(session: Session, key: string, options: AcquireOptions, mode: Mode): Promise<Guard | { current: LockState | undefined }> {
+export async function acquireLease(session: Session, keys: readonly string[], options: AcquireOptions, mode: Mode): Promise<Guard | Held> {
   session.checkOpen();
+  const [key = ""] = keys;
+  const multi = keys.length > 1;
   const { settings } = session;
   const ttlMs = checkTtl(options.ttl ?? settings.defaultTtlMs);
   const marginMs = settings.margin.marginMs(ttlMs);
@@ -49,18 +66,22 @@ export async function acquireLease(session: Session, key: string, options: Acqui
     );
   }
   const waitMs = mode === "try" ? 0 : options.wait === undefined ? Infinity : checkWait(options.wait);
+  const lockDelayMs = options.lockDelay === undefined ? 0 : checkNonNegative("lockDelay", options.lockDelay);
   const holder = options.holder ?? settings.holder;
+  const requestId = newRequestId();
   // The caller's signal, and the client's close: either ends the acquisition.
   const signal = options.signal ? AbortSignal.any([options.signal, session.closingSignal]) : session.closingSignal;
-  const what = `acquire ${JSON.stringify(key)}`;
+  const what = `acquire ${JSON.stringify(multi ? keys : key)}`;
+  const target = multi ? { claims: keys.map((k) => ({ key: k })) } : { key };
   const deadline = monotonicNow() + waitMs;
   let current: LockState | undefined;
+  let delay: KeyDelay | undefined;
   let failures = 0;
   let streakStart = 0;
   for (let answered = false; ; ) {
     signal.throwIfAborted();
     const left = deadline - monotonicNow();
-    if (answered && left <= 0) return { current };
+    if (answered && left <= 0) return { current, delay };
     const serverWaitMs = waitMs === 0 ? 0 : Math.min(session.serverWaitCapMs(), Math.max(0, left));
     const budgetLeft = failures === 0 ? settings.retryBudgetMs : settings.retryBudgetMs - (monotonicNow() - streakStart);
     const sentAt = monotonicNow();
@@ -68,11 +89,13 @@ export async function acquireLease(session: Session, key: string, options: Acqui
     try {
       res = await session.rpc.acquire(
         {
-          key,
+          ...target,
           ttl: durationFromMs(ttlMs),
           wait: serverWaitMs > 0 ? durationFromMs(serverWaitMs) : undefined,
           holder,
           clientStamp: session.clock.now().toProto(),
+          requestId,
+          lockDelay: lockDelayMs > 0 ? durationFromMs(lockDelayMs) : undefined,
         },
         { timeoutMs: Math.ceil(serverWaitMs) + session.attemptTimeoutMs(budgetLeft), signal },
       );
@@ -97,7 +120,10 @@ export async function acquireLease(session: Session, key: string, options: Acqui
     answered = true;
     failures = 0;
     session.merge(res.serverStamp);
-    if (res.acquired && res.lease) {
+    if (res.acquired) {
+      if (!res.lease?.ownerToken || multi !== res.lease.keys.length > 0) {
+        throw new ServerError(`holdfast: ${what}: acquired=true without a lease, owner token and its keys`, { code: "internal" });
+      }
       session.merge(res.lease.stamp);
       const validFrom = await confirm(session, res.lease, sentAt, what);
       if (validFrom !== undefined) {
@@ -110,10 +136,12 @@ export async function acquireLease(session: Session, key: string, options: Acqui
         return guard;
       }
       current = undefined;
+      delay = undefined;
     } else {
       current = lockStateFromProto(res.current);
+      delay = keyDelayFromProto(res.delayed);
     }
-    if (waitMs === 0) return { current };
+    if (waitMs === 0) return { current, delay };
     // The server answered before the wait ran out: its own wait cap ended
     // it, or the key was freed and taken again. Queue again; after an early
     // answer, spaced so as not to spin.
@@ -137,7 +165,7 @@ async function confirm(session: Session, lease: Lease, sentAt: number, what: str
   const now = monotonicNow();
   try {
     const res = await session.rpc.extend(
-      { key: lease.key, ownerToken: lease.ownerToken, ttl: lease.ttl, clientStamp: session.clock.now().toProto() },
+      { ...leaseTarget(lease), ownerToken: lease.ownerToken, ttl: lease.ttl, clientStamp: session.clock.now().toProto(), requestId: newRequestId() },
       session.callOptions(ttlMs / 3),
     );
     session.merge(res.serverStamp);
@@ -151,9 +179,9 @@ async function confirm(session: Session, lease: Lease, sentAt: number, what: str
   }
 }
 
-/** acquire's answer: the guard, or NotAcquiredError with the holder's state. */
-export async function acquireOrThrow(session: Session, key: string, options: AcquireOptions): Promise<Guard> {
-  const r = await acquireLease(session, key, options, "wait");
+/** acquire's answer: the guard, or NotAcquiredError with the holder's state (or a key's lock-delay). */
+export async function acquireOrThrow(session: Session, keys: readonly string[], options: AcquireOptions): Promise<Guard> {
+  const r = await acquireLease(session, keys, options, "wait");
   if (r instanceof Guard) return r;
-  throw new NotAcquiredError(key, r.current);
+  throw new NotAcquiredError(keys[0] ?? "", r.current, { keys, delay: r.delay });
 }

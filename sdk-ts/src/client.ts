@@ -4,9 +4,9 @@
  * (Node's http) and connect.ts (your own Connect transport) create it.
  */
 
-import { acquireLease, acquireOrThrow, lockStateFromProto } from "./acquire.js";
+import { acquireLease, acquireOrThrow, keyDelayFromProto, lockStateFromProto } from "./acquire.js";
 import { fromConnectError } from "./connect-errors.js";
-import { EventType, type BackendInfo as PbBackendInfo } from "./gen/holdfast/lock/v1/lock_pb.js";
+import { Capability, EventType, type BackendInfo as PbBackendInfo } from "./gen/holdfast/lock/v1/lock_pb.js";
 import { Guard, runUnder } from "./guard.js";
 import type { Clock } from "./hlc.js";
 import { Timestamp } from "./hlc.js";
@@ -14,7 +14,7 @@ import { LockBuilder, type RunResult } from "./lock-builder.js";
 import { runScheduled, type ScheduledJob } from "./scheduled.js";
 import type { AcquireOptions } from "./options.js";
 import type { Session } from "./session.js";
-import type { BackendInfo, LockEvent, LockEventType, LockState, ServerInfo } from "./types.js";
+import type { BackendInfo, Inspection, LockEvent, LockEventType, LockState, ServerInfo } from "./types.js";
 import { msFromDuration } from "./util.js";
 
 function backendInfoFromProto(p: PbBackendInfo | undefined): BackendInfo {
@@ -27,8 +27,14 @@ function backendInfoFromProto(p: PbBackendInfo | undefined): BackendInfo {
     minTtlMs: msFromDuration(p?.minTtl),
     maxTtlMs: msFromDuration(p?.maxTtl),
     fair: p?.fair ?? false,
+    maxKeys: Math.max(p?.maxKeys ?? 1, 1),
+    requestIds: p?.capabilities.includes(Capability.REQUEST_ID) ?? false,
+    maxLockDelayMs: msFromDuration(p?.maxLockDelay),
   };
 }
+
+/** One key, or the keys of a multi-key lock. */
+const keyList = (key: string | readonly string[]): readonly string[] => (typeof key === "string" ? [key] : key);
 
 const eventTypes: Partial<Record<EventType, LockEventType>> = {
   [EventType.SYNCED]: "synced",
@@ -57,23 +63,33 @@ export class Client {
     return this.#session.clock;
   }
 
-  /** Starts building a lock on key: `client.lock("k").ttl("10s").wait("5s").acquire()`. */
-  lock(key: string): LockBuilder {
-    return LockBuilder.for(this.#session, key);
+  /**
+   * Starts building a lock on key: `client.lock("k").ttl("10s").wait("5s").acquire()`.
+   * With more keys, `client.lock("accounts/1", "accounts/2")` takes them
+   * together, all or none, in one atomic step of the server's backend,
+   * under one lease with a fencing token per key (guard.fencingTokenFor(key)).
+   * Waiting sets and single keys are served in arrival order, and
+   * overlapping sets never deadlock. A multi-key lock needs a backend that
+   * takes sets (`BackendInfo.maxKeys` > 1; else the server answers
+   * `unimplemented`).
+   */
+  lock(key: string, ...more: string[]): LockBuilder {
+    return LockBuilder.for(this.#session, [key, ...more]);
   }
 
   /**
-   * Takes the lease on key, queueing on the server for options.wait (unset:
-   * until acquired or options.signal aborts; 0: one attempt). Throws
-   * NotAcquiredError, with the holder's state, when the key stayed held.
+   * Takes the lease on key (or on every key of a list, together), queueing
+   * on the server for options.wait (unset: until acquired or options.signal
+   * aborts; 0: one attempt). Throws NotAcquiredError, with the holder's
+   * state, when the key stayed held.
    */
-  acquire(key: string, options: AcquireOptions = {}): Promise<Guard> {
-    return acquireOrThrow(this.#session, key, options);
+  acquire(key: string | readonly string[], options: AcquireOptions = {}): Promise<Guard> {
+    return acquireOrThrow(this.#session, keyList(key), options);
   }
 
-  /** One attempt, never queueing (options.wait is ignored): the guard, or undefined when the key is held. */
-  async tryAcquire(key: string, options: AcquireOptions = {}): Promise<Guard | undefined> {
-    const r = await acquireLease(this.#session, key, options, "try");
+  /** One attempt, never queueing (options.wait is ignored): the guard, or undefined when the key (a key of the list) is held. */
+  async tryAcquire(key: string | readonly string[], options: AcquireOptions = {}): Promise<Guard | undefined> {
+    const r = await acquireLease(this.#session, keyList(key), options, "try");
     return r instanceof Guard ? r : undefined;
   }
 
@@ -85,7 +101,7 @@ export class Client {
    * meanwhile, withLock rejects with the LeaseLostError; when fn throws,
    * with fn's error.
    */
-  async withLock<T>(key: string, options: AcquireOptions, fn: (guard: Guard) => Promise<T> | T): Promise<T> {
+  async withLock<T>(key: string | readonly string[], options: AcquireOptions, fn: (guard: Guard) => Promise<T> | T): Promise<T> {
     return runUnder(await this.acquire(key, options), fn);
   }
 
@@ -108,6 +124,20 @@ export class Client {
     const res = await s.retrying(`inspect ${JSON.stringify(key)}`, (opts) => s.rpc.inspect({ key }, opts));
     s.merge(res.serverStamp);
     return res.held ? lockStateFromProto(res.state) : undefined;
+  }
+
+  /**
+   * inspect() that also reports a key nobody holds that is in its
+   * lock-delay: `{ state }` when held, `{ delay }` when in its lock-delay,
+   * neither when free.
+   */
+  async inspectDelay(key: string): Promise<Inspection> {
+    const s = this.#session;
+    s.checkOpen();
+    const res = await s.retrying(`inspect ${JSON.stringify(key)}`, (opts) => s.rpc.inspect({ key }, opts));
+    s.merge(res.serverStamp);
+    if (res.held) return { state: lockStateFromProto(res.state), delay: undefined };
+    return { state: undefined, delay: keyDelayFromProto(res.delayed) };
   }
 
   /** Every held lock whose key starts with prefix, in key order, page by page. */

@@ -5,23 +5,40 @@
  */
 
 import { HoldfastError, type ErrorCode } from "./holdfast-error.js";
-import type { LeaseLostReason, LockState } from "./types.js";
+import type { KeyDelay, LeaseLostReason, LockState } from "./types.js";
 
-/** The key stayed held: by someone else at the one attempt (wait 0), or for the whole wait. */
+/** What else NotAcquiredError carries: the keys of a multi-key lock, a key's lock-delay. */
+export interface NotAcquiredDetails {
+  /** Every key of a multi-key lock. */
+  keys?: readonly string[];
+  /** Set when a key nobody held was in its lock-delay. */
+  delay?: KeyDelay;
+}
+
+/** The key (or a key of a multi-key lock) stayed held: by someone else at the one attempt (wait 0), or for the whole wait. */
 export class NotAcquiredError extends HoldfastError {
   override readonly name = "NotAcquiredError";
   declare readonly code: "not_acquired";
+  /** Every key of a multi-key lock; undefined for one key. */
+  readonly keys: readonly string[] | undefined;
+  /** Set when a key nobody held was in its lock-delay (the lock-delay after an expired lease). */
+  readonly delay: KeyDelay | undefined;
   constructor(
+    /** The key (a multi-key lock's first key). */
     readonly key: string,
-    /** The holder, when the server reported it. */
+    /** The holder (of one of the keys), when the server reported it. */
     readonly current: LockState | undefined,
+    details: NotAcquiredDetails = {},
   ) {
-    super(
-      current
-        ? `holdfast: lock ${JSON.stringify(key)} not acquired: held by ${JSON.stringify(current.holder)} (fencing token ${current.fencingToken})`
-        : `holdfast: lock ${JSON.stringify(key)} not acquired`,
-      { code: "not_acquired" },
-    );
+    const keys = details.keys && details.keys.length > 1 ? details.keys : undefined;
+    const { delay } = details;
+    let message = `holdfast: lock ${JSON.stringify(keys ?? key)} not acquired`;
+    if (current && keys) message += `: ${JSON.stringify(current.key)} held by ${JSON.stringify(current.holder)} (fencing token ${current.fencingToken})`;
+    else if (current) message += `: held by ${JSON.stringify(current.holder)} (fencing token ${current.fencingToken})`;
+    else if (delay) message += `: ${JSON.stringify(delay.key)} is in its lock-delay (${Math.round(delay.remainingMs)}ms left)`;
+    super(message, { code: "not_acquired" });
+    this.keys = keys;
+    this.delay = delay;
   }
 }
 
@@ -35,14 +52,18 @@ export class LeaseLostError extends HoldfastError {
   override readonly name = "LeaseLostError";
   declare readonly code: "lease_lost";
   constructor(
+    /** The lease's key (a multi-key lease's first key). */
     readonly key: string,
     readonly reason: LeaseLostReason,
     cause?: unknown,
-    /** The lost lease's fencing token, when known. */
+    /** The lost lease's fencing token (of key), when known. */
     readonly fencingToken?: bigint,
+    /** Every key of a multi-key lease; undefined for one key. */
+    readonly keys?: readonly string[],
   ) {
+    const what = keys ? JSON.stringify(keys) : `${JSON.stringify(key)}${fencingToken === undefined ? "" : ` (fencing token ${fencingToken})`}`;
     super(
-      `holdfast: lease on ${JSON.stringify(key)}${fencingToken === undefined ? "" : ` (fencing token ${fencingToken})`} lost: ${reasonText[reason]}` +
+      `holdfast: lease on ${what} lost: ${reasonText[reason]}` +
         (reason === "expired" && cause instanceof Error ? `; last renewal error: ${cause.message}` : ""),
       { code: "lease_lost", cause },
     );

@@ -7,14 +7,20 @@
 import type { CallOptions } from "@connectrpc/connect";
 import { exhausted, fromConnectError, isTransient } from "./connect-errors.js";
 import { checkTtl, formatDuration, type Duration } from "./duration.js";
-import { HoldfastError, LeaseLostError, LockReleasedError } from "./errors.js";
+import { HoldfastError, InvalidArgumentError, LeaseLostError, LockReleasedError } from "./errors.js";
 import type { Lease } from "./gen/holdfast/lock/v1/lock_pb.js";
 import { Timestamp } from "./hlc.js";
+import type { RenewalRequest } from "./renewer.js";
 import type { Session } from "./session.js";
 import type { LeaseLostReason } from "./types.js";
-import { durationFromMs, monotonicNow, msFromDuration, unref } from "./util.js";
+import { durationFromMs, monotonicNow, msFromDuration, newRequestId, unref } from "./util.js";
 
 type GuardState = "held" | "lost" | "released";
+
+/** The keys an Extend or Release of lease names: its key, or every key of a multi-key lease. */
+export function leaseTarget(lease: Lease): { key: string } | { keys: string[] } {
+  return lease.keys.length > 0 ? { keys: lease.keys.map((k) => k.key) } : { key: lease.key };
+}
 
 /**
  * A held lease. The client's watchdog renews it every TTL/3, together with
@@ -31,12 +37,19 @@ type GuardState = "held" | "lost" | "released";
  * runtime has Symbol.asyncDispose.
  */
 export class Guard {
+  /** The locked key (a multi-key lease's first key). */
   readonly key: string;
+  /** Every locked key, in the order given to `client.lock()`. */
+  readonly keys: readonly string[];
   /** The label others see while this guard holds the key. */
   readonly holder: string;
   readonly #session: Session;
   readonly #ownerToken: string;
   readonly #fencingToken: bigint;
+  /** The fencing token of each key of a multi-key lease; undefined for one key. */
+  readonly #fences: ReadonlyMap<string, bigint> | undefined;
+  /** What Extend and Release name: the key, or the keys of a multi-key lease. */
+  readonly #target: { key: string } | { keys: string[] };
   readonly #stamp: Timestamp;
   /** Aborted when the guard stops holding (lost or released). */
   readonly #controller = new AbortController();
@@ -62,10 +75,20 @@ export class Guard {
 
   private constructor(session: Session, lease: Lease, holder: string, validFrom: number, watchdog: boolean) {
     this.#session = session;
-    this.key = lease.key;
     this.holder = holder;
     this.#ownerToken = lease.ownerToken;
-    this.#fencingToken = lease.fencingToken;
+    this.#target = leaseTarget(lease);
+    const first = lease.keys.at(0);
+    if (first) {
+      this.key = first.key;
+      this.keys = Object.freeze(lease.keys.map((k) => k.key));
+      this.#fencingToken = first.fencingToken;
+      this.#fences = new Map(lease.keys.map((k) => [k.key, k.fencingToken]));
+    } else {
+      this.key = lease.key;
+      this.keys = Object.freeze([lease.key]);
+      this.#fencingToken = lease.fencingToken;
+    }
     this.#stamp = Timestamp.fromProto(lease.stamp);
     this.#ttlMs = msFromDuration(lease.ttl);
     this.#validFrom = validFrom;
@@ -82,11 +105,31 @@ export class Guard {
   /**
    * The fencing token of this lease: strictly larger than every earlier
    * holder's. Throws LeaseLostError once the lease is lost and
-   * LockReleasedError once it was unlocked.
+   * LockReleasedError once it was unlocked. A multi-key lease has a token
+   * per key: use fencingTokenFor(key) (this throws InvalidArgumentError).
    */
   fencingToken(): bigint {
+    if (this.#fences) {
+      throw new InvalidArgumentError(
+        `holdfast: fencing token: the lease holds ${this.keys.length} keys, each with its own fencing token: use fencingTokenFor(key)`,
+      );
+    }
     this.#throwIfNotHeld();
     return this.#fencingToken;
+  }
+
+  /**
+   * The fencing token of key, one of the guard's keys. Throws as
+   * fencingToken() once the guard no longer holds, and InvalidArgumentError
+   * for a key that is not one of the lease's.
+   */
+  fencingTokenFor(key: string): bigint {
+    this.#throwIfNotHeld();
+    const token = this.#fences ? this.#fences.get(key) : key === this.key ? this.#fencingToken : undefined;
+    if (token === undefined) {
+      throw new InvalidArgumentError(`holdfast: fencing token: ${JSON.stringify(key)} is not a key of this lease (${JSON.stringify(this.keys)})`);
+    }
+    return token;
   }
 
   /** HLC stamp of the acquisition. */
@@ -137,13 +180,14 @@ export class Guard {
   async extend(ttl?: Duration): Promise<void> {
     this.#throwIfNotHeld();
     const ttlMs = ttl === undefined ? this.#ttlMs : checkTtl(ttl);
-    const what = `extend ${JSON.stringify(this.key)}`;
+    const what = `extend ${this.#what()}`;
     const settings = this.#session.settings;
     const deadline = Math.min(this.#expiresAt(), monotonicNow() + settings.retryBudgetMs);
+    const requestId = newRequestId(); // the same on every attempt of this extend
     for (let attempt = 0; ; attempt++) {
       const sentAt = monotonicNow();
       try {
-        if (await this.#extendOnce(ttlMs, sentAt, this.#session.callOptions(deadline - sentAt, this.#controller.signal))) {
+        if (await this.#extendOnce(ttlMs, sentAt, this.#session.callOptions(deadline - sentAt, this.#controller.signal), requestId)) {
           this.#session.renewer.reschedule(this);
           return;
         }
@@ -219,14 +263,17 @@ export class Guard {
    */
   async #release(deadline: number): Promise<void> {
     const session = this.#session;
-    const what = `release ${JSON.stringify(this.key)}`;
+    const what = `release ${this.#what()}`;
+    // One request id for every attempt: a server that keeps request ids
+    // answers a repeat of a release it did with released=true.
+    const requestId = newRequestId();
     for (let attempt = 0; ; attempt++) {
       this.#throwIfNotHeld();
       const until = Math.min(deadline, this.#expiresAt());
       let res: Awaited<ReturnType<Session["rpc"]["release"]>>;
       try {
         res = await session.rpc.release(
-          { key: this.key, ownerToken: this.#ownerToken, clientStamp: session.clock.now().toProto() },
+          { ...this.#target, ownerToken: this.#ownerToken, clientStamp: session.clock.now().toProto(), requestId },
           session.callOptions(until - monotonicNow()),
         );
       } catch (e) {
@@ -244,7 +291,7 @@ export class Guard {
         session.merge(res.serverStamp);
         if (res.released) {
           this.#finish("released", new LockReleasedError(this.key));
-          session.emit({ type: "released", key: this.key, fencingToken: this.#fencingToken });
+          session.emit({ type: "released", key: this.key, ...this.#eventKeys(), fencingToken: this.#fencingToken });
           // Released, but too late: the guard was already lost on the safe
           // clock (the work may have stopped), and that loss stands.
           if (this.#lostError) throw this.#lostError;
@@ -268,7 +315,7 @@ export class Guard {
     const session = this.#session;
     try {
       const res = await session.rpc.release(
-        { key: this.key, ownerToken: this.#ownerToken, clientStamp: session.clock.now().toProto() },
+        { ...this.#target, ownerToken: this.#ownerToken, clientStamp: session.clock.now().toProto(), requestId: newRequestId() },
         session.callOptions(this.#ttlMs),
       );
       session.merge(res.serverStamp);
@@ -284,11 +331,25 @@ export class Guard {
     return this.#validFrom + this.#ttlMs - this.#session.settings.margin.marginMs(this.#ttlMs);
   }
 
-  /** One Extend; true when it renewed the lease, false when the guard ended (poisoned on extended=false). */
-  async #extendOnce(ttlMs: number, sentAt: number, opts: CallOptions): Promise<boolean> {
+  /** A multi-key lease's keys, for messages; one key as JSON. */
+  #what(): string {
+    return JSON.stringify(this.#fences ? this.keys : this.key);
+  }
+
+  /** The keys field of this guard's lease events: set for a multi-key lease. */
+  #eventKeys(): { keys?: readonly string[] } {
+    return this.#fences ? { keys: this.keys } : {};
+  }
+
+  /**
+   * One Extend (requestId: the same on every attempt of one renewal); true
+   * when it renewed the lease, false when the guard ended (poisoned on
+   * extended=false).
+   */
+  async #extendOnce(ttlMs: number, sentAt: number, opts: CallOptions, requestId: string): Promise<boolean> {
     const session = this.#session;
     const res = await session.rpc.extend(
-      { key: this.key, ownerToken: this.#ownerToken, ttl: durationFromMs(ttlMs), clientStamp: session.clock.now().toProto() },
+      { ...this.#target, ownerToken: this.#ownerToken, ttl: durationFromMs(ttlMs), clientStamp: session.clock.now().toProto(), requestId },
       opts,
     );
     session.merge(res.serverStamp);
@@ -299,10 +360,10 @@ export class Guard {
   // ---- what the client's watchdog (renewer.ts) asks of the guard ----
 
   /** @internal What to renew the lease with, or undefined when the guard no longer holds. */
-  renewalRequest(): { ownerToken: string; ttlMs: number; remainingMs: number } | undefined {
+  renewalRequest(): RenewalRequest | undefined {
     this.#checkExpiry();
     if (this.#state !== "held") return undefined;
-    return { ownerToken: this.#ownerToken, ttlMs: this.#ttlMs, remainingMs: this.#expiresAt() - monotonicNow() };
+    return { target: this.#target, ownerToken: this.#ownerToken, ttlMs: this.#ttlMs, remainingMs: this.#expiresAt() - monotonicNow() };
   }
 
   /** @internal When the next renewal is due: a third of the TTL after the last successful one was sent. */
@@ -337,6 +398,7 @@ export class Guard {
     this.#session.emit({
       type: "renewed",
       key: this.key,
+      ...this.#eventKeys(),
       fencingToken: this.#fencingToken,
       ttlMs: this.#ttlMs,
       renewals: this.#renewals,
@@ -356,7 +418,7 @@ export class Guard {
     if (this.#state !== "held") return 0;
     this.#lastErr = err;
     const left = Math.max(0, this.#expiresAt() - monotonicNow());
-    this.#session.emit({ type: "renewal_failed", key: this.key, fencingToken: this.#fencingToken, error: err, remainingMs: left });
+    this.#session.emit({ type: "renewal_failed", key: this.key, ...this.#eventKeys(), fencingToken: this.#fencingToken, error: err, remainingMs: left });
     return left;
   }
 
@@ -373,10 +435,10 @@ export class Guard {
 
   #poison(reason: LeaseLostReason, cause?: unknown): void {
     if (this.#state !== "held") return;
-    const err = new LeaseLostError(this.key, reason, cause, this.#fencingToken);
+    const err = new LeaseLostError(this.key, reason, cause, this.#fencingToken, this.#fences ? this.keys : undefined);
     this.#lostError = err;
     this.#finish("lost", err);
-    this.#session.emit({ type: "lost", key: this.key, fencingToken: this.#fencingToken, reason, error: err });
+    this.#session.emit({ type: "lost", key: this.key, ...this.#eventKeys(), fencingToken: this.#fencingToken, reason, error: err });
   }
 
   #finish(state: Exclude<GuardState, "held">, reason: HoldfastError): void {

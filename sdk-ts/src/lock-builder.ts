@@ -1,4 +1,7 @@
-/** The fluent way to describe one acquisition: `client.lock(key).ttl("30s").wait("5s").acquire()`. */
+/**
+ * The fluent way to describe one acquisition: `client.lock(key).ttl("30s").wait("5s").acquire()`;
+ * several keys, taken together (all or none) under one lease: `client.lock("accounts/1", "accounts/2")`.
+ */
 
 import { acquireLease, acquireOrThrow } from "./acquire.js";
 import type { Duration } from "./duration.js";
@@ -10,18 +13,22 @@ import type { Session } from "./session.js";
 export type RunResult<T> = { ran: false } | { ran: true; value: T };
 
 export class LockBuilder {
+  /** The (first) key the lock is on. */
   readonly key: string;
+  /** Every key the lock is on. */
+  readonly keys: readonly string[];
   readonly #session: Session;
   readonly #opts: AcquireOptions = {};
 
-  private constructor(session: Session, key: string) {
+  private constructor(session: Session, keys: readonly string[]) {
     this.#session = session;
-    this.key = key;
+    this.keys = Object.freeze([...keys]);
+    this.key = keys[0] ?? "";
   }
 
   /** @internal use Client.lock */
-  static for(session: Session, key: string): LockBuilder {
-    return new LockBuilder(session, key);
+  static for(session: Session, keys: readonly string[]): LockBuilder {
+    return new LockBuilder(session, keys);
   }
 
   /** Lease length: milliseconds or a string such as "30s" (at least 100 ms; default the client's defaultTtl). */
@@ -43,6 +50,17 @@ export class LockBuilder {
     this.#opts.watchdog = false;
     return this;
   }
+  /**
+   * Lock-delay: if the lease expires (its holder stopped renewing it; not
+   * when it is released), its keys refuse new holders for this long, so that
+   * the stalled holder's writes in flight drain before the next holder
+   * starts. Waiters wait through it. 0 (the default) is none; the server
+   * caps it (`BackendInfo.maxLockDelayMs`, 1 minute by default).
+   */
+  lockDelay(delay: Duration): this {
+    this.#opts.lockDelay = delay;
+    return this;
+  }
   /** Abort the acquisition with this signal: acquire() rejects with its reason and leaves the server's queue at once. */
   signal(signal: AbortSignal): this {
     this.#opts.signal = signal;
@@ -51,12 +69,12 @@ export class LockBuilder {
 
   /** Takes the lock, queueing as wait() says; throws NotAcquiredError when it stayed held. */
   acquire(): Promise<Guard> {
-    return acquireOrThrow(this.#session, this.key, { ...this.#opts });
+    return acquireOrThrow(this.#session, this.keys, { ...this.#opts });
   }
 
   /** One attempt, never queueing (wait() is ignored): the guard, or undefined when the key is held. */
   async tryAcquire(): Promise<Guard | undefined> {
-    const r = await acquireLease(this.#session, this.key, { ...this.#opts }, "try");
+    const r = await acquireLease(this.#session, this.keys, { ...this.#opts }, "try");
     return r instanceof Guard ? r : undefined;
   }
 

@@ -64,6 +64,15 @@ export interface AcquireOptions {
   holder?: string;
   /** Keep the lease alive by renewing it every TTL/3 (default true). */
   watchdog?: boolean;
+  /**
+   * Lock-delay: if this lease expires (its holder stopped renewing it; not
+   * when it is released), its keys refuse new holders for this long, so that
+   * the stalled holder's writes in flight drain before the next holder
+   * starts. Waiters wait through it. 0 (the default) is none; the server
+   * caps it (`BackendInfo.maxLockDelayMs`) and needs a backend that keeps
+   * lock-delays (else `unimplemented`).
+   */
+  lockDelay?: Duration;
   /** Aborts the acquisition (the server-side wait ends at once); a guard already granted is not affected. */
   signal?: AbortSignal;
 }

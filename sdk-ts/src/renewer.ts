@@ -8,7 +8,9 @@
  * guards renewed together stay together. Each guard keeps its own outcome
  * and loss semantics (promise 5): extended=false poisons that guard alone;
  * an item the server could not decide is a failed renewal of that guard,
- * retried with the backoff like a failed call.
+ * retried with the backoff like a failed call. A multi-key guard is renewed
+ * by an Extend of its whole set (ExtendBatch items are single keys), with
+ * the renewal's request id, the same on each retry of that renewal.
  */
 
 import { Code, ConnectError, type Client as RpcClient } from "@connectrpc/connect";
@@ -17,7 +19,7 @@ import { ServerError, UnavailableError, type HoldfastError } from "./errors.js";
 import type { Lease, LockService } from "./gen/holdfast/lock/v1/lock_pb.js";
 import type { Timestamp } from "./hlc.js";
 import type { Settings } from "./options.js";
-import { durationFromMs, monotonicNow, unref } from "./util.js";
+import { durationFromMs, monotonicNow, newRequestId, unref } from "./util.js";
 
 /** What the renewer needs of the client's session. */
 export interface RenewerSession {
@@ -32,10 +34,19 @@ const MAX_BATCH_ITEMS = 500;
 /** A guard may be renewed up to TTL/RENEW_EARLY before it is due, to go with another guard's renewal. */
 const RENEW_EARLY = 6;
 
+/** What one renewal of a guard sends. */
+export interface RenewalRequest {
+  /** The lease's key, or every key of a multi-key lease. */
+  target: { key: string } | { keys: string[] };
+  ownerToken: string;
+  ttlMs: number;
+  remainingMs: number;
+}
+
 /** What the renewer needs of a guard (Guard implements it). */
 export interface Renewable {
   readonly key: string;
-  /** @internal */ renewalRequest(): { ownerToken: string; ttlMs: number; remainingMs: number } | undefined;
+  /** @internal */ renewalRequest(): RenewalRequest | undefined;
   /** @internal The monotonic time of the next renewal: TTL/3 after the last successful one was sent. */
   renewalDue(): number;
   /** @internal The current TTL, ms. */
@@ -51,6 +62,8 @@ interface Entry {
   next: number;
   attempt: number;
   inFlight: boolean;
+  /** The request id of the renewal under way: drawn at its first attempt, kept on its retries. */
+  requestId: string;
 }
 
 export class Renewer {
@@ -69,7 +82,7 @@ export class Renewer {
 
   /** Schedules g's first renewal. */
   add(g: Renewable): void {
-    const e: Entry = { guard: g, next: g.renewalDue(), attempt: 0, inFlight: false };
+    const e: Entry = { guard: g, next: g.renewalDue(), attempt: 0, inFlight: false, requestId: "" };
     this.#entries.set(g, e);
     this.#armAt(e.next);
   }
@@ -144,9 +157,10 @@ export class Renewer {
   /** One renewal call for the entries of batch, and each one's outcome. */
   async #renew(batch: Entry[]): Promise<void> {
     const session = this.#session;
-    const live: { e: Entry; req: { ownerToken: string; ttlMs: number; remainingMs: number } }[] = [];
+    const live: { e: Entry; req: RenewalRequest }[] = [];
     for (const e of batch) {
       const req = e.guard.renewalRequest();
+      if (e.attempt === 0) e.requestId = newRequestId(); // a new renewal; its retries keep the id
       if (req) live.push({ e, req });
       else this.#done(e); // ended meanwhile
     }
@@ -158,15 +172,25 @@ export class Renewer {
     for (const { req } of live) bound = Math.min(bound, Math.max(1, Math.min(req.remainingMs, req.ttlMs / 3)));
     const opts = { timeoutMs: Math.max(1, Math.ceil(bound)), signal: this.#closing.signal };
     const sentAt = monotonicNow();
-    if (this.#single || live.length === 1) {
-      await Promise.all(live.map((l) => this.#renewOne(l.e, l.req.ownerToken, l.req.ttlMs, sentAt, opts)));
+    // ExtendBatch items are single keys: a multi-key lease renews by an
+    // Extend of its set, beside the batch.
+    const sets = live.filter((l) => "keys" in l.req.target);
+    const singles = live.filter((l) => !("keys" in l.req.target));
+    if (this.#single || singles.length <= 1) {
+      await Promise.all(live.map((l) => this.#renewOne(l.e, l.req, sentAt, opts)));
       return;
     }
+    await Promise.all([...sets.map((l) => this.#renewOne(l.e, l.req, sentAt, opts)), this.#renewBatch(singles, sentAt, opts)]);
+  }
+
+  /** One ExtendBatch for single-key guards, and each one's outcome. */
+  async #renewBatch(live: { e: Entry; req: RenewalRequest }[], sentAt: number, opts: { timeoutMs: number; signal: AbortSignal }): Promise<void> {
+    const session = this.#session;
     let res;
     try {
       res = await session.rpc.extendBatch(
         {
-          items: live.map(({ e, req }) => ({ key: e.guard.key, ownerToken: req.ownerToken, ttl: durationFromMs(req.ttlMs) })),
+          items: live.map(({ e, req }) => ({ key: e.guard.key, ownerToken: req.ownerToken, ttl: durationFromMs(req.ttlMs), requestId: e.requestId })),
           clientStamp: session.clock.now().toProto(),
         },
         opts,
@@ -176,7 +200,7 @@ export class Renewer {
         // An older server: plain Extends from now on.
         this.#single = true;
         const again = monotonicNow();
-        await Promise.all(live.map((l) => this.#renewOne(l.e, l.req.ownerToken, l.req.ttlMs, again, opts)));
+        await Promise.all(live.map((l) => this.#renewOne(l.e, l.req, again, opts)));
         return;
       }
       const e = fromConnectError(err, "renew (ExtendBatch)");
@@ -201,18 +225,20 @@ export class Renewer {
     });
   }
 
-  async #renewOne(e: Entry, ownerToken: string, ttlMs: number, sentAt: number, opts: { timeoutMs: number; signal: AbortSignal }): Promise<void> {
+  /** One Extend of e's lease (its key, or its set of keys), with the renewal's request id. */
+  async #renewOne(e: Entry, req: RenewalRequest, sentAt: number, opts: { timeoutMs: number; signal: AbortSignal }): Promise<void> {
     const session = this.#session;
     try {
       const res = await session.rpc.extend(
-        { key: e.guard.key, ownerToken, ttl: durationFromMs(ttlMs), clientStamp: session.clock.now().toProto() },
+        { ...req.target, ownerToken: req.ownerToken, ttl: durationFromMs(req.ttlMs), clientStamp: session.clock.now().toProto(), requestId: e.requestId },
         opts,
       );
       session.merge(res.serverStamp);
       session.merge(res.lease?.stamp);
-      this.#answered(e, res.extended, res.lease, sentAt, ttlMs);
+      this.#answered(e, res.extended, res.lease, sentAt, req.ttlMs);
     } catch (err) {
-      this.#failed(e, fromConnectError(err, `renew ${JSON.stringify(e.guard.key)}`));
+      const what = "keys" in req.target ? JSON.stringify(req.target.keys) : JSON.stringify(e.guard.key);
+      this.#failed(e, fromConnectError(err, `renew ${what}`));
     }
   }
 

@@ -50,7 +50,7 @@ export async function runScheduled<T>(session: Session, job: ScheduledJob<T>): P
     );
   }
   job.signal?.throwIfAborted();
-  const got = await acquireLease(session, job.key, { ttl: ttlMs, ...(job.holder === undefined ? {} : { holder: job.holder }) }, "try");
+  const got = await acquireLease(session, [job.key], { ttl: ttlMs, ...(job.holder === undefined ? {} : { holder: job.holder }) }, "try");
   if (!(got instanceof Guard)) return { ran: false };
   const guard = got;
 

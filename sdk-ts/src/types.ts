@@ -17,6 +17,28 @@ export interface LockState {
   stamp: Timestamp;
   /** Callers queued for the key on the answering server. */
   waiters: number;
+  /** The lock-delay (ms) that follows this lease if it expires (0: none). */
+  lockDelayMs: number;
+}
+
+/**
+ * A key nobody holds that refuses new holders for a while: the lock-delay
+ * after the expiry of a lease taken with `.lockDelay()`.
+ */
+export interface KeyDelay {
+  key: string;
+  /** The server's view of when the key takes holders again; informational only. */
+  until: Date | undefined;
+  /** Milliseconds left when the server answered. */
+  remainingMs: number;
+}
+
+/** What `client.inspectDelay(key)` answers: the holder, or (nobody holding) the key's lock-delay. */
+export interface Inspection {
+  /** The holder; undefined when nobody holds the key. */
+  state: LockState | undefined;
+  /** Set when nobody holds the key but it is in its lock-delay. */
+  delay: KeyDelay | undefined;
 }
 
 /** Why a guard no longer holds its lease: the same strings in the Go, TypeScript and Python SDKs. */
@@ -48,6 +70,12 @@ export interface BackendInfo {
   maxTtlMs: number;
   /** True when waiters are served first-in first-out across servers. */
   fair: boolean;
+  /** The most keys one multi-key lock may take (1: one key per lock). */
+  maxKeys: number;
+  /** True when the backend recognises repeats of a request (the SDK sends a request id on every Acquire, Extend and Release, the same on its retries). */
+  requestIds: boolean;
+  /** The longest lockDelay accepted, in ms (0: none). */
+  maxLockDelayMs: number;
 }
 
 export interface ServerInfo {
@@ -71,17 +99,18 @@ export interface LockEvent {
 
 /**
  * What happened to one of this client's own guards, as the `onLeaseEvent`
- * listener and the logger see it.
+ * listener and the logger see it. For a multi-key lease, `keys` lists every
+ * key, and `key` and `fencingToken` are its first key's.
  */
 export type LeaseEvent =
   /** A renewal succeeded. */
-  | { type: "renewed"; key: string; fencingToken: bigint; ttlMs: number; renewals: number; latencyMs: number }
+  | { type: "renewed"; key: string; keys?: readonly string[]; fencingToken: bigint; ttlMs: number; renewals: number; latencyMs: number }
   /** A renewal attempt failed and will be retried until the local expiry. */
-  | { type: "renewal_failed"; key: string; fencingToken: bigint; error: Error; remainingMs: number }
+  | { type: "renewal_failed"; key: string; keys?: readonly string[]; fencingToken: bigint; error: Error; remainingMs: number }
   /** The guard was poisoned: its signal aborted with `error`. */
-  | { type: "lost"; key: string; fencingToken: bigint; reason: LeaseLostReason; error: Error }
+  | { type: "lost"; key: string; keys?: readonly string[]; fencingToken: bigint; reason: LeaseLostReason; error: Error }
   /** unlock() was confirmed by the server. */
-  | { type: "released"; key: string; fencingToken: bigint };
+  | { type: "released"; key: string; keys?: readonly string[]; fencingToken: bigint };
 
 /**
  * Where the SDK writes its logs. `console` fits, and so do pino, winston and

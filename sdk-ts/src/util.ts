@@ -65,3 +65,17 @@ export function defaultHolder(): string {
   const os = proc.getBuiltinModule?.("node:os");
   return `${os?.hostname() || "unknown-host"}:${proc.pid}`;
 }
+
+/**
+ * A fresh request id: 128 random bits, base64url (22 characters). One is
+ * sent with every Acquire, Extend and Release, the same on each retry of
+ * that one call, so that a retry whose first attempt's answer was lost is
+ * answered as that attempt was (the same lease, a release confirmed).
+ */
+export function newRequestId(): string {
+  const bytes = new Uint8Array(16);
+  globalThis.crypto.getRandomValues(bytes);
+  let s = "";
+  for (const b of bytes) s += String.fromCharCode(b);
+  return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}

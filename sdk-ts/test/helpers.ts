@@ -86,10 +86,13 @@ export function spyingClient(tokens: Map<string, string>, options: NodeClientOpt
  * A client whose transport loses the answer to its first Release: "after"
  * forwards it (the server releases) and then reports unavailable, as a
  * connection cut after the request left; "before" fails it without sending.
+ * stripRequestIds sends every Release without its request id, as to a
+ * server whose backend keeps none.
  */
-export function lossyReleaseClient(when: "before" | "after"): Client {
+export function lossyReleaseClient(when: "before" | "after", options: { stripRequestIds?: boolean } = {}): Client {
   let dropped = false;
   const lossy: Interceptor = (next) => async (req) => {
+    if (req.method.name === "Release" && options.stripRequestIds) (req.message as unknown as { requestId: string }).requestId = "";
     if (req.method.name !== "Release" || dropped) return next(req);
     dropped = true;
     if (when === "after") await next(req);

@@ -3,11 +3,12 @@
 // GC-pause case). It reads commands from stdin and writes events to stdout,
 // one JSON object a line; diagnostics go to stderr.
 //
-// For each command it acquires the key through sdk-go (TryLock, or Lock with
-// a wait), reports the outcome, waits for the harness's "go" line (the
-// harness may pause the process first), writes to the fenced resource with
-// the fencing token it got at acquisition — as a naive client would after a
-// pause — then unlocks and reports that outcome. Times are Unix nanoseconds on
+// For each command it acquires the key, or the set of keys (Key and More,
+// one lease), through sdk-go (TryLock, or Lock with a wait), reports the
+// outcome for each key, waits for the harness's "go" line (the harness may
+// pause the process first), writes to the fenced resource under each key
+// with that key's fencing token from the acquisition — as a naive client
+// would after a pause — then unlocks and reports that outcome for each key. Times are Unix nanoseconds on
 // the wall clock, which every process of a run shares.
 package main
 
@@ -31,12 +32,14 @@ import (
 
 // Command is one lock cycle to run.
 type Command struct {
-	Seq    int    `json:"seq"`
-	Key    string `json:"key"`
-	TTLms  int64  `json:"ttl_ms"`
-	WaitMs int64  `json:"wait_ms"`
-	WorkMs int64  `json:"work_ms"`
-	Writes int    `json:"writes"`
+	Seq int    `json:"seq"`
+	Key string `json:"key"`
+	// More: the other keys of a multi-key lease.
+	More   []string `json:"more,omitempty"`
+	TTLms  int64    `json:"ttl_ms"`
+	WaitMs int64    `json:"wait_ms"`
+	WorkMs int64    `json:"work_ms"`
+	Writes int      `json:"writes"`
 }
 
 // Event reports one finished operation, or "done" for the end of a cycle.
@@ -100,7 +103,8 @@ func now() int64 { return time.Now().UnixNano() }
 func cycle(c *holdfast.Client, tr *watchTransport, hc *http.Client, resource string, id int, cmd Command, in *bufio.Scanner, out *json.Encoder) error {
 	ttl := time.Duration(cmd.TTLms) * time.Millisecond
 	wait := time.Duration(cmd.WaitMs) * time.Millisecond
-	l := c.Lock(cmd.Key).TTL(ttl).Wait(wait)
+	keys := append([]string{cmd.Key}, cmd.More...)
+	l := c.Lock(cmd.Key, cmd.More...).TTL(ttl).Wait(wait)
 	ctx, cancel := context.WithTimeout(context.Background(), wait+5*time.Second)
 	call := now()
 	var g *holdfast.Guard
@@ -110,43 +114,51 @@ func cycle(c *holdfast.Client, tr *watchTransport, hc *http.Client, resource str
 	} else {
 		g, err = l.TryLock(ctx)
 	}
-	ev := Event{Seq: cmd.Seq, Op: "acquire", Key: cmd.Key, Call: call, Return: now()}
+	ret := now()
 	cancel()
-	var fence uint64
-	switch {
-	case err == nil:
-		ev.Outcome = "ok"
-		if fence, err = g.FencingToken(); err != nil {
-			// Lost between the answer and now: the lease was granted but its
-			// token is unknown here; report it as an unknown outcome.
+	// One acquire event per key: the history is checked per key.
+	fences := make([]uint64, len(keys))
+	for i, k := range keys {
+		ev := Event{Seq: cmd.Seq, Op: "acquire", Key: k, Call: call, Return: ret}
+		switch {
+		case err == nil:
+			ev.Outcome = "ok"
+			var ferr error
+			if fences[i], ferr = g.FencingTokenFor(k); ferr != nil {
+				// Lost between the answer and now: the lease was granted
+				// but its token is unknown here; an unknown outcome.
+				ev.Outcome, ev.Err = "unknown", ferr.Error()
+			}
+			ev.Fence = fences[i]
+		case errors.Is(err, holdfast.ErrNotAcquired):
+			ev.Outcome, ev.Err = "busy", err.Error()
+		default:
 			ev.Outcome, ev.Err = "unknown", err.Error()
 		}
-		ev.Fence = fence
-	case errors.Is(err, holdfast.ErrNotAcquired):
-		ev.Outcome, ev.Err = "busy", err.Error()
-	default:
-		ev.Outcome, ev.Err = "unknown", err.Error()
-	}
-	ev.Holding = g != nil
-	if err := out.Encode(ev); err != nil {
-		return err
+		ev.Holding = g != nil && i == len(keys)-1 // the harness answers the last one
+		if err := out.Encode(ev); err != nil {
+			return err
+		}
 	}
 	if g == nil {
 		return out.Encode(Event{Seq: cmd.Seq, Op: "done"})
 	}
 	// The harness answers "go" — after pausing this process, when it chose to.
 	if !in.Scan() {
-		return fmt.Errorf("stdin closed while holding %q", cmd.Key)
+		return fmt.Errorf("stdin closed while holding %q", keys)
 	}
-	res := Event{Seq: cmd.Seq, Op: "release", Key: cmd.Key, Fence: fence}
-	if fence != 0 {
-		for i := range cmd.Writes {
-			if i > 0 && cmd.WorkMs > 0 {
-				// Simulated work between writes (not synchronisation).
-				time.Sleep(time.Duration(cmd.WorkMs/int64(cmd.Writes)) * time.Millisecond)
+	res := Event{Seq: cmd.Seq, Op: "release"}
+	for i := range cmd.Writes {
+		if i > 0 && cmd.WorkMs > 0 {
+			// Simulated work between writes (not synchronisation).
+			time.Sleep(time.Duration(cmd.WorkMs/int64(cmd.Writes)) * time.Millisecond)
+		}
+		for j, k := range keys {
+			if fences[j] == 0 {
+				continue
 			}
 			lost := g.Err() != nil
-			acc, err := write(hc, resource, WriteRequest{Key: cmd.Key, Fence: fence, Client: id})
+			acc, err := write(hc, resource, WriteRequest{Key: k, Fence: fences[j], Client: id})
 			switch {
 			case err != nil:
 				fmt.Fprintln(os.Stderr, "chaos-client: write:", err)
@@ -181,8 +193,16 @@ func cycle(c *holdfast.Client, tr *watchTransport, hc *http.Client, resource str
 	default:
 		res.Outcome, res.Err = "unknown", err.Error()
 	}
-	if err := out.Encode(res); err != nil {
-		return err
+	// One release event per key; the write counts go with the first.
+	for j, k := range keys {
+		ev := res
+		ev.Key, ev.Fence = k, fences[j]
+		if j > 0 {
+			ev.Accepted, ev.Refused, ev.LostBefore = 0, 0, 0
+		}
+		if err := out.Encode(ev); err != nil {
+			return err
+		}
 	}
 	return out.Encode(Event{Seq: cmd.Seq, Op: "done"})
 }

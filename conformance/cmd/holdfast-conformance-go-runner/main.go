@@ -308,7 +308,7 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 			Version:         "sdk-go (this source tree)",
 			Capabilities: []string{
 				sdkrunner.CapProtocolConnect, sdkrunner.CapProtocolGRPC, sdkrunner.CapProtocolGRPCWeb,
-				sdkrunner.CapClockUpdate, sdkrunner.CapLeaseLostEvent,
+				sdkrunner.CapClockUpdate, sdkrunner.CapLeaseLostEvent, sdkrunner.CapRequestIDs,
 			},
 			DurationUnit: sdkrunner.UnitNanoseconds,
 		}, nil

@@ -24,10 +24,16 @@ func (s *grpcServer) Info(ctx context.Context, _ *backendv1.InfoRequest) (*backe
 	if err != nil {
 		return nil, wire.ToStatus(err)
 	}
-	// Fair promises the queue calls: a backend without them is not.
+	// Fair promises the queue calls, and sets promise the set calls (and,
+	// on a fair backend, the set queue call): a backend without them does
+	// not keep those promises, whatever its Info says.
 	_, fair := s.b.(backend.FairBackend)
+	_, sets := s.b.(backend.SetBackend)
+	if fair && info.Fair {
+		_, sets = s.b.(backend.FairSetBackend)
+	}
 	_, batch := s.b.(backend.BatchBackend)
-	return wire.ToInfoResponse(info, fair, batch), nil
+	return wire.ToInfoResponse(info, fair, sets, batch), nil
 }
 
 func (s *grpcServer) Acquire(ctx context.Context, req *backendv1.AcquireRequest) (*backendv1.AcquireResponse, error) {
@@ -174,4 +180,59 @@ func (s *grpcServer) ExtendBatch(ctx context.Context, req *backendv1.ExtendBatch
 		return nil, batchStatus(err)
 	}
 	return wire.ToExtendBatchResponse(outs), nil
+}
+
+func (s *grpcServer) sets() (backend.SetBackend, error) {
+	sb, ok := s.b.(backend.SetBackend)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this backend takes one key per call (Info.max_keys is 1)")
+	}
+	return sb, nil
+}
+
+func (s *grpcServer) AcquireSet(ctx context.Context, req *backendv1.AcquireSetRequest) (*backendv1.AcquireSetResponse, error) {
+	sb, err := s.sets()
+	if err != nil {
+		return nil, err
+	}
+	res, err := sb.AcquireSet(ctx, wire.FromAcquireSetRequest(req))
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return wire.ToAcquireSetResponse(res), nil
+}
+
+func (s *grpcServer) ReleaseSet(ctx context.Context, req *backendv1.ReleaseSetRequest) (*backendv1.ReleaseSetResponse, error) {
+	sb, err := s.sets()
+	if err != nil {
+		return nil, err
+	}
+	ok, err := sb.ReleaseSet(ctx, wire.FromReleaseSetRequest(req))
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &backendv1.ReleaseSetResponse{Released: ok}, nil
+}
+
+func (s *grpcServer) ExtendSet(ctx context.Context, req *backendv1.ExtendSetRequest) (*backendv1.ExtendSetResponse, error) {
+	sb, err := s.sets()
+	if err != nil {
+		return nil, err
+	}
+	res, err := sb.ExtendSet(ctx, wire.FromExtendSetRequest(req))
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return wire.ToExtendSetResponse(res), nil
+}
+
+func (s *grpcServer) EnqueueSet(ctx context.Context, req *backendv1.EnqueueSetRequest) (*backendv1.EnqueueSetResponse, error) {
+	f, ok := s.b.(backend.FairSetBackend)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this backend keeps no fair queue for sets of keys")
+	}
+	if err := f.EnqueueSet(ctx, req.GetKeys(), req.GetWaiterId()); err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &backendv1.EnqueueSetResponse{}, nil
 }

@@ -13,7 +13,7 @@ type Fair struct {
 	*Backend
 }
 
-var _ backend.FairBackend = (*Fair)(nil)
+var _ backend.FairSetBackend = (*Fair)(nil)
 
 // NewFair returns a fair fake.
 func NewFair() *Fair { return &Fair{Backend: New()} }
@@ -36,6 +36,22 @@ func (f *Fair) Enqueue(_ context.Context, key, waiterID string) error {
 		f.queues[key] = append(f.queues[key], waiterID)
 		f.changed()
 	}
+	return nil
+}
+
+// EnqueueSet implements backend.FairSetBackend: one step for every queue.
+func (f *Fair) EnqueueSet(_ context.Context, keys []string, waiterID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(); err != nil {
+		return err
+	}
+	for _, key := range keys {
+		if !slices.Contains(f.queues[key], waiterID) {
+			f.queues[key] = append(f.queues[key], waiterID)
+		}
+	}
+	f.changed()
 	return nil
 }
 

@@ -8,7 +8,10 @@
 //
 // New is not fair, like the memory and Redis backends; NewFair keeps a FIFO
 // queue per key, shared by every engine that uses the same Fair, like the
-// etcd backend (backend.FairBackend).
+// etcd backend (backend.FairBackend). Both take sets of keys
+// (backend.SetBackend; the fair one backend.FairSetBackend), keep request
+// identities and keep lock-delays, as every in-tree backend does; a single
+// key is a set of one.
 //
 // NewFair also runs as a plugin process
 // (cmd/holdfast-backend-fakefair): the in-memory fair backend on which the
@@ -38,6 +41,8 @@ const (
 	MinTTL         = time.Millisecond
 	MaxTTL         = 24 * time.Hour
 	TTLGranularity = time.Millisecond
+	MaxKeys        = 64
+	MaxLockDelay   = time.Minute
 )
 
 // watchBuffer is how many events a watcher may fall behind before its watch
@@ -53,6 +58,10 @@ type Backend struct {
 	fences   map[string]uint64        // last fencing token per key, kept forever, never below the wall clock
 	stamps   map[string]hlc.Timestamp // last stamp per key, kept forever
 	watchers map[*watcher]struct{}
+	// delays: keys in their lock-delay, until when (monotonic).
+	delays map[string]time.Time
+	// released: the request identity of each key's last release.
+	released map[string]backend.Request
 	// queues, for Fair only: the waiter IDs per key, head first.
 	queues map[string][]string
 	// turn is closed and replaced whenever a queue changes (WaitTurn waits
@@ -66,12 +75,16 @@ type lock struct {
 	stamp              hlc.Timestamp
 	expires            time.Time // with the monotonic reading
 	timer              *time.Timer
+	lockDelay          time.Duration
+	request            backend.Request // of the last Acquire or Extend
+	replay             string
+	claimed            bool // a replay of its Acquire was answered
 }
 
 func (l *lock) record(now time.Time) backend.Record {
 	return backend.Record{
 		Key: l.key, FencingToken: l.fence, Holder: l.holder,
-		ExpiresAt: l.expires.Round(0), Remaining: max(l.expires.Sub(now), 0), Stamp: l.stamp,
+		ExpiresAt: l.expires.Round(0), Remaining: max(l.expires.Sub(now), 0), Stamp: l.stamp, LockDelay: l.lockDelay,
 	}
 }
 
@@ -81,7 +94,7 @@ type watcher struct {
 	ended  chan struct{} // closed when the watcher fell behind or the fake closed
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var _ backend.SetBackend = (*Backend)(nil)
 
 // New returns a fake that is not fair.
 func New() *Backend {
@@ -90,6 +103,8 @@ func New() *Backend {
 		fences:   map[string]uint64{},
 		stamps:   map[string]hlc.Timestamp{},
 		watchers: map[*watcher]struct{}{},
+		delays:   map[string]time.Time{},
+		released: map[string]backend.Request{},
 		queues:   map[string][]string{},
 		turn:     make(chan struct{}),
 	}
@@ -123,7 +138,8 @@ func (b *Backend) check() error {
 
 // Info implements backend.Backend.
 func (b *Backend) Info(context.Context) (backend.Info, error) {
-	return backend.Info{Name: Name, Version: "test", TTLGranularity: TTLGranularity, MinTTL: MinTTL, MaxTTL: MaxTTL}, nil
+	return backend.Info{Name: Name, Version: "test", TTLGranularity: TTLGranularity, MinTTL: MinTTL, MaxTTL: MaxTTL,
+		MaxKeys: MaxKeys, RequestIDs: true, MaxLockDelay: MaxLockDelay}, nil
 }
 
 func checkTTL(ttl time.Duration) error {
@@ -148,49 +164,120 @@ func (b *Backend) held(key string, now time.Time) *lock {
 	return nil
 }
 
-// drop deletes l and reports it as ended by typ. b.mu must be held.
+// drop deletes l and reports it as ended by typ; an expiry starts l's
+// lock-delay (counted from when the lease ended). b.mu must be held.
 func (b *Backend) drop(l *lock, typ backend.EventType, now time.Time) {
 	l.timer.Stop()
 	delete(b.locks, l.key)
+	if typ == backend.EventExpired && l.lockDelay > 0 {
+		b.delays[l.key] = l.expires.Add(l.lockDelay)
+	}
 	b.emit(backend.Event{Type: typ, Record: l.record(now)})
 }
 
-// Acquire implements backend.Backend: it takes key if it is free and, for a
-// fair fake, if req.WaiterID is the head of key's queue (empty: only when
-// nobody is queued).
-func (b *Backend) Acquire(_ context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
+// delayed is how long key's lock-delay lasts from now (0: none). b.mu must
+// be held.
+func (b *Backend) delayed(key string, now time.Time) time.Duration {
+	until, ok := b.delays[key]
+	if !ok {
+		return 0
+	}
+	if !now.Before(until) {
+		delete(b.delays, key)
+		return 0
+	}
+	return until.Sub(now)
+}
+
+// Acquire implements backend.Backend: a set of one.
+func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
+	res, err := b.AcquireSet(ctx, backend.AcquireSetRequest{
+		Claims: []backend.Claim{{Key: req.Key}}, OwnerToken: req.OwnerToken, TTL: req.TTL, Holder: req.Holder, Stamp: req.Stamp,
+		WaiterID: req.WaiterID, Request: req.Request, Replay: req.Replay, LockDelay: req.LockDelay, ReplayOnly: req.ReplayOnly,
+	})
+	if err != nil || !res.Acquired {
+		return backend.AcquireResult{Record: res.Blocker}, err
+	}
+	return backend.AcquireResult{Acquired: true, Record: res.Records[0], Replayed: res.Replayed, Replay: res.Replay}, nil
+}
+
+// AcquireSet implements backend.SetBackend: it takes every key if each is
+// free and, for a fair fake, if req.WaiterID is the head of each key's
+// queue (empty: only when nobody is queued).
+func (b *Backend) AcquireSet(_ context.Context, req backend.AcquireSetRequest) (backend.AcquireSetResult, error) {
 	if err := checkTTL(req.TTL); err != nil {
-		return backend.AcquireResult{}, err
+		return backend.AcquireSetResult{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.check(); err != nil {
-		return backend.AcquireResult{}, err
+		return backend.AcquireSetResult{}, err
 	}
 	now := time.Now()
-	if l := b.held(req.Key, now); l != nil {
-		return backend.AcquireResult{Record: l.record(now)}, nil
-	}
-	if q := b.queues[req.Key]; len(q) > 0 && q[0] != req.WaiterID {
-		return backend.AcquireResult{}, nil // free, but not this caller's turn
-	}
-	if req.WaiterID != "" {
-		if q := b.queues[req.Key]; len(q) == 0 || q[0] != req.WaiterID {
-			return backend.AcquireResult{}, nil // not queued (any more)
+	held := make([]*lock, 0, len(req.Claims))
+	for _, c := range req.Claims {
+		if l := b.held(c.Key, now); l != nil {
+			held = append(held, l)
 		}
-		b.removeWaiter(req.Key, req.WaiterID)
 	}
-	// Never below the wall clock: a plugin process of the fake (the fair
-	// one the conformance suite runs) starts above every token the process
-	// before it handed out, as plugins/memory does.
-	b.fences[req.Key] = max(b.fences[req.Key]+1, uint64(now.UnixNano()))
-	stamp := backend.NextStamp(b.stamps[req.Key], req.Stamp)
-	b.stamps[req.Key] = stamp
-	l := &lock{key: req.Key, token: req.OwnerToken, holder: req.Holder, fence: b.fences[req.Key], stamp: stamp, expires: now.Add(req.TTL)}
-	l.timer = time.AfterFunc(req.TTL, func() { b.expire(l) })
-	b.locks[req.Key] = l
-	b.emit(backend.Event{Type: backend.EventAcquired, Record: l.record(now)})
-	return backend.AcquireResult{Acquired: true, Record: l.record(now)}, nil
+	if len(held) == len(req.Claims) && req.Request.ID != "" {
+		// A repeat: every key held under its request id and owner token.
+		repeat := true
+		for _, l := range held {
+			ok, err := backend.Repeat(l.request, req.Request)
+			if err != nil {
+				return backend.AcquireSetResult{}, err
+			}
+			repeat = repeat && ok && l.token == held[0].token
+		}
+		if repeat {
+			recs := make([]backend.Record, len(held))
+			for i, l := range held {
+				l.claimed = true
+				recs[i] = l.record(now)
+			}
+			return backend.AcquireSetResult{Acquired: true, Records: recs, Replayed: true, Replay: held[0].replay}, nil
+		}
+	}
+	if len(held) > 0 {
+		return backend.AcquireSetResult{Blocker: held[0].record(now)}, nil
+	}
+	for _, c := range req.Claims {
+		if d := b.delayed(c.Key, now); d > 0 {
+			return backend.AcquireSetResult{Blocker: backend.Record{Key: c.Key, DelayRemaining: d}}, nil
+		}
+	}
+	if req.ReplayOnly {
+		return backend.AcquireSetResult{}, nil
+	}
+	for _, c := range req.Claims {
+		q := b.queues[c.Key]
+		if len(q) > 0 && q[0] != req.WaiterID || req.WaiterID != "" && len(q) == 0 {
+			return backend.AcquireSetResult{}, nil // free, but not this caller's turn (or not queued any more)
+		}
+	}
+	stamp := req.Stamp
+	for _, c := range req.Claims {
+		if req.WaiterID != "" {
+			b.removeWaiter(c.Key, req.WaiterID)
+		}
+		stamp = backend.NextStamp(b.stamps[c.Key], stamp)
+	}
+	res := backend.AcquireSetResult{Acquired: true, Records: make([]backend.Record, len(req.Claims))}
+	for i, c := range req.Claims {
+		// Never below the wall clock: a plugin process of the fake (the fair
+		// one the conformance suite runs) starts above every token the process
+		// before it handed out, as plugins/memory does.
+		b.fences[c.Key] = max(b.fences[c.Key]+1, uint64(now.UnixNano()))
+		b.stamps[c.Key] = stamp
+		l := &lock{key: c.Key, token: req.OwnerToken, holder: req.Holder, fence: b.fences[c.Key], stamp: stamp,
+			expires: now.Add(req.TTL), lockDelay: req.LockDelay, request: req.Request, replay: req.Replay}
+		l.timer = time.AfterFunc(req.TTL, func() { b.expire(l) })
+		b.locks[c.Key] = l
+		res.Records[i] = l.record(now)
+		b.emit(backend.Event{Type: backend.EventAcquired, Record: res.Records[i]})
+	}
+	return res, nil
 }
 
 // expire is l's timer: it ends l unless it was released, taken over or
@@ -205,41 +292,101 @@ func (b *Backend) expire(l *lock) {
 	b.drop(l, backend.EventExpired, now)
 }
 
-// Release implements backend.Backend.
-func (b *Backend) Release(_ context.Context, req backend.ReleaseRequest) (bool, error) {
+// Release implements backend.Backend: a set of one.
+func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool, error) {
+	return b.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, Stamp: req.Stamp,
+		Request: req.Request, Abandon: req.Abandon})
+}
+
+// ReleaseSet implements backend.SetBackend.
+func (b *Backend) ReleaseSet(_ context.Context, req backend.ReleaseSetRequest) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.check(); err != nil {
 		return false, err
 	}
 	now := time.Now()
-	l := b.held(req.Key, now)
-	if l == nil || req.OwnerToken == "" || l.token != req.OwnerToken {
-		return false, nil
+	locks, ok := b.heldBy(req.Keys, req.OwnerToken, now)
+	if !ok {
+		// A repeat of a release that was done: every key keeps it.
+		repeat := req.Request.ID != ""
+		for _, k := range req.Keys {
+			ok, err := backend.Repeat(b.released[k], req.Request)
+			if err != nil {
+				return false, err
+			}
+			repeat = repeat && ok
+		}
+		return repeat, nil
 	}
-	b.stamps[req.Key] = hlc.Max(b.stamps[req.Key], req.Stamp)
-	b.drop(l, backend.EventReleased, now)
+	for _, l := range locks {
+		if req.Abandon && l.claimed {
+			return false, nil
+		}
+	}
+	for _, l := range locks {
+		b.stamps[l.key] = hlc.Max(b.stamps[l.key], req.Stamp)
+		b.released[l.key] = req.Request
+		b.drop(l, backend.EventReleased, now)
+	}
 	return true, nil
 }
 
-// Extend implements backend.Backend.
-func (b *Backend) Extend(_ context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
-	if err := checkTTL(req.TTL); err != nil {
+// heldBy returns the locks on keys if token holds every one of them. b.mu
+// must be held.
+func (b *Backend) heldBy(keys []string, token string, now time.Time) ([]*lock, bool) {
+	locks := make([]*lock, len(keys))
+	for i, k := range keys {
+		l := b.held(k, now)
+		if l == nil || token == "" || l.token != token {
+			return nil, false
+		}
+		locks[i] = l
+	}
+	return locks, true
+}
+
+// Extend implements backend.Backend: a set of one.
+func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
+	res, err := b.ExtendSet(ctx, backend.ExtendSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, TTL: req.TTL,
+		Stamp: req.Stamp, Request: req.Request})
+	if err != nil || !res.Extended {
 		return backend.ExtendResult{}, err
+	}
+	return backend.ExtendResult{Extended: true, Record: res.Records[0]}, nil
+}
+
+// ExtendSet implements backend.SetBackend. A zero Request keeps the
+// locks' own.
+func (b *Backend) ExtendSet(_ context.Context, req backend.ExtendSetRequest) (backend.ExtendSetResult, error) {
+	if err := checkTTL(req.TTL); err != nil {
+		return backend.ExtendSetResult{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.check(); err != nil {
-		return backend.ExtendResult{}, err
+		return backend.ExtendSetResult{}, err
 	}
 	now := time.Now()
-	l := b.held(req.Key, now)
-	if l == nil || req.OwnerToken == "" || l.token != req.OwnerToken {
-		return backend.ExtendResult{}, nil
+	locks, ok := b.heldBy(req.Keys, req.OwnerToken, now)
+	if !ok {
+		return backend.ExtendSetResult{}, nil
 	}
-	l.expires = now.Add(req.TTL)
-	l.timer.Reset(req.TTL)
-	return backend.ExtendResult{Extended: true, Record: l.record(now)}, nil
+	for _, l := range locks {
+		if _, err := backend.Repeat(l.request, req.Request); err != nil {
+			return backend.ExtendSetResult{}, err
+		}
+	}
+	res := backend.ExtendSetResult{Extended: true, Records: make([]backend.Record, len(locks))}
+	for i, l := range locks {
+		l.expires = now.Add(req.TTL)
+		l.timer.Reset(req.TTL)
+		if req.Request.ID != "" {
+			l.request = req.Request
+		}
+		res.Records[i] = l.record(now)
+	}
+	return res, nil
 }
 
 // Get implements backend.Backend.
@@ -252,6 +399,9 @@ func (b *Backend) Get(_ context.Context, key string) (backend.Record, bool, erro
 	now := time.Now()
 	if l := b.held(key, now); l != nil {
 		return l.record(now), true, nil
+	}
+	if d := b.delayed(key, now); d > 0 {
+		return backend.Record{Key: key, DelayRemaining: d}, false, nil
 	}
 	return backend.Record{}, false, nil
 }

@@ -17,18 +17,28 @@ func toItemError(err error) *backendv1.ItemError {
 		return nil
 	}
 	code := backendv1.ItemErrorCode_ITEM_ERROR_CODE_UNAVAILABLE
-	if errors.Is(err, backend.ErrInvalidArgument) {
+	switch {
+	case errors.Is(err, backend.ErrInvalidArgument):
 		code = backendv1.ItemErrorCode_ITEM_ERROR_CODE_INVALID_ARGUMENT
+	case errors.Is(err, backend.ErrRequestConflict):
+		code = backendv1.ItemErrorCode_ITEM_ERROR_CODE_REQUEST_CONFLICT
+	case errors.Is(err, backend.ErrFailedPrecondition):
+		code = backendv1.ItemErrorCode_ITEM_ERROR_CODE_FAILED_PRECONDITION
 	}
 	return &backendv1.ItemError{Code: code, Message: err.Error()}
 }
 
 // fromItemError decodes one item's error, as FromStatus would the single
-// call's: invalid_argument with the plugin's message, anything else
-// unavailable.
+// call's: invalid_argument, a request conflict and failed_precondition with
+// the plugin's message, anything else unavailable.
 func fromItemError(p *backendv1.ItemError, plugin string) error {
-	if p.GetCode() == backendv1.ItemErrorCode_ITEM_ERROR_CODE_INVALID_ARGUMENT {
+	switch p.GetCode() {
+	case backendv1.ItemErrorCode_ITEM_ERROR_CODE_INVALID_ARGUMENT:
 		return &remoteError{sentinel: backend.ErrInvalidArgument, msg: p.GetMessage()}
+	case backendv1.ItemErrorCode_ITEM_ERROR_CODE_REQUEST_CONFLICT:
+		return &remoteError{sentinel: backend.ErrRequestConflict, msg: p.GetMessage()}
+	case backendv1.ItemErrorCode_ITEM_ERROR_CODE_FAILED_PRECONDITION:
+		return &remoteError{sentinel: backend.ErrFailedPrecondition, msg: p.GetMessage()}
 	}
 	return &remoteError{sentinel: backend.ErrUnavailable, msg: fmt.Sprintf("plugin %s: %s", plugin, p.GetMessage())}
 }

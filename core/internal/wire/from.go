@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,14 +58,62 @@ func fromRecord(op string, p *backendv1.Record, key string) (backend.Record, err
 		}
 		r.ExpiresAt = t.AsTime()
 	}
+	var err error
+	if r.LockDelay, err = nonNegative(op, "lock_delay", p.GetLockDelay()); err != nil {
+		return backend.Record{}, err
+	}
 	return r, nil
+}
+
+// nonNegative converts a duration of an answer that must not be negative
+// (unset is zero).
+func nonNegative(op, field string, d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, errMalformed(op, "%s: %v", field, err)
+	}
+	if d.AsDuration() < 0 {
+		return 0, errMalformed(op, "%s: %s is negative", field, d.AsDuration())
+	}
+	return d.AsDuration(), nil
+}
+
+// fromDelayRecord decodes the record of a key nobody holds: its
+// lock-delay, when it is in one (the zero Record when not). keys, when
+// not empty, are the keys it may be for.
+func fromDelayRecord(op string, p *backendv1.Record, keys ...string) (backend.Record, bool, error) {
+	if p.GetDelayRemaining() == nil {
+		return backend.Record{}, false, nil
+	}
+	d, err := nonNegative(op, "delay_remaining", p.GetDelayRemaining())
+	if err != nil {
+		return backend.Record{}, false, err
+	}
+	if len(keys) > 0 && !slices.Contains(keys, p.GetKey()) {
+		return backend.Record{}, false, errMalformed(op, "lock-delay of key %q, asked about %q", p.GetKey(), keys)
+	}
+	if d == 0 {
+		return backend.Record{}, false, nil
+	}
+	return backend.Record{Key: p.GetKey(), DelayRemaining: d}, true, nil
 }
 
 // FromAcquireResponse decodes the answer to an Acquire of key.
 func FromAcquireResponse(resp *backendv1.AcquireResponse, key string) (backend.AcquireResult, error) {
 	if resp.GetAcquired() {
 		rec, err := fromRecord("Acquire", resp.GetRecord(), key)
-		return backend.AcquireResult{Acquired: err == nil, Record: rec}, err
+		if err != nil {
+			return backend.AcquireResult{}, err
+		}
+		return backend.AcquireResult{Acquired: true, Record: rec, Replayed: resp.GetReplayed(), Replay: resp.GetReplay()}, nil
+	}
+	if resp.GetReplayed() {
+		return backend.AcquireResult{}, errMalformed("Acquire", "a replay that did not acquire")
+	}
+	if rec, delayed, err := fromDelayRecord("Acquire", resp.GetRecord(), key); delayed || err != nil {
+		return backend.AcquireResult{Record: rec}, err
 	}
 	// Not acquired: the holder, when the plugin knows it; a record with no
 	// key means "held, holder unknown".
@@ -73,6 +122,62 @@ func FromAcquireResponse(resp *backendv1.AcquireResponse, key string) (backend.A
 	}
 	rec, err := fromRecord("Acquire", resp.GetRecord(), key)
 	return backend.AcquireResult{Record: rec}, err
+}
+
+// FromAcquireSetResponse decodes the answer to an AcquireSet of keys (in
+// the order they were claimed).
+func FromAcquireSetResponse(resp *backendv1.AcquireSetResponse, keys []string) (backend.AcquireSetResult, error) {
+	const op = "AcquireSet"
+	if resp.GetAcquired() {
+		recs, err := fromRecords(op, resp.GetRecords(), keys)
+		if err != nil {
+			return backend.AcquireSetResult{}, err
+		}
+		return backend.AcquireSetResult{Acquired: true, Records: recs, Replayed: resp.GetReplayed(), Replay: resp.GetReplay()}, nil
+	}
+	if resp.GetReplayed() || len(resp.GetRecords()) > 0 {
+		return backend.AcquireSetResult{}, errMalformed(op, "records or a replay without acquired")
+	}
+	if rec, delayed, err := fromDelayRecord(op, resp.GetBlocker(), keys...); delayed || err != nil {
+		return backend.AcquireSetResult{Blocker: rec}, err
+	}
+	b := resp.GetBlocker()
+	if b == nil || b.GetKey() == "" {
+		return backend.AcquireSetResult{}, nil
+	}
+	if !slices.Contains(keys, b.GetKey()) {
+		return backend.AcquireSetResult{}, errMalformed(op, "blocker on key %q, asked about %q", b.GetKey(), keys)
+	}
+	rec, err := fromRecord(op, b, "")
+	return backend.AcquireSetResult{Blocker: rec}, err
+}
+
+// FromExtendSetResponse decodes the answer to an ExtendSet of keys.
+func FromExtendSetResponse(resp *backendv1.ExtendSetResponse, keys []string) (backend.ExtendSetResult, error) {
+	if !resp.GetExtended() {
+		return backend.ExtendSetResult{}, nil
+	}
+	recs, err := fromRecords("ExtendSet", resp.GetRecords(), keys)
+	if err != nil {
+		return backend.ExtendSetResult{}, err
+	}
+	return backend.ExtendSetResult{Extended: true, Records: recs}, nil
+}
+
+// fromRecords decodes one record per key, in the keys' order.
+func fromRecords(op string, ps []*backendv1.Record, keys []string) ([]backend.Record, error) {
+	if len(ps) != len(keys) {
+		return nil, errMalformed(op, "%d records for %d keys", len(ps), len(keys))
+	}
+	out := make([]backend.Record, len(ps))
+	for i, p := range ps {
+		rec, err := fromRecord(op, p, keys[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = rec
+	}
+	return out, nil
 }
 
 // FromExtendResponse decodes the answer to an Extend of key.
@@ -90,7 +195,8 @@ func FromExtendResponse(resp *backendv1.ExtendResponse, key string) (backend.Ext
 // FromGetResponse decodes the answer to a Get of key.
 func FromGetResponse(resp *backendv1.GetResponse, key string) (backend.Record, bool, error) {
 	if !resp.GetFound() {
-		return backend.Record{}, false, nil
+		rec, _, err := fromDelayRecord("Get", resp.GetRecord(), key)
+		return rec, false, err
 	}
 	rec, err := fromRecord("Get", resp.GetRecord(), key)
 	if err != nil {
@@ -141,13 +247,18 @@ func FromWatchResponse(resp *backendv1.WatchResponse, prefix string) (backend.Ev
 // FromInfoResponse decodes the answer to Info.
 func FromInfoResponse(p *backendv1.InfoResponse) (backend.Info, error) {
 	info := backend.Info{
-		Name:    p.GetName(),
-		Version: p.GetVersion(),
-		Shared:  p.GetShared(),
-		Durable: p.GetDurable(),
-		Fair:    p.GetFair(),
+		Name:       p.GetName(),
+		Version:    p.GetVersion(),
+		Shared:     p.GetShared(),
+		Durable:    p.GetDurable(),
+		Fair:       p.GetFair(),
+		MaxKeys:    int(min(max(p.GetMaxKeys(), 1), maxWireKeys)),
+		RequestIDs: p.GetRequestIds(),
 	}
 	var err error
+	if info.MaxLockDelay, err = duration("max_lock_delay", p.GetMaxLockDelay()); err != nil {
+		return backend.Info{}, err
+	}
 	if info.TTLGranularity, err = duration("ttl_granularity", p.GetTtlGranularity()); err != nil {
 		return backend.Info{}, err
 	}

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/holdfast/holdfast/core/backend"
 	backendv1 "github.com/holdfast/holdfast/proto/holdfast/backend/v1"
@@ -29,6 +31,8 @@ func FuzzDecodeResponses(f *testing.F) {
 		&backendv1.InfoResponse{Name: "x"},
 		&backendv1.AcquireBatchResponse{Items: []*backendv1.AcquireOutcome{{Result: &backendv1.AcquireResponse{Acquired: true, Record: rec}}}},
 		&backendv1.ExtendBatchResponse{Items: []*backendv1.ExtendOutcome{{Error: &backendv1.ItemError{Code: backendv1.ItemErrorCode_ITEM_ERROR_CODE_UNAVAILABLE}}}},
+		&backendv1.AcquireSetResponse{Acquired: true, Records: []*backendv1.Record{rec, {Key: "k/2", FencingToken: 8}}},
+		&backendv1.ExtendSetResponse{Extended: true, Records: []*backendv1.Record{rec, {Key: "k/2", FencingToken: 8}}},
 	} {
 		b, _ := proto.Marshal(m)
 		f.Add(uint8(kind), b, "k", "", uint16(10))
@@ -45,7 +49,7 @@ func FuzzDecodeResponses(f *testing.F) {
 				t.Fatalf("accepted record %+v (asked about %q)", r, wantKey)
 			}
 		}
-		switch kind % 8 {
+		switch kind % 10 {
 		case 0:
 			var m backendv1.AcquireResponse
 			if proto.Unmarshal(data, &m) != nil {
@@ -125,7 +129,8 @@ func FuzzDecodeResponses(f *testing.F) {
 			if refused(err) {
 				return
 			}
-			if info.MinTTL < 0 || info.MaxTTL < 0 || info.TTLGranularity < 0 || (info.MaxTTL > 0 && info.MinTTL > info.MaxTTL) {
+			if info.MinTTL < 0 || info.MaxTTL < 0 || info.TTLGranularity < 0 || (info.MaxTTL > 0 && info.MinTTL > info.MaxTTL) ||
+				info.MaxKeys < 1 || info.MaxLockDelay < 0 {
 				t.Fatalf("accepted info %+v", info)
 			}
 		case 6:
@@ -167,11 +172,44 @@ func FuzzDecodeResponses(f *testing.F) {
 				t.Fatalf("accepted %d outcomes for %d requests", len(outs), len(reqs))
 			}
 			for _, o := range outs {
-				if o.Err != nil && !errors.Is(o.Err, backend.ErrUnavailable) && !errors.Is(o.Err, backend.ErrInvalidArgument) {
-					t.Fatalf("item error %v is neither unavailable nor invalid_argument", o.Err)
+				if o.Err != nil && !errors.Is(o.Err, backend.ErrUnavailable) && !errors.Is(o.Err, backend.ErrInvalidArgument) &&
+					!errors.Is(o.Err, backend.ErrRequestConflict) && !errors.Is(o.Err, backend.ErrFailedPrecondition) {
+					t.Fatalf("item error %v is not a single call's error", o.Err)
 				}
 				if o.Err == nil && o.Value.Extended {
 					check(o.Value.Record, key)
+				}
+			}
+		case 8:
+			var m backendv1.AcquireSetResponse
+			if proto.Unmarshal(data, &m) != nil {
+				return
+			}
+			keys := []string{key, key + "/2"}
+			res, err := FromAcquireSetResponse(&m, keys)
+			if refused(err) {
+				return
+			}
+			if res.Acquired {
+				if len(res.Records) != len(keys) {
+					t.Fatalf("accepted %d records for %d keys", len(res.Records), len(keys))
+				}
+				for i, r := range res.Records {
+					check(r, keys[i])
+				}
+			} else if res.Blocker.Key != "" && res.Blocker.Key != keys[0] && res.Blocker.Key != keys[1] {
+				t.Fatalf("accepted a blocker on %q for %q", res.Blocker.Key, keys)
+			}
+		case 9:
+			var m backendv1.ExtendSetResponse
+			if proto.Unmarshal(data, &m) != nil {
+				return
+			}
+			keys := []string{key, key + "/2"}
+			res, err := FromExtendSetResponse(&m, keys)
+			if !refused(err) && res.Extended {
+				for i, r := range res.Records {
+					check(r, keys[i])
 				}
 			}
 		}
@@ -219,6 +257,34 @@ func TestDecodeRefusesNonsense(t *testing.T) {
 		}(),
 		"batch item for another key": func() error {
 			_, err := FromExtendBatchResponse(&backendv1.ExtendBatchResponse{Items: []*backendv1.ExtendOutcome{{Result: &backendv1.ExtendResponse{Extended: true, Record: rec("x")}}}}, []backend.ExtendRequest{{Key: "k"}}, "p")
+			return err
+		}(),
+		"a set acquired with too few records": func() error {
+			_, err := FromAcquireSetResponse(&backendv1.AcquireSetResponse{Acquired: true, Records: []*backendv1.Record{rec("a")}}, []string{"a", "b"})
+			return err
+		}(),
+		"a set acquired out of order": func() error {
+			_, err := FromAcquireSetResponse(&backendv1.AcquireSetResponse{Acquired: true, Records: []*backendv1.Record{rec("b"), rec("a")}}, []string{"a", "b"})
+			return err
+		}(),
+		"a set blocked by another key": func() error {
+			_, err := FromAcquireSetResponse(&backendv1.AcquireSetResponse{Blocker: rec("c")}, []string{"a", "b"})
+			return err
+		}(),
+		"a replay not acquired": func() error {
+			_, err := FromAcquireResponse(&backendv1.AcquireResponse{Replayed: true}, "k")
+			return err
+		}(),
+		"a lock-delay of another key": func() error {
+			_, err := FromAcquireResponse(&backendv1.AcquireResponse{Record: &backendv1.Record{Key: "x", DelayRemaining: durationpb.New(time.Second)}}, "k")
+			return err
+		}(),
+		"a negative lock-delay": func() error {
+			_, _, err := FromGetResponse(&backendv1.GetResponse{Record: &backendv1.Record{Key: "k", DelayRemaining: durationpb.New(-time.Second)}}, "k")
+			return err
+		}(),
+		"extended set without records": func() error {
+			_, err := FromExtendSetResponse(&backendv1.ExtendSetResponse{Extended: true}, []string{"a", "b"})
 			return err
 		}(),
 	} {

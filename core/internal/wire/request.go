@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -21,6 +22,10 @@ func ToAcquireRequest(req backend.AcquireRequest) *backendv1.AcquireRequest {
 		Holder:     req.Holder,
 		Stamp:      ToStamp(req.Stamp),
 		WaiterId:   req.WaiterID,
+		Request:    toRequest(req.Request),
+		Replay:     req.Replay,
+		LockDelay:  toDelay(req.LockDelay),
+		ReplayOnly: req.ReplayOnly,
 	}
 }
 
@@ -33,17 +38,23 @@ func FromAcquireRequest(p *backendv1.AcquireRequest) backend.AcquireRequest {
 		Holder:     p.GetHolder(),
 		Stamp:      FromStamp(p.GetStamp()),
 		WaiterID:   p.GetWaiterId(),
+		Request:    fromRequest(p.GetRequest()),
+		Replay:     p.GetReplay(),
+		LockDelay:  p.GetLockDelay().AsDuration(),
+		ReplayOnly: p.GetReplayOnly(),
 	}
 }
 
 // ToReleaseRequest encodes a Release.
 func ToReleaseRequest(req backend.ReleaseRequest) *backendv1.ReleaseRequest {
-	return &backendv1.ReleaseRequest{Key: req.Key, OwnerToken: req.OwnerToken, Stamp: ToStamp(req.Stamp)}
+	return &backendv1.ReleaseRequest{Key: req.Key, OwnerToken: req.OwnerToken, Stamp: ToStamp(req.Stamp),
+		Request: toRequest(req.Request), Abandon: req.Abandon}
 }
 
 // FromReleaseRequest decodes a Release.
 func FromReleaseRequest(p *backendv1.ReleaseRequest) backend.ReleaseRequest {
-	return backend.ReleaseRequest{Key: p.GetKey(), OwnerToken: p.GetOwnerToken(), Stamp: FromStamp(p.GetStamp())}
+	return backend.ReleaseRequest{Key: p.GetKey(), OwnerToken: p.GetOwnerToken(), Stamp: FromStamp(p.GetStamp()),
+		Request: fromRequest(p.GetRequest()), Abandon: p.GetAbandon()}
 }
 
 // ToExtendRequest encodes an Extend.
@@ -53,6 +64,7 @@ func ToExtendRequest(req backend.ExtendRequest) *backendv1.ExtendRequest {
 		OwnerToken: req.OwnerToken,
 		Ttl:        durationpb.New(req.TTL),
 		Stamp:      ToStamp(req.Stamp),
+		Request:    toRequest(req.Request),
 	}
 }
 
@@ -63,7 +75,92 @@ func FromExtendRequest(p *backendv1.ExtendRequest) backend.ExtendRequest {
 		OwnerToken: p.GetOwnerToken(),
 		TTL:        p.GetTtl().AsDuration(),
 		Stamp:      FromStamp(p.GetStamp()),
+		Request:    fromRequest(p.GetRequest()),
 	}
+}
+
+// ToAcquireSetRequest encodes an AcquireSet.
+func ToAcquireSetRequest(req backend.AcquireSetRequest) *backendv1.AcquireSetRequest {
+	claims := make([]*backendv1.Claim, len(req.Claims))
+	for i, c := range req.Claims {
+		claims[i] = &backendv1.Claim{Key: c.Key}
+	}
+	return &backendv1.AcquireSetRequest{
+		Claims:     claims,
+		OwnerToken: req.OwnerToken,
+		Ttl:        durationpb.New(req.TTL),
+		Holder:     req.Holder,
+		Stamp:      ToStamp(req.Stamp),
+		WaiterId:   req.WaiterID,
+		Request:    toRequest(req.Request),
+		Replay:     req.Replay,
+		LockDelay:  toDelay(req.LockDelay),
+		ReplayOnly: req.ReplayOnly,
+	}
+}
+
+// FromAcquireSetRequest decodes an AcquireSet.
+func FromAcquireSetRequest(p *backendv1.AcquireSetRequest) backend.AcquireSetRequest {
+	claims := make([]backend.Claim, len(p.GetClaims()))
+	for i, c := range p.GetClaims() {
+		claims[i] = backend.Claim{Key: c.GetKey()}
+	}
+	return backend.AcquireSetRequest{
+		Claims:     claims,
+		OwnerToken: p.GetOwnerToken(),
+		TTL:        p.GetTtl().AsDuration(),
+		Holder:     p.GetHolder(),
+		Stamp:      FromStamp(p.GetStamp()),
+		WaiterID:   p.GetWaiterId(),
+		Request:    fromRequest(p.GetRequest()),
+		Replay:     p.GetReplay(),
+		LockDelay:  p.GetLockDelay().AsDuration(),
+		ReplayOnly: p.GetReplayOnly(),
+	}
+}
+
+// ToReleaseSetRequest encodes a ReleaseSet.
+func ToReleaseSetRequest(req backend.ReleaseSetRequest) *backendv1.ReleaseSetRequest {
+	return &backendv1.ReleaseSetRequest{Keys: req.Keys, OwnerToken: req.OwnerToken, Stamp: ToStamp(req.Stamp),
+		Request: toRequest(req.Request), Abandon: req.Abandon}
+}
+
+// FromReleaseSetRequest decodes a ReleaseSet.
+func FromReleaseSetRequest(p *backendv1.ReleaseSetRequest) backend.ReleaseSetRequest {
+	return backend.ReleaseSetRequest{Keys: p.GetKeys(), OwnerToken: p.GetOwnerToken(), Stamp: FromStamp(p.GetStamp()),
+		Request: fromRequest(p.GetRequest()), Abandon: p.GetAbandon()}
+}
+
+// ToExtendSetRequest encodes an ExtendSet.
+func ToExtendSetRequest(req backend.ExtendSetRequest) *backendv1.ExtendSetRequest {
+	return &backendv1.ExtendSetRequest{Keys: req.Keys, OwnerToken: req.OwnerToken, Ttl: durationpb.New(req.TTL),
+		Stamp: ToStamp(req.Stamp), Request: toRequest(req.Request)}
+}
+
+// FromExtendSetRequest decodes an ExtendSet.
+func FromExtendSetRequest(p *backendv1.ExtendSetRequest) backend.ExtendSetRequest {
+	return backend.ExtendSetRequest{Keys: p.GetKeys(), OwnerToken: p.GetOwnerToken(), TTL: p.GetTtl().AsDuration(),
+		Stamp: FromStamp(p.GetStamp()), Request: fromRequest(p.GetRequest())}
+}
+
+// toRequest encodes a request identity; the zero one is left unset.
+func toRequest(r backend.Request) *backendv1.RequestIdentity {
+	if r == (backend.Request{}) {
+		return nil
+	}
+	return &backendv1.RequestIdentity{Id: r.ID, Fingerprint: r.Fingerprint}
+}
+
+func fromRequest(p *backendv1.RequestIdentity) backend.Request {
+	return backend.Request{ID: p.GetId(), Fingerprint: p.GetFingerprint()}
+}
+
+// toDelay encodes a lock-delay; none is left unset.
+func toDelay(d time.Duration) *durationpb.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return durationpb.New(d)
 }
 
 // maxPageSize is the largest page size the wire carries (a uint32).

@@ -19,6 +19,7 @@ func ToRecord(r backend.Record) *backendv1.Record {
 		Holder:       r.Holder,
 		Remaining:    durationpb.New(r.Remaining),
 		Stamp:        ToStamp(r.Stamp),
+		LockDelay:    toDelay(r.LockDelay),
 	}
 	if !r.ExpiresAt.IsZero() {
 		out.ExpiresAt = timestamppb.New(r.ExpiresAt)
@@ -26,12 +27,30 @@ func ToRecord(r backend.Record) *backendv1.Record {
 	return out
 }
 
+// toDelayRecord encodes the record of a key nobody holds that is in its
+// lock-delay (nil when it is not).
+func toDelayRecord(r backend.Record) *backendv1.Record {
+	if r.DelayRemaining <= 0 {
+		return nil
+	}
+	return &backendv1.Record{Key: r.Key, DelayRemaining: durationpb.New(r.DelayRemaining)}
+}
+
 // ToInfoResponse encodes what a backend promises. fair says whether the
 // backend keeps the queue that Info.Fair promises (it implements
 // backend.FairBackend): a backend without it is not fair, whatever it says.
-// batch says whether it serves the batch calls (backend.BatchBackend).
-func ToInfoResponse(info backend.Info, fair, batch bool) *backendv1.InfoResponse {
+// sets says whether it takes sets of keys (backend.SetBackend, and
+// backend.FairSetBackend when fair): without them MaxKeys is 1. batch says
+// whether it serves the batch calls (backend.BatchBackend).
+func ToInfoResponse(info backend.Info, fair, sets, batch bool) *backendv1.InfoResponse {
+	maxKeys := uint32(1)
+	if sets && info.MaxKeys > 1 {
+		maxKeys = uint32(min(info.MaxKeys, maxWireKeys))
+	}
 	return &backendv1.InfoResponse{
+		MaxKeys:        maxKeys,
+		RequestIds:     info.RequestIDs,
+		MaxLockDelay:   toDelay(info.MaxLockDelay),
 		Name:           info.Name,
 		Version:        info.Version,
 		Shared:         info.Shared,
@@ -46,7 +65,43 @@ func ToInfoResponse(info backend.Info, fair, batch bool) *backendv1.InfoResponse
 
 // ToAcquireResponse encodes the outcome of an Acquire.
 func ToAcquireResponse(res backend.AcquireResult) *backendv1.AcquireResponse {
-	return &backendv1.AcquireResponse{Acquired: res.Acquired, Record: ToRecord(res.Record)}
+	out := &backendv1.AcquireResponse{Acquired: res.Acquired, Record: ToRecord(res.Record), Replayed: res.Replayed, Replay: res.Replay}
+	if d := toDelayRecord(res.Record); !res.Acquired && d != nil {
+		out.Record = d
+	}
+	return out
+}
+
+// ToAcquireSetResponse encodes the outcome of an AcquireSet.
+func ToAcquireSetResponse(res backend.AcquireSetResult) *backendv1.AcquireSetResponse {
+	out := &backendv1.AcquireSetResponse{Acquired: res.Acquired, Replayed: res.Replayed, Replay: res.Replay}
+	if res.Acquired {
+		out.Records = toRecords(res.Records)
+		return out
+	}
+	if d := toDelayRecord(res.Blocker); d != nil {
+		out.Blocker = d
+	} else if res.Blocker.Key != "" {
+		out.Blocker = ToRecord(res.Blocker)
+	}
+	return out
+}
+
+// ToExtendSetResponse encodes the outcome of an ExtendSet.
+func ToExtendSetResponse(res backend.ExtendSetResult) *backendv1.ExtendSetResponse {
+	out := &backendv1.ExtendSetResponse{Extended: res.Extended}
+	if res.Extended {
+		out.Records = toRecords(res.Records)
+	}
+	return out
+}
+
+func toRecords(rs []backend.Record) []*backendv1.Record {
+	out := make([]*backendv1.Record, len(rs))
+	for i, r := range rs {
+		out[i] = ToRecord(r)
+	}
+	return out
 }
 
 // ToExtendResponse encodes the outcome of an Extend.
@@ -63,20 +118,15 @@ func ToGetResponse(rec backend.Record, found bool) *backendv1.GetResponse {
 	out := &backendv1.GetResponse{Found: found}
 	if found {
 		out.Record = ToRecord(rec)
+	} else {
+		out.Record = toDelayRecord(rec)
 	}
 	return out
 }
 
 // ToListResponse encodes one page of a List.
 func ToListResponse(page backend.ListPage) *backendv1.ListResponse {
-	out := &backendv1.ListResponse{
-		Records:       make([]*backendv1.Record, len(page.Records)),
-		NextPageToken: page.NextPageToken,
-	}
-	for i, r := range page.Records {
-		out.Records[i] = ToRecord(r)
-	}
-	return out
+	return &backendv1.ListResponse{Records: toRecords(page.Records), NextPageToken: page.NextPageToken}
 }
 
 // ToWatchResponse encodes one event of a Watch.

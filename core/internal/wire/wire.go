@@ -65,15 +65,25 @@ func fromEventType(t backendv1.EventType) backend.EventType {
 	return 0
 }
 
+// maxWireKeys bounds the keys of one set call either side accepts: far above
+// what the engine asks for, so a plugin cannot make the host allocate for
+// more.
+const maxWireKeys = 1024
+
 // ToStatus maps an error from a Backend to the gRPC status FromStatus maps
-// back: ErrInvalidArgument to InvalidArgument, context errors to Canceled and
-// DeadlineExceeded, everything else (ErrUnavailable included) to Unavailable.
-// The message is the error's text.
+// back: ErrInvalidArgument to InvalidArgument, ErrRequestConflict to
+// AlreadyExists, ErrFailedPrecondition to FailedPrecondition, context errors
+// to Canceled and DeadlineExceeded, everything else (ErrUnavailable
+// included) to Unavailable. The message is the error's text.
 func ToStatus(err error) error {
 	var code codes.Code
 	switch {
 	case errors.Is(err, backend.ErrInvalidArgument):
 		code = codes.InvalidArgument
+	case errors.Is(err, backend.ErrRequestConflict):
+		code = codes.AlreadyExists
+	case errors.Is(err, backend.ErrFailedPrecondition):
+		code = codes.FailedPrecondition
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
@@ -85,13 +95,20 @@ func ToStatus(err error) error {
 }
 
 // FromStatus maps a plugin's error status to the sentinel its code stands
-// for: InvalidArgument to backend.ErrInvalidArgument, with the plugin's
-// message as it wrote it (it names the field and the limit); anything else
+// for: InvalidArgument, AlreadyExists and FailedPrecondition to
+// backend.ErrInvalidArgument, ErrRequestConflict and ErrFailedPrecondition,
+// with the plugin's message as it wrote it (it names the field and the
+// limit); anything else
 // to backend.ErrUnavailable, with the message after "plugin NAME: ". The
 // caller decides first what its own context and deadlines explain.
 func FromStatus(st *status.Status, plugin string) error {
-	if st.Code() == codes.InvalidArgument {
+	switch st.Code() {
+	case codes.InvalidArgument:
 		return &remoteError{sentinel: backend.ErrInvalidArgument, msg: st.Message()}
+	case codes.AlreadyExists:
+		return &remoteError{sentinel: backend.ErrRequestConflict, msg: st.Message()}
+	case codes.FailedPrecondition:
+		return &remoteError{sentinel: backend.ErrFailedPrecondition, msg: st.Message()}
 	}
 	return &remoteError{sentinel: backend.ErrUnavailable, msg: fmt.Sprintf("plugin %s: %s", plugin, st.Message())}
 }

@@ -20,7 +20,7 @@ func TestRoundTrip(t *testing.T) {
 	rec := backend.Record{
 		Key: "a/1", FencingToken: 7, Holder: "h",
 		ExpiresAt: time.Unix(1700000000, 123).UTC(), Remaining: 3 * time.Second,
-		Stamp: hlc.Timestamp{WallTime: 42, Logical: 3},
+		Stamp: hlc.Timestamp{WallTime: 42, Logical: 3}, LockDelay: 5 * time.Second,
 	}
 	same := func(what string, got, want any) {
 		t.Helper()
@@ -29,12 +29,39 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 
-	acq := backend.AcquireRequest{Key: "a/1", OwnerToken: "tok", TTL: time.Minute, Holder: "h", Stamp: rec.Stamp, WaiterID: "w"}
+	idem := backend.Request{ID: "id", Fingerprint: "fp"}
+	acq := backend.AcquireRequest{Key: "a/1", OwnerToken: "tok", TTL: time.Minute, Holder: "h", Stamp: rec.Stamp, WaiterID: "w",
+		Request: idem, Replay: "sealed", LockDelay: time.Second, ReplayOnly: true}
 	same("AcquireRequest", FromAcquireRequest(ToAcquireRequest(acq)), acq)
-	rel := backend.ReleaseRequest{Key: "a/1", OwnerToken: "tok", Stamp: rec.Stamp}
+	rel := backend.ReleaseRequest{Key: "a/1", OwnerToken: "tok", Stamp: rec.Stamp, Request: idem, Abandon: true}
 	same("ReleaseRequest", FromReleaseRequest(ToReleaseRequest(rel)), rel)
-	ext := backend.ExtendRequest{Key: "a/1", OwnerToken: "tok", TTL: time.Hour, Stamp: rec.Stamp}
+	ext := backend.ExtendRequest{Key: "a/1", OwnerToken: "tok", TTL: time.Hour, Stamp: rec.Stamp, Request: idem}
 	same("ExtendRequest", FromExtendRequest(ToExtendRequest(ext)), ext)
+	acqSet := backend.AcquireSetRequest{Claims: []backend.Claim{{Key: "a/1"}, {Key: "a/2"}}, OwnerToken: "tok", TTL: time.Minute,
+		Holder: "h", Stamp: rec.Stamp, WaiterID: "w", Request: idem, Replay: "sealed", LockDelay: time.Second, ReplayOnly: true}
+	same("AcquireSetRequest", FromAcquireSetRequest(ToAcquireSetRequest(acqSet)), acqSet)
+	relSet := backend.ReleaseSetRequest{Keys: []string{"a/1", "a/2"}, OwnerToken: "tok", Stamp: rec.Stamp, Request: idem, Abandon: true}
+	same("ReleaseSetRequest", FromReleaseSetRequest(ToReleaseSetRequest(relSet)), relSet)
+	extSet := backend.ExtendSetRequest{Keys: []string{"a/1", "a/2"}, OwnerToken: "tok", TTL: time.Hour, Stamp: rec.Stamp, Request: idem}
+	same("ExtendSetRequest", FromExtendSetRequest(ToExtendSetRequest(extSet)), extSet)
+	rec2 := rec
+	rec2.Key = "a/2"
+	keys := []string{"a/1", "a/2"}
+	sres, err := FromAcquireSetResponse(ToAcquireSetResponse(backend.AcquireSetResult{Acquired: true, Records: []backend.Record{rec, rec2}, Replayed: true, Replay: "sealed"}), keys)
+	same("AcquireSetResult", []any{sres, err}, []any{backend.AcquireSetResult{Acquired: true, Records: []backend.Record{rec, rec2}, Replayed: true, Replay: "sealed"}, nil})
+	sres, err = FromAcquireSetResponse(ToAcquireSetResponse(backend.AcquireSetResult{Blocker: rec2}), keys)
+	same("AcquireSetResult blocked", []any{sres, err}, []any{backend.AcquireSetResult{Blocker: rec2}, nil})
+	delayed := backend.Record{Key: "a/2", DelayRemaining: 2 * time.Second}
+	sres, err = FromAcquireSetResponse(ToAcquireSetResponse(backend.AcquireSetResult{Blocker: delayed}), keys)
+	same("AcquireSetResult delayed", []any{sres, err}, []any{backend.AcquireSetResult{Blocker: delayed}, nil})
+	xres, err := FromExtendSetResponse(ToExtendSetResponse(backend.ExtendSetResult{Extended: true, Records: []backend.Record{rec, rec2}}), keys)
+	same("ExtendSetResult", []any{xres, err}, []any{backend.ExtendSetResult{Extended: true, Records: []backend.Record{rec, rec2}}, nil})
+	dres, err := FromAcquireResponse(ToAcquireResponse(backend.AcquireResult{Record: backend.Record{Key: "a/1", DelayRemaining: time.Second}}), "a/1")
+	same("AcquireResult delayed", []any{dres, err}, []any{backend.AcquireResult{Record: backend.Record{Key: "a/1", DelayRemaining: time.Second}}, nil})
+	rres, err := FromAcquireResponse(ToAcquireResponse(backend.AcquireResult{Acquired: true, Record: rec, Replayed: true, Replay: "sealed"}), rec.Key)
+	same("AcquireResult replayed", []any{rres, err}, []any{backend.AcquireResult{Acquired: true, Record: rec, Replayed: true, Replay: "sealed"}, nil})
+	gd, found, err := FromGetResponse(ToGetResponse(backend.Record{Key: "a/1", DelayRemaining: time.Second}, false), "a/1")
+	same("Get delayed", []any{gd, found, err}, []any{backend.Record{Key: "a/1", DelayRemaining: time.Second}, false, nil})
 	list := backend.ListRequest{Prefix: "a/", PageSize: 10, PageToken: "p"}
 	pl, err := ToListRequest(list)
 	if err != nil {
@@ -57,11 +84,15 @@ func TestRoundTrip(t *testing.T) {
 		got, err := FromWatchResponse(ToWatchResponse(ev), "a/")
 		same("Event "+ev.Type.String(), []any{got, err}, []any{ev, nil})
 	}
-	info := backend.Info{Name: "x", Version: "1", Shared: true, Durable: true, TTLGranularity: time.Millisecond, MinTTL: time.Second, MaxTTL: time.Hour, Fair: true}
-	gotInfo, err := FromInfoResponse(ToInfoResponse(info, true, false))
+	info := backend.Info{Name: "x", Version: "1", Shared: true, Durable: true, TTLGranularity: time.Millisecond, MinTTL: time.Second, MaxTTL: time.Hour, Fair: true,
+		MaxKeys: 16, RequestIDs: true, MaxLockDelay: time.Minute}
+	gotInfo, err := FromInfoResponse(ToInfoResponse(info, true, true, true))
 	same("Info", []any{gotInfo, err}, []any{info, nil})
-	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, false, false)); gotInfo.Fair {
+	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, false, true, false)); gotInfo.Fair {
 		t.Error("a backend without the queue calls was reported fair")
+	}
+	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, true, false, false)); gotInfo.MaxKeys != 1 {
+		t.Errorf("a backend without the set calls was reported to take %d keys", gotInfo.MaxKeys)
 	}
 	if ToStamp(hlc.Timestamp{}) != nil {
 		t.Error("the zero stamp is not left unset")
@@ -87,6 +118,8 @@ func TestErrorsRoundTrip(t *testing.T) {
 	}{
 		{fmt.Errorf("%w: ttl too long", backend.ErrInvalidArgument), codes.InvalidArgument, backend.ErrInvalidArgument},
 		{fmt.Errorf("%w: store down", backend.ErrUnavailable), codes.Unavailable, backend.ErrUnavailable},
+		{fmt.Errorf("a/1: %w", backend.ErrRequestConflict), codes.AlreadyExists, backend.ErrRequestConflict},
+		{fmt.Errorf("%w: keys in two slots", backend.ErrFailedPrecondition), codes.FailedPrecondition, backend.ErrFailedPrecondition},
 		{errors.New("anything else"), codes.Unavailable, backend.ErrUnavailable},
 		{fmt.Errorf("wrapped: %w", context.Canceled), codes.Canceled, backend.ErrUnavailable},
 		{context.DeadlineExceeded, codes.DeadlineExceeded, backend.ErrUnavailable},

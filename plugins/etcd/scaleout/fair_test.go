@@ -134,6 +134,11 @@ func TestFIFOAcrossServers(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	// In the order the waiters got the lock: each appends its grant only
+	// after its release returned, by when the next one may have been served
+	// and appended already. A waiter gets the lock only after the one before
+	// it released, so the times it saw the grant are in serving order.
+	slices.SortFunc(grants, func(a, b grant) int { return a.at.Compare(b.at) })
 	order := make([]int, len(grants))
 	var handoffs []time.Duration
 	for i, g := range grants {

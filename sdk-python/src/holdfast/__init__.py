@@ -45,7 +45,7 @@ from .errors import (
 from .events import LeaseEvent, LeaseEventListener, LeaseEventType
 from .fencing import validate_write
 from .hlc import DEFAULT_MAX_OFFSET, Clock, Timestamp
-from .types import BackendInfo, LockEvent, LockState, RunResult, ServerInfo
+from .types import BackendInfo, Inspection, KeyDelay, LockEvent, LockState, RunResult, ServerInfo
 
 try:
     __version__ = _version("holdfast")
@@ -72,7 +72,9 @@ __all__ = [
     "ExpiryMargin",
     "Guard",
     "HoldfastError",
+    "Inspection",
     "InvalidArgumentError",
+    "KeyDelay",
     "LeaseEvent",
     "LeaseEventListener",
     "LeaseEventType",

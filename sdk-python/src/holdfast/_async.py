@@ -22,9 +22,9 @@ from connectrpc.protocol import ProtocolType
 from . import _durations
 from ._address import base_url
 from ._durations import Duration
-from ._guard import AsyncGuard, Session, from_duration, to_duration
+from ._guard import AsyncGuard, Session, from_duration, lease_target, to_duration
 from ._options import Backoff, ExpiryMargin
-from ._rpc import Rpc
+from ._rpc import Rpc, new_request_id
 from ._timestamp import Timestamp
 from ._transport import HttpxTransport, tls_verify
 from .errors import (
@@ -33,6 +33,7 @@ from .errors import (
     HoldfastError,
     InvalidArgumentError,
     NotAcquiredError,
+    ServerError,
     from_connect_error,
     is_retryable,
 )
@@ -40,7 +41,7 @@ from .events import LeaseEventListener
 from .hlc import DEFAULT_MAX_OFFSET, Clock
 from .lock.v1 import lock_pb2
 from .lock.v1.lock_connect import LockServiceClient
-from .types import BackendInfo, EventType, LockEvent, LockState, RunResult, ServerInfo
+from .types import BackendInfo, EventType, Inspection, KeyDelay, LockEvent, LockState, RunResult, ServerInfo
 
 T = TypeVar("T")
 
@@ -89,10 +90,26 @@ def request_headers(bearer_token: str | None, headers: Mapping[str, str] | None)
 
 
 class _Held:
-    """An acquire's answer when the key stayed held."""
+    """An acquire's answer when the key (a key of the set) stayed held, or
+    was in its lock-delay."""
 
-    def __init__(self, current: LockState | None) -> None:
+    def __init__(self, current: LockState | None, delay: KeyDelay | None) -> None:
         self.current = current
+        self.delay = delay
+
+
+Keys = str | Sequence[str]
+"""One key, or the keys of a multi-key lock (a list or tuple of str)."""
+
+
+def key_list(key: Keys) -> tuple[str, ...]:
+    """The keys of ``key``: one key, or a sequence of keys."""
+    if isinstance(key, str):
+        return (key,)
+    keys = tuple(key)
+    if not keys:
+        raise InvalidArgumentError("holdfast: keys: an empty list; give at least one key")
+    return keys
 
 
 class AsyncClient:
@@ -233,81 +250,108 @@ class AsyncClient:
     def lock(
         self,
         key: str,
-        *,
+        *more: str,
         ttl: Duration | None = None,
         wait: Duration | None = None,
         holder: str | None = None,
         watchdog: bool = True,
+        lock_delay: Duration | None = None,
     ) -> LockContext:
         """A lock on key: ``async with client.lock(k, ttl=10) as guard:`` holds
         it for the block and releases it afterwards; ``guard = await
-        client.lock(k)`` just acquires. Waits like acquire()."""
-        return LockContext(self, key, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
+        client.lock(k)`` just acquires. Waits like acquire().
+
+        With more keys, ``client.lock("accounts/1", "accounts/2")`` takes
+        them together, all or none, in one atomic step of the server's
+        backend, under one lease with a fencing token per key
+        (``guard.fencing_token_for(key)``). Waiting sets and single keys are
+        served in arrival order, and overlapping sets never deadlock. A
+        multi-key lock needs a backend that takes sets
+        (``BackendInfo.max_keys`` > 1; else the server answers
+        ``unimplemented``)."""
+        return LockContext(
+            self, (key, *more), ttl=ttl, wait=wait, holder=holder, watchdog=watchdog, lock_delay=lock_delay
+        )
 
     async def acquire(
         self,
         key: str,
-        *,
+        *more: str,
         ttl: Duration | None = None,
         wait: Duration | None = None,
         holder: str | None = None,
         watchdog: bool = True,
+        lock_delay: Duration | None = None,
     ) -> AsyncGuard:
-        """Takes the lease on key.
+        """Takes the lease on key (and on every key of more, together, all or
+        none: see lock()).
 
         ``wait=None`` (the default) queues on the server until the lock is
         acquired or the task is cancelled (``asyncio.timeout`` bounds it);
         ``wait=d`` queues for at most d, then raises NotAcquiredError carrying
         the holder's state; ``wait=0`` makes exactly one attempt. Cancelling
         the task takes the waiter off the server's queue at once and raises
-        CancelledError."""
-        got = await self._acquire(key, ttl, _durations.wait(wait), holder, watchdog)
+        CancelledError.
+
+        ``lock_delay=d``: if this lease expires (its holder stopped renewing
+        it; not when it is released), its keys refuse new holders for d, so
+        that the stalled holder's writes in flight drain before the next
+        holder starts; waiters wait through it. None or 0 (the default) is
+        none; the server caps it (``BackendInfo.max_lock_delay``) and needs a
+        backend that keeps lock-delays (else ``unimplemented``)."""
+        keys = (key, *more)
+        got = await self._acquire(keys, ttl, _durations.wait(wait), holder, watchdog, lock_delay)
         if isinstance(got, _Held):
-            raise NotAcquiredError(key, got.current, _durations.wait(wait))
+            raise NotAcquiredError(key, got.current, _durations.wait(wait), keys=keys, delay=got.delay)
         return got
 
     async def try_acquire(
         self,
         key: str,
-        *,
+        *more: str,
         ttl: Duration | None = None,
         holder: str | None = None,
         watchdog: bool = True,
+        lock_delay: Duration | None = None,
     ) -> AsyncGuard | None:
         """Exactly one attempt, never queueing: the guard, or None when the
-        key is held. (``inspect`` says who holds it.)"""
-        got = await self._acquire(key, ttl, 0.0, holder, watchdog)
+        key (a key of the set) is held. (``inspect`` says who holds it.)"""
+        got = await self._acquire((key, *more), ttl, 0.0, holder, watchdog, lock_delay)
         return None if isinstance(got, _Held) else got
 
     async def with_lock(
         self,
-        key: str,
+        key: Keys,
         fn: Callable[[AsyncGuard], Awaitable[T]],
         *,
         ttl: Duration | None = None,
         wait: Duration | None = None,
         holder: str | None = None,
+        lock_delay: Duration | None = None,
     ) -> T:
-        """Runs ``await fn(guard)`` under the lock (acquired as acquire()
-        does) and releases it afterwards; a lease lost during fn raises its
-        LeaseLostError, unless fn raised."""
-        async with self.lock(key, ttl=ttl, wait=wait, holder=holder) as guard:
+        """Runs ``await fn(guard)`` under the lock on key (or on every key of
+        a list, together), acquired as acquire() does, and releases it
+        afterwards; a lease lost during fn raises its LeaseLostError, unless
+        fn raised."""
+        async with self.lock(*key_list(key), ttl=ttl, wait=wait, holder=holder, lock_delay=lock_delay) as guard:
             return await fn(guard)
 
     async def run_if_free(
         self,
-        key: str,
+        key: Keys,
         fn: Callable[[AsyncGuard], Awaitable[T]],
         *,
         ttl: Duration | None = None,
         holder: str | None = None,
+        lock_delay: Duration | None = None,
     ) -> RunResult:
         """Skip if held: one attempt at the lock; held, ``fn`` is not called
         and the answer is ``RunResult(ran=False)``. Free, ``await fn(guard)``
         runs under it (watchdog on), the lock is released afterwards and the
         answer is ``RunResult(ran=True, value=<what fn returned>)``. A lease
-        lost during fn raises its LeaseLostError, as with_lock does."""
-        guard = await self.try_acquire(key, ttl=ttl, holder=holder)
+        lost during fn raises its LeaseLostError, as with_lock does. key may
+        be a list of keys, taken together."""
+        guard = await self.try_acquire(*key_list(key), ttl=ttl, holder=holder, lock_delay=lock_delay)
         if guard is None:
             return RunResult(False)
         async with guard:
@@ -367,21 +411,39 @@ class AsyncClient:
         return RunResult(True, job.result())
 
     async def _acquire(
-        self, key: str, ttl: Duration | None, wait: float | None, holder: str | None, watchdog: bool
+        self,
+        keys: tuple[str, ...],
+        ttl: Duration | None,
+        wait: float | None,
+        holder: str | None,
+        watchdog: bool,
+        lock_delay: Duration | None = None,
     ) -> AsyncGuard | _Held:
         """The acquire loop. wait None: until acquired or cancelled; 0: one
         attempt; d: until d has passed. Transport failures and
         ``unavailable`` are retried with the backoff while the current run
         of failures stays within the retry budget (and, with a wait d, before
-        d has passed)."""
+        d has passed). Every attempt carries the same request id: an attempt
+        whose answer was lost may have taken the lease, and the retry is
+        answered with it instead of waiting out its own orphan."""
         self._check_open()
+        for k in keys:
+            if not isinstance(k, str):
+                raise InvalidArgumentError(
+                    f"holdfast: key: {k!r} is not a string (several keys go as arguments: lock(k1, k2, ...))"
+                )
+        delay = 0.0 if lock_delay is None else _durations.non_negative("lock_delay", lock_delay)
+        multi = len(keys) > 1
+        key = keys[0]
+        target: dict[str, Any] = {"claims": [lock_pb2.Claim(key=k) for k in keys]} if multi else {"key": key}
+        rid = new_request_id()
         lease_ttl = self._default_ttl if ttl is None else _durations.ttl(ttl)
         self._session.expiry_margin.check(lease_ttl)
         if holder is not None and not isinstance(holder, str):
             raise InvalidArgumentError(f"holdfast: holder: {holder!r} is not a string")
         label = holder if holder is not None else self._holder
         rpc = self._rpc
-        what = f"acquire {key!r}"
+        what = f"acquire {list(keys)!r}" if multi else f"acquire {key!r}"
         start = time.monotonic()
         deadline = None if wait is None else start + wait
         failing_since = start  # the first attempt of the current run of failures
@@ -395,10 +457,12 @@ class AsyncClient:
             if deadline is not None and wait:
                 budget_end = min(budget_end, deadline)
             req = lock_pb2.AcquireRequest(
-                key=key, ttl=to_duration(lease_ttl), holder=label, client_stamp=self._session.stamp()
+                **target, ttl=to_duration(lease_ttl), holder=label, client_stamp=self._session.stamp(), request_id=rid
             )
             if server_wait > 0:
                 req.wait.CopyFrom(to_duration(server_wait))
+            if delay > 0:
+                req.lock_delay.CopyFrom(to_duration(delay))
             try:
                 res = await rpc.attempt(
                     what,
@@ -419,16 +483,21 @@ class AsyncClient:
             attempt = 0
             failing_since = time.monotonic()
             self._session.merge(res.server_stamp if res.HasField("server_stamp") else None)
-            if res.acquired and res.HasField("lease"):
+            if res.acquired:
+                if not res.lease.owner_token or multi != (len(res.lease.keys) > 0):
+                    raise ServerError(
+                        f"holdfast: {what}: acquired=true without a lease, owner token and its keys", code="internal"
+                    )
                 self._session.merge(res.lease.stamp if res.lease.HasField("stamp") else None)
                 valid_from = await self._confirm(res.lease, sent_at)
                 if valid_from is not None:
                     return AsyncGuard(self._session, res.lease, label, valid_from, watchdog)
-                current = None  # granted, then lost before use: try again while the wait lasts
+                current, held_delay = None, None  # granted, then lost before use: try again while the wait lasts
             else:
                 current = LockState.from_proto(res.current) if res.HasField("current") else None
+                held_delay = KeyDelay.from_proto(res.delayed) if res.HasField("delayed") else None
             if deadline is not None and (wait == 0 or time.monotonic() >= deadline):
-                return _Held(current)
+                return _Held(current, held_delay)
             # The server's wait ended before ours: queue again.
 
     async def _learn_max_wait(self, refused: float) -> bool:
@@ -454,10 +523,14 @@ class AsyncClient:
         now = time.monotonic()
         rpc = self._rpc
         req = lock_pb2.ExtendRequest(
-            key=lease.key, owner_token=lease.owner_token, ttl=lease.ttl, client_stamp=self._session.stamp()
+            **lease_target(lease),
+            owner_token=lease.owner_token,
+            ttl=lease.ttl,
+            client_stamp=self._session.stamp(),
+            request_id=new_request_id(),
         )
         try:
-            res = await rpc.attempt(f"acquire {lease.key!r}", lambda: rpc.stub.extend(req), rpc.request_timeout)
+            res = await rpc.attempt("acquire (confirming the lease)", lambda: rpc.stub.extend(req), rpc.request_timeout)
         except HoldfastError:
             # Still valid on the safe clock: hand it out, the watchdog renews at once.
             if time.monotonic() < sent_at + ttl - self._session.expiry_margin.of(ttl):
@@ -478,6 +551,18 @@ class AsyncClient:
         res = await rpc.call(f"inspect {key!r}", lambda: rpc.stub.inspect(lock_pb2.InspectRequest(key=key)))
         self._session.merge(res.server_stamp)
         return LockState.from_proto(res.state) if res.held else None
+
+    async def inspect_delay(self, key: str) -> Inspection:
+        """inspect() that also reports a key nobody holds that is in its
+        lock-delay: ``Inspection(state, None)`` when held,
+        ``Inspection(None, delay)`` in its lock-delay, both None when free."""
+        self._check_open()
+        rpc = self._rpc
+        res = await rpc.call(f"inspect {key!r}", lambda: rpc.stub.inspect(lock_pb2.InspectRequest(key=key)))
+        self._session.merge(res.server_stamp)
+        if res.held:
+            return Inspection(LockState.from_proto(res.state), None)
+        return Inspection(None, KeyDelay.from_proto(res.delayed) if res.HasField("delayed") else None)
 
     async def list(self, prefix: str = "", *, page_size: int = 0) -> AsyncIterator[LockState]:
         """Every held lock whose key starts with prefix, in key order (all pages)."""
@@ -536,6 +621,9 @@ class AsyncClient:
                 min_ttl=from_duration(b.min_ttl),
                 max_ttl=from_duration(b.max_ttl),
                 fair=b.fair,
+                max_keys=max(b.max_keys, 1),
+                request_ids=lock_pb2.CAPABILITY_REQUEST_ID in b.capabilities,
+                max_lock_delay=from_duration(b.max_lock_delay),
             ),
             max_clock_offset=from_duration(res.max_clock_offset),
             max_wait=from_duration(res.max_wait),
@@ -560,17 +648,17 @@ class LockContext:
     """Returned by AsyncClient.lock: an async context manager that holds the
     lock for its block, or an awaitable that just acquires it."""
 
-    def __init__(self, client: AsyncClient, key: str, **opts: Any) -> None:
+    def __init__(self, client: AsyncClient, keys: tuple[str, ...], **opts: Any) -> None:
         self._client = client
-        self._key = key
+        self._keys = keys
         self._opts = opts
         self._guard: AsyncGuard | None = None
 
     def __await__(self) -> Generator[Any, None, AsyncGuard]:
-        return self._client.acquire(self._key, **self._opts).__await__()
+        return self._client.acquire(*self._keys, **self._opts).__await__()
 
     async def __aenter__(self) -> AsyncGuard:
-        self._guard = await self._client.acquire(self._key, **self._opts)
+        self._guard = await self._client.acquire(*self._keys, **self._opts)
         return self._guard
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:

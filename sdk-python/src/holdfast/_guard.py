@@ -14,9 +14,17 @@ from google.protobuf import duration_pb2
 from . import _durations
 from ._options import ExpiryMargin
 from ._renewer import Renewer
-from ._rpc import Rpc
+from ._rpc import Rpc, new_request_id
 from ._timestamp import Timestamp
-from .errors import ClockOffsetError, HoldfastError, LeaseLostError, LeaseLostReason, LockReleasedError, is_retryable
+from .errors import (
+    ClockOffsetError,
+    HoldfastError,
+    InvalidArgumentError,
+    LeaseLostError,
+    LeaseLostReason,
+    LockReleasedError,
+    is_retryable,
+)
 from .events import LeaseEvent, LeaseEventListener, LeaseEventType, emit, logger
 from .hlc import Clock
 from .lock.v1 import lock_pb2
@@ -34,6 +42,14 @@ def to_duration(seconds: float) -> duration_pb2.Duration:
 def from_duration(d: duration_pb2.Duration) -> float:
     """Seconds of a wire duration."""
     return float(d.ToNanoseconds()) / 1e9
+
+
+def lease_target(lease: lock_pb2.Lease) -> dict[str, Any]:
+    """What an Extend or Release of lease names: its key, or every key of a
+    multi-key lease."""
+    if lease.keys:
+        return {"keys": [k.key for k in lease.keys]}
+    return {"key": lease.key}
 
 
 class Session:
@@ -86,12 +102,17 @@ class AsyncGuard:
 
     def __init__(self, session: Session, lease: lock_pb2.Lease, holder: str, valid_from: float, watchdog: bool) -> None:
         self._session = session
-        self.key: str = lease.key
-        """The locked key."""
+        # A multi-key lease: each key with its own fencing token.
+        self._fences: dict[str, int] | None = {k.key: k.fencing_token for k in lease.keys} if lease.keys else None
+        self.key: str = lease.keys[0].key if lease.keys else lease.key
+        """The locked key (a multi-key lease's first key)."""
+        self.keys: tuple[str, ...] = tuple(k.key for k in lease.keys) if lease.keys else (lease.key,)
+        """Every locked key, in the order given to ``lock()``."""
         self.holder: str = holder
         """The label others see while this guard holds the key."""
         self._owner_token = lease.owner_token
-        self._fencing_token: int = lease.fencing_token
+        self._target = lease_target(lease)
+        self._fencing_token: int = lease.keys[0].fencing_token if lease.keys else lease.fencing_token
         self._stamp = Timestamp.from_proto(lease.stamp if lease.HasField("stamp") else None)
         self._ttl = from_duration(lease.ttl)
         self._valid_from = valid_from
@@ -125,9 +146,28 @@ class AsyncGuard:
         """The fencing token of this lease, larger than every earlier holder's.
 
         Raises LeaseLostError once the lease is lost and LockReleasedError
-        once it was unlocked."""
+        once it was unlocked. A multi-key lease has a token per key: use
+        ``fencing_token_for(key)`` (this raises InvalidArgumentError)."""
+        if self._fences is not None:
+            raise InvalidArgumentError(
+                f"holdfast: fencing token: the lease holds {len(self.keys)} keys, each with its own fencing token: "
+                "use fencing_token_for(key)"
+            )
         self._raise_if_not_held()
         return self._fencing_token
+
+    def fencing_token_for(self, key: str) -> int:
+        """The fencing token of key, one of the guard's keys. Raises as
+        ``fencing_token`` once the guard no longer holds, and
+        InvalidArgumentError for a key that is not one of the lease's."""
+        self._raise_if_not_held()
+        fences = self._fences if self._fences is not None else {self.key: self._fencing_token}
+        token = fences.get(key)
+        if token is None:
+            raise InvalidArgumentError(
+                f"holdfast: fencing token: {key!r} is not a key of this lease ({list(self.keys)!r})"
+            )
+        return token
 
     @property
     def stamp(self) -> Timestamp:
@@ -189,11 +229,13 @@ class AsyncGuard:
         seconds = self._ttl if ttl is None else _durations.ttl(ttl)
         self._session.expiry_margin.check(seconds)
 
+        rid = new_request_id()  # the same on every attempt of this extend
+
         async def once() -> bool:
-            return await self._extend_once(seconds, time.monotonic())
+            return await self._extend_once(seconds, time.monotonic(), rid=rid)
 
         try:
-            ok = await self._session.rpc.call(f"extend {self.key!r}", once, deadline=self._expires_at())
+            ok = await self._session.rpc.call(f"extend {self._what()}", once, deadline=self._expires_at())
         except HoldfastError:
             self._raise_if_not_held()
             raise
@@ -202,7 +244,7 @@ class AsyncGuard:
         if not ok:
             self._raise_if_not_held()
             # Not reached: _extend_once answers False only after the guard ended.
-            raise LeaseLostError(self.key, "rejected", self._fencing_token)
+            raise LeaseLostError(self.key, "rejected", self._fencing_token, self._multi_keys())
 
     async def unlock(self) -> None:
         """Stops the watchdog and releases the lease.
@@ -276,16 +318,18 @@ class AsyncGuard:
         rpc = self._session.rpc
         start = time.monotonic()
         attempt = 0
+        # One request id for every attempt: a server that keeps request ids
+        # answers a repeat of a release it did with released=true.
+        rid = new_request_id()
+        what = f"release {self._what()}"
         while True:
             self._raise_if_not_held()
             left = min(deadline, self._expires_at()) - time.monotonic()
             req = lock_pb2.ReleaseRequest(
-                key=self.key, owner_token=self._owner_token, client_stamp=self._session.stamp()
+                **self._target, owner_token=self._owner_token, client_stamp=self._session.stamp(), request_id=rid
             )
             try:
-                res = await rpc.attempt(
-                    f"release {self.key!r}", functools.partial(rpc.stub.release, req), min(left, rpc.request_timeout)
-                )
+                res = await rpc.attempt(what, functools.partial(rpc.stub.release, req), min(left, rpc.request_timeout))
             except HoldfastError as err:
                 if not is_retryable(err):
                     raise
@@ -299,7 +343,7 @@ class AsyncGuard:
                         await asyncio.sleep(left)
                     self._raise_if_not_held()  # past the local expiry: "expired"
                     # The caller's deadline (the retry budget) ran out first.
-                    raise rpc.exhausted(f"release {self.key!r}", err, time.monotonic() - start) from err
+                    raise rpc.exhausted(what, err, time.monotonic() - start) from err
                 await asyncio.sleep(pause)
                 continue
             self._session.merge(res.server_stamp)
@@ -323,25 +367,35 @@ class AsyncGuard:
             return
         self._tidied = True
         rpc = self._session.rpc
-        req = lock_pb2.ReleaseRequest(key=self.key, owner_token=self._owner_token, client_stamp=self._session.stamp())
+        req = lock_pb2.ReleaseRequest(
+            **self._target,
+            owner_token=self._owner_token,
+            client_stamp=self._session.stamp(),
+            request_id=new_request_id(),
+        )
         try:
             res = await rpc.attempt(
-                f"release {self.key!r}", lambda: rpc.stub.release(req), min(self._ttl, rpc.request_timeout)
+                f"release {self._what()}", lambda: rpc.stub.release(req), min(self._ttl, rpc.request_timeout)
             )
             self._session.merge(res.server_stamp)
         except HoldfastError:
             pass  # best effort: the lease expires by itself
 
-    async def _extend_once(self, ttl: float, sent_at: float, timeout: float | None = None) -> bool:
-        """One Extend sent at sent_at; True when it renewed the lease. An
-        answer of extended=false, or one that arrives after the local expiry,
-        poisons the guard (and answers False)."""
+    async def _extend_once(self, ttl: float, sent_at: float, timeout: float | None = None, *, rid: str) -> bool:
+        """One Extend sent at sent_at (request id rid: the same on every
+        attempt of one renewal); True when it renewed the lease. An answer of
+        extended=false, or one that arrives after the local expiry, poisons
+        the guard (and answers False)."""
         rpc = self._session.rpc
         req = lock_pb2.ExtendRequest(
-            key=self.key, owner_token=self._owner_token, ttl=to_duration(ttl), client_stamp=self._session.stamp()
+            **self._target,
+            owner_token=self._owner_token,
+            ttl=to_duration(ttl),
+            client_stamp=self._session.stamp(),
+            request_id=rid,
         )
         res = await rpc.attempt(
-            f"extend {self.key!r}",
+            f"extend {self._what()}",
             lambda: rpc.stub.extend(req),
             rpc.request_timeout if timeout is None else timeout,
         )
@@ -357,6 +411,10 @@ class AsyncGuard:
         if self._state != "held":
             return None
         return self._owner_token, self._ttl, self._expires_at() - time.monotonic()
+
+    def _renewal_target(self) -> dict[str, Any]:
+        """What an Extend of the lease names: its key, or every key of a multi-key lease."""
+        return self._target
 
     def _renewal_due(self) -> float:
         """When the next renewal is due: a third of the TTL after the last successful one was sent."""
@@ -417,7 +475,7 @@ class AsyncGuard:
     def _poison(self, reason: LeaseLostReason) -> None:
         if self._state != "held":
             return
-        err = LeaseLostError(self.key, reason, self._fencing_token)
+        err = LeaseLostError(self.key, reason, self._fencing_token, self._multi_keys())
         if reason == "expired" and self._last_err is not None:
             err.__cause__ = self._last_err  # the renewal trouble that let it run out
         self._lost_error = err
@@ -453,9 +511,18 @@ class AsyncGuard:
                 fencing_token=self._fencing_token,
                 ttl=self._ttl,
                 renewals=self._renewals,
+                keys=self._multi_keys(),
                 **fields,
             ),
         )
+
+    def _multi_keys(self) -> tuple[str, ...] | None:
+        """The keys of a multi-key lease; None for one key."""
+        return self.keys if self._fences is not None else None
+
+    def _what(self) -> str:
+        """The lease's key (or keys), for messages."""
+        return repr(list(self.keys)) if self._fences is not None else repr(self.key)
 
     @staticmethod
     def _call(cb: LostCallback, err: LeaseLostError) -> None:

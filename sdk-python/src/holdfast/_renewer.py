@@ -8,7 +8,9 @@ ExtendBatch (a single guard goes as a plain Extend), so guards renewed
 together stay together. Each guard keeps its own outcome and loss semantics
 (promise 5): extended=false poisons that guard alone; an item the server
 could not decide is a failed renewal of that guard, retried with the backoff
-like a failed call.
+like a failed call. A multi-key guard is renewed by an Extend of its whole
+set (ExtendBatch items are single keys), with the renewal's request id, the
+same on each retry of that renewal.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from google.protobuf import duration_pb2
 
-from ._rpc import Rpc
+from ._rpc import Rpc, new_request_id
 from .errors import HoldfastError, ServerError, UnavailableError
 from .lock.v1 import lock_pb2
 
@@ -48,6 +50,10 @@ class Renewable(Protocol):
         """The time.monotonic() of the next renewal: TTL/3 after the last successful one was sent."""
         ...
 
+    def _renewal_target(self) -> dict[str, Any]:
+        """What an Extend of the lease names: ``{"key": k}``, or ``{"keys": [...]}`` for a multi-key lease."""
+        ...
+
     def _renewal_answered(self, extended: bool, lease: lock_pb2.Lease | None, sent_at: float, ttl: float) -> bool:
         """Applies an answer; False when the guard ended."""
         ...
@@ -63,6 +69,8 @@ class _Entry:
     next: float
     attempt: int = 0
     in_flight: bool = False
+    request_id: str = ""
+    """The request id of the renewal under way: drawn at its first attempt, kept on its retries."""
 
 
 def _duration(seconds: float) -> duration_pb2.Duration:
@@ -174,6 +182,8 @@ class Renewer:
                 self._done(e)  # ended meanwhile
                 continue
             owner, ttl, left = ask
+            if e.attempt == 0:
+                e.request_id = new_request_id()  # a new renewal; its retries keep the id
             live.append((e, owner, ttl))
             # Bounded by the lease with the least time left and by a third
             # of its TTL, so that a hung connection leaves every guard time
@@ -182,11 +192,25 @@ class Renewer:
         if not live:
             return
         sent_at = time.monotonic()
-        if self._single or len(live) == 1:
+        # ExtendBatch items are single keys: a multi-key lease renews by an
+        # Extend of its set, beside the batch.
+        sets = [x for x in live if "keys" in x[0].guard._renewal_target()]
+        singles = [x for x in live if "keys" not in x[0].guard._renewal_target()]
+        if self._single or len(singles) <= 1:
             await asyncio.gather(*(self._renew_one(e, owner, ttl, sent_at, bound) for e, owner, ttl in live))
             return
+        await asyncio.gather(
+            *(self._renew_one(e, owner, ttl, sent_at, bound) for e, owner, ttl in sets),
+            self._renew_batch(singles, sent_at, bound),
+        )
+
+    async def _renew_batch(self, live: list[tuple[_Entry, str, float]], sent_at: float, bound: float) -> None:
+        """One ExtendBatch for single-key guards, and each entry's outcome."""
         req = lock_pb2.ExtendBatchRequest(
-            items=[lock_pb2.ExtendBatchItem(key=e.guard.key, owner_token=o, ttl=_duration(t)) for e, o, t in live],
+            items=[
+                lock_pb2.ExtendBatchItem(key=e.guard.key, owner_token=o, ttl=_duration(t), request_id=e.request_id)
+                for e, o, t in live
+            ],
             client_stamp=self._stamp(),
         )
         try:
@@ -222,9 +246,14 @@ class Renewer:
             self._answered(e, r.extended, r.lease if r.HasField("lease") else None, sent_at, ttl)
 
     async def _renew_one(self, e: _Entry, owner: str, ttl: float, sent_at: float, bound: float) -> None:
-        req = lock_pb2.ExtendRequest(key=e.guard.key, owner_token=owner, ttl=_duration(ttl), client_stamp=self._stamp())
+        """One Extend of e's lease (its key, or its set of keys), with the renewal's request id."""
+        target = e.guard._renewal_target()
+        req = lock_pb2.ExtendRequest(
+            **target, owner_token=owner, ttl=_duration(ttl), client_stamp=self._stamp(), request_id=e.request_id
+        )
+        what = f"renew {target['keys']!r}" if "keys" in target else f"renew {e.guard.key!r}"
         try:
-            res = await self._rpc.attempt(f"renew {e.guard.key!r}", lambda: self._rpc.stub.extend(req), bound)
+            res = await self._rpc.attempt(what, lambda: self._rpc.stub.extend(req), bound)
         except HoldfastError as err:
             self._failed(e, err)
             return

@@ -4,6 +4,7 @@ failures retried with the backoff within a budget."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,15 @@ else:
     from async_timeout import timeout as _timeout
 
 T = TypeVar("T")
+
+
+def new_request_id() -> str:
+    """A fresh request id: 128 random bits, base64url (22 characters). One is
+    sent with every Acquire, Extend and Release, the same on each retry of
+    that one call, so that a retry whose first attempt's answer was lost is
+    answered as that attempt was (the same lease, a release confirmed)."""
+    return secrets.token_urlsafe(16)
+
 
 # The shortest attempt worth sending, when a budget is nearly spent: time for
 # a connection to be refused or answered on a healthy network.

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from connectrpc.interceptor import Interceptor
 
 from . import _durations
-from ._async import DEFAULT_REQUEST_TIMEOUT, DEFAULT_RETRY_BUDGET, DEFAULT_TTL, AsyncClient, Protocol
+from ._async import DEFAULT_REQUEST_TIMEOUT, DEFAULT_RETRY_BUDGET, DEFAULT_TTL, AsyncClient, Keys, Protocol, key_list
 from ._durations import Duration
 from ._guard import AsyncGuard
 from ._options import Backoff, ExpiryMargin
@@ -24,7 +24,7 @@ from ._timestamp import Timestamp
 from .errors import DeadlineExceededError, HoldfastError, InvalidArgumentError, LeaseLostError
 from .events import LeaseEventListener
 from .hlc import Clock
-from .types import LockEvent, LockState, RunResult, ServerInfo
+from .types import Inspection, LockEvent, LockState, RunResult, ServerInfo
 
 T = TypeVar("T")
 
@@ -159,33 +159,41 @@ class Client:
     def lock(
         self,
         key: str,
-        *,
+        *more: str,
         ttl: Duration | None = None,
         wait: Duration | None = None,
         holder: str | None = None,
         watchdog: bool = True,
+        lock_delay: Duration | None = None,
     ) -> Guard:
         """Acquires the lock as acquire() does; use the guard as a context
-        manager to release it at the block's end."""
-        return self.acquire(key, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
+        manager to release it at the block's end. With more keys,
+        ``client.lock("accounts/1", "accounts/2")`` takes them together, all
+        or none, under one lease (see AsyncClient.lock)."""
+        return self.acquire(key, *more, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog, lock_delay=lock_delay)
 
     def acquire(
         self,
         key: str,
-        *,
+        *more: str,
         ttl: Duration | None = None,
         wait: Duration | None = None,
         holder: str | None = None,
         watchdog: bool = True,
+        lock_delay: Duration | None = None,
     ) -> Guard:
-        """Takes the lease on key. ``wait=None`` (the default) blocks until it
-        is acquired; ``wait=d`` for at most d, then raises NotAcquiredError;
-        ``wait=0`` makes exactly one attempt. Ctrl-C takes the waiter off the
-        server's queue."""
+        """Takes the lease on key (and on every key of more, together).
+        ``wait=None`` (the default) blocks until it is acquired; ``wait=d``
+        for at most d, then raises NotAcquiredError; ``wait=0`` makes exactly
+        one attempt. Ctrl-C takes the waiter off the server's queue.
+        ``lock_delay`` as AsyncClient.acquire."""
 
         async def acquire() -> Guard:
             return Guard(
-                self._loop, await self._async.acquire(key, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
+                self._loop,
+                await self._async.acquire(
+                    key, *more, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog, lock_delay=lock_delay
+                ),
             )
 
         return self._loop.run(acquire())
@@ -193,49 +201,55 @@ class Client:
     def try_acquire(
         self,
         key: str,
-        *,
+        *more: str,
         ttl: Duration | None = None,
         holder: str | None = None,
         watchdog: bool = True,
+        lock_delay: Duration | None = None,
     ) -> Guard | None:
         """Exactly one attempt, never queueing: the guard, or None when the
-        key is held."""
+        key (a key of the set) is held."""
 
         async def attempt() -> Guard | None:
-            got = await self._async.try_acquire(key, ttl=ttl, holder=holder, watchdog=watchdog)
+            got = await self._async.try_acquire(
+                key, *more, ttl=ttl, holder=holder, watchdog=watchdog, lock_delay=lock_delay
+            )
             return None if got is None else Guard(self._loop, got)
 
         return self._loop.run(attempt())
 
     def with_lock(
         self,
-        key: str,
+        key: Keys,
         fn: Callable[[Guard], T],
         *,
         ttl: Duration | None = None,
         wait: Duration | None = None,
         holder: str | None = None,
+        lock_delay: Duration | None = None,
     ) -> T:
-        """Runs fn(guard) under the lock (acquired as acquire() does) and
-        releases it afterwards; a lease lost during fn raises its
-        LeaseLostError, unless fn raised."""
-        with self.acquire(key, ttl=ttl, wait=wait, holder=holder) as guard:
+        """Runs fn(guard) under the lock on key (or on every key of a list,
+        together), acquired as acquire() does, and releases it afterwards; a
+        lease lost during fn raises its LeaseLostError, unless fn raised."""
+        with self.acquire(*key_list(key), ttl=ttl, wait=wait, holder=holder, lock_delay=lock_delay) as guard:
             return fn(guard)
 
     def run_if_free(
         self,
-        key: str,
+        key: Keys,
         fn: Callable[[Guard], T],
         *,
         ttl: Duration | None = None,
         holder: str | None = None,
+        lock_delay: Duration | None = None,
     ) -> RunResult:
         """Skip if held: one attempt at the lock; held, ``fn`` is not called
         and the answer is ``RunResult(ran=False)``. Free, ``fn(guard)`` runs
         under it (watchdog on), the lock is released afterwards and the
         answer is ``RunResult(ran=True, value=<what fn returned>)``. A lease
-        lost during fn raises its LeaseLostError, as with_lock does."""
-        guard = self.try_acquire(key, ttl=ttl, holder=holder)
+        lost during fn raises its LeaseLostError, as with_lock does. key may
+        be a list of keys, taken together."""
+        guard = self.try_acquire(*key_list(key), ttl=ttl, holder=holder, lock_delay=lock_delay)
         if guard is None:
             return RunResult(False)
         with guard:
@@ -295,6 +309,11 @@ class Client:
     def inspect(self, key: str) -> LockState | None:
         """Who holds key (None when free), without its owner token."""
         return self._loop.run(self._async.inspect(key))
+
+    def inspect_delay(self, key: str) -> Inspection:
+        """inspect() that also reports a key nobody holds that is in its
+        lock-delay (see AsyncClient.inspect_delay)."""
+        return self._loop.run(self._async.inspect_delay(key))
 
     def list(self, prefix: str = "", *, page_size: int = 0) -> Iterator[LockState]:
         """Every held lock whose key starts with prefix, in key order (all pages)."""
@@ -363,7 +382,9 @@ class Guard:
         self._loop = loop
         self._inner = inner
         self.key = inner.key
-        """The locked key."""
+        """The locked key (a multi-key lease's first key)."""
+        self.keys = inner.keys
+        """Every locked key, in the order given to ``lock()``."""
         self.holder = inner.holder
         """The label others see while this guard holds the key."""
         self.lost = threading.Event()
@@ -382,6 +403,15 @@ class Guard:
 
         async def get() -> int:
             return self._inner.fencing_token
+
+        return self._loop.run(get())
+
+    def fencing_token_for(self, key: str) -> int:
+        """The fencing token of key, one of the guard's keys (as
+        AsyncGuard.fencing_token_for)."""
+
+        async def get() -> int:
+            return self._inner.fencing_token_for(key)
 
         return self._loop.run(get())
 

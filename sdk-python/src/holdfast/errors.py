@@ -11,12 +11,13 @@ Branch on the class or the code, never on the message.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from .types import LockState
+from .types import KeyDelay, LockState
 
 LeaseLostReason = Literal["rejected", "expired", "client_closed", "release_unconfirmed"]
 """Why a guard lost its lease (the same strings in every SDK):
@@ -54,21 +55,39 @@ class HoldfastError(Exception):
 
 
 class NotAcquiredError(HoldfastError):
-    """The key is held by someone else, or stayed held for the whole wait.
+    """The key (or a key of a multi-key lock) is held by someone else, or
+    stayed held for the whole wait.
 
-    ``current`` is the holder's state when the server said who holds it."""
+    ``current`` is the holder's state when the server said who holds it;
+    ``keys`` every key of a multi-key lock (None for one key); ``delay`` set
+    when a key nobody held was in its lock-delay."""
 
     code = "not_acquired"
 
-    def __init__(self, key: str, current: LockState | None, waited: float | None = None) -> None:
-        msg = f"holdfast: lock {key!r} not acquired"
+    def __init__(
+        self,
+        key: str,
+        current: LockState | None,
+        waited: float | None = None,
+        *,
+        keys: Sequence[str] | None = None,
+        delay: KeyDelay | None = None,
+    ) -> None:
+        multi = tuple(keys) if keys is not None and len(keys) > 1 else None
+        msg = f"holdfast: lock {list(multi) if multi else key!r} not acquired"
         if waited:
             msg += f" within the wait of {waited:g}s"
-        if current is not None:
+        if current is not None and multi:
+            msg += f": {current.key!r} held by {current.holder!r} (fencing token {current.fencing_token})"
+        elif current is not None:
             msg += f": held by {current.holder!r} (fencing token {current.fencing_token})"
+        elif delay is not None:
+            msg += f": {delay.key!r} is in its lock-delay ({delay.remaining:g}s left)"
         super().__init__(msg)
         self.key = key
         self.current = current
+        self.keys: tuple[str, ...] | None = multi
+        self.delay = delay
 
 
 class LeaseLostError(HoldfastError):
@@ -82,10 +101,20 @@ class LeaseLostError(HoldfastError):
 
     code = "lease_lost"
 
-    def __init__(self, key: str, reason: LeaseLostReason, fencing_token: int | None = None) -> None:
+    def __init__(
+        self,
+        key: str,
+        reason: LeaseLostReason,
+        fencing_token: int | None = None,
+        keys: Sequence[str] | None = None,
+    ) -> None:
         token = "" if fencing_token is None else f" (fencing token {fencing_token})"
-        super().__init__(f"holdfast: lease on {key!r}{token} lost: {_REASON_TEXT.get(reason, reason)}")
+        what = f"{list(keys)!r}" if keys is not None else f"{key!r}{token}"
+        super().__init__(f"holdfast: lease on {what} lost: {_REASON_TEXT.get(reason, reason)}")
         self.key = key
+        """The lease's key (a multi-key lease's first key)."""
+        self.keys: tuple[str, ...] | None = tuple(keys) if keys is not None else None
+        """Every key of a multi-key lease; None for one key."""
         self.reason: LeaseLostReason = reason
         self.fencing_token = fencing_token
 

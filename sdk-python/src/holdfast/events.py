@@ -49,6 +49,9 @@ class LeaseEvent:
     """``renewal_failed``: seconds left to the local expiry."""
     reason: LeaseLostReason | None = None
     """``lost``: why."""
+    keys: tuple[str, ...] | None = None
+    """Every key of a multi-key lease (``key`` and ``fencing_token`` are then
+    its first key's); None for one key."""
 
 
 LeaseEventListener = Callable[[LeaseEvent], None]

@@ -24,6 +24,8 @@ class LockState:
     """HLC stamp of the holder's acquisition."""
     waiters: int
     """Callers queued for the key on the answering server."""
+    lock_delay: float = 0.0
+    """Seconds of lock-delay that follow this lease if it expires (0: none)."""
 
     @staticmethod
     def from_proto(p: lock_pb2.LockState) -> LockState:
@@ -36,7 +38,37 @@ class LockState:
             expires_at=expires,
             stamp=Timestamp.from_proto(p.stamp if p.HasField("stamp") else None),
             waiters=p.waiters,
+            lock_delay=float(p.lock_delay.ToNanoseconds()) / 1e9 if p.HasField("lock_delay") else 0.0,
         )
+
+
+@dataclass(frozen=True)
+class KeyDelay:
+    """A key nobody holds that refuses new holders for a while: the
+    lock-delay after the expiry of a lease taken with ``lock_delay=``."""
+
+    key: str
+    until: _dt.datetime | None
+    """The server's view of when the key takes holders again; informational only."""
+    remaining: float
+    """Seconds left when the server answered."""
+
+    @staticmethod
+    def from_proto(p: lock_pb2.KeyDelay) -> KeyDelay:
+        """Converts the wire form."""
+        return KeyDelay(
+            key=p.key,
+            until=p.until.ToDatetime(tzinfo=_dt.timezone.utc) if p.HasField("until") else None,
+            remaining=float(p.remaining.ToNanoseconds()) / 1e9,
+        )
+
+
+class Inspection(NamedTuple):
+    """What ``inspect_delay`` answers: the holder, or (nobody holding) the
+    key's lock-delay; both None when the key is free."""
+
+    state: LockState | None
+    delay: KeyDelay | None
 
 
 @dataclass(frozen=True)
@@ -53,6 +85,14 @@ class BackendInfo:
     min_ttl: float
     max_ttl: float
     fair: bool
+    max_keys: int = 1
+    """The most keys one multi-key lock may take (1: one key per lock)."""
+    request_ids: bool = False
+    """True when the backend recognises repeats of a request (the SDK sends
+    a request id on every Acquire, Extend and Release, the same on its
+    retries)."""
+    max_lock_delay: float = 0.0
+    """The longest ``lock_delay`` accepted, in seconds (0: none)."""
 
 
 @dataclass(frozen=True)

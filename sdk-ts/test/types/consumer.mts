@@ -6,6 +6,8 @@ import {
   type Client,
   type ErrorCode,
   type Guard,
+  type Inspection,
+  type KeyDelay,
   type LeaseEvent,
   type RunResult,
 } from "@holdfast/sdk";
@@ -25,6 +27,16 @@ export async function use(server: TestServer): Promise<RunResult<bigint>> {
   await guard?.unlock();
   const code: ErrorCode = new NotAcquiredError("k", undefined).code;
   void code;
+  const set: Guard = await client.lock("accounts/1", "accounts/2").lockDelay("5s").acquire();
+  const tokens: bigint[] = set.keys.map((k) => set.fencingTokenFor(k));
+  void tokens;
+  await set.unlock();
+  const seen: Inspection = await client.inspectDelay("k");
+  const delay: KeyDelay | undefined = seen.delay;
+  const lockDelayMs: number | undefined = seen.state?.lockDelayMs ?? delay?.remainingMs;
+  void lockDelayMs;
+  const notAcquired = new NotAcquiredError("a", undefined, { keys: ["a", "b"], delay });
+  void notAcquired.keys;
   void createWebClient("http://127.0.0.1:7410", { protocol: "grpc-web" });
   {
     await using started = await startServer({ args: ["--max-ttl", "1h"] });

@@ -42,6 +42,8 @@ var codes = []struct {
 	{engine.ErrResourceExhausted, connect.CodeResourceExhausted},
 	{engine.ErrDeadlineExceeded, connect.CodeDeadlineExceeded},
 	{engine.ErrCanceled, connect.CodeCanceled},
+	{engine.ErrUnimplemented, connect.CodeUnimplemented},
+	{engine.ErrFailedPrecondition, connect.CodeFailedPrecondition},
 }
 
 // Code is the Connect code for an engine error; unknown errors are internal.

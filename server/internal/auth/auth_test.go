@@ -186,6 +186,13 @@ func TestRequestOutsideNamespaceIsRefused(t *testing.T) {
 			wantCode(t, "extend outside", err, connect.CodePermissionDenied, `"b/job"`)
 			_, err = c.Inspect(ctx, &lockv1.InspectRequest{Key: "b/job"})
 			wantCode(t, "inspect outside", err, connect.CodePermissionDenied, `"b/job"`)
+			// A set is refused when one of its keys is outside.
+			_, err = c.Acquire(ctx, &lockv1.AcquireRequest{Claims: []*lockv1.Claim{{Key: "a/set"}, {Key: "b/job"}}, Ttl: durationpb.New(time.Minute)})
+			wantCode(t, "acquire a set with a key outside", err, connect.CodePermissionDenied, `"b/job"`)
+			_, err = c.Release(ctx, &lockv1.ReleaseRequest{Keys: []string{"a/set", "b/job"}, OwnerToken: other.GetOwnerToken()})
+			wantCode(t, "release a set with a key outside", err, connect.CodePermissionDenied, `"b/job"`)
+			_, err = c.Extend(ctx, &lockv1.ExtendRequest{Keys: []string{"b/job", "a/set"}, OwnerToken: other.GetOwnerToken(), Ttl: durationpb.New(time.Hour)})
+			wantCode(t, "extend a set with a key outside", err, connect.CodePermissionDenied, `"b/job"`)
 			// "a/" is a string prefix: "ab/x" is not in it.
 			_, err = c.Acquire(ctx, &lockv1.AcquireRequest{Key: "ab/x", Ttl: durationpb.New(time.Minute)})
 			wantCode(t, "acquire a sibling prefix", err, connect.CodePermissionDenied)

@@ -143,14 +143,18 @@ type grant struct {
 func authorize(p *Principal, msg any) (grant, error) {
 	switch r := msg.(type) {
 	case *lockv1.AcquireRequest:
-		return grant{}, p.write("Acquire", r.GetKey())
+		keys := []string{r.GetKey()}
+		for _, c := range r.GetClaims() {
+			keys = append(keys, c.GetKey())
+		}
+		return grant{}, p.writeAll("Acquire", keys)
 	case *lockv1.ReleaseRequest:
-		return grant{}, p.write("Release", r.GetKey())
+		return grant{}, p.writeAll("Release", append([]string{r.GetKey()}, r.GetKeys()...))
 	case *lockv1.ExtendRequest:
-		return grant{}, p.write("Extend", r.GetKey())
+		return grant{}, p.writeAll("Extend", append([]string{r.GetKey()}, r.GetKeys()...))
 	case *lockv1.ExtendBatchRequest:
 		for _, it := range r.GetItems() {
-			if err := p.write("ExtendBatch", it.GetKey()); err != nil {
+			if err := p.writeAll("ExtendBatch", []string{it.GetKey()}); err != nil {
 				return grant{}, err
 			}
 		}
@@ -199,11 +203,22 @@ func (p *Principal) read(key string) error {
 	return nil
 }
 
-func (p *Principal) write(op, key string) error {
+// writeAll checks that p may change every key of a request (key, or each
+// key of a multi-key request; an empty key, which the engine refuses or
+// ignores beside claims, is checked like any other).
+func (p *Principal) writeAll(op string, keys []string) error {
 	if p.ReadOnly {
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s: this token is read-only (Inspect, List, Watch only)", op))
 	}
-	return p.read(key)
+	for i, k := range keys {
+		if k == "" && i == 0 && len(keys) > 1 {
+			continue // a multi-key request: key is unset
+		}
+		if err := p.read(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // view decides what a List or Watch of prefix may see:

@@ -24,25 +24,34 @@ const releaseTimeout = 5 * time.Second
 
 func newLock(stdout, stderr io.Writer) *cobra.Command {
 	var (
-		o      clientOptions
-		ttl    time.Duration
-		wait   time.Duration
-		noWait bool
-		grace  time.Duration
-		holder string
-		quiet  bool
+		o         clientOptions
+		ttl       time.Duration
+		wait      time.Duration
+		noWait    bool
+		grace     time.Duration
+		holder    string
+		quiet     bool
+		lockDelay time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "lock KEY -- CMD [ARGS...]",
-		Short: "run a command while holding the lock on KEY (renewed while it runs)",
+		Use:   "lock KEY... -- CMD [ARGS...]",
+		Short: "run a command while holding the lock on KEY, or on several keys together (renewed while it runs)",
 		Long: `Lock takes the lock on KEY (queueing behind earlier callers), runs CMD while
 holding it, and releases it when CMD exits. A watchdog renews the lease at
 about a third of --ttl while CMD runs.
 
+Several keys are taken together, all or none, as one lease (the backend
+needs CAPABILITY_MULTI_KEY). Waiters for overlapping sets of keys are served
+in arrival order and never deadlock, whatever order the keys are named in.
+
 CMD gets the lease's fencing token in HOLDFAST_FENCING_TOKEN and the key in
-HOLDFAST_LOCK_KEY. Pass the token to whatever CMD writes to, and have it
-refuse tokens older than the last one it saw: a lease can be lost (a pause
-or partition longer than --ttl) and then someone else holds the lock.
+HOLDFAST_LOCK_KEY. With several keys it gets HOLDFAST_LOCK_KEYS, the number
+of keys, and for each key i (from 0, in the order given) HOLDFAST_LOCK_KEY_i
+and its fencing token HOLDFAST_FENCING_TOKEN_i. Pass the token to whatever
+CMD writes to, and have it refuse tokens older than the last one it saw: a
+lease can be lost (a pause or partition longer than --ttl) and then someone
+else holds the lock. --lock-delay keeps the keys from the next holder for a
+while after such a loss, so that CMD's writes in flight drain first.
 
 If the lease is lost while CMD runs, CMD's process group gets SIGTERM, then
 SIGKILL after --grace, and lock exits with 75. SIGINT, SIGTERM and SIGHUP
@@ -63,10 +72,13 @@ not be started, 1 any other error.`,
   holdfast lock jobs/nightly --no-wait -- ./nightly.sh || [ $? -eq 3 ]
 
   # pass the fencing token on to the protected resource
-  holdfast lock db/migrate -- sh -c 'migrate --fencing-token "$HOLDFAST_FENCING_TOKEN"'`,
+  holdfast lock db/migrate -- sh -c 'migrate --fencing-token "$HOLDFAST_FENCING_TOKEN"'
+
+  # move money between two accounts, holding both
+  holdfast lock accounts/1 accounts/2 -- ./transfer.sh`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
-				return errors.New(`usage: holdfast lock KEY -- CMD [ARGS...] (put "--" between the key and the command)`)
+			if n := cmd.ArgsLenAtDash(); n < 1 || len(args) <= n {
+				return errors.New(`usage: holdfast lock KEY... -- CMD [ARGS...] (put "--" between the keys and the command)`)
 			}
 			return nil
 		},
@@ -80,8 +92,12 @@ not be started, 1 any other error.`,
 			if holder == "" {
 				holder = defaultHolder()
 			}
-			r := lockRun{o: &o, key: args[0], argv: args[1:], ttl: ttl, wait: wait, noWait: noWait,
-				grace: grace, holder: holder, quiet: quiet, stdout: stdout, stderr: stderr}
+			if lockDelay < 0 {
+				return fmt.Errorf("--lock-delay %s: must not be negative", lockDelay)
+			}
+			n := cmd.ArgsLenAtDash()
+			r := lockRun{o: &o, keys: args[:n], argv: args[n:], ttl: ttl, wait: wait, noWait: noWait,
+				grace: grace, holder: holder, quiet: quiet, lockDelay: lockDelay, stdout: stdout, stderr: stderr}
 			return r.run(cmd.Context())
 		},
 	}
@@ -94,19 +110,57 @@ not be started, 1 any other error.`,
 	f.StringVar(&holder, "holder", "", "label others see for this lease in inspect, list, watch (default HOSTNAME:PID)")
 	_ = f.MarkHidden("output") // lock prints nothing of its own
 	f.BoolVarP(&quiet, "quiet", "q", false, "say nothing on stderr about acquiring and releasing")
+	f.DurationVar(&lockDelay, "lock-delay", 0, "if the lease is lost (it expires; not when released), its keys refuse new holders for this long")
 	return cmd
 }
 
 type lockRun struct {
 	o              *clientOptions
-	key            string
+	keys           []string
 	argv           []string
 	ttl, wait      time.Duration
 	noWait         bool
 	grace          time.Duration
 	holder         string
 	quiet          bool
+	lockDelay      time.Duration
 	stdout, stderr io.Writer
+}
+
+// what names the keys in messages.
+func (r *lockRun) what() string {
+	if len(r.keys) == 1 {
+		return strconv.Quote(r.keys[0])
+	}
+	q := make([]string, len(r.keys))
+	for i, k := range r.keys {
+		q[i] = strconv.Quote(k)
+	}
+	return strings.Join(q, ", ")
+}
+
+// env is what CMD learns of its lease: the key and fencing token, or for
+// several keys their number and each key and token by index.
+func (r *lockRun) env(g *holdfast.Guard) ([]string, string, error) {
+	if len(r.keys) == 1 {
+		token, err := g.FencingToken()
+		if err != nil {
+			return nil, "", err
+		}
+		return []string{"HOLDFAST_FENCING_TOKEN=" + strconv.FormatUint(token, 10), "HOLDFAST_LOCK_KEY=" + r.keys[0]},
+			fmt.Sprintf("fencing token %d", token), nil
+	}
+	env := []string{"HOLDFAST_LOCK_KEYS=" + strconv.Itoa(len(r.keys))}
+	tokens := make([]string, len(r.keys))
+	for i, k := range r.keys {
+		token, err := g.FencingTokenFor(k)
+		if err != nil {
+			return nil, "", err
+		}
+		tokens[i] = strconv.FormatUint(token, 10)
+		env = append(env, fmt.Sprintf("HOLDFAST_LOCK_KEY_%d=%s", i, k), fmt.Sprintf("HOLDFAST_FENCING_TOKEN_%d=%s", i, tokens[i]))
+	}
+	return env, "fencing tokens " + strings.Join(tokens, ", "), nil
 }
 
 func (r *lockRun) say(format string, args ...any) {
@@ -134,16 +188,14 @@ func (r *lockRun) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	token, err := g.FencingToken()
+	env, tokens, err := r.env(g)
 	if err != nil { // lost already
 		return &exitError{code: ExitLeaseLost, err: err}
 	}
-	r.say("acquired %q (fencing token %d); running %s", r.key, token, r.argv[0])
+	r.say("acquired %s (%s); running %s", r.what(), tokens, r.argv[0])
 
 	child := exec.Command(r.argv[0], r.argv[1:]...)
-	child.Env = append(os.Environ(),
-		"HOLDFAST_FENCING_TOKEN="+strconv.FormatUint(token, 10),
-		"HOLDFAST_LOCK_KEY="+r.key)
+	child.Env = append(os.Environ(), env...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, r.stdout, r.stderr
 	// Its own process group, so that a lost lease stops its children too.
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -183,7 +235,7 @@ wait:
 	}
 	code := exitStatus(child.ProcessState)
 	if lost != nil {
-		return &exitError{code: ExitLeaseLost, err: fmt.Errorf("%s stopped (status %d): the lease on %q was lost", r.argv[0], code, r.key)}
+		return &exitError{code: ExitLeaseLost, err: fmt.Errorf("%s stopped (status %d): the lease on %s was lost", r.argv[0], code, r.what())}
 	}
 	if err := r.release(g); errors.Is(err, holdfast.ErrLeaseLost) {
 		// The command finished, but the lease ran out first: its work may
@@ -210,7 +262,7 @@ func (r *lockRun) acquire(ctx context.Context, c *holdfast.Client, sigs <-chan o
 	if _, err := c.ServerInfo(ctx); err != nil {
 		return nil, r.o.callError(err)
 	}
-	l := c.Lock(r.key).TTL(r.ttl)
+	l := c.Lock(r.keys[0], r.keys[1:]...).TTL(r.ttl).LockDelay(r.lockDelay)
 	if r.wait > 0 {
 		l = l.Wait(r.wait) // without a Wait, Lock queues until acquired or interrupted
 	}
@@ -221,7 +273,7 @@ func (r *lockRun) acquire(ctx context.Context, c *holdfast.Client, sigs <-chan o
 		} else {
 			if !r.quiet {
 				// Say so only when the wait is noticeable.
-				t := time.AfterFunc(time.Second, func() { r.say("waiting for %q ...", r.key) })
+				t := time.AfterFunc(time.Second, func() { r.say("waiting for %s ...", r.what()) })
 				defer t.Stop()
 			}
 			out.g, out.err = l.Lock(ctx)
@@ -240,17 +292,22 @@ func (r *lockRun) acquire(ctx context.Context, c *holdfast.Client, sigs <-chan o
 		if out.g != nil {
 			_ = r.release(out.g) // release reports its own failure
 		}
-		return nil, &exitError{code: 128 + int(interrupted.(syscall.Signal)), err: fmt.Errorf("interrupted while waiting for %q", r.key)}
+		return nil, &exitError{code: 128 + int(interrupted.(syscall.Signal)), err: fmt.Errorf("interrupted while waiting for %s", r.what())}
 	}
 	if out.err != nil {
 		var na *holdfast.NotAcquiredError
 		if errors.As(out.err, &na) && !errors.Is(out.err, context.Canceled) {
-			msg := fmt.Sprintf("%q not acquired", r.key)
+			msg := fmt.Sprintf("%s not acquired", r.what())
 			if r.wait > 0 {
 				msg += " within " + r.wait.String()
 			}
-			if na.Current != nil {
+			switch {
+			case na.Current != nil && len(r.keys) > 1:
+				msg += fmt.Sprintf(": %q held by %q (fencing token %d)", na.Current.Key, na.Current.Holder, na.Current.FencingToken)
+			case na.Current != nil:
 				msg += fmt.Sprintf(": held by %q (fencing token %d)", na.Current.Holder, na.Current.FencingToken)
+			case na.Delay != nil:
+				msg += fmt.Sprintf(": %q is in its lock-delay (%s left)", na.Delay.Key, na.Delay.Remaining.Round(time.Millisecond))
 			}
 			return nil, &exitError{code: ExitNotAcquired, err: errors.New(msg)}
 		}
@@ -267,10 +324,10 @@ func (r *lockRun) release(g *holdfast.Guard) error {
 	err := g.Unlock(ctx)
 	switch {
 	case err == nil:
-		r.say("released %q", r.key)
+		r.say("released %s", r.what())
 	case errors.Is(err, holdfast.ErrLeaseLost):
 	default:
-		fmt.Fprintf(r.stderr, "holdfast: could not release %q (it frees itself within its TTL, %s): %s\n", r.key, r.ttl, unprefixed(err))
+		fmt.Fprintf(r.stderr, "holdfast: could not release %s (it frees itself within its TTL, %s): %s\n", r.what(), r.ttl, unprefixed(err))
 	}
 	return err
 }

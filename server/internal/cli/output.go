@@ -35,10 +35,14 @@ type stateJSON struct {
 	ExpiresIn    string     `json:"expiresIn,omitempty"`
 	Waiters      uint32     `json:"waiters"`
 	Stamp        stampJSON  `json:"stamp"`
+	LockDelay    string     `json:"lockDelay,omitempty"`
 }
 
 func stateOf(s holdfast.LockState) stateJSON {
 	j := stateJSON{Key: s.Key, FencingToken: s.FencingToken, Holder: s.Holder, Waiters: s.Waiters, Stamp: stampOf(s.Stamp)}
+	if s.LockDelay > 0 {
+		j.LockDelay = s.LockDelay.String()
+	}
 	if !s.ExpiresAt.IsZero() {
 		t := s.ExpiresAt.UTC()
 		j.ExpiresAt = &t
@@ -53,7 +57,7 @@ func stateOfProto(p *lockv1.LockState) *stateJSON {
 	}
 	s := holdfast.LockState{
 		Key: p.GetKey(), FencingToken: p.GetFencingToken(), Holder: p.GetHolder(),
-		Stamp: hlc.FromProto(p.GetStamp()), Waiters: p.GetWaiters(),
+		Stamp: hlc.FromProto(p.GetStamp()), Waiters: p.GetWaiters(), LockDelay: p.GetLockDelay().AsDuration(),
 	}
 	if p.GetExpiresAt() != nil {
 		s.ExpiresAt = p.GetExpiresAt().AsTime()
@@ -63,12 +67,39 @@ func stateOfProto(p *lockv1.LockState) *stateJSON {
 }
 
 type leaseJSON struct {
-	Key          string     `json:"key"`
-	OwnerToken   string     `json:"ownerToken"`
-	FencingToken uint64     `json:"fencingToken,string"`
-	TTL          string     `json:"ttl"`
-	ExpiresAt    *time.Time `json:"expiresAt,omitempty"`
-	Stamp        stampJSON  `json:"stamp"`
+	Key          string          `json:"key,omitempty"`
+	OwnerToken   string          `json:"ownerToken"`
+	FencingToken uint64          `json:"fencingToken,string,omitempty"`
+	Keys         []leasedKeyJSON `json:"keys,omitempty"`
+	TTL          string          `json:"ttl"`
+	ExpiresAt    *time.Time      `json:"expiresAt,omitempty"`
+	Stamp        stampJSON       `json:"stamp"`
+	LockDelay    string          `json:"lockDelay,omitempty"`
+}
+
+type leasedKeyJSON struct {
+	Key          string `json:"key"`
+	FencingToken uint64 `json:"fencingToken,string"`
+}
+
+type delayJSON struct {
+	Key       string    `json:"key"`
+	Until     time.Time `json:"until"`
+	Remaining string    `json:"remaining"`
+}
+
+func delayOf(d *holdfast.KeyDelay) *delayJSON {
+	if d == nil {
+		return nil
+	}
+	return &delayJSON{Key: d.Key, Until: d.Until.UTC(), Remaining: d.Remaining.Round(time.Millisecond).String()}
+}
+
+func delayOfProto(p *lockv1.KeyDelay) *delayJSON {
+	if p == nil {
+		return nil
+	}
+	return delayOf(&holdfast.KeyDelay{Key: p.GetKey(), Until: p.GetUntil().AsTime(), Remaining: p.GetRemaining().AsDuration()})
 }
 
 func leaseOf(l *lockv1.Lease) *leaseJSON {
@@ -78,6 +109,12 @@ func leaseOf(l *lockv1.Lease) *leaseJSON {
 	j := &leaseJSON{
 		Key: l.GetKey(), OwnerToken: l.GetOwnerToken(), FencingToken: l.GetFencingToken(),
 		TTL: l.GetTtl().AsDuration().String(), Stamp: stampOf(hlc.FromProto(l.GetStamp())),
+	}
+	for _, k := range l.GetKeys() {
+		j.Keys = append(j.Keys, leasedKeyJSON{Key: k.GetKey(), FencingToken: k.GetFencingToken()})
+	}
+	if d := l.GetLockDelay().AsDuration(); d > 0 {
+		j.LockDelay = d.String()
 	}
 	if l.GetExpiresAt() != nil {
 		t := l.GetExpiresAt().AsTime().UTC()

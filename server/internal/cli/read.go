@@ -37,15 +37,16 @@ Exit status: 0 (held or not), 69 server unreachable, 1 any other error.`,
 			}
 			defer o.close() // after c.Close, which may still release
 			defer c.Close()
-			st, held, err := c.Inspect(cmd.Context(), args[0])
+			st, held, delay, err := c.InspectDelay(cmd.Context(), args[0])
 			if err != nil {
 				return o.callError(err)
 			}
 			out := struct {
-				Key   string     `json:"key"`
-				Held  bool       `json:"held"`
-				State *stateJSON `json:"state,omitempty"`
-			}{Key: args[0], Held: held}
+				Key     string     `json:"key"`
+				Held    bool       `json:"held"`
+				State   *stateJSON `json:"state,omitempty"`
+				Delayed *delayJSON `json:"delayed,omitempty"`
+			}{Key: args[0], Held: held, Delayed: delayOf(delay)}
 			if held {
 				s := stateOf(st)
 				out.State = &s
@@ -53,12 +54,20 @@ Exit status: 0 (held or not), 69 server unreachable, 1 any other error.`,
 			if o.output == "json" {
 				return printJSON(stdout, out)
 			}
+			if !held && delay != nil {
+				return kv(stdout, "key", args[0], "held", false, "lock-delay", out.Delayed.Remaining+" left (its last lease expired)",
+					"free at", fmtTime(&out.Delayed.Until))
+			}
 			if !held {
 				return kv(stdout, "key", args[0], "held", false)
 			}
-			return kv(stdout, "key", args[0], "held", true, "holder", orDash(st.Holder),
+			pairs := []any{"key", args[0], "held", true, "holder", orDash(st.Holder),
 				"fencing token", st.FencingToken, "expires in", out.State.ExpiresIn,
-				"expires at", fmtTime(out.State.ExpiresAt), "waiters", st.Waiters)
+				"expires at", fmtTime(out.State.ExpiresAt), "waiters", st.Waiters}
+			if st.LockDelay > 0 {
+				pairs = append(pairs, "lock-delay", st.LockDelay.String()+" (if it expires)")
+			}
+			return kv(stdout, pairs...)
 		},
 	}
 	addClientFlags(cmd, &o)

@@ -51,6 +51,8 @@ type serveOptions struct {
 	config              string
 	maxTTL              time.Duration
 	maxWait             time.Duration
+	maxKeys             int
+	maxLockDelay        time.Duration
 	maxClockOffset      time.Duration
 	maxWaitersPerKey    int
 	maxWaiters          int
@@ -127,6 +129,8 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.StringVar(&o.config, "config", "", "YAML or JSON config file whose keys are these flags' names")
 	f.DurationVar(&o.maxTTL, "max-ttl", engine.DefaultMaxTTL, "longest lease this server grants (the backend may allow less)")
 	f.DurationVar(&o.maxWait, "max-wait", engine.DefaultMaxWait, "longest wait an Acquire may ask for")
+	f.IntVar(&o.maxKeys, "max-keys", engine.DefaultMaxKeys, "most keys one multi-key Acquire, Release or Extend may name (the backend may allow fewer)")
+	f.DurationVar(&o.maxLockDelay, "max-lock-delay", engine.DefaultMaxLockDelay, "longest lock_delay an Acquire may ask for (the backend may allow less)")
 	f.DurationVar(&o.maxClockOffset, "max-clock-offset", hlc.DefaultMaxOffset, "refuse client HLC stamps further ahead of the server's clock than this")
 	f.IntVar(&o.maxWaitersPerKey, "max-waiters-per-key", 1024, "waiters queued per key before Acquire answers resource_exhausted")
 	f.IntVar(&o.maxWaiters, "max-waiters", 65536, "waiters queued on this server before Acquire answers resource_exhausted")
@@ -307,6 +311,8 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 		Version:          version,
 		MaxTTL:           o.maxTTL,
 		MaxWait:          o.maxWait,
+		MaxKeys:          o.maxKeys,
+		MaxLockDelay:     o.maxLockDelay,
 		MaxClockOffset:   o.maxClockOffset,
 		MaxWaitersPerKey: o.maxWaitersPerKey,
 		MaxWaiters:       o.maxWaiters,
@@ -466,6 +472,12 @@ func security(o serveOptions, log *slog.Logger) ([]httpserver.Option, error) {
 	}
 	if o.conn.MaxConnections < 0 || o.conn.MaxConnectionsPerClient < 0 {
 		return nil, fmt.Errorf("--max-connections, --max-connections-per-client: must not be negative (0 is unbounded)")
+	}
+	if o.maxKeys < 0 {
+		return nil, fmt.Errorf("--max-keys: %d is negative (1: one key per request)", o.maxKeys)
+	}
+	if o.maxLockDelay < 0 {
+		return nil, fmt.Errorf("--max-lock-delay: %s is negative", o.maxLockDelay)
 	}
 	opts = append(opts, httpserver.WithLimits(o.conn))
 	icpt = append(icpt, limits.New(lim))

@@ -519,3 +519,86 @@ func TestCLILockWaitEnds(t *testing.T) {
 		t.Fatalf("SIGINT while waiting: %d %q %q", code, out.String(), errb.String())
 	}
 }
+
+// `holdfast lock k1 k2 -- CMD` holds both keys while CMD runs, gives CMD
+// each key's fencing token, and two such commands naming the keys in
+// opposite orders take turns instead of deadlocking.
+func TestCLILockSeveralKeys(t *testing.T) {
+	s := startServer(t, nil, "--addr", "127.0.0.1:0")
+	log := filepath.Join(t.TempDir(), "log")
+	script := `echo "start $HOLDFAST_LOCK_KEYS $HOLDFAST_LOCK_KEY_0=$HOLDFAST_FENCING_TOKEN_0 $HOLDFAST_LOCK_KEY_1=$HOLDFAST_FENCING_TOKEN_1" >> "$LOG"; sleep 0.5; echo end >> "$LOG"`
+	var wg sync.WaitGroup
+	results := make([]cliResult, 2)
+	for i, keys := range [][]string{{"acct/1", "acct/2"}, {"acct/2", "acct/1"}} {
+		wg.Go(func() {
+			cmd := holdfastCmd(s.addr, append(append([]string{"lock"}, keys...), "--", "sh", "-c", script)...)
+			cmd.Env = append(cmd.Env, "LOG="+log)
+			var out, errb syncBuffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if err != nil && !errors.As(err, &ee) {
+				t.Errorf("run: %v", err)
+				return
+			}
+			results[i] = cliResult{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
+		})
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.code != 0 {
+			t.Fatalf("lock #%d exited %d: %s", i, r.code, r.stderr)
+		}
+	}
+	raw, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	if len(lines) != 4 || lines[1] != "end" || lines[3] != "end" {
+		t.Fatalf("the two commands overlapped or did not run: %q", lines)
+	}
+	for _, l := range []string{lines[0], lines[2]} {
+		f := strings.Fields(l)
+		if len(f) != 4 || f[0] != "start" || f[1] != "2" || !strings.Contains(l, "acct/1=") || !strings.Contains(l, "acct/2=") {
+			t.Fatalf("line %q: want start 2 KEY=TOKEN KEY=TOKEN", l)
+		}
+	}
+
+	// acquire, release with several keys; a lock-delay shown by inspect.
+	r := runCLI(t, s.addr, "acquire", "set/a", "set/b", "--ttl", "1m", "-o", "json")
+	var acq struct {
+		Acquired bool
+		Lease    struct {
+			OwnerToken string
+			Keys       []struct {
+				Key          string
+				FencingToken uint64 `json:"fencingToken,string"`
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &acq); err != nil || r.code != 0 || !acq.Acquired || len(acq.Lease.Keys) != 2 {
+		t.Fatalf("acquire of two keys: %d %q %v %s", r.code, r.stdout, err, r.stderr)
+	}
+	if r := runCLI(t, s.addr, "release", "set/a", "set/b", acq.Lease.OwnerToken); r.code != 0 {
+		t.Fatalf("release of two keys: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, s.addr, "acquire", "delay/k", "--ttl", "200ms", "--lock-delay", "30s")
+	if r.code != 0 {
+		t.Fatalf("acquire with a lock-delay: %d %q", r.code, r.stderr)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r = runCLI(t, s.addr, "inspect", "delay/k")
+		if strings.Contains(r.stdout, "its last lease expired") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !strings.Contains(r.stdout, "lock-delay") || !strings.Contains(r.stdout, "its last lease expired") {
+		t.Fatalf("inspect after the expiry: %q, want the lock-delay", r.stdout)
+	}
+	r = runCLI(t, s.addr, "lock", "delay/k", "--no-wait", "--", "true")
+	if r.code != 3 || !strings.Contains(r.stderr, "lock-delay") {
+		t.Fatalf("lock --no-wait in the lock-delay: %d %q", r.code, r.stderr)
+	}
+}

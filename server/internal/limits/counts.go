@@ -28,25 +28,30 @@ func newCounter(bound int) *counter { return &counter{bound: bound, per: map[str
 
 // add counts one more for id, unless that passes bound (id's; 0:
 // unbounded) or the total's.
-func (c *counter) add(id string, bound int) error {
+func (c *counter) add(id string, bound int) error { return c.addN(id, bound, 1) }
+
+// addN counts n more for id, all or none.
+func (c *counter) addN(id string, bound, n int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bound > 0 && c.total >= c.bound {
+	if c.bound > 0 && c.total+n > c.bound {
 		return &overLimit{n: c.total, total: true}
 	}
-	if n := c.per[id]; bound > 0 && n >= bound {
-		return &overLimit{n: n}
+	if have := c.per[id]; bound > 0 && have+n > bound {
+		return &overLimit{n: have}
 	}
-	c.total++
-	c.per[id]++
+	c.total += n
+	c.per[id] += n
 	return nil
 }
 
-func (c *counter) remove(id string) {
+func (c *counter) remove(id string) { c.removeN(id, 1) }
+
+func (c *counter) removeN(id string, n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.total--
-	if c.per[id]--; c.per[id] <= 0 {
+	c.total -= n
+	if c.per[id] -= n; c.per[id] <= 0 {
 		delete(c.per, id)
 	}
 }
@@ -80,16 +85,17 @@ func newLeases(bound int) *leases {
 	return &leases{counts: newCounter(bound), byKey: map[string]*lease{}}
 }
 
-// reserve counts an Acquire in progress for id (its bound: bound).
-func (l *leases) reserve(id string, bound int, now time.Time) error {
+// reserve counts an Acquire of n keys in progress for id (its bound:
+// bound).
+func (l *leases) reserve(id string, bound, n int, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.prune(now)
-	return l.counts.add(id, bound)
+	return l.counts.addN(id, bound, n)
 }
 
-// unreserve ends a reservation whose Acquire did not win.
-func (l *leases) unreserve(id string) { l.counts.remove(id) }
+// unreserve ends a reservation of n keys whose Acquire did not win.
+func (l *leases) unreserve(id string, n int) { l.counts.removeN(id, n) }
 
 // granted turns id's reservation into the lease on key, until until. A
 // lease on key already counted is over: the backend granted key anew.

@@ -16,7 +16,8 @@
 //
 // # What counts
 //
-//   - Locks: from the moment an Acquire is received (a waiting one
+//   - Locks: each key of a lease (a multi-key lease counts one lock per
+//     key), from the moment an Acquire is received (a waiting one
 //     included: it holds a place while it waits) until its lease is released
 //     through this server, taken over by a later Acquire through this server,
 //     or its TTL (as last renewed through this server) has run out. A lease
@@ -103,13 +104,18 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		case *lockv1.ReleaseRequest:
 			resp, err := next(ctx, req)
 			if out, ok := answer[*lockv1.ReleaseResponse](resp, err); ok && out.GetReleased() {
-				i.locks.released(r.GetKey())
+				for _, k := range requestKeys(r.GetKey(), r.GetKeys()) {
+					i.locks.released(k)
+				}
 			}
 			return resp, err
 		case *lockv1.ExtendRequest:
 			resp, err := next(ctx, req)
 			if out, ok := answer[*lockv1.ExtendResponse](resp, err); ok && out.GetExtended() {
-				i.locks.extended(r.GetKey(), time.Now().Add(out.GetLease().GetTtl().AsDuration()))
+				until := time.Now().Add(out.GetLease().GetTtl().AsDuration())
+				for _, k := range requestKeys(r.GetKey(), r.GetKeys()) {
+					i.locks.extended(k, until)
+				}
 			}
 			return resp, err
 		case *lockv1.ExtendBatchRequest:
@@ -131,6 +137,15 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	}
 }
 
+// requestKeys are the keys a request names: key, or the keys of a
+// multi-key request. Each key of a set counts as a lock.
+func requestKeys(key string, keys []string) []string {
+	if len(keys) > 0 {
+		return keys
+	}
+	return []string{key}
+}
+
 // answer is resp's message when the call succeeded.
 func answer[T any](resp connect.AnyResponse, err error) (T, bool) {
 	var zero T
@@ -149,7 +164,8 @@ func (i *Interceptor) acquire(ctx context.Context, req connect.AnyRequest, r *lo
 		}
 		defer i.waiters.remove(c.id)
 	}
-	if err := i.locks.reserve(c.id, c.locks, time.Now()); err != nil {
+	keys := requestKeys(r.GetKey(), claimKeys(r.GetClaims()))
+	if err := i.locks.reserve(c.id, c.locks, len(keys), time.Now()); err != nil {
 		var over *overLimit
 		if errors.As(err, &over) && over.total {
 			return nil, connect.NewError(connect.CodeResourceExhausted,
@@ -159,11 +175,22 @@ func (i *Interceptor) acquire(ctx context.Context, req connect.AnyRequest, r *lo
 	}
 	resp, err := next(ctx, req)
 	if out, ok := answer[*lockv1.AcquireResponse](resp, err); ok && out.GetAcquired() {
-		i.locks.granted(c.id, r.GetKey(), time.Now().Add(out.GetLease().GetTtl().AsDuration()))
+		until := time.Now().Add(out.GetLease().GetTtl().AsDuration())
+		for _, k := range keys {
+			i.locks.granted(c.id, k, until)
+		}
 	} else {
-		i.locks.unreserve(c.id)
+		i.locks.unreserve(c.id, len(keys))
 	}
 	return resp, err
+}
+
+func claimKeys(claims []*lockv1.Claim) []string {
+	keys := make([]string, len(claims))
+	for i, c := range claims {
+		keys[i] = c.GetKey()
+	}
+	return keys
 }
 
 // exhausted words a per-caller refusal; err is the counter's *overLimit.

@@ -327,9 +327,9 @@ func TestWaitersPerClient(t *testing.T) {
 	if r, err := acquire(ctx, client(""), "busy", time.Minute); err != nil || r.GetAcquired() {
 		t.Fatalf("try once: %v %v", r, err)
 	}
-	other, otherCancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer otherCancel()
-	r, err := client("127.0.0.2").Acquire(other, &lockv1.AcquireRequest{Key: "busy", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(50 * time.Millisecond)})
+	// The server ends the wait (50ms); the client's own deadline is the
+	// test's, not a tight one that a loaded machine can beat it to.
+	r, err := client("127.0.0.2").Acquire(ctx, &lockv1.AcquireRequest{Key: "busy", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(50 * time.Millisecond)})
 	if err != nil || r.GetAcquired() {
 		t.Fatalf("another client's waiter: %v %v, want it to wait and time out", r, err)
 	}
@@ -451,5 +451,43 @@ func TestOtherLimits(t *testing.T) {
 	stopWaiting()
 	if err := <-waited; connect.CodeOf(err) != connect.CodeCanceled {
 		t.Fatalf("the canceled waiter: %v", err)
+	}
+}
+
+// Each key of a multi-key lease counts as a lock; a set that would pass the
+// bound is refused whole, and its release frees every key's place.
+func TestSetsCountEveryKey(t *testing.T) {
+	lim := limits.New(limits.Config{MaxLocksPerClient: 3})
+	client := start(t, lim)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a := client("")
+	set := func(keys ...string) *lockv1.AcquireRequest {
+		r := &lockv1.AcquireRequest{Ttl: durationpb.New(time.Minute)}
+		for _, k := range keys {
+			r.Claims = append(r.Claims, &lockv1.Claim{Key: k})
+		}
+		return r
+	}
+	r, err := a.Acquire(ctx, set("s/1", "s/2"))
+	if err != nil || !r.GetAcquired() {
+		t.Fatal(r, err)
+	}
+	if lim.Locks() != 2 {
+		t.Fatalf("%d locks counted for a set of 2, want 2", lim.Locks())
+	}
+	_, err = a.Acquire(ctx, set("s/3", "s/4"))
+	wantExhausted(t, "a set that passes the bound", err, "acquire: 2 locks held or being acquired by this client address (127.0.0.1)")
+	if lim.Locks() != 2 {
+		t.Fatalf("%d locks counted after a refused set, want 2", lim.Locks())
+	}
+	if _, err := a.Release(ctx, &lockv1.ReleaseRequest{Keys: []string{"s/1", "s/2"}, OwnerToken: r.GetLease().GetOwnerToken()}); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Locks() != 0 {
+		t.Fatalf("%d locks counted after the set's release, want 0", lim.Locks())
+	}
+	if r, err := a.Acquire(ctx, set("s/3", "s/4", "s/5")); err != nil || !r.GetAcquired() {
+		t.Fatalf("a set of 3 within the bound: %v %v", r, err)
 	}
 }

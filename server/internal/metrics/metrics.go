@@ -12,6 +12,9 @@
 //	holdfast_releases_total{outcome}                   released | stale (the token no longer held)
 //	holdfast_extends_total{outcome}                    extended | lost
 //	holdfast_lease_expirations_total                   leases that ran out (the backend's expired events)
+//	holdfast_multi_key_acquisitions_keys               histogram, keys of multi-key Acquires (claims) that acquired
+//	holdfast_replays_total{op}                         repeats (same request_id) answered with the first attempt's lease
+//	holdfast_lock_delay_refusals_total                 Acquires answered not acquired because a key was in its lock-delay
 //	holdfast_waiters                                   callers queued on this server (all keys)
 //	holdfast_locks_held                                locks held in the backend (counted by List at scrape)
 //	holdfast_rpc_duration_seconds{method,code}         histogram, unary RPCs (Acquire includes its wait)
@@ -64,6 +67,9 @@ type Metrics struct {
 	releases     *prometheus.CounterVec
 	extends      *prometheus.CounterVec
 	expirations  prometheus.Counter
+	setKeys      prometheus.Histogram
+	replays      *prometheus.CounterVec
+	delayed      prometheus.Counter
 	rpc          *prometheus.HistogramVec
 	streams      *prometheus.GaugeVec
 	pluginCalls  *prometheus.HistogramVec
@@ -99,6 +105,19 @@ func New() *Metrics {
 		Name: "holdfast_lease_expirations_total",
 		Help: "Leases that ran out of TTL while held (the backend's expired events seen by this server).",
 	})
+	m.setKeys = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "holdfast_multi_key_acquisitions_keys",
+		Help:    "Keys of each multi-key Acquire (claims) that acquired.",
+		Buckets: []float64{2, 3, 4, 8, 16, 32, 64},
+	})
+	m.replays = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "holdfast_replays_total",
+		Help: "Repeats of a request (same request_id) answered as its first attempt was, by operation: a lost answer recovered.",
+	}, []string{"op"})
+	m.delayed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "holdfast_lock_delay_refusals_total",
+		Help: "Acquires answered not acquired because a key was in its lock-delay (its last lease expired).",
+	})
 	m.rpc = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "holdfast_rpc_duration_seconds",
 		Help:    "Unary RPC latency by method and Connect code (ok on success); a queued Acquire includes its wait.",
@@ -125,10 +144,12 @@ func New() *Metrics {
 		m.extends.WithLabelValues(o)
 	}
 	m.streams.WithLabelValues("Watch")
+	m.replays.WithLabelValues("acquire")
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.acquisitions, m.acquireWait, m.releases, m.extends, m.expirations,
+		m.setKeys, m.replays, m.delayed,
 		m.rpc, m.streams, m.pluginCalls,
 	)
 	return m
@@ -178,6 +199,15 @@ func (m *Metrics) BackendEvent(t backend.EventType) {
 		m.expirations.Inc()
 	}
 }
+
+// SetAcquired implements engine.Observer.
+func (m *Metrics) SetAcquired(keys int) { m.setKeys.Observe(float64(keys)) }
+
+// Replayed implements engine.Observer.
+func (m *Metrics) Replayed(op string) { m.replays.WithLabelValues(op).Inc() }
+
+// LockDelayed implements engine.Observer.
+func (m *Metrics) LockDelayed() { m.delayed.Inc() }
 
 // PluginCall is pluginhost.Config.OnCall.
 func (m *Metrics) PluginCall(method string, took time.Duration, err error) {

@@ -93,6 +93,10 @@ const (
 	ItemErrorCode_ITEM_ERROR_CODE_UNSPECIFIED      ItemErrorCode = 0
 	ItemErrorCode_ITEM_ERROR_CODE_INVALID_ARGUMENT ItemErrorCode = 1
 	ItemErrorCode_ITEM_ERROR_CODE_UNAVAILABLE      ItemErrorCode = 2
+	// The item's request id is kept with other arguments (nothing changed).
+	ItemErrorCode_ITEM_ERROR_CODE_REQUEST_CONFLICT ItemErrorCode = 3
+	// The store, as configured, cannot do this item.
+	ItemErrorCode_ITEM_ERROR_CODE_FAILED_PRECONDITION ItemErrorCode = 4
 )
 
 // Enum value maps for ItemErrorCode.
@@ -101,11 +105,15 @@ var (
 		0: "ITEM_ERROR_CODE_UNSPECIFIED",
 		1: "ITEM_ERROR_CODE_INVALID_ARGUMENT",
 		2: "ITEM_ERROR_CODE_UNAVAILABLE",
+		3: "ITEM_ERROR_CODE_REQUEST_CONFLICT",
+		4: "ITEM_ERROR_CODE_FAILED_PRECONDITION",
 	}
 	ItemErrorCode_value = map[string]int32{
-		"ITEM_ERROR_CODE_UNSPECIFIED":      0,
-		"ITEM_ERROR_CODE_INVALID_ARGUMENT": 1,
-		"ITEM_ERROR_CODE_UNAVAILABLE":      2,
+		"ITEM_ERROR_CODE_UNSPECIFIED":         0,
+		"ITEM_ERROR_CODE_INVALID_ARGUMENT":    1,
+		"ITEM_ERROR_CODE_UNAVAILABLE":         2,
+		"ITEM_ERROR_CODE_REQUEST_CONFLICT":    3,
+		"ITEM_ERROR_CODE_FAILED_PRECONDITION": 4,
 	}
 )
 
@@ -197,10 +205,16 @@ type Record struct {
 	// The backend's view of the expiry.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// Time left when the backend answered; the engine times waiters with it.
-	Remaining     *durationpb.Duration `protobuf:"bytes,5,opt,name=remaining,proto3" json:"remaining,omitempty"`
-	Stamp         *Stamp               `protobuf:"bytes,6,opt,name=stamp,proto3" json:"stamp,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Remaining *durationpb.Duration `protobuf:"bytes,5,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	Stamp     *Stamp               `protobuf:"bytes,6,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	// The lock-delay that follows this lock if it expires.
+	LockDelay *durationpb.Duration `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// Set only on the record of a key nobody holds (a Get that found nothing,
+	// an Acquire that did not acquire): the key is in its lock-delay for this
+	// much longer. Only key is set beside it.
+	DelayRemaining *durationpb.Duration `protobuf:"bytes,8,opt,name=delay_remaining,json=delayRemaining,proto3" json:"delay_remaining,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Record) Reset() {
@@ -275,6 +289,76 @@ func (x *Record) GetStamp() *Stamp {
 	return nil
 }
 
+func (x *Record) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
+	}
+	return nil
+}
+
+func (x *Record) GetDelayRemaining() *durationpb.Duration {
+	if x != nil {
+		return x.DelayRemaining
+	}
+	return nil
+}
+
+// RequestIdentity makes a mutating call retry-safe (backends whose Info says
+// request_ids). Both fields are opaque strings made by the engine: equal ids
+// are repeats of one request, and a repeat whose fingerprint differs is a
+// conflict (answered ALREADY_EXISTS, nothing changed).
+type RequestIdentity struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Fingerprint   string                 `protobuf:"bytes,2,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestIdentity) Reset() {
+	*x = RequestIdentity{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestIdentity) ProtoMessage() {}
+
+func (x *RequestIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestIdentity.ProtoReflect.Descriptor instead.
+func (*RequestIdentity) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RequestIdentity) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RequestIdentity) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -283,7 +367,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +379,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +392,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{3}
 }
 
 type InfoResponse struct {
@@ -322,14 +406,20 @@ type InfoResponse struct {
 	MaxTtl         *durationpb.Duration   `protobuf:"bytes,7,opt,name=max_ttl,json=maxTtl,proto3" json:"max_ttl,omitempty"`
 	Fair           bool                   `protobuf:"varint,8,opt,name=fair,proto3" json:"fair,omitempty"`
 	// The backend serves AcquireBatch, ReleaseBatch and ExtendBatch.
-	Batch         bool `protobuf:"varint,9,opt,name=batch,proto3" json:"batch,omitempty"`
+	Batch bool `protobuf:"varint,9,opt,name=batch,proto3" json:"batch,omitempty"`
+	// The most keys one AcquireSet may claim; 0 or 1: no set calls.
+	MaxKeys uint32 `protobuf:"varint,10,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
+	// Request identities are kept with leases (RequestIdentity is honoured).
+	RequestIds bool `protobuf:"varint,11,opt,name=request_ids,json=requestIds,proto3" json:"request_ids,omitempty"`
+	// The longest lock_delay the backend keeps; 0: none.
+	MaxLockDelay  *durationpb.Duration `protobuf:"bytes,12,opt,name=max_lock_delay,json=maxLockDelay,proto3" json:"max_lock_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +431,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +444,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{3}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *InfoResponse) GetName() string {
@@ -420,6 +510,27 @@ func (x *InfoResponse) GetBatch() bool {
 	return false
 }
 
+func (x *InfoResponse) GetMaxKeys() uint32 {
+	if x != nil {
+		return x.MaxKeys
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetRequestIds() bool {
+	if x != nil {
+		return x.RequestIds
+	}
+	return false
+}
+
+func (x *InfoResponse) GetMaxLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.MaxLockDelay
+	}
+	return nil
+}
+
 type AcquireRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Key        string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -432,14 +543,24 @@ type AcquireRequest struct {
 	// Fair backends only. Empty: acquire only if key's queue is empty (no
 	// barging past queued waiters). Set: acquire only if this waiter is the
 	// head of key's queue, and remove its entry in the same step.
-	WaiterId      string `protobuf:"bytes,6,opt,name=waiter_id,json=waiterId,proto3" json:"waiter_id,omitempty"`
+	WaiterId string `protobuf:"bytes,6,opt,name=waiter_id,json=waiterId,proto3" json:"waiter_id,omitempty"`
+	// Retry-safe acquire: when key is held under this request id, answer the
+	// lease as acquired (replayed, with the replay stored with it) instead.
+	Request *RequestIdentity `protobuf:"bytes,7,opt,name=request,proto3" json:"request,omitempty"`
+	// Stored with the lock when taken; answered by a replay.
+	Replay string `protobuf:"bytes,8,opt,name=replay,proto3" json:"replay,omitempty"`
+	// After this lock expires (not when released), key refuses holders for
+	// this long.
+	LockDelay *durationpb.Duration `protobuf:"bytes,9,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// Answer a replay only: never take a free key.
+	ReplayOnly    bool `protobuf:"varint,10,opt,name=replay_only,json=replayOnly,proto3" json:"replay_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +572,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +585,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{4}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AcquireRequest) GetKey() string {
@@ -509,18 +630,50 @@ func (x *AcquireRequest) GetWaiterId() string {
 	return ""
 }
 
+func (x *AcquireRequest) GetRequest() *RequestIdentity {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetReplay() string {
+	if x != nil {
+		return x.Replay
+	}
+	return ""
+}
+
+func (x *AcquireRequest) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetReplayOnly() bool {
+	if x != nil {
+		return x.ReplayOnly
+	}
+	return false
+}
+
 type AcquireResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Acquired bool                   `protobuf:"varint,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
 	// The new lock when acquired; the current holder when not.
-	Record        *Record `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
+	Record *Record `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
+	// The lock was taken by an earlier Acquire with the same request id.
+	Replayed bool `protobuf:"varint,3,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// What that Acquire stored (its replay field).
+	Replay        string `protobuf:"bytes,4,opt,name=replay,proto3" json:"replay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +685,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +698,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{5}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AcquireResponse) GetAcquired() bool {
@@ -562,19 +715,39 @@ func (x *AcquireResponse) GetRecord() *Record {
 	return nil
 }
 
+func (x *AcquireResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+func (x *AcquireResponse) GetReplay() string {
+	if x != nil {
+		return x.Replay
+	}
+	return ""
+}
+
 type ReleaseRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Key        string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	OwnerToken string                 `protobuf:"bytes,2,opt,name=owner_token,json=ownerToken,proto3" json:"owner_token,omitempty"`
 	// Stored as the key's last stamp when it is later than the stored one.
-	Stamp         *Stamp `protobuf:"bytes,3,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	Stamp *Stamp `protobuf:"bytes,3,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	// Retry-safe release: kept with the key once released, so that a repeat
+	// answers released=true.
+	Request *RequestIdentity `protobuf:"bytes,4,opt,name=request,proto3" json:"request,omitempty"`
+	// The engine gives back a lock nobody was told of: release it only if no
+	// replay of its Acquire has been answered.
+	Abandon       bool `protobuf:"varint,5,opt,name=abandon,proto3" json:"abandon,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +759,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +772,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{6}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReleaseRequest) GetKey() string {
@@ -623,6 +796,20 @@ func (x *ReleaseRequest) GetStamp() *Stamp {
 	return nil
 }
 
+func (x *ReleaseRequest) GetRequest() *RequestIdentity {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *ReleaseRequest) GetAbandon() bool {
+	if x != nil {
+		return x.Abandon
+	}
+	return false
+}
+
 type ReleaseResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Released      bool                   `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
@@ -632,7 +819,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +831,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +844,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{7}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -673,13 +860,14 @@ type ExtendRequest struct {
 	OwnerToken    string                 `protobuf:"bytes,2,opt,name=owner_token,json=ownerToken,proto3" json:"owner_token,omitempty"`
 	Ttl           *durationpb.Duration   `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	Stamp         *Stamp                 `protobuf:"bytes,4,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	Request       *RequestIdentity       `protobuf:"bytes,5,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExtendRequest) Reset() {
 	*x = ExtendRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +879,7 @@ func (x *ExtendRequest) String() string {
 func (*ExtendRequest) ProtoMessage() {}
 
 func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +892,7 @@ func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendRequest.ProtoReflect.Descriptor instead.
 func (*ExtendRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{8}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExtendRequest) GetKey() string {
@@ -735,6 +923,13 @@ func (x *ExtendRequest) GetStamp() *Stamp {
 	return nil
 }
 
+func (x *ExtendRequest) GetRequest() *RequestIdentity {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
 type ExtendResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Extended      bool                   `protobuf:"varint,1,opt,name=extended,proto3" json:"extended,omitempty"`
@@ -745,7 +940,7 @@ type ExtendResponse struct {
 
 func (x *ExtendResponse) Reset() {
 	*x = ExtendResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +952,7 @@ func (x *ExtendResponse) String() string {
 func (*ExtendResponse) ProtoMessage() {}
 
 func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +965,7 @@ func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendResponse.ProtoReflect.Descriptor instead.
 func (*ExtendResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{9}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExtendResponse) GetExtended() bool {
@@ -796,7 +991,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +1003,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +1016,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{10}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetRequest) GetKey() string {
@@ -841,7 +1036,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +1048,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +1061,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{11}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -894,7 +1089,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1101,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1114,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{12}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -953,7 +1148,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1160,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1173,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{13}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListResponse) GetRecords() []*Record {
@@ -1004,7 +1199,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1211,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1224,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -1050,7 +1245,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1257,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1270,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchResponse) GetType() EventType {
@@ -1102,7 +1297,7 @@ type EnqueueRequest struct {
 
 func (x *EnqueueRequest) Reset() {
 	*x = EnqueueRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1309,7 @@ func (x *EnqueueRequest) String() string {
 func (*EnqueueRequest) ProtoMessage() {}
 
 func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1322,7 @@ func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EnqueueRequest) GetKey() string {
@@ -1154,7 +1349,7 @@ type EnqueueResponse struct {
 
 func (x *EnqueueResponse) Reset() {
 	*x = EnqueueResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1361,7 @@ func (x *EnqueueResponse) String() string {
 func (*EnqueueResponse) ProtoMessage() {}
 
 func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1374,7 @@ func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EnqueueResponse) GetPosition() int64 {
@@ -1199,7 +1394,7 @@ type WaitTurnRequest struct {
 
 func (x *WaitTurnRequest) Reset() {
 	*x = WaitTurnRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1406,7 @@ func (x *WaitTurnRequest) String() string {
 func (*WaitTurnRequest) ProtoMessage() {}
 
 func (x *WaitTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1419,7 @@ func (x *WaitTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTurnRequest.ProtoReflect.Descriptor instead.
 func (*WaitTurnRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WaitTurnRequest) GetKey() string {
@@ -1250,7 +1445,7 @@ type WaitTurnResponse struct {
 
 func (x *WaitTurnResponse) Reset() {
 	*x = WaitTurnResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1457,7 @@ func (x *WaitTurnResponse) String() string {
 func (*WaitTurnResponse) ProtoMessage() {}
 
 func (x *WaitTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1470,7 @@ func (x *WaitTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTurnResponse.ProtoReflect.Descriptor instead.
 func (*WaitTurnResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WaitTurnResponse) GetQueued() bool {
@@ -1295,7 +1490,7 @@ type DequeueRequest struct {
 
 func (x *DequeueRequest) Reset() {
 	*x = DequeueRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1502,7 @@ func (x *DequeueRequest) String() string {
 func (*DequeueRequest) ProtoMessage() {}
 
 func (x *DequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1515,7 @@ func (x *DequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DequeueRequest.ProtoReflect.Descriptor instead.
 func (*DequeueRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DequeueRequest) GetKey() string {
@@ -1345,7 +1540,7 @@ type DequeueResponse struct {
 
 func (x *DequeueResponse) Reset() {
 	*x = DequeueResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1552,7 @@ func (x *DequeueResponse) String() string {
 func (*DequeueResponse) ProtoMessage() {}
 
 func (x *DequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,14 +1565,14 @@ func (x *DequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DequeueResponse.ProtoReflect.Descriptor instead.
 func (*DequeueResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 // ItemError is why one item of a batch has no outcome: the store could not
 // decide it (the others' outcomes stand).
 type ItemError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// INVALID_ARGUMENT or UNAVAILABLE, as the single call would answer.
+	// The code the single call would answer with.
 	Code          ItemErrorCode `protobuf:"varint,1,opt,name=code,proto3,enum=holdfast.backend.v1.ItemErrorCode" json:"code,omitempty"`
 	Message       string        `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1386,7 +1581,7 @@ type ItemError struct {
 
 func (x *ItemError) Reset() {
 	*x = ItemError{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1593,7 @@ func (x *ItemError) String() string {
 func (*ItemError) ProtoMessage() {}
 
 func (x *ItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1606,7 @@ func (x *ItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
 func (*ItemError) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ItemError) GetCode() ItemErrorCode {
@@ -1437,7 +1632,7 @@ type AcquireBatchRequest struct {
 
 func (x *AcquireBatchRequest) Reset() {
 	*x = AcquireBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1644,7 @@ func (x *AcquireBatchRequest) String() string {
 func (*AcquireBatchRequest) ProtoMessage() {}
 
 func (x *AcquireBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1657,7 @@ func (x *AcquireBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireBatchRequest.ProtoReflect.Descriptor instead.
 func (*AcquireBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AcquireBatchRequest) GetItems() []*AcquireRequest {
@@ -1482,7 +1677,7 @@ type AcquireBatchResponse struct {
 
 func (x *AcquireBatchResponse) Reset() {
 	*x = AcquireBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1689,7 @@ func (x *AcquireBatchResponse) String() string {
 func (*AcquireBatchResponse) ProtoMessage() {}
 
 func (x *AcquireBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1702,7 @@ func (x *AcquireBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireBatchResponse.ProtoReflect.Descriptor instead.
 func (*AcquireBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AcquireBatchResponse) GetItems() []*AcquireOutcome {
@@ -1528,7 +1723,7 @@ type AcquireOutcome struct {
 
 func (x *AcquireOutcome) Reset() {
 	*x = AcquireOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1735,7 @@ func (x *AcquireOutcome) String() string {
 func (*AcquireOutcome) ProtoMessage() {}
 
 func (x *AcquireOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1748,7 @@ func (x *AcquireOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireOutcome.ProtoReflect.Descriptor instead.
 func (*AcquireOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AcquireOutcome) GetResult() *AcquireResponse {
@@ -1579,7 +1774,7 @@ type ReleaseBatchRequest struct {
 
 func (x *ReleaseBatchRequest) Reset() {
 	*x = ReleaseBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1786,7 @@ func (x *ReleaseBatchRequest) String() string {
 func (*ReleaseBatchRequest) ProtoMessage() {}
 
 func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1799,7 @@ func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReleaseBatchRequest) GetItems() []*ReleaseRequest {
@@ -1623,7 +1818,7 @@ type ReleaseBatchResponse struct {
 
 func (x *ReleaseBatchResponse) Reset() {
 	*x = ReleaseBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1830,7 @@ func (x *ReleaseBatchResponse) String() string {
 func (*ReleaseBatchResponse) ProtoMessage() {}
 
 func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1843,7 @@ func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReleaseBatchResponse) GetItems() []*ReleaseOutcome {
@@ -1668,7 +1863,7 @@ type ReleaseOutcome struct {
 
 func (x *ReleaseOutcome) Reset() {
 	*x = ReleaseOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1875,7 @@ func (x *ReleaseOutcome) String() string {
 func (*ReleaseOutcome) ProtoMessage() {}
 
 func (x *ReleaseOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1888,7 @@ func (x *ReleaseOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseOutcome.ProtoReflect.Descriptor instead.
 func (*ReleaseOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReleaseOutcome) GetReleased() bool {
@@ -1719,7 +1914,7 @@ type ExtendBatchRequest struct {
 
 func (x *ExtendBatchRequest) Reset() {
 	*x = ExtendBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1926,7 @@ func (x *ExtendBatchRequest) String() string {
 func (*ExtendBatchRequest) ProtoMessage() {}
 
 func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1939,7 @@ func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchRequest.ProtoReflect.Descriptor instead.
 func (*ExtendBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ExtendBatchRequest) GetItems() []*ExtendRequest {
@@ -1763,7 +1958,7 @@ type ExtendBatchResponse struct {
 
 func (x *ExtendBatchResponse) Reset() {
 	*x = ExtendBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1970,7 @@ func (x *ExtendBatchResponse) String() string {
 func (*ExtendBatchResponse) ProtoMessage() {}
 
 func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1983,7 @@ func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchResponse.ProtoReflect.Descriptor instead.
 func (*ExtendBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExtendBatchResponse) GetItems() []*ExtendOutcome {
@@ -1808,7 +2003,7 @@ type ExtendOutcome struct {
 
 func (x *ExtendOutcome) Reset() {
 	*x = ExtendOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +2015,7 @@ func (x *ExtendOutcome) String() string {
 func (*ExtendOutcome) ProtoMessage() {}
 
 func (x *ExtendOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +2028,7 @@ func (x *ExtendOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendOutcome.ProtoReflect.Descriptor instead.
 func (*ExtendOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExtendOutcome) GetResult() *ExtendResponse {
@@ -1850,6 +2045,588 @@ func (x *ExtendOutcome) GetError() *ItemError {
 	return nil
 }
 
+// Claim is one key an AcquireSet takes.
+type Claim struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Claim) Reset() {
+	*x = Claim{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Claim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Claim) ProtoMessage() {}
+
+func (x *Claim) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Claim.ProtoReflect.Descriptor instead.
+func (*Claim) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *Claim) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type AcquireSetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Distinct keys, in byte order.
+	Claims     []*Claim             `protobuf:"bytes,1,rep,name=claims,proto3" json:"claims,omitempty"`
+	OwnerToken string               `protobuf:"bytes,2,opt,name=owner_token,json=ownerToken,proto3" json:"owner_token,omitempty"`
+	Ttl        *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Holder     string               `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
+	// The backend stores one stamp on every key: the later of this one and
+	// the successor of every key's last stamp.
+	Stamp *Stamp `protobuf:"bytes,5,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	// As AcquireRequest.waiter_id, for every key's queue.
+	WaiterId      string               `protobuf:"bytes,6,opt,name=waiter_id,json=waiterId,proto3" json:"waiter_id,omitempty"`
+	Request       *RequestIdentity     `protobuf:"bytes,7,opt,name=request,proto3" json:"request,omitempty"`
+	Replay        string               `protobuf:"bytes,8,opt,name=replay,proto3" json:"replay,omitempty"`
+	LockDelay     *durationpb.Duration `protobuf:"bytes,9,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	ReplayOnly    bool                 `protobuf:"varint,10,opt,name=replay_only,json=replayOnly,proto3" json:"replay_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireSetRequest) Reset() {
+	*x = AcquireSetRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireSetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireSetRequest) ProtoMessage() {}
+
+func (x *AcquireSetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireSetRequest.ProtoReflect.Descriptor instead.
+func (*AcquireSetRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *AcquireSetRequest) GetClaims() []*Claim {
+	if x != nil {
+		return x.Claims
+	}
+	return nil
+}
+
+func (x *AcquireSetRequest) GetOwnerToken() string {
+	if x != nil {
+		return x.OwnerToken
+	}
+	return ""
+}
+
+func (x *AcquireSetRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *AcquireSetRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *AcquireSetRequest) GetStamp() *Stamp {
+	if x != nil {
+		return x.Stamp
+	}
+	return nil
+}
+
+func (x *AcquireSetRequest) GetWaiterId() string {
+	if x != nil {
+		return x.WaiterId
+	}
+	return ""
+}
+
+func (x *AcquireSetRequest) GetRequest() *RequestIdentity {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *AcquireSetRequest) GetReplay() string {
+	if x != nil {
+		return x.Replay
+	}
+	return ""
+}
+
+func (x *AcquireSetRequest) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
+	}
+	return nil
+}
+
+func (x *AcquireSetRequest) GetReplayOnly() bool {
+	if x != nil {
+		return x.ReplayOnly
+	}
+	return false
+}
+
+type AcquireSetResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Acquired bool                   `protobuf:"varint,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
+	// When acquired: the new lock of every claim, in the claims' order.
+	Records []*Record `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// When not acquired: a claimed key's holder, or a claimed key's lock-delay
+	// (delay_remaining), when known.
+	Blocker       *Record `protobuf:"bytes,3,opt,name=blocker,proto3" json:"blocker,omitempty"`
+	Replayed      bool    `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Replay        string  `protobuf:"bytes,5,opt,name=replay,proto3" json:"replay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireSetResponse) Reset() {
+	*x = AcquireSetResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireSetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireSetResponse) ProtoMessage() {}
+
+func (x *AcquireSetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireSetResponse.ProtoReflect.Descriptor instead.
+func (*AcquireSetResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *AcquireSetResponse) GetAcquired() bool {
+	if x != nil {
+		return x.Acquired
+	}
+	return false
+}
+
+func (x *AcquireSetResponse) GetRecords() []*Record {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *AcquireSetResponse) GetBlocker() *Record {
+	if x != nil {
+		return x.Blocker
+	}
+	return nil
+}
+
+func (x *AcquireSetResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+func (x *AcquireSetResponse) GetReplay() string {
+	if x != nil {
+		return x.Replay
+	}
+	return ""
+}
+
+type ReleaseSetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	OwnerToken    string                 `protobuf:"bytes,2,opt,name=owner_token,json=ownerToken,proto3" json:"owner_token,omitempty"`
+	Stamp         *Stamp                 `protobuf:"bytes,3,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	Request       *RequestIdentity       `protobuf:"bytes,4,opt,name=request,proto3" json:"request,omitempty"`
+	Abandon       bool                   `protobuf:"varint,5,opt,name=abandon,proto3" json:"abandon,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseSetRequest) Reset() {
+	*x = ReleaseSetRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseSetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseSetRequest) ProtoMessage() {}
+
+func (x *ReleaseSetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseSetRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseSetRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ReleaseSetRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ReleaseSetRequest) GetOwnerToken() string {
+	if x != nil {
+		return x.OwnerToken
+	}
+	return ""
+}
+
+func (x *ReleaseSetRequest) GetStamp() *Stamp {
+	if x != nil {
+		return x.Stamp
+	}
+	return nil
+}
+
+func (x *ReleaseSetRequest) GetRequest() *RequestIdentity {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *ReleaseSetRequest) GetAbandon() bool {
+	if x != nil {
+		return x.Abandon
+	}
+	return false
+}
+
+type ReleaseSetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Released      bool                   `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseSetResponse) Reset() {
+	*x = ReleaseSetResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseSetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseSetResponse) ProtoMessage() {}
+
+func (x *ReleaseSetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseSetResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseSetResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ReleaseSetResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+type ExtendSetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	OwnerToken    string                 `protobuf:"bytes,2,opt,name=owner_token,json=ownerToken,proto3" json:"owner_token,omitempty"`
+	Ttl           *durationpb.Duration   `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Stamp         *Stamp                 `protobuf:"bytes,4,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	Request       *RequestIdentity       `protobuf:"bytes,5,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendSetRequest) Reset() {
+	*x = ExtendSetRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendSetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendSetRequest) ProtoMessage() {}
+
+func (x *ExtendSetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendSetRequest.ProtoReflect.Descriptor instead.
+func (*ExtendSetRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ExtendSetRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ExtendSetRequest) GetOwnerToken() string {
+	if x != nil {
+		return x.OwnerToken
+	}
+	return ""
+}
+
+func (x *ExtendSetRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *ExtendSetRequest) GetStamp() *Stamp {
+	if x != nil {
+		return x.Stamp
+	}
+	return nil
+}
+
+func (x *ExtendSetRequest) GetRequest() *RequestIdentity {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ExtendSetResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Extended bool                   `protobuf:"varint,1,opt,name=extended,proto3" json:"extended,omitempty"`
+	// When extended: the renewed lock of every key, in the keys' order.
+	Records       []*Record `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendSetResponse) Reset() {
+	*x = ExtendSetResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendSetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendSetResponse) ProtoMessage() {}
+
+func (x *ExtendSetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendSetResponse.ProtoReflect.Descriptor instead.
+func (*ExtendSetResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ExtendSetResponse) GetExtended() bool {
+	if x != nil {
+		return x.Extended
+	}
+	return false
+}
+
+func (x *ExtendSetResponse) GetRecords() []*Record {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+type EnqueueSetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Distinct keys, in byte order.
+	Keys          []string `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	WaiterId      string   `protobuf:"bytes,2,opt,name=waiter_id,json=waiterId,proto3" json:"waiter_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueSetRequest) Reset() {
+	*x = EnqueueSetRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueSetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueSetRequest) ProtoMessage() {}
+
+func (x *EnqueueSetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueSetRequest.ProtoReflect.Descriptor instead.
+func (*EnqueueSetRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *EnqueueSetRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *EnqueueSetRequest) GetWaiterId() string {
+	if x != nil {
+		return x.WaiterId
+	}
+	return ""
+}
+
+type EnqueueSetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueSetResponse) Reset() {
+	*x = EnqueueSetResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueSetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueSetResponse) ProtoMessage() {}
+
+func (x *EnqueueSetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueSetResponse.ProtoReflect.Descriptor instead.
+func (*EnqueueSetResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{41}
+}
+
 var File_holdfast_backend_v1_backend_proto protoreflect.FileDescriptor
 
 const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
@@ -1858,7 +2635,7 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x05Stamp\x12 \n" +
 	"\fwall_time_ns\x18\x01 \x01(\x03R\n" +
 	"wallTimeNs\x12\x18\n" +
-	"\alogical\x18\x02 \x01(\rR\alogical\"\xfd\x01\n" +
+	"\alogical\x18\x02 \x01(\rR\alogical\"\xfb\x02\n" +
 	"\x06Record\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\x12\x16\n" +
@@ -1866,8 +2643,14 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x127\n" +
 	"\tremaining\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tremaining\x120\n" +
-	"\x05stamp\x18\x06 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\"\r\n" +
-	"\vInfoRequest\"\xc4\x02\n" +
+	"\x05stamp\x18\x06 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\x128\n" +
+	"\n" +
+	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12B\n" +
+	"\x0fdelay_remaining\x18\b \x01(\v2\x19.google.protobuf.DurationR\x0edelayRemaining\"C\n" +
+	"\x0fRequestIdentity\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
+	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\"\r\n" +
+	"\vInfoRequest\"\xc1\x03\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
@@ -1877,7 +2660,12 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\amin_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06minTtl\x122\n" +
 	"\amax_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06maxTtl\x12\x12\n" +
 	"\x04fair\x18\b \x01(\bR\x04fair\x12\x14\n" +
-	"\x05batch\x18\t \x01(\bR\x05batch\"\xd7\x01\n" +
+	"\x05batch\x18\t \x01(\bR\x05batch\x12\x19\n" +
+	"\bmax_keys\x18\n" +
+	" \x01(\rR\amaxKeys\x12\x1f\n" +
+	"\vrequest_ids\x18\v \x01(\bR\n" +
+	"requestIds\x12?\n" +
+	"\x0emax_lock_delay\x18\f \x01(\v2\x19.google.protobuf.DurationR\fmaxLockDelay\"\x8a\x03\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
@@ -1885,23 +2673,35 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x16\n" +
 	"\x06holder\x18\x04 \x01(\tR\x06holder\x120\n" +
 	"\x05stamp\x18\x05 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\x12\x1b\n" +
-	"\twaiter_id\x18\x06 \x01(\tR\bwaiterId\"b\n" +
+	"\twaiter_id\x18\x06 \x01(\tR\bwaiterId\x12>\n" +
+	"\arequest\x18\a \x01(\v2$.holdfast.backend.v1.RequestIdentityR\arequest\x12\x16\n" +
+	"\x06replay\x18\b \x01(\tR\x06replay\x128\n" +
+	"\n" +
+	"lock_delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x1f\n" +
+	"\vreplay_only\x18\n" +
+	" \x01(\bR\n" +
+	"replayOnly\"\x96\x01\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x123\n" +
-	"\x06record\x18\x02 \x01(\v2\x1b.holdfast.backend.v1.RecordR\x06record\"u\n" +
+	"\x06record\x18\x02 \x01(\v2\x1b.holdfast.backend.v1.RecordR\x06record\x12\x1a\n" +
+	"\breplayed\x18\x03 \x01(\bR\breplayed\x12\x16\n" +
+	"\x06replay\x18\x04 \x01(\tR\x06replay\"\xcf\x01\n" +
 	"\x0eReleaseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
 	"ownerToken\x120\n" +
-	"\x05stamp\x18\x03 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\"-\n" +
+	"\x05stamp\x18\x03 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\x12>\n" +
+	"\arequest\x18\x04 \x01(\v2$.holdfast.backend.v1.RequestIdentityR\arequest\x12\x18\n" +
+	"\aabandon\x18\x05 \x01(\bR\aabandon\"-\n" +
 	"\x0fReleaseResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\bR\breleased\"\xa1\x01\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\"\xe1\x01\n" +
 	"\rExtendRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
 	"ownerToken\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x120\n" +
-	"\x05stamp\x18\x04 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\"a\n" +
+	"\x05stamp\x18\x04 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\x12>\n" +
+	"\arequest\x18\x05 \x01(\v2$.holdfast.backend.v1.RequestIdentityR\arequest\"a\n" +
 	"\x0eExtendResponse\x12\x1a\n" +
 	"\bextended\x18\x01 \x01(\bR\bextended\x123\n" +
 	"\x06record\x18\x02 \x01(\v2\x1b.holdfast.backend.v1.RecordR\x06record\"\x1e\n" +
@@ -1961,17 +2761,65 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\".holdfast.backend.v1.ExtendOutcomeR\x05items\"\x82\x01\n" +
 	"\rExtendOutcome\x12;\n" +
 	"\x06result\x18\x01 \x01(\v2#.holdfast.backend.v1.ExtendResponseR\x06result\x124\n" +
-	"\x05error\x18\x02 \x01(\v2\x1e.holdfast.backend.v1.ItemErrorR\x05error*\x88\x01\n" +
+	"\x05error\x18\x02 \x01(\v2\x1e.holdfast.backend.v1.ItemErrorR\x05error\"\x19\n" +
+	"\x05Claim\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\xaf\x03\n" +
+	"\x11AcquireSetRequest\x122\n" +
+	"\x06claims\x18\x01 \x03(\v2\x1a.holdfast.backend.v1.ClaimR\x06claims\x12\x1f\n" +
+	"\vowner_token\x18\x02 \x01(\tR\n" +
+	"ownerToken\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x16\n" +
+	"\x06holder\x18\x04 \x01(\tR\x06holder\x120\n" +
+	"\x05stamp\x18\x05 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\x12\x1b\n" +
+	"\twaiter_id\x18\x06 \x01(\tR\bwaiterId\x12>\n" +
+	"\arequest\x18\a \x01(\v2$.holdfast.backend.v1.RequestIdentityR\arequest\x12\x16\n" +
+	"\x06replay\x18\b \x01(\tR\x06replay\x128\n" +
+	"\n" +
+	"lock_delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x1f\n" +
+	"\vreplay_only\x18\n" +
+	" \x01(\bR\n" +
+	"replayOnly\"\xd2\x01\n" +
+	"\x12AcquireSetResponse\x12\x1a\n" +
+	"\bacquired\x18\x01 \x01(\bR\bacquired\x125\n" +
+	"\arecords\x18\x02 \x03(\v2\x1b.holdfast.backend.v1.RecordR\arecords\x125\n" +
+	"\ablocker\x18\x03 \x01(\v2\x1b.holdfast.backend.v1.RecordR\ablocker\x12\x1a\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\x12\x16\n" +
+	"\x06replay\x18\x05 \x01(\tR\x06replay\"\xd4\x01\n" +
+	"\x11ReleaseSetRequest\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x1f\n" +
+	"\vowner_token\x18\x02 \x01(\tR\n" +
+	"ownerToken\x120\n" +
+	"\x05stamp\x18\x03 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\x12>\n" +
+	"\arequest\x18\x04 \x01(\v2$.holdfast.backend.v1.RequestIdentityR\arequest\x12\x18\n" +
+	"\aabandon\x18\x05 \x01(\bR\aabandon\"0\n" +
+	"\x12ReleaseSetResponse\x12\x1a\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\"\xe6\x01\n" +
+	"\x10ExtendSetRequest\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x1f\n" +
+	"\vowner_token\x18\x02 \x01(\tR\n" +
+	"ownerToken\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x120\n" +
+	"\x05stamp\x18\x04 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\x12>\n" +
+	"\arequest\x18\x05 \x01(\v2$.holdfast.backend.v1.RequestIdentityR\arequest\"f\n" +
+	"\x11ExtendSetResponse\x12\x1a\n" +
+	"\bextended\x18\x01 \x01(\bR\bextended\x125\n" +
+	"\arecords\x18\x02 \x03(\v2\x1b.holdfast.backend.v1.RecordR\arecords\"D\n" +
+	"\x11EnqueueSetRequest\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x1b\n" +
+	"\twaiter_id\x18\x02 \x01(\tR\bwaiterId\"\x14\n" +
+	"\x12EnqueueSetResponse*\x88\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x03\x12\x15\n" +
-	"\x11EVENT_TYPE_SYNCED\x10\x04*w\n" +
+	"\x11EVENT_TYPE_SYNCED\x10\x04*\xc6\x01\n" +
 	"\rItemErrorCode\x12\x1f\n" +
 	"\x1bITEM_ERROR_CODE_UNSPECIFIED\x10\x00\x12$\n" +
 	" ITEM_ERROR_CODE_INVALID_ARGUMENT\x10\x01\x12\x1f\n" +
-	"\x1bITEM_ERROR_CODE_UNAVAILABLE\x10\x022\x90\t\n" +
+	"\x1bITEM_ERROR_CODE_UNAVAILABLE\x10\x02\x12$\n" +
+	" ITEM_ERROR_CODE_REQUEST_CONFLICT\x10\x03\x12'\n" +
+	"#ITEM_ERROR_CODE_FAILED_PRECONDITION\x10\x042\x91\f\n" +
 	"\x0eBackendService\x12M\n" +
 	"\x04Info\x12 .holdfast.backend.v1.InfoRequest\x1a!.holdfast.backend.v1.InfoResponse\"\x00\x12V\n" +
 	"\aAcquire\x12#.holdfast.backend.v1.AcquireRequest\x1a$.holdfast.backend.v1.AcquireResponse\"\x00\x12V\n" +
@@ -1985,7 +2833,14 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\aDequeue\x12#.holdfast.backend.v1.DequeueRequest\x1a$.holdfast.backend.v1.DequeueResponse\"\x00\x12e\n" +
 	"\fAcquireBatch\x12(.holdfast.backend.v1.AcquireBatchRequest\x1a).holdfast.backend.v1.AcquireBatchResponse\"\x00\x12e\n" +
 	"\fReleaseBatch\x12(.holdfast.backend.v1.ReleaseBatchRequest\x1a).holdfast.backend.v1.ReleaseBatchResponse\"\x00\x12b\n" +
-	"\vExtendBatch\x12'.holdfast.backend.v1.ExtendBatchRequest\x1a(.holdfast.backend.v1.ExtendBatchResponse\"\x00BBZ@github.com/holdfast/holdfast/proto/holdfast/backend/v1;backendv1b\x06proto3"
+	"\vExtendBatch\x12'.holdfast.backend.v1.ExtendBatchRequest\x1a(.holdfast.backend.v1.ExtendBatchResponse\"\x00\x12_\n" +
+	"\n" +
+	"AcquireSet\x12&.holdfast.backend.v1.AcquireSetRequest\x1a'.holdfast.backend.v1.AcquireSetResponse\"\x00\x12_\n" +
+	"\n" +
+	"ReleaseSet\x12&.holdfast.backend.v1.ReleaseSetRequest\x1a'.holdfast.backend.v1.ReleaseSetResponse\"\x00\x12\\\n" +
+	"\tExtendSet\x12%.holdfast.backend.v1.ExtendSetRequest\x1a&.holdfast.backend.v1.ExtendSetResponse\"\x00\x12_\n" +
+	"\n" +
+	"EnqueueSet\x12&.holdfast.backend.v1.EnqueueSetRequest\x1a'.holdfast.backend.v1.EnqueueSetResponse\"\x00BBZ@github.com/holdfast/holdfast/proto/holdfast/backend/v1;backendv1b\x06proto3"
 
 var (
 	file_holdfast_backend_v1_backend_proto_rawDescOnce sync.Once
@@ -2000,106 +2855,144 @@ func file_holdfast_backend_v1_backend_proto_rawDescGZIP() []byte {
 }
 
 var file_holdfast_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_holdfast_backend_v1_backend_proto_goTypes = []any{
 	(EventType)(0),                // 0: holdfast.backend.v1.EventType
 	(ItemErrorCode)(0),            // 1: holdfast.backend.v1.ItemErrorCode
 	(*Stamp)(nil),                 // 2: holdfast.backend.v1.Stamp
 	(*Record)(nil),                // 3: holdfast.backend.v1.Record
-	(*InfoRequest)(nil),           // 4: holdfast.backend.v1.InfoRequest
-	(*InfoResponse)(nil),          // 5: holdfast.backend.v1.InfoResponse
-	(*AcquireRequest)(nil),        // 6: holdfast.backend.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 7: holdfast.backend.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 8: holdfast.backend.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 9: holdfast.backend.v1.ReleaseResponse
-	(*ExtendRequest)(nil),         // 10: holdfast.backend.v1.ExtendRequest
-	(*ExtendResponse)(nil),        // 11: holdfast.backend.v1.ExtendResponse
-	(*GetRequest)(nil),            // 12: holdfast.backend.v1.GetRequest
-	(*GetResponse)(nil),           // 13: holdfast.backend.v1.GetResponse
-	(*ListRequest)(nil),           // 14: holdfast.backend.v1.ListRequest
-	(*ListResponse)(nil),          // 15: holdfast.backend.v1.ListResponse
-	(*WatchRequest)(nil),          // 16: holdfast.backend.v1.WatchRequest
-	(*WatchResponse)(nil),         // 17: holdfast.backend.v1.WatchResponse
-	(*EnqueueRequest)(nil),        // 18: holdfast.backend.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),       // 19: holdfast.backend.v1.EnqueueResponse
-	(*WaitTurnRequest)(nil),       // 20: holdfast.backend.v1.WaitTurnRequest
-	(*WaitTurnResponse)(nil),      // 21: holdfast.backend.v1.WaitTurnResponse
-	(*DequeueRequest)(nil),        // 22: holdfast.backend.v1.DequeueRequest
-	(*DequeueResponse)(nil),       // 23: holdfast.backend.v1.DequeueResponse
-	(*ItemError)(nil),             // 24: holdfast.backend.v1.ItemError
-	(*AcquireBatchRequest)(nil),   // 25: holdfast.backend.v1.AcquireBatchRequest
-	(*AcquireBatchResponse)(nil),  // 26: holdfast.backend.v1.AcquireBatchResponse
-	(*AcquireOutcome)(nil),        // 27: holdfast.backend.v1.AcquireOutcome
-	(*ReleaseBatchRequest)(nil),   // 28: holdfast.backend.v1.ReleaseBatchRequest
-	(*ReleaseBatchResponse)(nil),  // 29: holdfast.backend.v1.ReleaseBatchResponse
-	(*ReleaseOutcome)(nil),        // 30: holdfast.backend.v1.ReleaseOutcome
-	(*ExtendBatchRequest)(nil),    // 31: holdfast.backend.v1.ExtendBatchRequest
-	(*ExtendBatchResponse)(nil),   // 32: holdfast.backend.v1.ExtendBatchResponse
-	(*ExtendOutcome)(nil),         // 33: holdfast.backend.v1.ExtendOutcome
-	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 35: google.protobuf.Duration
+	(*RequestIdentity)(nil),       // 4: holdfast.backend.v1.RequestIdentity
+	(*InfoRequest)(nil),           // 5: holdfast.backend.v1.InfoRequest
+	(*InfoResponse)(nil),          // 6: holdfast.backend.v1.InfoResponse
+	(*AcquireRequest)(nil),        // 7: holdfast.backend.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 8: holdfast.backend.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 9: holdfast.backend.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 10: holdfast.backend.v1.ReleaseResponse
+	(*ExtendRequest)(nil),         // 11: holdfast.backend.v1.ExtendRequest
+	(*ExtendResponse)(nil),        // 12: holdfast.backend.v1.ExtendResponse
+	(*GetRequest)(nil),            // 13: holdfast.backend.v1.GetRequest
+	(*GetResponse)(nil),           // 14: holdfast.backend.v1.GetResponse
+	(*ListRequest)(nil),           // 15: holdfast.backend.v1.ListRequest
+	(*ListResponse)(nil),          // 16: holdfast.backend.v1.ListResponse
+	(*WatchRequest)(nil),          // 17: holdfast.backend.v1.WatchRequest
+	(*WatchResponse)(nil),         // 18: holdfast.backend.v1.WatchResponse
+	(*EnqueueRequest)(nil),        // 19: holdfast.backend.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),       // 20: holdfast.backend.v1.EnqueueResponse
+	(*WaitTurnRequest)(nil),       // 21: holdfast.backend.v1.WaitTurnRequest
+	(*WaitTurnResponse)(nil),      // 22: holdfast.backend.v1.WaitTurnResponse
+	(*DequeueRequest)(nil),        // 23: holdfast.backend.v1.DequeueRequest
+	(*DequeueResponse)(nil),       // 24: holdfast.backend.v1.DequeueResponse
+	(*ItemError)(nil),             // 25: holdfast.backend.v1.ItemError
+	(*AcquireBatchRequest)(nil),   // 26: holdfast.backend.v1.AcquireBatchRequest
+	(*AcquireBatchResponse)(nil),  // 27: holdfast.backend.v1.AcquireBatchResponse
+	(*AcquireOutcome)(nil),        // 28: holdfast.backend.v1.AcquireOutcome
+	(*ReleaseBatchRequest)(nil),   // 29: holdfast.backend.v1.ReleaseBatchRequest
+	(*ReleaseBatchResponse)(nil),  // 30: holdfast.backend.v1.ReleaseBatchResponse
+	(*ReleaseOutcome)(nil),        // 31: holdfast.backend.v1.ReleaseOutcome
+	(*ExtendBatchRequest)(nil),    // 32: holdfast.backend.v1.ExtendBatchRequest
+	(*ExtendBatchResponse)(nil),   // 33: holdfast.backend.v1.ExtendBatchResponse
+	(*ExtendOutcome)(nil),         // 34: holdfast.backend.v1.ExtendOutcome
+	(*Claim)(nil),                 // 35: holdfast.backend.v1.Claim
+	(*AcquireSetRequest)(nil),     // 36: holdfast.backend.v1.AcquireSetRequest
+	(*AcquireSetResponse)(nil),    // 37: holdfast.backend.v1.AcquireSetResponse
+	(*ReleaseSetRequest)(nil),     // 38: holdfast.backend.v1.ReleaseSetRequest
+	(*ReleaseSetResponse)(nil),    // 39: holdfast.backend.v1.ReleaseSetResponse
+	(*ExtendSetRequest)(nil),      // 40: holdfast.backend.v1.ExtendSetRequest
+	(*ExtendSetResponse)(nil),     // 41: holdfast.backend.v1.ExtendSetResponse
+	(*EnqueueSetRequest)(nil),     // 42: holdfast.backend.v1.EnqueueSetRequest
+	(*EnqueueSetResponse)(nil),    // 43: holdfast.backend.v1.EnqueueSetResponse
+	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 45: google.protobuf.Duration
 }
 var file_holdfast_backend_v1_backend_proto_depIdxs = []int32{
-	34, // 0: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
-	35, // 1: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
+	44, // 0: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 1: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
 	2,  // 2: holdfast.backend.v1.Record.stamp:type_name -> holdfast.backend.v1.Stamp
-	35, // 3: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
-	35, // 4: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
-	35, // 5: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
-	35, // 6: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 7: holdfast.backend.v1.AcquireRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	3,  // 8: holdfast.backend.v1.AcquireResponse.record:type_name -> holdfast.backend.v1.Record
-	2,  // 9: holdfast.backend.v1.ReleaseRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	35, // 10: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 11: holdfast.backend.v1.ExtendRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	3,  // 12: holdfast.backend.v1.ExtendResponse.record:type_name -> holdfast.backend.v1.Record
-	3,  // 13: holdfast.backend.v1.GetResponse.record:type_name -> holdfast.backend.v1.Record
-	3,  // 14: holdfast.backend.v1.ListResponse.records:type_name -> holdfast.backend.v1.Record
-	0,  // 15: holdfast.backend.v1.WatchResponse.type:type_name -> holdfast.backend.v1.EventType
-	3,  // 16: holdfast.backend.v1.WatchResponse.record:type_name -> holdfast.backend.v1.Record
-	1,  // 17: holdfast.backend.v1.ItemError.code:type_name -> holdfast.backend.v1.ItemErrorCode
-	6,  // 18: holdfast.backend.v1.AcquireBatchRequest.items:type_name -> holdfast.backend.v1.AcquireRequest
-	27, // 19: holdfast.backend.v1.AcquireBatchResponse.items:type_name -> holdfast.backend.v1.AcquireOutcome
-	7,  // 20: holdfast.backend.v1.AcquireOutcome.result:type_name -> holdfast.backend.v1.AcquireResponse
-	24, // 21: holdfast.backend.v1.AcquireOutcome.error:type_name -> holdfast.backend.v1.ItemError
-	8,  // 22: holdfast.backend.v1.ReleaseBatchRequest.items:type_name -> holdfast.backend.v1.ReleaseRequest
-	30, // 23: holdfast.backend.v1.ReleaseBatchResponse.items:type_name -> holdfast.backend.v1.ReleaseOutcome
-	24, // 24: holdfast.backend.v1.ReleaseOutcome.error:type_name -> holdfast.backend.v1.ItemError
-	10, // 25: holdfast.backend.v1.ExtendBatchRequest.items:type_name -> holdfast.backend.v1.ExtendRequest
-	33, // 26: holdfast.backend.v1.ExtendBatchResponse.items:type_name -> holdfast.backend.v1.ExtendOutcome
-	11, // 27: holdfast.backend.v1.ExtendOutcome.result:type_name -> holdfast.backend.v1.ExtendResponse
-	24, // 28: holdfast.backend.v1.ExtendOutcome.error:type_name -> holdfast.backend.v1.ItemError
-	4,  // 29: holdfast.backend.v1.BackendService.Info:input_type -> holdfast.backend.v1.InfoRequest
-	6,  // 30: holdfast.backend.v1.BackendService.Acquire:input_type -> holdfast.backend.v1.AcquireRequest
-	8,  // 31: holdfast.backend.v1.BackendService.Release:input_type -> holdfast.backend.v1.ReleaseRequest
-	10, // 32: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
-	12, // 33: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
-	14, // 34: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
-	16, // 35: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
-	18, // 36: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
-	20, // 37: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
-	22, // 38: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
-	25, // 39: holdfast.backend.v1.BackendService.AcquireBatch:input_type -> holdfast.backend.v1.AcquireBatchRequest
-	28, // 40: holdfast.backend.v1.BackendService.ReleaseBatch:input_type -> holdfast.backend.v1.ReleaseBatchRequest
-	31, // 41: holdfast.backend.v1.BackendService.ExtendBatch:input_type -> holdfast.backend.v1.ExtendBatchRequest
-	5,  // 42: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
-	7,  // 43: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
-	9,  // 44: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
-	11, // 45: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
-	13, // 46: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
-	15, // 47: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
-	17, // 48: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
-	19, // 49: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
-	21, // 50: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
-	23, // 51: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
-	26, // 52: holdfast.backend.v1.BackendService.AcquireBatch:output_type -> holdfast.backend.v1.AcquireBatchResponse
-	29, // 53: holdfast.backend.v1.BackendService.ReleaseBatch:output_type -> holdfast.backend.v1.ReleaseBatchResponse
-	32, // 54: holdfast.backend.v1.BackendService.ExtendBatch:output_type -> holdfast.backend.v1.ExtendBatchResponse
-	42, // [42:55] is the sub-list for method output_type
-	29, // [29:42] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	45, // 3: holdfast.backend.v1.Record.lock_delay:type_name -> google.protobuf.Duration
+	45, // 4: holdfast.backend.v1.Record.delay_remaining:type_name -> google.protobuf.Duration
+	45, // 5: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
+	45, // 6: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
+	45, // 7: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
+	45, // 8: holdfast.backend.v1.InfoResponse.max_lock_delay:type_name -> google.protobuf.Duration
+	45, // 9: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 10: holdfast.backend.v1.AcquireRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	4,  // 11: holdfast.backend.v1.AcquireRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	45, // 12: holdfast.backend.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	3,  // 13: holdfast.backend.v1.AcquireResponse.record:type_name -> holdfast.backend.v1.Record
+	2,  // 14: holdfast.backend.v1.ReleaseRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	4,  // 15: holdfast.backend.v1.ReleaseRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	45, // 16: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 17: holdfast.backend.v1.ExtendRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	4,  // 18: holdfast.backend.v1.ExtendRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	3,  // 19: holdfast.backend.v1.ExtendResponse.record:type_name -> holdfast.backend.v1.Record
+	3,  // 20: holdfast.backend.v1.GetResponse.record:type_name -> holdfast.backend.v1.Record
+	3,  // 21: holdfast.backend.v1.ListResponse.records:type_name -> holdfast.backend.v1.Record
+	0,  // 22: holdfast.backend.v1.WatchResponse.type:type_name -> holdfast.backend.v1.EventType
+	3,  // 23: holdfast.backend.v1.WatchResponse.record:type_name -> holdfast.backend.v1.Record
+	1,  // 24: holdfast.backend.v1.ItemError.code:type_name -> holdfast.backend.v1.ItemErrorCode
+	7,  // 25: holdfast.backend.v1.AcquireBatchRequest.items:type_name -> holdfast.backend.v1.AcquireRequest
+	28, // 26: holdfast.backend.v1.AcquireBatchResponse.items:type_name -> holdfast.backend.v1.AcquireOutcome
+	8,  // 27: holdfast.backend.v1.AcquireOutcome.result:type_name -> holdfast.backend.v1.AcquireResponse
+	25, // 28: holdfast.backend.v1.AcquireOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	9,  // 29: holdfast.backend.v1.ReleaseBatchRequest.items:type_name -> holdfast.backend.v1.ReleaseRequest
+	31, // 30: holdfast.backend.v1.ReleaseBatchResponse.items:type_name -> holdfast.backend.v1.ReleaseOutcome
+	25, // 31: holdfast.backend.v1.ReleaseOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	11, // 32: holdfast.backend.v1.ExtendBatchRequest.items:type_name -> holdfast.backend.v1.ExtendRequest
+	34, // 33: holdfast.backend.v1.ExtendBatchResponse.items:type_name -> holdfast.backend.v1.ExtendOutcome
+	12, // 34: holdfast.backend.v1.ExtendOutcome.result:type_name -> holdfast.backend.v1.ExtendResponse
+	25, // 35: holdfast.backend.v1.ExtendOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	35, // 36: holdfast.backend.v1.AcquireSetRequest.claims:type_name -> holdfast.backend.v1.Claim
+	45, // 37: holdfast.backend.v1.AcquireSetRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 38: holdfast.backend.v1.AcquireSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	4,  // 39: holdfast.backend.v1.AcquireSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	45, // 40: holdfast.backend.v1.AcquireSetRequest.lock_delay:type_name -> google.protobuf.Duration
+	3,  // 41: holdfast.backend.v1.AcquireSetResponse.records:type_name -> holdfast.backend.v1.Record
+	3,  // 42: holdfast.backend.v1.AcquireSetResponse.blocker:type_name -> holdfast.backend.v1.Record
+	2,  // 43: holdfast.backend.v1.ReleaseSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	4,  // 44: holdfast.backend.v1.ReleaseSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	45, // 45: holdfast.backend.v1.ExtendSetRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 46: holdfast.backend.v1.ExtendSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	4,  // 47: holdfast.backend.v1.ExtendSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	3,  // 48: holdfast.backend.v1.ExtendSetResponse.records:type_name -> holdfast.backend.v1.Record
+	5,  // 49: holdfast.backend.v1.BackendService.Info:input_type -> holdfast.backend.v1.InfoRequest
+	7,  // 50: holdfast.backend.v1.BackendService.Acquire:input_type -> holdfast.backend.v1.AcquireRequest
+	9,  // 51: holdfast.backend.v1.BackendService.Release:input_type -> holdfast.backend.v1.ReleaseRequest
+	11, // 52: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
+	13, // 53: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
+	15, // 54: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
+	17, // 55: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
+	19, // 56: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
+	21, // 57: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
+	23, // 58: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
+	26, // 59: holdfast.backend.v1.BackendService.AcquireBatch:input_type -> holdfast.backend.v1.AcquireBatchRequest
+	29, // 60: holdfast.backend.v1.BackendService.ReleaseBatch:input_type -> holdfast.backend.v1.ReleaseBatchRequest
+	32, // 61: holdfast.backend.v1.BackendService.ExtendBatch:input_type -> holdfast.backend.v1.ExtendBatchRequest
+	36, // 62: holdfast.backend.v1.BackendService.AcquireSet:input_type -> holdfast.backend.v1.AcquireSetRequest
+	38, // 63: holdfast.backend.v1.BackendService.ReleaseSet:input_type -> holdfast.backend.v1.ReleaseSetRequest
+	40, // 64: holdfast.backend.v1.BackendService.ExtendSet:input_type -> holdfast.backend.v1.ExtendSetRequest
+	42, // 65: holdfast.backend.v1.BackendService.EnqueueSet:input_type -> holdfast.backend.v1.EnqueueSetRequest
+	6,  // 66: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
+	8,  // 67: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
+	10, // 68: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
+	12, // 69: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
+	14, // 70: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
+	16, // 71: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
+	18, // 72: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
+	20, // 73: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
+	22, // 74: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
+	24, // 75: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
+	27, // 76: holdfast.backend.v1.BackendService.AcquireBatch:output_type -> holdfast.backend.v1.AcquireBatchResponse
+	30, // 77: holdfast.backend.v1.BackendService.ReleaseBatch:output_type -> holdfast.backend.v1.ReleaseBatchResponse
+	33, // 78: holdfast.backend.v1.BackendService.ExtendBatch:output_type -> holdfast.backend.v1.ExtendBatchResponse
+	37, // 79: holdfast.backend.v1.BackendService.AcquireSet:output_type -> holdfast.backend.v1.AcquireSetResponse
+	39, // 80: holdfast.backend.v1.BackendService.ReleaseSet:output_type -> holdfast.backend.v1.ReleaseSetResponse
+	41, // 81: holdfast.backend.v1.BackendService.ExtendSet:output_type -> holdfast.backend.v1.ExtendSetResponse
+	43, // 82: holdfast.backend.v1.BackendService.EnqueueSet:output_type -> holdfast.backend.v1.EnqueueSetResponse
+	66, // [66:83] is the sub-list for method output_type
+	49, // [49:66] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_holdfast_backend_v1_backend_proto_init() }
@@ -2113,7 +3006,7 @@ func file_holdfast_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_holdfast_backend_v1_backend_proto_rawDesc), len(file_holdfast_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   32,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

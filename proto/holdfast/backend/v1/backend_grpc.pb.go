@@ -41,6 +41,10 @@ const (
 	BackendService_AcquireBatch_FullMethodName = "/holdfast.backend.v1.BackendService/AcquireBatch"
 	BackendService_ReleaseBatch_FullMethodName = "/holdfast.backend.v1.BackendService/ReleaseBatch"
 	BackendService_ExtendBatch_FullMethodName  = "/holdfast.backend.v1.BackendService/ExtendBatch"
+	BackendService_AcquireSet_FullMethodName   = "/holdfast.backend.v1.BackendService/AcquireSet"
+	BackendService_ReleaseSet_FullMethodName   = "/holdfast.backend.v1.BackendService/ReleaseSet"
+	BackendService_ExtendSet_FullMethodName    = "/holdfast.backend.v1.BackendService/ExtendSet"
+	BackendService_EnqueueSet_FullMethodName   = "/holdfast.backend.v1.BackendService/EnqueueSet"
 )
 
 // BackendServiceClient is the client API for BackendService service.
@@ -82,6 +86,21 @@ type BackendServiceClient interface {
 	AcquireBatch(ctx context.Context, in *AcquireBatchRequest, opts ...grpc.CallOption) (*AcquireBatchResponse, error)
 	ReleaseBatch(ctx context.Context, in *ReleaseBatchRequest, opts ...grpc.CallOption) (*ReleaseBatchResponse, error)
 	ExtendBatch(ctx context.Context, in *ExtendBatchRequest, opts ...grpc.CallOption) (*ExtendBatchResponse, error)
+	// Sets of keys: optional, served only by backends whose Info says
+	// max_keys > 1 (the others answer UNIMPLEMENTED and the engine never
+	// calls them). Each is one atomic step of the store over every key.
+	//
+	// AcquireSet stores a lock on every claimed key under one owner token, or
+	// on none.
+	AcquireSet(ctx context.Context, in *AcquireSetRequest, opts ...grpc.CallOption) (*AcquireSetResponse, error)
+	// ReleaseSet deletes the locks on keys only if owner_token holds every one.
+	ReleaseSet(ctx context.Context, in *ReleaseSetRequest, opts ...grpc.CallOption) (*ReleaseSetResponse, error)
+	// ExtendSet renews the locks on keys only if owner_token holds every one.
+	ExtendSet(ctx context.Context, in *ExtendSetRequest, opts ...grpc.CallOption) (*ExtendSetResponse, error)
+	// EnqueueSet (fair backends with max_keys > 1) puts one waiter at the tail
+	// of every key's queue in one atomic step, so that two waiters stand in
+	// the same order in every queue they share.
+	EnqueueSet(ctx context.Context, in *EnqueueSetRequest, opts ...grpc.CallOption) (*EnqueueSetResponse, error)
 }
 
 type backendServiceClient struct {
@@ -231,6 +250,46 @@ func (c *backendServiceClient) ExtendBatch(ctx context.Context, in *ExtendBatchR
 	return out, nil
 }
 
+func (c *backendServiceClient) AcquireSet(ctx context.Context, in *AcquireSetRequest, opts ...grpc.CallOption) (*AcquireSetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcquireSetResponse)
+	err := c.cc.Invoke(ctx, BackendService_AcquireSet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendServiceClient) ReleaseSet(ctx context.Context, in *ReleaseSetRequest, opts ...grpc.CallOption) (*ReleaseSetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseSetResponse)
+	err := c.cc.Invoke(ctx, BackendService_ReleaseSet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendServiceClient) ExtendSet(ctx context.Context, in *ExtendSetRequest, opts ...grpc.CallOption) (*ExtendSetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExtendSetResponse)
+	err := c.cc.Invoke(ctx, BackendService_ExtendSet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendServiceClient) EnqueueSet(ctx context.Context, in *EnqueueSetRequest, opts ...grpc.CallOption) (*EnqueueSetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EnqueueSetResponse)
+	err := c.cc.Invoke(ctx, BackendService_EnqueueSet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackendServiceServer is the server API for BackendService service.
 // All implementations must embed UnimplementedBackendServiceServer
 // for forward compatibility.
@@ -270,6 +329,21 @@ type BackendServiceServer interface {
 	AcquireBatch(context.Context, *AcquireBatchRequest) (*AcquireBatchResponse, error)
 	ReleaseBatch(context.Context, *ReleaseBatchRequest) (*ReleaseBatchResponse, error)
 	ExtendBatch(context.Context, *ExtendBatchRequest) (*ExtendBatchResponse, error)
+	// Sets of keys: optional, served only by backends whose Info says
+	// max_keys > 1 (the others answer UNIMPLEMENTED and the engine never
+	// calls them). Each is one atomic step of the store over every key.
+	//
+	// AcquireSet stores a lock on every claimed key under one owner token, or
+	// on none.
+	AcquireSet(context.Context, *AcquireSetRequest) (*AcquireSetResponse, error)
+	// ReleaseSet deletes the locks on keys only if owner_token holds every one.
+	ReleaseSet(context.Context, *ReleaseSetRequest) (*ReleaseSetResponse, error)
+	// ExtendSet renews the locks on keys only if owner_token holds every one.
+	ExtendSet(context.Context, *ExtendSetRequest) (*ExtendSetResponse, error)
+	// EnqueueSet (fair backends with max_keys > 1) puts one waiter at the tail
+	// of every key's queue in one atomic step, so that two waiters stand in
+	// the same order in every queue they share.
+	EnqueueSet(context.Context, *EnqueueSetRequest) (*EnqueueSetResponse, error)
 	mustEmbedUnimplementedBackendServiceServer()
 }
 
@@ -318,6 +392,18 @@ func (UnimplementedBackendServiceServer) ReleaseBatch(context.Context, *ReleaseB
 }
 func (UnimplementedBackendServiceServer) ExtendBatch(context.Context, *ExtendBatchRequest) (*ExtendBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExtendBatch not implemented")
+}
+func (UnimplementedBackendServiceServer) AcquireSet(context.Context, *AcquireSetRequest) (*AcquireSetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcquireSet not implemented")
+}
+func (UnimplementedBackendServiceServer) ReleaseSet(context.Context, *ReleaseSetRequest) (*ReleaseSetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseSet not implemented")
+}
+func (UnimplementedBackendServiceServer) ExtendSet(context.Context, *ExtendSetRequest) (*ExtendSetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExtendSet not implemented")
+}
+func (UnimplementedBackendServiceServer) EnqueueSet(context.Context, *EnqueueSetRequest) (*EnqueueSetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EnqueueSet not implemented")
 }
 func (UnimplementedBackendServiceServer) mustEmbedUnimplementedBackendServiceServer() {}
 func (UnimplementedBackendServiceServer) testEmbeddedByValue()                        {}
@@ -567,6 +653,78 @@ func _BackendService_ExtendBatch_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BackendService_AcquireSet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireSetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServiceServer).AcquireSet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackendService_AcquireSet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServiceServer).AcquireSet(ctx, req.(*AcquireSetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackendService_ReleaseSet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseSetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServiceServer).ReleaseSet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackendService_ReleaseSet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServiceServer).ReleaseSet(ctx, req.(*ReleaseSetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackendService_ExtendSet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExtendSetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServiceServer).ExtendSet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackendService_ExtendSet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServiceServer).ExtendSet(ctx, req.(*ExtendSetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackendService_EnqueueSet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EnqueueSetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServiceServer).EnqueueSet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackendService_EnqueueSet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServiceServer).EnqueueSet(ctx, req.(*EnqueueSetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BackendService_ServiceDesc is the grpc.ServiceDesc for BackendService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -621,6 +779,22 @@ var BackendService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ExtendBatch",
 			Handler:    _BackendService_ExtendBatch_Handler,
+		},
+		{
+			MethodName: "AcquireSet",
+			Handler:    _BackendService_AcquireSet_Handler,
+		},
+		{
+			MethodName: "ReleaseSet",
+			Handler:    _BackendService_ReleaseSet_Handler,
+		},
+		{
+			MethodName: "ExtendSet",
+			Handler:    _BackendService_ExtendSet_Handler,
+		},
+		{
+			MethodName: "EnqueueSet",
+			Handler:    _BackendService_EnqueueSet_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -30,6 +30,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Capability is something a backend does beyond single-key leases.
+type Capability int32
+
+const (
+	Capability_CAPABILITY_UNSPECIFIED Capability = 0
+	// Acquire takes several keys (claims) in one atomic step of the store;
+	// Release and Extend take keys.
+	Capability_CAPABILITY_MULTI_KEY Capability = 1
+	// request_id is kept with the lease, so that a repeat of a request is
+	// recognised, on any server sharing the backend.
+	Capability_CAPABILITY_REQUEST_ID Capability = 2
+	// Acquire's lock_delay is honoured.
+	Capability_CAPABILITY_LOCK_DELAY Capability = 3
+)
+
+// Enum value maps for Capability.
+var (
+	Capability_name = map[int32]string{
+		0: "CAPABILITY_UNSPECIFIED",
+		1: "CAPABILITY_MULTI_KEY",
+		2: "CAPABILITY_REQUEST_ID",
+		3: "CAPABILITY_LOCK_DELAY",
+	}
+	Capability_value = map[string]int32{
+		"CAPABILITY_UNSPECIFIED": 0,
+		"CAPABILITY_MULTI_KEY":   1,
+		"CAPABILITY_REQUEST_ID":  2,
+		"CAPABILITY_LOCK_DELAY":  3,
+	}
+)
+
+func (x Capability) Enum() *Capability {
+	p := new(Capability)
+	*p = x
+	return p
+}
+
+func (x Capability) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Capability) Descriptor() protoreflect.EnumDescriptor {
+	return file_holdfast_lock_v1_lock_proto_enumTypes[0].Descriptor()
+}
+
+func (Capability) Type() protoreflect.EnumType {
+	return &file_holdfast_lock_v1_lock_proto_enumTypes[0]
+}
+
+func (x Capability) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Capability.Descriptor instead.
+func (Capability) EnumDescriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{0}
+}
+
 // EventType says what happened to a lock.
 type EventType int32
 
@@ -71,11 +129,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_holdfast_lock_v1_lock_proto_enumTypes[0].Descriptor()
+	return file_holdfast_lock_v1_lock_proto_enumTypes[1].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_holdfast_lock_v1_lock_proto_enumTypes[0]
+	return &file_holdfast_lock_v1_lock_proto_enumTypes[1]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -84,7 +142,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{0}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{1}
 }
 
 // HlcTimestamp is a Hybrid Logical Clock reading (Kulkarni et al. 2014):
@@ -159,7 +217,13 @@ type Lease struct {
 	// lease on their own monotonic clock.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// HLC stamp of this acquisition.
-	Stamp         *HlcTimestamp `protobuf:"bytes,6,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	Stamp *HlcTimestamp `protobuf:"bytes,6,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	// Set when the lease was taken with claims: every key of the lease with
+	// its own fencing token, in the order of the claims. key and
+	// fencing_token are then unset: each key fences on its own token.
+	Keys []*LeasedKey `protobuf:"bytes,7,rep,name=keys,proto3" json:"keys,omitempty"`
+	// The lock-delay the Acquire asked for (see AcquireRequest.lock_delay).
+	LockDelay     *durationpb.Duration `protobuf:"bytes,8,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -236,6 +300,187 @@ func (x *Lease) GetStamp() *HlcTimestamp {
 	return nil
 }
 
+func (x *Lease) GetKeys() []*LeasedKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *Lease) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
+	}
+	return nil
+}
+
+// LeasedKey is one key of a multi-key lease.
+type LeasedKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Strictly increasing per key over every acquisition of that key.
+	FencingToken  uint64 `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeasedKey) Reset() {
+	*x = LeasedKey{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeasedKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeasedKey) ProtoMessage() {}
+
+func (x *LeasedKey) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeasedKey.ProtoReflect.Descriptor instead.
+func (*LeasedKey) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LeasedKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *LeasedKey) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+// Claim is one key an Acquire takes. It is a message so that a claim can
+// carry more than its key later (how it holds the key) without a new shape
+// of Acquire.
+type Claim struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 512 bytes of UTF-8 without NUL.
+	Key           string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Claim) Reset() {
+	*x = Claim{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Claim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Claim) ProtoMessage() {}
+
+func (x *Claim) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Claim.ProtoReflect.Descriptor instead.
+func (*Claim) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Claim) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+// KeyDelay is a key that nobody holds but that refuses new holders for a
+// while: the lock-delay that follows the expiry of a lease taken with
+// lock_delay.
+type KeyDelay struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The server's view of when the key takes holders again; informational.
+	Until *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	// Time left when the server answered.
+	Remaining     *durationpb.Duration `protobuf:"bytes,3,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyDelay) Reset() {
+	*x = KeyDelay{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyDelay) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyDelay) ProtoMessage() {}
+
+func (x *KeyDelay) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyDelay.ProtoReflect.Descriptor instead.
+func (*KeyDelay) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *KeyDelay) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeyDelay) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *KeyDelay) GetRemaining() *durationpb.Duration {
+	if x != nil {
+		return x.Remaining
+	}
+	return nil
+}
+
 // LockState describes a held lock. It never carries an owner token.
 type LockState struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -246,14 +491,16 @@ type LockState struct {
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	Stamp     *HlcTimestamp          `protobuf:"bytes,5,opt,name=stamp,proto3" json:"stamp,omitempty"`
 	// Callers queued for this key on the answering server.
-	Waiters       uint32 `protobuf:"varint,6,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	Waiters uint32 `protobuf:"varint,6,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	// The lock-delay that follows this lease if it expires (0: none).
+	LockDelay     *durationpb.Duration `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[2]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -265,7 +512,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[2]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -278,7 +525,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{2}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LockState) GetKey() string {
@@ -323,6 +570,13 @@ func (x *LockState) GetWaiters() uint32 {
 	return 0
 }
 
+func (x *LockState) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
+	}
+	return nil
+}
+
 // BackendInfo states what the backend promises.
 type BackendInfo struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -339,14 +593,25 @@ type BackendInfo struct {
 	MaxTtl         *durationpb.Duration `protobuf:"bytes,7,opt,name=max_ttl,json=maxTtl,proto3" json:"max_ttl,omitempty"`
 	// True when waiters are served first-in first-out across servers, not
 	// only within one server.
-	Fair          bool `protobuf:"varint,8,opt,name=fair,proto3" json:"fair,omitempty"`
+	Fair bool `protobuf:"varint,8,opt,name=fair,proto3" json:"fair,omitempty"`
+	// What the backend can do beyond single-key leases. A request that needs a
+	// capability the backend lacks is answered unimplemented, naming it
+	// (request_id excepted: see AcquireRequest.request_id).
+	Capabilities []Capability `protobuf:"varint,9,rep,packed,name=capabilities,proto3,enum=holdfast.lock.v1.Capability" json:"capabilities,omitempty"`
+	// The most keys one Acquire may claim on this server (the backend's limit,
+	// narrowed by the server's --max-keys); 1 without CAPABILITY_MULTI_KEY.
+	MaxKeys uint32 `protobuf:"varint,10,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
+	// The longest lock_delay an Acquire may ask for (the backend's limit,
+	// narrowed by the server's --max-lock-delay); 0 without
+	// CAPABILITY_LOCK_DELAY.
+	MaxLockDelay  *durationpb.Duration `protobuf:"bytes,11,opt,name=max_lock_delay,json=maxLockDelay,proto3" json:"max_lock_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BackendInfo) Reset() {
 	*x = BackendInfo{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[3]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +623,7 @@ func (x *BackendInfo) String() string {
 func (*BackendInfo) ProtoMessage() {}
 
 func (x *BackendInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[3]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +636,7 @@ func (x *BackendInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendInfo.ProtoReflect.Descriptor instead.
 func (*BackendInfo) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{3}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BackendInfo) GetName() string {
@@ -430,6 +695,27 @@ func (x *BackendInfo) GetFair() bool {
 	return false
 }
 
+func (x *BackendInfo) GetCapabilities() []Capability {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+func (x *BackendInfo) GetMaxKeys() uint32 {
+	if x != nil {
+		return x.MaxKeys
+	}
+	return 0
+}
+
+func (x *BackendInfo) GetMaxLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.MaxLockDelay
+	}
+	return nil
+}
+
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1 to 512 bytes of UTF-8 without NUL.
@@ -441,14 +727,41 @@ type AcquireRequest struct {
 	// Free-text label shown to others (host, pid, job); at most 256 bytes.
 	Holder string `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
 	// The caller's latest HLC reading, merged before stamping.
-	ClientStamp   *HlcTimestamp `protobuf:"bytes,5,opt,name=client_stamp,json=clientStamp,proto3" json:"client_stamp,omitempty"`
+	ClientStamp *HlcTimestamp `protobuf:"bytes,5,opt,name=client_stamp,json=clientStamp,proto3" json:"client_stamp,omitempty"`
+	// Several keys to take together, all or nothing, under one owner token,
+	// one TTL and one lock_delay, with a fencing token per key (instead of
+	// key; set one or the other). 1 to max_keys (BackendInfo) distinct keys.
+	// Waiting sets and single keys are served in arrival order: a waiter
+	// joins the queue of every key it claims in one step, so two waiters
+	// stand in the same order in every queue they share, and a waiter tries
+	// only when it is at the head of all of them. Nobody waits for a later
+	// arrival, so overlapping sets never deadlock and nobody starves.
+	Claims []*Claim `protobuf:"bytes,6,rep,name=claims,proto3" json:"claims,omitempty"`
+	// Makes retries safe. A repeat of a request with the same request_id and
+	// the same arguments (key or claims, ttl, holder, lock_delay; wait and
+	// client_stamp may differ) is answered with the lease the first attempt
+	// took (the same owner token and fencing tokens) while that lease is
+	// held, on any server sharing the backend; a repeat with other arguments
+	// is refused with invalid_argument. The id is kept with the lease and
+	// goes with it. 16 to 128 printable ASCII characters; draw it at random
+	// (at least 128 bits) once per acquisition and reuse it only for that
+	// acquisition's retries: whoever repeats it gets the lease. Without
+	// CAPABILITY_REQUEST_ID the server accepts it and does not recognise
+	// repeats (as without it).
+	RequestId string `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// After this lease expires (its TTL ran out; not when it is released),
+	// its keys refuse new holders for lock_delay, so that a stalled holder's
+	// writes in flight drain before the next holder starts. Waiters wait
+	// through it. 0 (or unset) to max_lock_delay (BackendInfo); needs
+	// CAPABILITY_LOCK_DELAY.
+	LockDelay     *durationpb.Duration `protobuf:"bytes,8,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[4]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +773,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[4]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +786,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{4}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AcquireRequest) GetKey() string {
@@ -511,22 +824,45 @@ func (x *AcquireRequest) GetClientStamp() *HlcTimestamp {
 	return nil
 }
 
+func (x *AcquireRequest) GetClaims() []*Claim {
+	if x != nil {
+		return x.Claims
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *AcquireRequest) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
+	}
+	return nil
+}
+
 type AcquireResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Acquired bool                   `protobuf:"varint,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
 	// Set when acquired.
 	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
 	// The holder, when not acquired (unset if the lock was released too late
-	// to be retried within the wait).
-	Current       *LockState    `protobuf:"bytes,3,opt,name=current,proto3" json:"current,omitempty"`
-	ServerStamp   *HlcTimestamp `protobuf:"bytes,4,opt,name=server_stamp,json=serverStamp,proto3" json:"server_stamp,omitempty"`
+	// to be retried within the wait). For claims: the holder of a claimed key.
+	Current     *LockState    `protobuf:"bytes,3,opt,name=current,proto3" json:"current,omitempty"`
+	ServerStamp *HlcTimestamp `protobuf:"bytes,4,opt,name=server_stamp,json=serverStamp,proto3" json:"server_stamp,omitempty"`
+	// When not acquired because a key nobody holds is in its lock-delay.
+	Delayed       *KeyDelay `protobuf:"bytes,5,opt,name=delayed,proto3" json:"delayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[5]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +874,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[5]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +887,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{5}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AcquireResponse) GetAcquired() bool {
@@ -582,18 +918,36 @@ func (x *AcquireResponse) GetServerStamp() *HlcTimestamp {
 	return nil
 }
 
+func (x *AcquireResponse) GetDelayed() *KeyDelay {
+	if x != nil {
+		return x.Delayed
+	}
+	return nil
+}
+
 type ReleaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	OwnerToken    string                 `protobuf:"bytes,2,opt,name=owner_token,json=ownerToken,proto3" json:"owner_token,omitempty"`
-	ClientStamp   *HlcTimestamp          `protobuf:"bytes,3,opt,name=client_stamp,json=clientStamp,proto3" json:"client_stamp,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Key         string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	OwnerToken  string                 `protobuf:"bytes,2,opt,name=owner_token,json=ownerToken,proto3" json:"owner_token,omitempty"`
+	ClientStamp *HlcTimestamp          `protobuf:"bytes,3,opt,name=client_stamp,json=clientStamp,proto3" json:"client_stamp,omitempty"`
+	// Keys of a multi-key lease to release (instead of key), in one atomic
+	// step: released only if owner_token holds every one of them. Name the
+	// lease's keys; a subset releases those keys only.
+	Keys []string `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
+	// Makes retries safe: a repeat after a release that answered true is
+	// answered true again, also when the key is someone else's by then
+	// (as long as the key has not been released once more since); a repeat
+	// with another key, keys or owner_token is refused with invalid_argument.
+	// As AcquireRequest.request_id: 16 to 128 printable ASCII characters, at
+	// random, one per release.
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[6]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +959,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[6]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +972,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{6}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReleaseRequest) GetKey() string {
@@ -642,6 +996,20 @@ func (x *ReleaseRequest) GetClientStamp() *HlcTimestamp {
 	return nil
 }
 
+func (x *ReleaseRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ReleaseRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type ReleaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// False when owner_token no longer holds key (expired, taken over, or
@@ -654,7 +1022,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[7]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +1034,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[7]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +1047,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{7}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -701,15 +1069,22 @@ type ExtendRequest struct {
 	Key        string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	OwnerToken string                 `protobuf:"bytes,2,opt,name=owner_token,json=ownerToken,proto3" json:"owner_token,omitempty"`
 	// New lease length, counted from now.
-	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	ClientStamp   *HlcTimestamp        `protobuf:"bytes,4,opt,name=client_stamp,json=clientStamp,proto3" json:"client_stamp,omitempty"`
+	Ttl         *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	ClientStamp *HlcTimestamp        `protobuf:"bytes,4,opt,name=client_stamp,json=clientStamp,proto3" json:"client_stamp,omitempty"`
+	// Keys of a multi-key lease to renew (instead of key), in one atomic step:
+	// extended only if owner_token holds every one of them.
+	Keys []string `protobuf:"bytes,5,rep,name=keys,proto3" json:"keys,omitempty"`
+	// Makes retries safe: a repeat renews the lease again (from now) and
+	// answers as the first did; a repeat with another ttl, key or keys is
+	// refused with invalid_argument. As AcquireRequest.request_id.
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExtendRequest) Reset() {
 	*x = ExtendRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[8]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +1096,7 @@ func (x *ExtendRequest) String() string {
 func (*ExtendRequest) ProtoMessage() {}
 
 func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[8]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +1109,7 @@ func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendRequest.ProtoReflect.Descriptor instead.
 func (*ExtendRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{8}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExtendRequest) GetKey() string {
@@ -765,6 +1140,20 @@ func (x *ExtendRequest) GetClientStamp() *HlcTimestamp {
 	return nil
 }
 
+func (x *ExtendRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ExtendRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type ExtendResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// False when owner_token no longer holds key; the lease is lost.
@@ -778,7 +1167,7 @@ type ExtendResponse struct {
 
 func (x *ExtendResponse) Reset() {
 	*x = ExtendResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[9]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +1179,7 @@ func (x *ExtendResponse) String() string {
 func (*ExtendResponse) ProtoMessage() {}
 
 func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[9]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +1192,7 @@ func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendResponse.ProtoReflect.Descriptor instead.
 func (*ExtendResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{9}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExtendResponse) GetExtended() bool {
@@ -839,7 +1228,7 @@ type ExtendBatchRequest struct {
 
 func (x *ExtendBatchRequest) Reset() {
 	*x = ExtendBatchRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[10]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +1240,7 @@ func (x *ExtendBatchRequest) String() string {
 func (*ExtendBatchRequest) ProtoMessage() {}
 
 func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[10]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +1253,7 @@ func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchRequest.ProtoReflect.Descriptor instead.
 func (*ExtendBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExtendBatchRequest) GetItems() []*ExtendBatchItem {
@@ -881,20 +1270,25 @@ func (x *ExtendBatchRequest) GetClientStamp() *HlcTimestamp {
 	return nil
 }
 
-// ExtendBatchItem is one lease to renew: the fields of an ExtendRequest.
+// ExtendBatchItem is one single-key lease to renew: the fields of an
+// ExtendRequest (a multi-key lease is renewed by its own Extend).
 type ExtendBatchItem struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Key        string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	OwnerToken string                 `protobuf:"bytes,2,opt,name=owner_token,json=ownerToken,proto3" json:"owner_token,omitempty"`
 	// New lease length, counted from now.
-	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// Makes retries safe, as ExtendRequest.request_id: a repeat of this item
+	// (in a batch or as an Extend of the same key, owner_token and ttl) renews
+	// the lease again and answers as the first did.
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExtendBatchItem) Reset() {
 	*x = ExtendBatchItem{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[11]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1300,7 @@ func (x *ExtendBatchItem) String() string {
 func (*ExtendBatchItem) ProtoMessage() {}
 
 func (x *ExtendBatchItem) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[11]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1313,7 @@ func (x *ExtendBatchItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchItem.ProtoReflect.Descriptor instead.
 func (*ExtendBatchItem) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExtendBatchItem) GetKey() string {
@@ -943,6 +1337,13 @@ func (x *ExtendBatchItem) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *ExtendBatchItem) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type ExtendBatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One per item, in the request's order.
@@ -954,7 +1355,7 @@ type ExtendBatchResponse struct {
 
 func (x *ExtendBatchResponse) Reset() {
 	*x = ExtendBatchResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[12]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1367,7 @@ func (x *ExtendBatchResponse) String() string {
 func (*ExtendBatchResponse) ProtoMessage() {}
 
 func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[12]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1380,7 @@ func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchResponse.ProtoReflect.Descriptor instead.
 func (*ExtendBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExtendBatchResponse) GetResults() []*ExtendBatchResult {
@@ -1013,7 +1414,7 @@ type ExtendBatchResult struct {
 
 func (x *ExtendBatchResult) Reset() {
 	*x = ExtendBatchResult{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[13]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1426,7 @@ func (x *ExtendBatchResult) String() string {
 func (*ExtendBatchResult) ProtoMessage() {}
 
 func (x *ExtendBatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[13]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1439,7 @@ func (x *ExtendBatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchResult.ProtoReflect.Descriptor instead.
 func (*ExtendBatchResult) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExtendBatchResult) GetExtended() bool {
@@ -1074,7 +1475,7 @@ type ItemError struct {
 
 func (x *ItemError) Reset() {
 	*x = ItemError{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1487,7 @@ func (x *ItemError) String() string {
 func (*ItemError) ProtoMessage() {}
 
 func (x *ItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1500,7 @@ func (x *ItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
 func (*ItemError) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ItemError) GetCode() string {
@@ -1125,7 +1526,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1538,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1551,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -1164,15 +1565,17 @@ type InspectResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Held  bool                   `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
 	// Set when held.
-	State         *LockState    `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
-	ServerStamp   *HlcTimestamp `protobuf:"bytes,3,opt,name=server_stamp,json=serverStamp,proto3" json:"server_stamp,omitempty"`
+	State       *LockState    `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	ServerStamp *HlcTimestamp `protobuf:"bytes,3,opt,name=server_stamp,json=serverStamp,proto3" json:"server_stamp,omitempty"`
+	// Set when nobody holds the key but it is in its lock-delay.
+	Delayed       *KeyDelay `protobuf:"bytes,4,opt,name=delayed,proto3" json:"delayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1587,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1600,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -1221,6 +1624,13 @@ func (x *InspectResponse) GetServerStamp() *HlcTimestamp {
 	return nil
 }
 
+func (x *InspectResponse) GetDelayed() *KeyDelay {
+	if x != nil {
+		return x.Delayed
+	}
+	return nil
+}
+
 type ListRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Empty lists every key.
@@ -1236,7 +1646,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1658,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1671,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1297,7 +1707,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1719,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1732,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListResponse) GetLocks() []*LockState {
@@ -1359,7 +1769,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1781,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1794,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchRequest) GetTarget() isWatchRequest_Target {
@@ -1443,7 +1853,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1865,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1878,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchResponse) GetType() EventType {
@@ -1500,7 +1910,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1922,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1935,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 type GetServerInfoResponse struct {
@@ -1545,7 +1955,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1967,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1980,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetServerInfoResponse) GetVersion() string {
@@ -1616,7 +2026,7 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\fHlcTimestamp\x12 \n" +
 	"\fwall_time_ns\x18\x01 \x01(\x03R\n" +
 	"wallTimeNs\x12\x18\n" +
-	"\alogical\x18\x02 \x01(\rR\alogical\"\xfd\x01\n" +
+	"\alogical\x18\x02 \x01(\rR\alogical\"\xe8\x02\n" +
 	"\x05Lease\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
@@ -1625,7 +2035,19 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x129\n" +
 	"\n" +
 	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x124\n" +
-	"\x05stamp\x18\x06 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\x05stamp\"\xe5\x01\n" +
+	"\x05stamp\x18\x06 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\x05stamp\x12/\n" +
+	"\x04keys\x18\a \x03(\v2\x1b.holdfast.lock.v1.LeasedKeyR\x04keys\x128\n" +
+	"\n" +
+	"lock_delay\x18\b \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"B\n" +
+	"\tLeasedKey\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
+	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\"\x19\n" +
+	"\x05Claim\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\x87\x01\n" +
+	"\bKeyDelay\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
+	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x127\n" +
+	"\tremaining\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\tremaining\"\x9f\x02\n" +
 	"\tLockState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\x12\x16\n" +
@@ -1633,7 +2055,9 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x124\n" +
 	"\x05stamp\x18\x05 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\x05stamp\x12\x18\n" +
-	"\awaiters\x18\x06 \x01(\rR\awaiters\"\xad\x02\n" +
+	"\awaiters\x18\x06 \x01(\rR\awaiters\x128\n" +
+	"\n" +
+	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"\xcb\x03\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
@@ -1642,44 +2066,62 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\x0fttl_granularity\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0ettlGranularity\x122\n" +
 	"\amin_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06minTtl\x122\n" +
 	"\amax_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06maxTtl\x12\x12\n" +
-	"\x04fair\x18\b \x01(\bR\x04fair\"\xd9\x01\n" +
+	"\x04fair\x18\b \x01(\bR\x04fair\x12@\n" +
+	"\fcapabilities\x18\t \x03(\x0e2\x1c.holdfast.lock.v1.CapabilityR\fcapabilities\x12\x19\n" +
+	"\bmax_keys\x18\n" +
+	" \x01(\rR\amaxKeys\x12?\n" +
+	"\x0emax_lock_delay\x18\v \x01(\v2\x19.google.protobuf.DurationR\fmaxLockDelay\"\xe3\x02\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
 	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x16\n" +
 	"\x06holder\x18\x04 \x01(\tR\x06holder\x12A\n" +
-	"\fclient_stamp\x18\x05 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vclientStamp\"\xd6\x01\n" +
+	"\fclient_stamp\x18\x05 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vclientStamp\x12/\n" +
+	"\x06claims\x18\x06 \x03(\v2\x17.holdfast.lock.v1.ClaimR\x06claims\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\a \x01(\tR\trequestId\x128\n" +
+	"\n" +
+	"lock_delay\x18\b \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"\x8c\x02\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12-\n" +
 	"\x05lease\x18\x02 \x01(\v2\x17.holdfast.lock.v1.LeaseR\x05lease\x125\n" +
 	"\acurrent\x18\x03 \x01(\v2\x1b.holdfast.lock.v1.LockStateR\acurrent\x12A\n" +
-	"\fserver_stamp\x18\x04 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\x86\x01\n" +
+	"\fserver_stamp\x18\x04 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\x124\n" +
+	"\adelayed\x18\x05 \x01(\v2\x1a.holdfast.lock.v1.KeyDelayR\adelayed\"\xb9\x01\n" +
 	"\x0eReleaseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
 	"ownerToken\x12A\n" +
-	"\fclient_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vclientStamp\"p\n" +
+	"\fclient_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vclientStamp\x12\x12\n" +
+	"\x04keys\x18\x04 \x03(\tR\x04keys\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"p\n" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\x12A\n" +
-	"\fserver_stamp\x18\x02 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\xb2\x01\n" +
+	"\fserver_stamp\x18\x02 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\xe5\x01\n" +
 	"\rExtendRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
 	"ownerToken\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12A\n" +
-	"\fclient_stamp\x18\x04 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vclientStamp\"\x9e\x01\n" +
+	"\fclient_stamp\x18\x04 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vclientStamp\x12\x12\n" +
+	"\x04keys\x18\x05 \x03(\tR\x04keys\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\"\x9e\x01\n" +
 	"\x0eExtendResponse\x12\x1a\n" +
 	"\bextended\x18\x01 \x01(\bR\bextended\x12-\n" +
 	"\x05lease\x18\x02 \x01(\v2\x17.holdfast.lock.v1.LeaseR\x05lease\x12A\n" +
 	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\x90\x01\n" +
 	"\x12ExtendBatchRequest\x127\n" +
 	"\x05items\x18\x01 \x03(\v2!.holdfast.lock.v1.ExtendBatchItemR\x05items\x12A\n" +
-	"\fclient_stamp\x18\x02 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vclientStamp\"q\n" +
+	"\fclient_stamp\x18\x02 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vclientStamp\"\x90\x01\n" +
 	"\x0fExtendBatchItem\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
 	"ownerToken\x12+\n" +
-	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x97\x01\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"\x97\x01\n" +
 	"\x13ExtendBatchResponse\x12=\n" +
 	"\aresults\x18\x01 \x03(\v2#.holdfast.lock.v1.ExtendBatchResultR\aresults\x12A\n" +
 	"\fserver_stamp\x18\x02 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\x91\x01\n" +
@@ -1691,11 +2133,12 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\"\n" +
 	"\x0eInspectRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"\x9b\x01\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\xd1\x01\n" +
 	"\x0fInspectResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x121\n" +
 	"\x05state\x18\x02 \x01(\v2\x1b.holdfast.lock.v1.LockStateR\x05state\x12A\n" +
-	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"a\n" +
+	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\x124\n" +
+	"\adelayed\x18\x04 \x01(\v2\x1a.holdfast.lock.v1.KeyDelayR\adelayed\"a\n" +
 	"\vListRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
@@ -1719,7 +2162,13 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\abackend\x18\x02 \x01(\v2\x1d.holdfast.lock.v1.BackendInfoR\abackend\x12A\n" +
 	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\x12C\n" +
 	"\x10max_clock_offset\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0emaxClockOffset\x124\n" +
-	"\bmax_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxWait*\x88\x01\n" +
+	"\bmax_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxWait*x\n" +
+	"\n" +
+	"Capability\x12\x1a\n" +
+	"\x16CAPABILITY_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14CAPABILITY_MULTI_KEY\x10\x01\x12\x19\n" +
+	"\x15CAPABILITY_REQUEST_ID\x10\x02\x12\x19\n" +
+	"\x15CAPABILITY_LOCK_DELAY\x10\x03*\x88\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
@@ -1748,96 +2197,111 @@ func file_holdfast_lock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_holdfast_lock_v1_lock_proto_rawDescData
 }
 
-var file_holdfast_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_holdfast_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_holdfast_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_holdfast_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_holdfast_lock_v1_lock_proto_goTypes = []any{
-	(EventType)(0),                // 0: holdfast.lock.v1.EventType
-	(*HlcTimestamp)(nil),          // 1: holdfast.lock.v1.HlcTimestamp
-	(*Lease)(nil),                 // 2: holdfast.lock.v1.Lease
-	(*LockState)(nil),             // 3: holdfast.lock.v1.LockState
-	(*BackendInfo)(nil),           // 4: holdfast.lock.v1.BackendInfo
-	(*AcquireRequest)(nil),        // 5: holdfast.lock.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 6: holdfast.lock.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 7: holdfast.lock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 8: holdfast.lock.v1.ReleaseResponse
-	(*ExtendRequest)(nil),         // 9: holdfast.lock.v1.ExtendRequest
-	(*ExtendResponse)(nil),        // 10: holdfast.lock.v1.ExtendResponse
-	(*ExtendBatchRequest)(nil),    // 11: holdfast.lock.v1.ExtendBatchRequest
-	(*ExtendBatchItem)(nil),       // 12: holdfast.lock.v1.ExtendBatchItem
-	(*ExtendBatchResponse)(nil),   // 13: holdfast.lock.v1.ExtendBatchResponse
-	(*ExtendBatchResult)(nil),     // 14: holdfast.lock.v1.ExtendBatchResult
-	(*ItemError)(nil),             // 15: holdfast.lock.v1.ItemError
-	(*InspectRequest)(nil),        // 16: holdfast.lock.v1.InspectRequest
-	(*InspectResponse)(nil),       // 17: holdfast.lock.v1.InspectResponse
-	(*ListRequest)(nil),           // 18: holdfast.lock.v1.ListRequest
-	(*ListResponse)(nil),          // 19: holdfast.lock.v1.ListResponse
-	(*WatchRequest)(nil),          // 20: holdfast.lock.v1.WatchRequest
-	(*WatchResponse)(nil),         // 21: holdfast.lock.v1.WatchResponse
-	(*GetServerInfoRequest)(nil),  // 22: holdfast.lock.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil), // 23: holdfast.lock.v1.GetServerInfoResponse
-	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(Capability)(0),               // 0: holdfast.lock.v1.Capability
+	(EventType)(0),                // 1: holdfast.lock.v1.EventType
+	(*HlcTimestamp)(nil),          // 2: holdfast.lock.v1.HlcTimestamp
+	(*Lease)(nil),                 // 3: holdfast.lock.v1.Lease
+	(*LeasedKey)(nil),             // 4: holdfast.lock.v1.LeasedKey
+	(*Claim)(nil),                 // 5: holdfast.lock.v1.Claim
+	(*KeyDelay)(nil),              // 6: holdfast.lock.v1.KeyDelay
+	(*LockState)(nil),             // 7: holdfast.lock.v1.LockState
+	(*BackendInfo)(nil),           // 8: holdfast.lock.v1.BackendInfo
+	(*AcquireRequest)(nil),        // 9: holdfast.lock.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 10: holdfast.lock.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 11: holdfast.lock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 12: holdfast.lock.v1.ReleaseResponse
+	(*ExtendRequest)(nil),         // 13: holdfast.lock.v1.ExtendRequest
+	(*ExtendResponse)(nil),        // 14: holdfast.lock.v1.ExtendResponse
+	(*ExtendBatchRequest)(nil),    // 15: holdfast.lock.v1.ExtendBatchRequest
+	(*ExtendBatchItem)(nil),       // 16: holdfast.lock.v1.ExtendBatchItem
+	(*ExtendBatchResponse)(nil),   // 17: holdfast.lock.v1.ExtendBatchResponse
+	(*ExtendBatchResult)(nil),     // 18: holdfast.lock.v1.ExtendBatchResult
+	(*ItemError)(nil),             // 19: holdfast.lock.v1.ItemError
+	(*InspectRequest)(nil),        // 20: holdfast.lock.v1.InspectRequest
+	(*InspectResponse)(nil),       // 21: holdfast.lock.v1.InspectResponse
+	(*ListRequest)(nil),           // 22: holdfast.lock.v1.ListRequest
+	(*ListResponse)(nil),          // 23: holdfast.lock.v1.ListResponse
+	(*WatchRequest)(nil),          // 24: holdfast.lock.v1.WatchRequest
+	(*WatchResponse)(nil),         // 25: holdfast.lock.v1.WatchResponse
+	(*GetServerInfoRequest)(nil),  // 26: holdfast.lock.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil), // 27: holdfast.lock.v1.GetServerInfoResponse
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
 }
 var file_holdfast_lock_v1_lock_proto_depIdxs = []int32{
-	24, // 0: holdfast.lock.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	25, // 1: holdfast.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 2: holdfast.lock.v1.Lease.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	25, // 3: holdfast.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 4: holdfast.lock.v1.LockState.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	24, // 5: holdfast.lock.v1.BackendInfo.ttl_granularity:type_name -> google.protobuf.Duration
-	24, // 6: holdfast.lock.v1.BackendInfo.min_ttl:type_name -> google.protobuf.Duration
-	24, // 7: holdfast.lock.v1.BackendInfo.max_ttl:type_name -> google.protobuf.Duration
-	24, // 8: holdfast.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	24, // 9: holdfast.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	1,  // 10: holdfast.lock.v1.AcquireRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	2,  // 11: holdfast.lock.v1.AcquireResponse.lease:type_name -> holdfast.lock.v1.Lease
-	3,  // 12: holdfast.lock.v1.AcquireResponse.current:type_name -> holdfast.lock.v1.LockState
-	1,  // 13: holdfast.lock.v1.AcquireResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	1,  // 14: holdfast.lock.v1.ReleaseRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	1,  // 15: holdfast.lock.v1.ReleaseResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	24, // 16: holdfast.lock.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 17: holdfast.lock.v1.ExtendRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	2,  // 18: holdfast.lock.v1.ExtendResponse.lease:type_name -> holdfast.lock.v1.Lease
-	1,  // 19: holdfast.lock.v1.ExtendResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	12, // 20: holdfast.lock.v1.ExtendBatchRequest.items:type_name -> holdfast.lock.v1.ExtendBatchItem
-	1,  // 21: holdfast.lock.v1.ExtendBatchRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	24, // 22: holdfast.lock.v1.ExtendBatchItem.ttl:type_name -> google.protobuf.Duration
-	14, // 23: holdfast.lock.v1.ExtendBatchResponse.results:type_name -> holdfast.lock.v1.ExtendBatchResult
-	1,  // 24: holdfast.lock.v1.ExtendBatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	2,  // 25: holdfast.lock.v1.ExtendBatchResult.lease:type_name -> holdfast.lock.v1.Lease
-	15, // 26: holdfast.lock.v1.ExtendBatchResult.error:type_name -> holdfast.lock.v1.ItemError
-	3,  // 27: holdfast.lock.v1.InspectResponse.state:type_name -> holdfast.lock.v1.LockState
-	1,  // 28: holdfast.lock.v1.InspectResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	3,  // 29: holdfast.lock.v1.ListResponse.locks:type_name -> holdfast.lock.v1.LockState
-	1,  // 30: holdfast.lock.v1.ListResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	0,  // 31: holdfast.lock.v1.WatchResponse.type:type_name -> holdfast.lock.v1.EventType
-	3,  // 32: holdfast.lock.v1.WatchResponse.state:type_name -> holdfast.lock.v1.LockState
-	1,  // 33: holdfast.lock.v1.WatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	4,  // 34: holdfast.lock.v1.GetServerInfoResponse.backend:type_name -> holdfast.lock.v1.BackendInfo
-	1,  // 35: holdfast.lock.v1.GetServerInfoResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	24, // 36: holdfast.lock.v1.GetServerInfoResponse.max_clock_offset:type_name -> google.protobuf.Duration
-	24, // 37: holdfast.lock.v1.GetServerInfoResponse.max_wait:type_name -> google.protobuf.Duration
-	5,  // 38: holdfast.lock.v1.LockService.Acquire:input_type -> holdfast.lock.v1.AcquireRequest
-	7,  // 39: holdfast.lock.v1.LockService.Release:input_type -> holdfast.lock.v1.ReleaseRequest
-	9,  // 40: holdfast.lock.v1.LockService.Extend:input_type -> holdfast.lock.v1.ExtendRequest
-	11, // 41: holdfast.lock.v1.LockService.ExtendBatch:input_type -> holdfast.lock.v1.ExtendBatchRequest
-	16, // 42: holdfast.lock.v1.LockService.Inspect:input_type -> holdfast.lock.v1.InspectRequest
-	18, // 43: holdfast.lock.v1.LockService.List:input_type -> holdfast.lock.v1.ListRequest
-	20, // 44: holdfast.lock.v1.LockService.Watch:input_type -> holdfast.lock.v1.WatchRequest
-	22, // 45: holdfast.lock.v1.LockService.GetServerInfo:input_type -> holdfast.lock.v1.GetServerInfoRequest
-	6,  // 46: holdfast.lock.v1.LockService.Acquire:output_type -> holdfast.lock.v1.AcquireResponse
-	8,  // 47: holdfast.lock.v1.LockService.Release:output_type -> holdfast.lock.v1.ReleaseResponse
-	10, // 48: holdfast.lock.v1.LockService.Extend:output_type -> holdfast.lock.v1.ExtendResponse
-	13, // 49: holdfast.lock.v1.LockService.ExtendBatch:output_type -> holdfast.lock.v1.ExtendBatchResponse
-	17, // 50: holdfast.lock.v1.LockService.Inspect:output_type -> holdfast.lock.v1.InspectResponse
-	19, // 51: holdfast.lock.v1.LockService.List:output_type -> holdfast.lock.v1.ListResponse
-	21, // 52: holdfast.lock.v1.LockService.Watch:output_type -> holdfast.lock.v1.WatchResponse
-	23, // 53: holdfast.lock.v1.LockService.GetServerInfo:output_type -> holdfast.lock.v1.GetServerInfoResponse
-	46, // [46:54] is the sub-list for method output_type
-	38, // [38:46] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	28, // 0: holdfast.lock.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	29, // 1: holdfast.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	2,  // 2: holdfast.lock.v1.Lease.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	4,  // 3: holdfast.lock.v1.Lease.keys:type_name -> holdfast.lock.v1.LeasedKey
+	28, // 4: holdfast.lock.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	29, // 5: holdfast.lock.v1.KeyDelay.until:type_name -> google.protobuf.Timestamp
+	28, // 6: holdfast.lock.v1.KeyDelay.remaining:type_name -> google.protobuf.Duration
+	29, // 7: holdfast.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
+	2,  // 8: holdfast.lock.v1.LockState.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	28, // 9: holdfast.lock.v1.LockState.lock_delay:type_name -> google.protobuf.Duration
+	28, // 10: holdfast.lock.v1.BackendInfo.ttl_granularity:type_name -> google.protobuf.Duration
+	28, // 11: holdfast.lock.v1.BackendInfo.min_ttl:type_name -> google.protobuf.Duration
+	28, // 12: holdfast.lock.v1.BackendInfo.max_ttl:type_name -> google.protobuf.Duration
+	0,  // 13: holdfast.lock.v1.BackendInfo.capabilities:type_name -> holdfast.lock.v1.Capability
+	28, // 14: holdfast.lock.v1.BackendInfo.max_lock_delay:type_name -> google.protobuf.Duration
+	28, // 15: holdfast.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	28, // 16: holdfast.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	2,  // 17: holdfast.lock.v1.AcquireRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	5,  // 18: holdfast.lock.v1.AcquireRequest.claims:type_name -> holdfast.lock.v1.Claim
+	28, // 19: holdfast.lock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	3,  // 20: holdfast.lock.v1.AcquireResponse.lease:type_name -> holdfast.lock.v1.Lease
+	7,  // 21: holdfast.lock.v1.AcquireResponse.current:type_name -> holdfast.lock.v1.LockState
+	2,  // 22: holdfast.lock.v1.AcquireResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	6,  // 23: holdfast.lock.v1.AcquireResponse.delayed:type_name -> holdfast.lock.v1.KeyDelay
+	2,  // 24: holdfast.lock.v1.ReleaseRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	2,  // 25: holdfast.lock.v1.ReleaseResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	28, // 26: holdfast.lock.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 27: holdfast.lock.v1.ExtendRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	3,  // 28: holdfast.lock.v1.ExtendResponse.lease:type_name -> holdfast.lock.v1.Lease
+	2,  // 29: holdfast.lock.v1.ExtendResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	16, // 30: holdfast.lock.v1.ExtendBatchRequest.items:type_name -> holdfast.lock.v1.ExtendBatchItem
+	2,  // 31: holdfast.lock.v1.ExtendBatchRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	28, // 32: holdfast.lock.v1.ExtendBatchItem.ttl:type_name -> google.protobuf.Duration
+	18, // 33: holdfast.lock.v1.ExtendBatchResponse.results:type_name -> holdfast.lock.v1.ExtendBatchResult
+	2,  // 34: holdfast.lock.v1.ExtendBatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	3,  // 35: holdfast.lock.v1.ExtendBatchResult.lease:type_name -> holdfast.lock.v1.Lease
+	19, // 36: holdfast.lock.v1.ExtendBatchResult.error:type_name -> holdfast.lock.v1.ItemError
+	7,  // 37: holdfast.lock.v1.InspectResponse.state:type_name -> holdfast.lock.v1.LockState
+	2,  // 38: holdfast.lock.v1.InspectResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	6,  // 39: holdfast.lock.v1.InspectResponse.delayed:type_name -> holdfast.lock.v1.KeyDelay
+	7,  // 40: holdfast.lock.v1.ListResponse.locks:type_name -> holdfast.lock.v1.LockState
+	2,  // 41: holdfast.lock.v1.ListResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	1,  // 42: holdfast.lock.v1.WatchResponse.type:type_name -> holdfast.lock.v1.EventType
+	7,  // 43: holdfast.lock.v1.WatchResponse.state:type_name -> holdfast.lock.v1.LockState
+	2,  // 44: holdfast.lock.v1.WatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	8,  // 45: holdfast.lock.v1.GetServerInfoResponse.backend:type_name -> holdfast.lock.v1.BackendInfo
+	2,  // 46: holdfast.lock.v1.GetServerInfoResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	28, // 47: holdfast.lock.v1.GetServerInfoResponse.max_clock_offset:type_name -> google.protobuf.Duration
+	28, // 48: holdfast.lock.v1.GetServerInfoResponse.max_wait:type_name -> google.protobuf.Duration
+	9,  // 49: holdfast.lock.v1.LockService.Acquire:input_type -> holdfast.lock.v1.AcquireRequest
+	11, // 50: holdfast.lock.v1.LockService.Release:input_type -> holdfast.lock.v1.ReleaseRequest
+	13, // 51: holdfast.lock.v1.LockService.Extend:input_type -> holdfast.lock.v1.ExtendRequest
+	15, // 52: holdfast.lock.v1.LockService.ExtendBatch:input_type -> holdfast.lock.v1.ExtendBatchRequest
+	20, // 53: holdfast.lock.v1.LockService.Inspect:input_type -> holdfast.lock.v1.InspectRequest
+	22, // 54: holdfast.lock.v1.LockService.List:input_type -> holdfast.lock.v1.ListRequest
+	24, // 55: holdfast.lock.v1.LockService.Watch:input_type -> holdfast.lock.v1.WatchRequest
+	26, // 56: holdfast.lock.v1.LockService.GetServerInfo:input_type -> holdfast.lock.v1.GetServerInfoRequest
+	10, // 57: holdfast.lock.v1.LockService.Acquire:output_type -> holdfast.lock.v1.AcquireResponse
+	12, // 58: holdfast.lock.v1.LockService.Release:output_type -> holdfast.lock.v1.ReleaseResponse
+	14, // 59: holdfast.lock.v1.LockService.Extend:output_type -> holdfast.lock.v1.ExtendResponse
+	17, // 60: holdfast.lock.v1.LockService.ExtendBatch:output_type -> holdfast.lock.v1.ExtendBatchResponse
+	21, // 61: holdfast.lock.v1.LockService.Inspect:output_type -> holdfast.lock.v1.InspectResponse
+	23, // 62: holdfast.lock.v1.LockService.List:output_type -> holdfast.lock.v1.ListResponse
+	25, // 63: holdfast.lock.v1.LockService.Watch:output_type -> holdfast.lock.v1.WatchResponse
+	27, // 64: holdfast.lock.v1.LockService.GetServerInfo:output_type -> holdfast.lock.v1.GetServerInfoResponse
+	57, // [57:65] is the sub-list for method output_type
+	49, // [49:57] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_holdfast_lock_v1_lock_proto_init() }
@@ -1845,7 +2309,7 @@ func file_holdfast_lock_v1_lock_proto_init() {
 	if File_holdfast_lock_v1_lock_proto != nil {
 		return
 	}
-	file_holdfast_lock_v1_lock_proto_msgTypes[19].OneofWrappers = []any{
+	file_holdfast_lock_v1_lock_proto_msgTypes[22].OneofWrappers = []any{
 		(*WatchRequest_Key)(nil),
 		(*WatchRequest_Prefix)(nil),
 	}
@@ -1854,8 +2318,8 @@ func file_holdfast_lock_v1_lock_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_holdfast_lock_v1_lock_proto_rawDesc), len(file_holdfast_lock_v1_lock_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   23,
+			NumEnums:      2,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

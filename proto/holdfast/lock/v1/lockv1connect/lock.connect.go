@@ -61,7 +61,10 @@ const (
 // LockServiceClient is a client for the holdfast.lock.v1.LockService service.
 type LockServiceClient interface {
 	// Acquire takes the lease on key if it is free or expired. With wait > 0 the
-	// caller queues on the server, in arrival order, for at most wait.
+	// caller queues on the server, in arrival order, for at most wait. With
+	// claims it takes several keys together, all or nothing, under one owner
+	// token. With request_id a retry of it is answered as the first attempt
+	// was (see AcquireRequest.request_id).
 	Acquire(context.Context, *v1.AcquireRequest) (*v1.AcquireResponse, error)
 	// Release gives the lease up if owner_token still holds it; otherwise it
 	// answers released=false and changes nothing.
@@ -234,7 +237,10 @@ func (c *lockServiceClient) GetServerInfo(ctx context.Context, req *v1.GetServer
 // LockServiceHandler is an implementation of the holdfast.lock.v1.LockService service.
 type LockServiceHandler interface {
 	// Acquire takes the lease on key if it is free or expired. With wait > 0 the
-	// caller queues on the server, in arrival order, for at most wait.
+	// caller queues on the server, in arrival order, for at most wait. With
+	// claims it takes several keys together, all or nothing, under one owner
+	// token. With request_id a retry of it is answered as the first attempt
+	// was (see AcquireRequest.request_id).
 	Acquire(context.Context, *v1.AcquireRequest) (*v1.AcquireResponse, error)
 	// Release gives the lease up if owner_token still holds it; otherwise it
 	// answers released=false and changes nothing.

@@ -11,6 +11,13 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Capability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CAPABILITY_UNSPECIFIED: _ClassVar[Capability]
+    CAPABILITY_MULTI_KEY: _ClassVar[Capability]
+    CAPABILITY_REQUEST_ID: _ClassVar[Capability]
+    CAPABILITY_LOCK_DELAY: _ClassVar[Capability]
+
 class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     EVENT_TYPE_UNSPECIFIED: _ClassVar[EventType]
@@ -18,6 +25,10 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_RELEASED: _ClassVar[EventType]
     EVENT_TYPE_EXPIRED: _ClassVar[EventType]
     EVENT_TYPE_SYNCED: _ClassVar[EventType]
+CAPABILITY_UNSPECIFIED: Capability
+CAPABILITY_MULTI_KEY: Capability
+CAPABILITY_REQUEST_ID: Capability
+CAPABILITY_LOCK_DELAY: Capability
 EVENT_TYPE_UNSPECIFIED: EventType
 EVENT_TYPE_ACQUIRED: EventType
 EVENT_TYPE_RELEASED: EventType
@@ -33,39 +44,69 @@ class HlcTimestamp(_message.Message):
     def __init__(self, wall_time_ns: _Optional[int] = ..., logical: _Optional[int] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("key", "owner_token", "fencing_token", "ttl", "expires_at", "stamp")
+    __slots__ = ("key", "owner_token", "fencing_token", "ttl", "expires_at", "stamp", "keys", "lock_delay")
     KEY_FIELD_NUMBER: _ClassVar[int]
     OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     STAMP_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
     key: str
     owner_token: str
     fencing_token: int
     ttl: _duration_pb2.Duration
     expires_at: _timestamp_pb2.Timestamp
     stamp: HlcTimestamp
-    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., fencing_token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+    keys: _containers.RepeatedCompositeFieldContainer[LeasedKey]
+    lock_delay: _duration_pb2.Duration
+    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., fencing_token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., keys: _Optional[_Iterable[_Union[LeasedKey, _Mapping]]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class LeasedKey(_message.Message):
+    __slots__ = ("key", "fencing_token")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    fencing_token: int
+    def __init__(self, key: _Optional[str] = ..., fencing_token: _Optional[int] = ...) -> None: ...
+
+class Claim(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class KeyDelay(_message.Message):
+    __slots__ = ("key", "until", "remaining")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    until: _timestamp_pb2.Timestamp
+    remaining: _duration_pb2.Duration
+    def __init__(self, key: _Optional[str] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., remaining: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LockState(_message.Message):
-    __slots__ = ("key", "fencing_token", "holder", "expires_at", "stamp", "waiters")
+    __slots__ = ("key", "fencing_token", "holder", "expires_at", "stamp", "waiters", "lock_delay")
     KEY_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     STAMP_FIELD_NUMBER: _ClassVar[int]
     WAITERS_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
     key: str
     fencing_token: int
     holder: str
     expires_at: _timestamp_pb2.Timestamp
     stamp: HlcTimestamp
     waiters: int
-    def __init__(self, key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., waiters: _Optional[int] = ...) -> None: ...
+    lock_delay: _duration_pb2.Duration
+    def __init__(self, key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., waiters: _Optional[int] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class BackendInfo(_message.Message):
-    __slots__ = ("name", "version", "shared", "durable", "ttl_granularity", "min_ttl", "max_ttl", "fair")
+    __slots__ = ("name", "version", "shared", "durable", "ttl_granularity", "min_ttl", "max_ttl", "fair", "capabilities", "max_keys", "max_lock_delay")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SHARED_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +115,9 @@ class BackendInfo(_message.Message):
     MIN_TTL_FIELD_NUMBER: _ClassVar[int]
     MAX_TTL_FIELD_NUMBER: _ClassVar[int]
     FAIR_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    MAX_KEYS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     shared: bool
@@ -82,43 +126,58 @@ class BackendInfo(_message.Message):
     min_ttl: _duration_pb2.Duration
     max_ttl: _duration_pb2.Duration
     fair: bool
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., shared: _Optional[bool] = ..., durable: _Optional[bool] = ..., ttl_granularity: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., min_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fair: _Optional[bool] = ...) -> None: ...
+    capabilities: _containers.RepeatedScalarFieldContainer[Capability]
+    max_keys: int
+    max_lock_delay: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., shared: _Optional[bool] = ..., durable: _Optional[bool] = ..., ttl_granularity: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., min_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fair: _Optional[bool] = ..., capabilities: _Optional[_Iterable[_Union[Capability, str]]] = ..., max_keys: _Optional[int] = ..., max_lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("key", "ttl", "wait", "holder", "client_stamp")
+    __slots__ = ("key", "ttl", "wait", "holder", "client_stamp", "claims", "request_id", "lock_delay")
     KEY_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     CLIENT_STAMP_FIELD_NUMBER: _ClassVar[int]
+    CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
     key: str
     ttl: _duration_pb2.Duration
     wait: _duration_pb2.Duration
     holder: str
     client_stamp: HlcTimestamp
-    def __init__(self, key: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., holder: _Optional[str] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+    claims: _containers.RepeatedCompositeFieldContainer[Claim]
+    request_id: str
+    lock_delay: _duration_pb2.Duration
+    def __init__(self, key: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., holder: _Optional[str] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., claims: _Optional[_Iterable[_Union[Claim, _Mapping]]] = ..., request_id: _Optional[str] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
-    __slots__ = ("acquired", "lease", "current", "server_stamp")
+    __slots__ = ("acquired", "lease", "current", "server_stamp", "delayed")
     ACQUIRED_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     CURRENT_FIELD_NUMBER: _ClassVar[int]
     SERVER_STAMP_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
     acquired: bool
     lease: Lease
     current: LockState
     server_stamp: HlcTimestamp
-    def __init__(self, acquired: _Optional[bool] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., current: _Optional[_Union[LockState, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+    delayed: KeyDelay
+    def __init__(self, acquired: _Optional[bool] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., current: _Optional[_Union[LockState, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., delayed: _Optional[_Union[KeyDelay, _Mapping]] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("key", "owner_token", "client_stamp")
+    __slots__ = ("key", "owner_token", "client_stamp", "keys", "request_id")
     KEY_FIELD_NUMBER: _ClassVar[int]
     OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     CLIENT_STAMP_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     key: str
     owner_token: str
     client_stamp: HlcTimestamp
-    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    request_id: str
+    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., keys: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ReleaseResponse(_message.Message):
     __slots__ = ("released", "server_stamp")
@@ -129,16 +188,20 @@ class ReleaseResponse(_message.Message):
     def __init__(self, released: _Optional[bool] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
 
 class ExtendRequest(_message.Message):
-    __slots__ = ("key", "owner_token", "ttl", "client_stamp")
+    __slots__ = ("key", "owner_token", "ttl", "client_stamp", "keys", "request_id")
     KEY_FIELD_NUMBER: _ClassVar[int]
     OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     CLIENT_STAMP_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     key: str
     owner_token: str
     ttl: _duration_pb2.Duration
     client_stamp: HlcTimestamp
-    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    request_id: str
+    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., keys: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ExtendResponse(_message.Message):
     __slots__ = ("extended", "lease", "server_stamp")
@@ -159,14 +222,16 @@ class ExtendBatchRequest(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[ExtendBatchItem, _Mapping]]] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
 
 class ExtendBatchItem(_message.Message):
-    __slots__ = ("key", "owner_token", "ttl")
+    __slots__ = ("key", "owner_token", "ttl", "request_id")
     KEY_FIELD_NUMBER: _ClassVar[int]
     OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     key: str
     owner_token: str
     ttl: _duration_pb2.Duration
-    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ExtendBatchResponse(_message.Message):
     __slots__ = ("results", "server_stamp")
@@ -201,14 +266,16 @@ class InspectRequest(_message.Message):
     def __init__(self, key: _Optional[str] = ...) -> None: ...
 
 class InspectResponse(_message.Message):
-    __slots__ = ("held", "state", "server_stamp")
+    __slots__ = ("held", "state", "server_stamp", "delayed")
     HELD_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     SERVER_STAMP_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
     held: bool
     state: LockState
     server_stamp: HlcTimestamp
-    def __init__(self, held: _Optional[bool] = ..., state: _Optional[_Union[LockState, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+    delayed: KeyDelay
+    def __init__(self, held: _Optional[bool] = ..., state: _Optional[_Union[LockState, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., delayed: _Optional[_Union[KeyDelay, _Mapping]] = ...) -> None: ...
 
 class ListRequest(_message.Message):
     __slots__ = ("prefix", "page_size", "page_token")

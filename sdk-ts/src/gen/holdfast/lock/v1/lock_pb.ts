@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file holdfast/lock/v1/lock.proto.
  */
 export const file_holdfast_lock_v1_lock: GenFile = /*@__PURE__*/
-  fileDesc("Chtob2xkZmFzdC9sb2NrL3YxL2xvY2sucHJvdG8SEGhvbGRmYXN0LmxvY2sudjEiNQoMSGxjVGltZXN0YW1wEhQKDHdhbGxfdGltZV9ucxgBIAEoAxIPCgdsb2dpY2FsGAIgASgNIscBCgVMZWFzZRILCgNrZXkYASABKAkSEwoLb3duZXJfdG9rZW4YAiABKAkSFQoNZmVuY2luZ190b2tlbhgDIAEoBBImCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCKvAQoJTG9ja1N0YXRlEgsKA2tleRgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgEEg4KBmhvbGRlchgDIAEoCRIuCgpleHBpcmVzX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCgVzdGFtcBgFIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wEg8KB3dhaXRlcnMYBiABKA0i5wEKC0JhY2tlbmRJbmZvEgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIOCgZzaGFyZWQYAyABKAgSDwoHZHVyYWJsZRgEIAEoCBIyCg90dGxfZ3JhbnVsYXJpdHkYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWluX3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgdtYXhfdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBGZhaXIYCCABKAgitAEKDkFjcXVpcmVSZXF1ZXN0EgsKA2tleRgBIAEoCRImCgN0dGwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZob2xkZXIYBCABKAkSNAoMY2xpZW50X3N0YW1wGAUgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAirwEKD0FjcXVpcmVSZXNwb25zZRIQCghhY3F1aXJlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USLAoHY3VycmVudBgDIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEjQKDHNlcnZlcl9zdGFtcBgEIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wImgKDlJlbGVhc2VSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRI0CgxjbGllbnRfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCJZCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgSNAoMc2VydmVyX3N0YW1wGAIgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAijwEKDUV4dGVuZFJlcXVlc3QSCwoDa2V5GAEgASgJEhMKC293bmVyX3Rva2VuGAIgASgJEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI0CgxjbGllbnRfc3RhbXAYBCABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCKAAQoORXh0ZW5kUmVzcG9uc2USEAoIZXh0ZW5kZWQYASABKAgSJgoFbGVhc2UYAiABKAsyFy5ob2xkZmFzdC5sb2NrLnYxLkxlYXNlEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wInwKEkV4dGVuZEJhdGNoUmVxdWVzdBIwCgVpdGVtcxgBIAMoCzIhLmhvbGRmYXN0LmxvY2sudjEuRXh0ZW5kQmF0Y2hJdGVtEjQKDGNsaWVudF9zdGFtcBgCIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIlsKD0V4dGVuZEJhdGNoSXRlbRILCgNrZXkYASABKAkSEwoLb3duZXJfdG9rZW4YAiABKAkSJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoEBChNFeHRlbmRCYXRjaFJlc3BvbnNlEjQKB3Jlc3VsdHMYASADKAsyIy5ob2xkZmFzdC5sb2NrLnYxLkV4dGVuZEJhdGNoUmVzdWx0EjQKDHNlcnZlcl9zdGFtcBgCIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wInkKEUV4dGVuZEJhdGNoUmVzdWx0EhAKCGV4dGVuZGVkGAEgASgIEiYKBWxlYXNlGAIgASgLMhcuaG9sZGZhc3QubG9jay52MS5MZWFzZRIqCgVlcnJvchgDIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuSXRlbUVycm9yIioKCUl0ZW1FcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiHQoOSW5zcGVjdFJlcXVlc3QSCwoDa2V5GAEgASgJIoEBCg9JbnNwZWN0UmVzcG9uc2USDAoEaGVsZBgBIAEoCBIqCgVzdGF0ZRgCIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIkQKC0xpc3RSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRIRCglwYWdlX3NpemUYAiABKA0SEgoKcGFnZV90b2tlbhgDIAEoCSKJAQoMTGlzdFJlc3BvbnNlEioKBWxvY2tzGAEgAygLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIjkKDFdhdGNoUmVxdWVzdBINCgNrZXkYASABKAlIABIQCgZwcmVmaXgYAiABKAlIAEIICgZ0YXJnZXQinAEKDVdhdGNoUmVzcG9uc2USKQoEdHlwZRgBIAEoDjIbLmhvbGRmYXN0LmxvY2sudjEuRXZlbnRUeXBlEioKBXN0YXRlGAIgASgLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSNAoMc2VydmVyX3N0YW1wGAMgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAiFgoUR2V0U2VydmVySW5mb1JlcXVlc3Qi8AEKFUdldFNlcnZlckluZm9SZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgJEi4KB2JhY2tlbmQYAiABKAsyHS5ob2xkZmFzdC5sb2NrLnYxLkJhY2tlbmRJbmZvEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wEjMKEG1heF9jbG9ja19vZmZzZXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKwoIbWF4X3dhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24qiAEKCUV2ZW50VHlwZRIaChZFVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASFwoTRVZFTlRfVFlQRV9BQ1FVSVJFRBABEhcKE0VWRU5UX1RZUEVfUkVMRUFTRUQQAhIWChJFVkVOVF9UWVBFX0VYUElSRUQQAxIVChFFVkVOVF9UWVBFX1NZTkNFRBAEMqoFCgtMb2NrU2VydmljZRJOCgdBY3F1aXJlEiAuaG9sZGZhc3QubG9jay52MS5BY3F1aXJlUmVxdWVzdBohLmhvbGRmYXN0LmxvY2sudjEuQWNxdWlyZVJlc3BvbnNlEk4KB1JlbGVhc2USIC5ob2xkZmFzdC5sb2NrLnYxLlJlbGVhc2VSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5SZWxlYXNlUmVzcG9uc2USSwoGRXh0ZW5kEh8uaG9sZGZhc3QubG9jay52MS5FeHRlbmRSZXF1ZXN0GiAuaG9sZGZhc3QubG9jay52MS5FeHRlbmRSZXNwb25zZRJaCgtFeHRlbmRCYXRjaBIkLmhvbGRmYXN0LmxvY2sudjEuRXh0ZW5kQmF0Y2hSZXF1ZXN0GiUuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaFJlc3BvbnNlElMKB0luc3BlY3QSIC5ob2xkZmFzdC5sb2NrLnYxLkluc3BlY3RSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5JbnNwZWN0UmVzcG9uc2UiA5ACARJKCgRMaXN0Eh0uaG9sZGZhc3QubG9jay52MS5MaXN0UmVxdWVzdBoeLmhvbGRmYXN0LmxvY2sudjEuTGlzdFJlc3BvbnNlIgOQAgESSgoFV2F0Y2gSHi5ob2xkZmFzdC5sb2NrLnYxLldhdGNoUmVxdWVzdBofLmhvbGRmYXN0LmxvY2sudjEuV2F0Y2hSZXNwb25zZTABEmUKDUdldFNlcnZlckluZm8SJi5ob2xkZmFzdC5sb2NrLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0GicuaG9sZGZhc3QubG9jay52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2UiA5ACAUI8WjpnaXRodWIuY29tL2hvbGRmYXN0L2hvbGRmYXN0L3Byb3RvL2hvbGRmYXN0L2xvY2svdjE7bG9ja3YxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chtob2xkZmFzdC9sb2NrL3YxL2xvY2sucHJvdG8SEGhvbGRmYXN0LmxvY2sudjEiNQoMSGxjVGltZXN0YW1wEhQKDHdhbGxfdGltZV9ucxgBIAEoAxIPCgdsb2dpY2FsGAIgASgNIqECCgVMZWFzZRILCgNrZXkYASABKAkSEwoLb3duZXJfdG9rZW4YAiABKAkSFQoNZmVuY2luZ190b2tlbhgDIAEoBBImCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIpCgRrZXlzGAcgAygLMhsuaG9sZGZhc3QubG9jay52MS5MZWFzZWRLZXkSLQoKbG9ja19kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIvCglMZWFzZWRLZXkSCwoDa2V5GAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQiFAoFQ2xhaW0SCwoDa2V5GAEgASgJInAKCEtleURlbGF5EgsKA2tleRgBIAEoCRIpCgV1bnRpbBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoJcmVtYWluaW5nGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIt4BCglMb2NrU3RhdGUSCwoDa2V5GAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQSDgoGaG9sZGVyGAMgASgJEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KBXN0YW1wGAUgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASDwoHd2FpdGVycxgGIAEoDRItCgpsb2NrX2RlbGF5GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIuACCgtCYWNrZW5kSW5mbxIMCgRuYW1lGAEgASgJEg8KB3ZlcnNpb24YAiABKAkSDgoGc2hhcmVkGAMgASgIEg8KB2R1cmFibGUYBCABKAgSMgoPdHRsX2dyYW51bGFyaXR5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEioKB21pbl90dGwYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWF4X3R0bBgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIMCgRmYWlyGAggASgIEjIKDGNhcGFiaWxpdGllcxgJIAMoDjIcLmhvbGRmYXN0LmxvY2sudjEuQ2FwYWJpbGl0eRIQCghtYXhfa2V5cxgKIAEoDRIxCg5tYXhfbG9ja19kZWxheRgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKgAgoOQWNxdWlyZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKA3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBmhvbGRlchgEIAEoCRI0CgxjbGllbnRfc3RhbXAYBSABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBInCgZjbGFpbXMYBiADKAsyFy5ob2xkZmFzdC5sb2NrLnYxLkNsYWltEhIKCnJlcXVlc3RfaWQYByABKAkSLQoKbG9ja19kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiLcAQoPQWNxdWlyZVJlc3BvbnNlEhAKCGFjcXVpcmVkGAEgASgIEiYKBWxlYXNlGAIgASgLMhcuaG9sZGZhc3QubG9jay52MS5MZWFzZRIsCgdjdXJyZW50GAMgASgLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSNAoMc2VydmVyX3N0YW1wGAQgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASKwoHZGVsYXllZBgFIAEoCzIaLmhvbGRmYXN0LmxvY2sudjEuS2V5RGVsYXkiigEKDlJlbGVhc2VSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRI0CgxjbGllbnRfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIMCgRrZXlzGAQgAygJEhIKCnJlcXVlc3RfaWQYBSABKAkiWQoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIEjQKDHNlcnZlcl9zdGFtcBgCIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIrEBCg1FeHRlbmRSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRImCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNAoMY2xpZW50X3N0YW1wGAQgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASDAoEa2V5cxgFIAMoCRISCgpyZXF1ZXN0X2lkGAYgASgJIoABCg5FeHRlbmRSZXNwb25zZRIQCghleHRlbmRlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USNAoMc2VydmVyX3N0YW1wGAMgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAifAoSRXh0ZW5kQmF0Y2hSZXF1ZXN0EjAKBWl0ZW1zGAEgAygLMiEuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaEl0ZW0SNAoMY2xpZW50X3N0YW1wGAIgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAibwoPRXh0ZW5kQmF0Y2hJdGVtEgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRImCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKcmVxdWVzdF9pZBgEIAEoCSKBAQoTRXh0ZW5kQmF0Y2hSZXNwb25zZRI0CgdyZXN1bHRzGAEgAygLMiMuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaFJlc3VsdBI0CgxzZXJ2ZXJfc3RhbXAYAiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCJ5ChFFeHRlbmRCYXRjaFJlc3VsdBIQCghleHRlbmRlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USKgoFZXJyb3IYAyABKAsyGy5ob2xkZmFzdC5sb2NrLnYxLkl0ZW1FcnJvciIqCglJdGVtRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIh0KDkluc3BlY3RSZXF1ZXN0EgsKA2tleRgBIAEoCSKuAQoPSW5zcGVjdFJlc3BvbnNlEgwKBGhlbGQYASABKAgSKgoFc3RhdGUYAiABKAsyGy5ob2xkZmFzdC5sb2NrLnYxLkxvY2tTdGF0ZRI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIrCgdkZWxheWVkGAQgASgLMhouaG9sZGZhc3QubG9jay52MS5LZXlEZWxheSJECgtMaXN0UmVxdWVzdBIOCgZwcmVmaXgYASABKAkSEQoJcGFnZV9zaXplGAIgASgNEhIKCnBhZ2VfdG9rZW4YAyABKAkiiQEKDExpc3RSZXNwb25zZRIqCgVsb2NrcxgBIAMoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCI5CgxXYXRjaFJlcXVlc3QSDQoDa2V5GAEgASgJSAASEAoGcHJlZml4GAIgASgJSABCCAoGdGFyZ2V0IpwBCg1XYXRjaFJlc3BvbnNlEikKBHR5cGUYASABKA4yGy5ob2xkZmFzdC5sb2NrLnYxLkV2ZW50VHlwZRIqCgVzdGF0ZRgCIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IvABChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIuCgdiYWNrZW5kGAIgASgLMh0uaG9sZGZhc3QubG9jay52MS5CYWNrZW5kSW5mbxI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIzChBtYXhfY2xvY2tfb2Zmc2V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEisKCG1heF93YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uKngKCkNhcGFiaWxpdHkSGgoWQ0FQQUJJTElUWV9VTlNQRUNJRklFRBAAEhgKFENBUEFCSUxJVFlfTVVMVElfS0VZEAESGQoVQ0FQQUJJTElUWV9SRVFVRVNUX0lEEAISGQoVQ0FQQUJJTElUWV9MT0NLX0RFTEFZEAMqiAEKCUV2ZW50VHlwZRIaChZFVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASFwoTRVZFTlRfVFlQRV9BQ1FVSVJFRBABEhcKE0VWRU5UX1RZUEVfUkVMRUFTRUQQAhIWChJFVkVOVF9UWVBFX0VYUElSRUQQAxIVChFFVkVOVF9UWVBFX1NZTkNFRBAEMqoFCgtMb2NrU2VydmljZRJOCgdBY3F1aXJlEiAuaG9sZGZhc3QubG9jay52MS5BY3F1aXJlUmVxdWVzdBohLmhvbGRmYXN0LmxvY2sudjEuQWNxdWlyZVJlc3BvbnNlEk4KB1JlbGVhc2USIC5ob2xkZmFzdC5sb2NrLnYxLlJlbGVhc2VSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5SZWxlYXNlUmVzcG9uc2USSwoGRXh0ZW5kEh8uaG9sZGZhc3QubG9jay52MS5FeHRlbmRSZXF1ZXN0GiAuaG9sZGZhc3QubG9jay52MS5FeHRlbmRSZXNwb25zZRJaCgtFeHRlbmRCYXRjaBIkLmhvbGRmYXN0LmxvY2sudjEuRXh0ZW5kQmF0Y2hSZXF1ZXN0GiUuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaFJlc3BvbnNlElMKB0luc3BlY3QSIC5ob2xkZmFzdC5sb2NrLnYxLkluc3BlY3RSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5JbnNwZWN0UmVzcG9uc2UiA5ACARJKCgRMaXN0Eh0uaG9sZGZhc3QubG9jay52MS5MaXN0UmVxdWVzdBoeLmhvbGRmYXN0LmxvY2sudjEuTGlzdFJlc3BvbnNlIgOQAgESSgoFV2F0Y2gSHi5ob2xkZmFzdC5sb2NrLnYxLldhdGNoUmVxdWVzdBofLmhvbGRmYXN0LmxvY2sudjEuV2F0Y2hSZXNwb25zZTABEmUKDUdldFNlcnZlckluZm8SJi5ob2xkZmFzdC5sb2NrLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0GicuaG9sZGZhc3QubG9jay52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2UiA5ACAUI8WjpnaXRodWIuY29tL2hvbGRmYXN0L2hvbGRmYXN0L3Byb3RvL2hvbGRmYXN0L2xvY2svdjE7bG9ja3YxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * HlcTimestamp is a Hybrid Logical Clock reading (Kulkarni et al. 2014):
@@ -97,6 +97,22 @@ export type Lease = Message<"holdfast.lock.v1.Lease"> & {
    * @generated from field: holdfast.lock.v1.HlcTimestamp stamp = 6;
    */
   stamp?: HlcTimestamp | undefined;
+
+  /**
+   * Set when the lease was taken with claims: every key of the lease with
+   * its own fencing token, in the order of the claims. key and
+   * fencing_token are then unset: each key fences on its own token.
+   *
+   * @generated from field: repeated holdfast.lock.v1.LeasedKey keys = 7;
+   */
+  keys: LeasedKey[];
+
+  /**
+   * The lock-delay the Acquire asked for (see AcquireRequest.lock_delay).
+   *
+   * @generated from field: google.protobuf.Duration lock_delay = 8;
+   */
+  lockDelay?: Duration | undefined;
 };
 
 /**
@@ -105,6 +121,90 @@ export type Lease = Message<"holdfast.lock.v1.Lease"> & {
  */
 export const LeaseSchema: GenMessage<Lease> = /*@__PURE__*/
   messageDesc(file_holdfast_lock_v1_lock, 1);
+
+/**
+ * LeasedKey is one key of a multi-key lease.
+ *
+ * @generated from message holdfast.lock.v1.LeasedKey
+ */
+export type LeasedKey = Message<"holdfast.lock.v1.LeasedKey"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * Strictly increasing per key over every acquisition of that key.
+   *
+   * @generated from field: uint64 fencing_token = 2;
+   */
+  fencingToken: bigint;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.LeasedKey.
+ * Use `create(LeasedKeySchema)` to create a new message.
+ */
+export const LeasedKeySchema: GenMessage<LeasedKey> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 2);
+
+/**
+ * Claim is one key an Acquire takes. It is a message so that a claim can
+ * carry more than its key later (how it holds the key) without a new shape
+ * of Acquire.
+ *
+ * @generated from message holdfast.lock.v1.Claim
+ */
+export type Claim = Message<"holdfast.lock.v1.Claim"> & {
+  /**
+   * 1 to 512 bytes of UTF-8 without NUL.
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.Claim.
+ * Use `create(ClaimSchema)` to create a new message.
+ */
+export const ClaimSchema: GenMessage<Claim> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 3);
+
+/**
+ * KeyDelay is a key that nobody holds but that refuses new holders for a
+ * while: the lock-delay that follows the expiry of a lease taken with
+ * lock_delay.
+ *
+ * @generated from message holdfast.lock.v1.KeyDelay
+ */
+export type KeyDelay = Message<"holdfast.lock.v1.KeyDelay"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * The server's view of when the key takes holders again; informational.
+   *
+   * @generated from field: google.protobuf.Timestamp until = 2;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * Time left when the server answered.
+   *
+   * @generated from field: google.protobuf.Duration remaining = 3;
+   */
+  remaining?: Duration | undefined;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.KeyDelay.
+ * Use `create(KeyDelaySchema)` to create a new message.
+ */
+export const KeyDelaySchema: GenMessage<KeyDelay> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 4);
 
 /**
  * LockState describes a held lock. It never carries an owner token.
@@ -145,6 +245,13 @@ export type LockState = Message<"holdfast.lock.v1.LockState"> & {
    * @generated from field: uint32 waiters = 6;
    */
   waiters: number;
+
+  /**
+   * The lock-delay that follows this lease if it expires (0: none).
+   *
+   * @generated from field: google.protobuf.Duration lock_delay = 7;
+   */
+  lockDelay?: Duration | undefined;
 };
 
 /**
@@ -152,7 +259,7 @@ export type LockState = Message<"holdfast.lock.v1.LockState"> & {
  * Use `create(LockStateSchema)` to create a new message.
  */
 export const LockStateSchema: GenMessage<LockState> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 2);
+  messageDesc(file_holdfast_lock_v1_lock, 5);
 
 /**
  * BackendInfo states what the backend promises.
@@ -209,6 +316,32 @@ export type BackendInfo = Message<"holdfast.lock.v1.BackendInfo"> & {
    * @generated from field: bool fair = 8;
    */
   fair: boolean;
+
+  /**
+   * What the backend can do beyond single-key leases. A request that needs a
+   * capability the backend lacks is answered unimplemented, naming it
+   * (request_id excepted: see AcquireRequest.request_id).
+   *
+   * @generated from field: repeated holdfast.lock.v1.Capability capabilities = 9;
+   */
+  capabilities: Capability[];
+
+  /**
+   * The most keys one Acquire may claim on this server (the backend's limit,
+   * narrowed by the server's --max-keys); 1 without CAPABILITY_MULTI_KEY.
+   *
+   * @generated from field: uint32 max_keys = 10;
+   */
+  maxKeys: number;
+
+  /**
+   * The longest lock_delay an Acquire may ask for (the backend's limit,
+   * narrowed by the server's --max-lock-delay); 0 without
+   * CAPABILITY_LOCK_DELAY.
+   *
+   * @generated from field: google.protobuf.Duration max_lock_delay = 11;
+   */
+  maxLockDelay?: Duration | undefined;
 };
 
 /**
@@ -216,7 +349,7 @@ export type BackendInfo = Message<"holdfast.lock.v1.BackendInfo"> & {
  * Use `create(BackendInfoSchema)` to create a new message.
  */
 export const BackendInfoSchema: GenMessage<BackendInfo> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 3);
+  messageDesc(file_holdfast_lock_v1_lock, 6);
 
 /**
  * @generated from message holdfast.lock.v1.AcquireRequest
@@ -256,6 +389,48 @@ export type AcquireRequest = Message<"holdfast.lock.v1.AcquireRequest"> & {
    * @generated from field: holdfast.lock.v1.HlcTimestamp client_stamp = 5;
    */
   clientStamp?: HlcTimestamp | undefined;
+
+  /**
+   * Several keys to take together, all or nothing, under one owner token,
+   * one TTL and one lock_delay, with a fencing token per key (instead of
+   * key; set one or the other). 1 to max_keys (BackendInfo) distinct keys.
+   * Waiting sets and single keys are served in arrival order: a waiter
+   * joins the queue of every key it claims in one step, so two waiters
+   * stand in the same order in every queue they share, and a waiter tries
+   * only when it is at the head of all of them. Nobody waits for a later
+   * arrival, so overlapping sets never deadlock and nobody starves.
+   *
+   * @generated from field: repeated holdfast.lock.v1.Claim claims = 6;
+   */
+  claims: Claim[];
+
+  /**
+   * Makes retries safe. A repeat of a request with the same request_id and
+   * the same arguments (key or claims, ttl, holder, lock_delay; wait and
+   * client_stamp may differ) is answered with the lease the first attempt
+   * took (the same owner token and fencing tokens) while that lease is
+   * held, on any server sharing the backend; a repeat with other arguments
+   * is refused with invalid_argument. The id is kept with the lease and
+   * goes with it. 16 to 128 printable ASCII characters; draw it at random
+   * (at least 128 bits) once per acquisition and reuse it only for that
+   * acquisition's retries: whoever repeats it gets the lease. Without
+   * CAPABILITY_REQUEST_ID the server accepts it and does not recognise
+   * repeats (as without it).
+   *
+   * @generated from field: string request_id = 7;
+   */
+  requestId: string;
+
+  /**
+   * After this lease expires (its TTL ran out; not when it is released),
+   * its keys refuse new holders for lock_delay, so that a stalled holder's
+   * writes in flight drain before the next holder starts. Waiters wait
+   * through it. 0 (or unset) to max_lock_delay (BackendInfo); needs
+   * CAPABILITY_LOCK_DELAY.
+   *
+   * @generated from field: google.protobuf.Duration lock_delay = 8;
+   */
+  lockDelay?: Duration | undefined;
 };
 
 /**
@@ -263,7 +438,7 @@ export type AcquireRequest = Message<"holdfast.lock.v1.AcquireRequest"> & {
  * Use `create(AcquireRequestSchema)` to create a new message.
  */
 export const AcquireRequestSchema: GenMessage<AcquireRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 4);
+  messageDesc(file_holdfast_lock_v1_lock, 7);
 
 /**
  * @generated from message holdfast.lock.v1.AcquireResponse
@@ -283,7 +458,7 @@ export type AcquireResponse = Message<"holdfast.lock.v1.AcquireResponse"> & {
 
   /**
    * The holder, when not acquired (unset if the lock was released too late
-   * to be retried within the wait).
+   * to be retried within the wait). For claims: the holder of a claimed key.
    *
    * @generated from field: holdfast.lock.v1.LockState current = 3;
    */
@@ -293,6 +468,13 @@ export type AcquireResponse = Message<"holdfast.lock.v1.AcquireResponse"> & {
    * @generated from field: holdfast.lock.v1.HlcTimestamp server_stamp = 4;
    */
   serverStamp?: HlcTimestamp | undefined;
+
+  /**
+   * When not acquired because a key nobody holds is in its lock-delay.
+   *
+   * @generated from field: holdfast.lock.v1.KeyDelay delayed = 5;
+   */
+  delayed?: KeyDelay | undefined;
 };
 
 /**
@@ -300,7 +482,7 @@ export type AcquireResponse = Message<"holdfast.lock.v1.AcquireResponse"> & {
  * Use `create(AcquireResponseSchema)` to create a new message.
  */
 export const AcquireResponseSchema: GenMessage<AcquireResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 5);
+  messageDesc(file_holdfast_lock_v1_lock, 8);
 
 /**
  * @generated from message holdfast.lock.v1.ReleaseRequest
@@ -320,6 +502,27 @@ export type ReleaseRequest = Message<"holdfast.lock.v1.ReleaseRequest"> & {
    * @generated from field: holdfast.lock.v1.HlcTimestamp client_stamp = 3;
    */
   clientStamp?: HlcTimestamp | undefined;
+
+  /**
+   * Keys of a multi-key lease to release (instead of key), in one atomic
+   * step: released only if owner_token holds every one of them. Name the
+   * lease's keys; a subset releases those keys only.
+   *
+   * @generated from field: repeated string keys = 4;
+   */
+  keys: string[];
+
+  /**
+   * Makes retries safe: a repeat after a release that answered true is
+   * answered true again, also when the key is someone else's by then
+   * (as long as the key has not been released once more since); a repeat
+   * with another key, keys or owner_token is refused with invalid_argument.
+   * As AcquireRequest.request_id: 16 to 128 printable ASCII characters, at
+   * random, one per release.
+   *
+   * @generated from field: string request_id = 5;
+   */
+  requestId: string;
 };
 
 /**
@@ -327,7 +530,7 @@ export type ReleaseRequest = Message<"holdfast.lock.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 6);
+  messageDesc(file_holdfast_lock_v1_lock, 9);
 
 /**
  * @generated from message holdfast.lock.v1.ReleaseResponse
@@ -352,7 +555,7 @@ export type ReleaseResponse = Message<"holdfast.lock.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 7);
+  messageDesc(file_holdfast_lock_v1_lock, 10);
 
 /**
  * @generated from message holdfast.lock.v1.ExtendRequest
@@ -379,6 +582,23 @@ export type ExtendRequest = Message<"holdfast.lock.v1.ExtendRequest"> & {
    * @generated from field: holdfast.lock.v1.HlcTimestamp client_stamp = 4;
    */
   clientStamp?: HlcTimestamp | undefined;
+
+  /**
+   * Keys of a multi-key lease to renew (instead of key), in one atomic step:
+   * extended only if owner_token holds every one of them.
+   *
+   * @generated from field: repeated string keys = 5;
+   */
+  keys: string[];
+
+  /**
+   * Makes retries safe: a repeat renews the lease again (from now) and
+   * answers as the first did; a repeat with another ttl, key or keys is
+   * refused with invalid_argument. As AcquireRequest.request_id.
+   *
+   * @generated from field: string request_id = 6;
+   */
+  requestId: string;
 };
 
 /**
@@ -386,7 +606,7 @@ export type ExtendRequest = Message<"holdfast.lock.v1.ExtendRequest"> & {
  * Use `create(ExtendRequestSchema)` to create a new message.
  */
 export const ExtendRequestSchema: GenMessage<ExtendRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 8);
+  messageDesc(file_holdfast_lock_v1_lock, 11);
 
 /**
  * @generated from message holdfast.lock.v1.ExtendResponse
@@ -417,7 +637,7 @@ export type ExtendResponse = Message<"holdfast.lock.v1.ExtendResponse"> & {
  * Use `create(ExtendResponseSchema)` to create a new message.
  */
 export const ExtendResponseSchema: GenMessage<ExtendResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 9);
+  messageDesc(file_holdfast_lock_v1_lock, 12);
 
 /**
  * @generated from message holdfast.lock.v1.ExtendBatchRequest
@@ -442,10 +662,11 @@ export type ExtendBatchRequest = Message<"holdfast.lock.v1.ExtendBatchRequest"> 
  * Use `create(ExtendBatchRequestSchema)` to create a new message.
  */
 export const ExtendBatchRequestSchema: GenMessage<ExtendBatchRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 10);
+  messageDesc(file_holdfast_lock_v1_lock, 13);
 
 /**
- * ExtendBatchItem is one lease to renew: the fields of an ExtendRequest.
+ * ExtendBatchItem is one single-key lease to renew: the fields of an
+ * ExtendRequest (a multi-key lease is renewed by its own Extend).
  *
  * @generated from message holdfast.lock.v1.ExtendBatchItem
  */
@@ -466,6 +687,15 @@ export type ExtendBatchItem = Message<"holdfast.lock.v1.ExtendBatchItem"> & {
    * @generated from field: google.protobuf.Duration ttl = 3;
    */
   ttl?: Duration | undefined;
+
+  /**
+   * Makes retries safe, as ExtendRequest.request_id: a repeat of this item
+   * (in a batch or as an Extend of the same key, owner_token and ttl) renews
+   * the lease again and answers as the first did.
+   *
+   * @generated from field: string request_id = 4;
+   */
+  requestId: string;
 };
 
 /**
@@ -473,7 +703,7 @@ export type ExtendBatchItem = Message<"holdfast.lock.v1.ExtendBatchItem"> & {
  * Use `create(ExtendBatchItemSchema)` to create a new message.
  */
 export const ExtendBatchItemSchema: GenMessage<ExtendBatchItem> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 11);
+  messageDesc(file_holdfast_lock_v1_lock, 14);
 
 /**
  * @generated from message holdfast.lock.v1.ExtendBatchResponse
@@ -497,7 +727,7 @@ export type ExtendBatchResponse = Message<"holdfast.lock.v1.ExtendBatchResponse"
  * Use `create(ExtendBatchResponseSchema)` to create a new message.
  */
 export const ExtendBatchResponseSchema: GenMessage<ExtendBatchResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 12);
+  messageDesc(file_holdfast_lock_v1_lock, 15);
 
 /**
  * @generated from message holdfast.lock.v1.ExtendBatchResult
@@ -533,7 +763,7 @@ export type ExtendBatchResult = Message<"holdfast.lock.v1.ExtendBatchResult"> & 
  * Use `create(ExtendBatchResultSchema)` to create a new message.
  */
 export const ExtendBatchResultSchema: GenMessage<ExtendBatchResult> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 13);
+  messageDesc(file_holdfast_lock_v1_lock, 16);
 
 /**
  * ItemError is why one item of a batch was not decided.
@@ -559,7 +789,7 @@ export type ItemError = Message<"holdfast.lock.v1.ItemError"> & {
  * Use `create(ItemErrorSchema)` to create a new message.
  */
 export const ItemErrorSchema: GenMessage<ItemError> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 14);
+  messageDesc(file_holdfast_lock_v1_lock, 17);
 
 /**
  * @generated from message holdfast.lock.v1.InspectRequest
@@ -576,7 +806,7 @@ export type InspectRequest = Message<"holdfast.lock.v1.InspectRequest"> & {
  * Use `create(InspectRequestSchema)` to create a new message.
  */
 export const InspectRequestSchema: GenMessage<InspectRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 15);
+  messageDesc(file_holdfast_lock_v1_lock, 18);
 
 /**
  * @generated from message holdfast.lock.v1.InspectResponse
@@ -598,6 +828,13 @@ export type InspectResponse = Message<"holdfast.lock.v1.InspectResponse"> & {
    * @generated from field: holdfast.lock.v1.HlcTimestamp server_stamp = 3;
    */
   serverStamp?: HlcTimestamp | undefined;
+
+  /**
+   * Set when nobody holds the key but it is in its lock-delay.
+   *
+   * @generated from field: holdfast.lock.v1.KeyDelay delayed = 4;
+   */
+  delayed?: KeyDelay | undefined;
 };
 
 /**
@@ -605,7 +842,7 @@ export type InspectResponse = Message<"holdfast.lock.v1.InspectResponse"> & {
  * Use `create(InspectResponseSchema)` to create a new message.
  */
 export const InspectResponseSchema: GenMessage<InspectResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 16);
+  messageDesc(file_holdfast_lock_v1_lock, 19);
 
 /**
  * @generated from message holdfast.lock.v1.ListRequest
@@ -639,7 +876,7 @@ export type ListRequest = Message<"holdfast.lock.v1.ListRequest"> & {
  * Use `create(ListRequestSchema)` to create a new message.
  */
 export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 17);
+  messageDesc(file_holdfast_lock_v1_lock, 20);
 
 /**
  * @generated from message holdfast.lock.v1.ListResponse
@@ -668,7 +905,7 @@ export type ListResponse = Message<"holdfast.lock.v1.ListResponse"> & {
  * Use `create(ListResponseSchema)` to create a new message.
  */
 export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 18);
+  messageDesc(file_holdfast_lock_v1_lock, 21);
 
 /**
  * @generated from message holdfast.lock.v1.WatchRequest
@@ -701,7 +938,7 @@ export type WatchRequest = Message<"holdfast.lock.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 19);
+  messageDesc(file_holdfast_lock_v1_lock, 22);
 
 /**
  * @generated from message holdfast.lock.v1.WatchResponse
@@ -731,7 +968,7 @@ export type WatchResponse = Message<"holdfast.lock.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 20);
+  messageDesc(file_holdfast_lock_v1_lock, 23);
 
 /**
  * @generated from message holdfast.lock.v1.GetServerInfoRequest
@@ -744,7 +981,7 @@ export type GetServerInfoRequest = Message<"holdfast.lock.v1.GetServerInfoReques
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 21);
+  messageDesc(file_holdfast_lock_v1_lock, 24);
 
 /**
  * @generated from message holdfast.lock.v1.GetServerInfoResponse
@@ -787,7 +1024,48 @@ export type GetServerInfoResponse = Message<"holdfast.lock.v1.GetServerInfoRespo
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 22);
+  messageDesc(file_holdfast_lock_v1_lock, 25);
+
+/**
+ * Capability is something a backend does beyond single-key leases.
+ *
+ * @generated from enum holdfast.lock.v1.Capability
+ */
+export enum Capability {
+  /**
+   * @generated from enum value: CAPABILITY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Acquire takes several keys (claims) in one atomic step of the store;
+   * Release and Extend take keys.
+   *
+   * @generated from enum value: CAPABILITY_MULTI_KEY = 1;
+   */
+  MULTI_KEY = 1,
+
+  /**
+   * request_id is kept with the lease, so that a repeat of a request is
+   * recognised, on any server sharing the backend.
+   *
+   * @generated from enum value: CAPABILITY_REQUEST_ID = 2;
+   */
+  REQUEST_ID = 2,
+
+  /**
+   * Acquire's lock_delay is honoured.
+   *
+   * @generated from enum value: CAPABILITY_LOCK_DELAY = 3;
+   */
+  LOCK_DELAY = 3,
+}
+
+/**
+ * Describes the enum holdfast.lock.v1.Capability.
+ */
+export const CapabilitySchema: GenEnum<Capability> = /*@__PURE__*/
+  enumDesc(file_holdfast_lock_v1_lock, 0);
 
 /**
  * EventType says what happened to a lock.
@@ -827,7 +1105,7 @@ export enum EventType {
  * Describes the enum holdfast.lock.v1.EventType.
  */
 export const EventTypeSchema: GenEnum<EventType> = /*@__PURE__*/
-  enumDesc(file_holdfast_lock_v1_lock, 0);
+  enumDesc(file_holdfast_lock_v1_lock, 1);
 
 /**
  * LockService grants, renews, releases and reports leases.
@@ -837,7 +1115,10 @@ export const EventTypeSchema: GenEnum<EventType> = /*@__PURE__*/
 export const LockService: GenService<{
   /**
    * Acquire takes the lease on key if it is free or expired. With wait > 0 the
-   * caller queues on the server, in arrival order, for at most wait.
+   * caller queues on the server, in arrival order, for at most wait. With
+   * claims it takes several keys together, all or nothing, under one owner
+   * token. With request_id a retry of it is answered as the first attempt
+   * was (see AcquireRequest.request_id).
    *
    * @generated from rpc holdfast.lock.v1.LockService.Acquire
    */
