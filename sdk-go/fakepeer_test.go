@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -57,6 +58,9 @@ type fakePeer struct {
 	batchSizes  []int
 	rejectKeys  map[string]bool
 	itemErrKeys map[string]int
+	// renewIDs are the request ids of every Extend and ExtendBatch item
+	// received, per key, in order.
+	renewIDs map[string][]string
 }
 
 type peerMode int
@@ -116,6 +120,7 @@ func (p *fakePeer) snapshot() fakePeer {
 		extendTTLs:  append([]time.Duration(nil), p.extendTTLs...),
 		releases:    p.releases,
 		batchSizes:  append([]int(nil), p.batchSizes...),
+		renewIDs:    maps.Clone(p.renewIDs),
 	}
 }
 
@@ -204,6 +209,7 @@ func (p *fakePeer) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lo
 func (p *fakePeer) Extend(ctx context.Context, req *lockv1.ExtendRequest) (*lockv1.ExtendResponse, error) {
 	p.mu.Lock()
 	p.extendRecv = append(p.extendRecv, time.Now())
+	p.renewed(req.GetKey(), req.GetRequestId())
 	p.record(callHeader(ctx), req.GetClientStamp())
 	mode := p.extendMode
 	p.mu.Unlock()
@@ -231,6 +237,9 @@ func (p *fakePeer) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchReque
 		return nil, connect.NewError(connect.CodeUnimplemented, errString("an older server"))
 	}
 	p.batchSizes = append(p.batchSizes, len(req.GetItems()))
+	for _, it := range req.GetItems() {
+		p.renewed(it.GetKey(), it.GetRequestId())
+	}
 	p.record(callHeader(ctx), req.GetClientStamp())
 	mode := p.batchMode
 	p.mu.Unlock()
@@ -257,6 +266,14 @@ func (p *fakePeer) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchReque
 		resp.Results = append(resp.Results, r)
 	}
 	return resp, nil
+}
+
+// renewed records a renewal's request id. p.mu must be held.
+func (p *fakePeer) renewed(key, id string) {
+	if p.renewIDs == nil {
+		p.renewIDs = map[string][]string{}
+	}
+	p.renewIDs[key] = append(p.renewIDs[key], id)
 }
 
 func (p *fakePeer) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {

@@ -117,6 +117,12 @@ func TestWatchdogBatchItemErrorIsAFailedRenewalRetried(t *testing.T) {
 	if len(failed) != 1 {
 		t.Fatalf("k1: %d renewal_failed events, want one for its item error", len(failed))
 	}
+	// The retry is the same renewal: it carries the failed item's request
+	// id, so a server that applied the item but lost its answer does not
+	// apply it twice.
+	if ids := peer.snapshot().renewIDs["k1"]; len(ids) < 2 || ids[0] == "" || ids[1] != ids[0] {
+		t.Fatalf("k1's renewal request ids %q: want the failed item's id sent again on its retry", ids)
+	}
 	if err := gs[1].Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -289,6 +289,46 @@ func TestExtendBatch(t *testing.T) {
 	}
 }
 
+// An ExtendBatch item carries its request id to the backend, with the
+// fingerprint of a single-key Extend: a repeat of the item, in a batch or as
+// an Extend, renews again and answers as the first did; the same id with
+// another ttl is that item's request conflict.
+func TestExtendBatchItemsCarryRequestIDs(t *testing.T) {
+	e := newBatchingEngine(t, fakebackend.NewBatching(), engine.Config{})
+	ctx := t.Context()
+	resp, err := e.Acquire(ctx, acquireReq("eb/rid"))
+	if err != nil || !resp.GetAcquired() {
+		t.Fatal(resp, err)
+	}
+	tok := resp.GetLease().GetOwnerToken()
+	const id = "renewal-0123456789abcdef"
+	item := &lockv1.ExtendBatchItem{Key: "eb/rid", OwnerToken: tok, Ttl: durationpb.New(time.Minute), RequestId: id}
+	for i := range 2 {
+		r, err := e.ExtendBatch(ctx, &lockv1.ExtendBatchRequest{Items: []*lockv1.ExtendBatchItem{item}})
+		if err != nil || !r.GetResults()[0].GetExtended() {
+			t.Fatalf("ExtendBatch attempt %d = %v, %v", i, r, err)
+		}
+	}
+	ext, err := e.Extend(ctx, &lockv1.ExtendRequest{Key: "eb/rid", OwnerToken: tok, Ttl: durationpb.New(time.Minute), RequestId: id})
+	if err != nil || !ext.GetExtended() {
+		t.Fatalf("the renewal retried as an Extend = %v, %v", ext, err)
+	}
+	other := &lockv1.ExtendBatchItem{Key: "eb/rid", OwnerToken: tok, Ttl: durationpb.New(2 * time.Minute), RequestId: id}
+	r, err := e.ExtendBatch(ctx, &lockv1.ExtendBatchRequest{Items: []*lockv1.ExtendBatchItem{other}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.GetResults()[0]; got.GetExtended() || got.GetError().GetCode() != "invalid_argument" ||
+		!strings.Contains(got.GetError().GetMessage(), "request_id: already used for another extend") {
+		t.Fatalf("the same request id with another ttl = %v, want that item's invalid_argument", got)
+	}
+	short := &lockv1.ExtendBatchItem{Key: "eb/rid", OwnerToken: tok, Ttl: durationpb.New(time.Minute), RequestId: "short"}
+	_, err = e.ExtendBatch(ctx, &lockv1.ExtendBatchRequest{Items: []*lockv1.ExtendBatchItem{item, short}})
+	if !errors.Is(err, engine.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "items[1].request_id: 5 bytes") {
+		t.Fatalf("a malformed request id: %v, want invalid_argument naming items[1].request_id", err)
+	}
+}
+
 func TestExtendBatchBadInput(t *testing.T) {
 	e := newBatchingEngine(t, fakebackend.NewBatching(), engine.Config{})
 	ctx := t.Context()
