@@ -86,3 +86,45 @@ async def test_a_server_without_extend_batch_gets_an_extend_per_guard(addr: str)
         assert calls.calls.count("ExtendBatch") <= 1, "ExtendBatch is tried once at most, then plain Extends"
         for g in gs:
             await g.unlock()
+
+
+async def test_a_lost_renewal_is_retried_with_its_request_ids_and_a_set_renews_by_its_own_extend(addr: str) -> None:
+    ttl = 0.9
+    async with AsyncClient(addr) as c:
+        batches: list[dict[str, str]] = []  # per ExtendBatch: key -> request id
+        extends: list[tuple[tuple[str, ...], str]] = []
+        stub = c._rpc.stub
+        real_batch, real_extend = stub.extend_batch, stub.extend
+        lost = [False]
+
+        async def extend_batch(req: Any, **kw: Any) -> Any:
+            batches.append({it.key: it.request_id for it in req.items})
+            res = await real_batch(req, **kw)
+            if not lost[0]:
+                lost[0] = True  # the server renewed; its answer never arrives
+                raise ConnectError(Code.UNAVAILABLE, "connection reset (test: the answer was lost)")
+            return res
+
+        async def extend(req: Any, **kw: Any) -> Any:
+            extends.append((tuple(req.keys) or (req.key,), req.request_id))
+            return await real_extend(req, **kw)
+
+        setattr(stub, "extend_batch", extend_batch)  # noqa: B010 (typed stubs)
+        setattr(stub, "extend", extend)  # noqa: B010
+        singles = await _lock_many(c, 3, ttl, "lost")
+        both = await c.acquire(key("lost-set-a"), key("lost-set-b"), ttl=ttl)
+        everyone = [*singles, both]
+        await eventually("every guard renewed", lambda: all(g.renewals >= 1 for g in everyone), timeout=2 * ttl + 2)
+        assert all(g.held for g in everyone)
+        assert len(batches) >= 2, f"{len(batches)} ExtendBatch calls: want the lost one and its retry"
+        for g in singles:
+            first = batches[0].get(g.key)
+            assert first, f"{g.key} in the first ExtendBatch with a request id"
+            retries = [b[g.key] for b in batches[1:] if g.key in b] + [i for ks, i in extends if ks == (g.key,)]
+            assert retries and retries[0] == first, f"{g.key}: the retry of a renewal carries its request id"
+        assert not any(k in b for b in batches for k in both.keys), "a multi-key guard in an ExtendBatch"
+        assert any(ks == both.keys and i for ks, i in extends), (
+            "the set renewed by an Extend of its keys with a request id"
+        )
+        for g in everyone:
+            await g.unlock()

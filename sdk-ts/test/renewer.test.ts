@@ -63,6 +63,47 @@ describe("the client's watchdog", { skip: needsServer }, () => {
     await c.close();
   });
 
+  it("retries a renewal whose answer was lost with each item's request id, and renews a multi-key guard by its own Extend", async () => {
+    const batches: Map<string, string>[] = []; // per ExtendBatch: key -> request id
+    const extends_: { keys: string[]; requestId: string }[] = [];
+    let lost = false;
+    const record: Interceptor = (next) => async (req) => {
+      if (req.method.name === "ExtendBatch") {
+        const m = req.message as unknown as { items: { key: string; requestId: string }[] };
+        batches.push(new Map(m.items.map((it) => [it.key, it.requestId])));
+      }
+      if (req.method.name === "Extend") {
+        const m = req.message as unknown as { key: string; keys: string[]; requestId: string };
+        extends_.push({ keys: m.keys.length > 0 ? [...m.keys] : [m.key], requestId: m.requestId });
+      }
+      const res = await next(req);
+      if (req.method.name === "ExtendBatch" && !lost) {
+        lost = true; // the server renewed; its answer never arrives
+        throw new ConnectError("connection reset (test: the answer was lost)", Code.Unavailable);
+      }
+      return res;
+    };
+    const c = createClient(addr!, { logger: recordingLogger(), interceptors: [record] });
+    const ttl = 900;
+    const singles: Guard[] = [];
+    for (let i = 0; i < 3; i++) singles.push(await c.lock(key(`lost-${i}`)).ttl(ttl).acquire());
+    const set = await c.lock(key("lost-set-a"), key("lost-set-b")).ttl(ttl).acquire();
+    await eventually("every guard renewed", () => [...singles, set].every((g) => g.renewals >= 1), 2 * ttl);
+    for (const g of [...singles, set]) assert.ok(g.held, `guard ${g.key}`);
+    assert.ok(batches.length >= 2, `${batches.length} ExtendBatch calls: want the lost one and its retry`);
+    for (const g of singles) {
+      const first = batches[0].get(g.key);
+      assert.ok(first, `${g.key} in the first ExtendBatch with a request id`);
+      const retry = batches.slice(1).find((b) => b.has(g.key))?.get(g.key) ?? extends_.find((e) => e.keys[0] === g.key)?.requestId;
+      assert.equal(retry, first, `${g.key}: the retry of a renewal carries its request id`);
+    }
+    for (const b of batches) assert.ok(!b.has(set.keys[0]) && !b.has(set.keys[1]), "a multi-key guard in an ExtendBatch");
+    const setRenewal = extends_.find((e) => e.keys.length === 2);
+    assert.ok(setRenewal && setRenewal.requestId !== "", "the multi-key guard renewed by an Extend of its keys with a request id");
+    for (const g of [...singles, set]) await g.unlock();
+    await c.close();
+  });
+
   it("renews each guard with its own Extend on a server without ExtendBatch", async () => {
     const counts = new Map<string, number>();
     const c = countingClient(counts, { unimplemented: true });
