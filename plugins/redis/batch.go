@@ -18,9 +18,10 @@ import (
 // Cluster they are pipelined, each item its own script to its key's master.
 // Either way each item is decided exactly as its single call would be, on
 // its own: the items of one batch have distinct keys, and no item's
-// outcome depends on another's. An item that could not be carried (a
-// connection error, a node that left) gets its own unavailable error; in a
-// Cluster the others' answers stand.
+// outcome depends on another's. An item that Redis refused (its script
+// raised an error) gets its own unavailable error and the others' answers
+// stand; a batch that could not be carried at all (a connection error)
+// answers every item unavailable.
 
 var _ backend.BatchBackend = (*Backend)(nil)
 
@@ -141,7 +142,12 @@ func runScripted[Req, Res any](ctx context.Context, b *Backend, reqs []Req, call
 			out[i].Err = b.fail(first.op, err)
 			continue
 		}
-		out[i].Value, out[i].Err = reply(reqs[i], replySlice(replies[j]))
+		r := replySlice(replies[j])
+		if len(r) == 2 && asInt(r[0]) == -2 { // the item's own error (batchOf)
+			out[i].Err = b.fail(first.op, errors.New(asString(r[1])))
+			continue
+		}
+		out[i].Value, out[i].Err = reply(reqs[i], r)
 	}
 }
 

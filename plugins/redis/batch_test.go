@@ -191,3 +191,36 @@ func TestClusterBatch(t *testing.T) {
 		}
 	}
 }
+
+// An item whose script Redis refuses (here its lock key holds a string,
+// written by someone else) gets its own error; the other items of the
+// batch are decided and answered.
+func TestBatchItemRefusedByRedisIsItsOwnError(t *testing.T) { eachMode(t, testBatchItemRefusedByRedis) }
+
+func testBatchItemRefusedByRedis(t *testing.T) {
+	addr := redistest.Addr(t)
+	prefix := "bt" + token()[:8] + ":"
+	b := open(t, addr, "key_prefix", prefix)
+	ctx := ctxT(t)
+	raw := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer raw.Close()
+	if err := raw.Set(ctx, prefix+"{wrongtype}:lock", "not a hash", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	outs, err := b.AcquireBatch(ctx, []backend.AcquireRequest{
+		{Key: "before", OwnerToken: token(), TTL: time.Minute},
+		{Key: "wrongtype", OwnerToken: token(), TTL: time.Minute},
+		{Key: "after", OwnerToken: token(), TTL: time.Minute},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outs[1]; !errors.Is(o.Err, backend.ErrUnavailable) || !strings.Contains(o.Err.Error(), "WRONGTYPE") {
+		t.Errorf("the refused item: %+v, want its own unavailable error naming WRONGTYPE", o)
+	}
+	for _, i := range []int{0, 2} {
+		if o := outs[i]; o.Err != nil || !o.Value.Acquired {
+			t.Errorf("item %d beside the refused one: %+v", i, o)
+		}
+	}
+}

@@ -267,7 +267,10 @@ return out
 // Batch scripts run the items of a batch in one EVAL: each item is its
 // script's body run as a function of its own KEYS and ARGV (parameters
 // that shadow the globals), so it decides exactly as its single call
-// would; the reply is the list of the items' replies. ARGV = number of
+// would; the reply is the list of the items' replies. An item whose body
+// raised an error (a Redis command refused: say, a key of another type
+// written by someone else) is answered {-2, message}, and the others'
+// replies stand, as they would for single calls. ARGV = number of
 // items m, each item's key count, each item's argument count, then every
 // item's arguments; KEYS = every item's keys, in order. The keys of one
 // EVAL must share a Cluster slot, so Cluster batches are pipelined instead.
@@ -290,7 +293,8 @@ for i = 1, m do
   for j = 1, nk do ks[j] = KEYS[k + j] end
   for j = 1, na do as[j] = ARGV[base + a + j] end
   k, a = k + nk, a + na
-  out[i] = item(ks, as)
+  local ok, res = pcall(item, ks, as)
+  if ok then out[i] = res else out[i] = {-2, tostring(res)} end
 end
 return out
 `
