@@ -10,8 +10,9 @@ import { checkTtl, formatDuration, type Duration } from "./duration.js";
 import { ClientClosedError, HoldfastError, InvalidArgumentError, LeaseLostError, LockReleasedError } from "./errors.js";
 import type { Lease } from "./gen/holdfast/lock/v1/lock_pb.js";
 import { Timestamp } from "./hlc.js";
+import { shareOf } from "./primitives.js";
 import type { Session } from "./session.js";
-import type { LeaseLostReason } from "./types.js";
+import type { GrantMode, Kind, LeaseLostReason } from "./types.js";
 import { durationFromMs, monotonicNow, msFromDuration, newRequestId, sleep, unref } from "./util.js";
 
 type GuardState = "held" | "lost" | "released";
@@ -22,7 +23,9 @@ export function leaseTarget(lease: Lease): { key: string } | { keys: string[] } 
 }
 
 /**
- * A held lease. Its watchdog renews it every TTL/3. The guard is poisoned
+ * A held lease: a lock, or one grant of a semaphore or rwlock (kind, limit,
+ * permits and mode say which; a grant is a lease like a lock's, with its own
+ * owner token). Its watchdog renews it every TTL/3. The guard is poisoned
  * when a renewal answers extended=false, or when no renewal has succeeded by
  * its local expiry: measured on this process's monotonic clock from the
  * moment the last successful renewal (or the acquire) was sent, minus the
@@ -40,6 +43,14 @@ export class Guard {
   readonly keys: readonly string[];
   /** The label others see while this guard holds the key. */
   readonly holder: string;
+  /** What the key is: "lock", "semaphore" (client.semaphore) or "rwlock" (client.rwlock). */
+  readonly kind: Kind;
+  /** The key's capacity: 1 for a lock, a semaphore's limit, an rwlock's reader capacity. */
+  readonly limit: number;
+  /** The permits this grant holds: a semaphore grant's; 1 for a lock and an rwlock grant. */
+  readonly permits: number;
+  /** "shared" for an rwlock's reader, "exclusive" for everything else (a lock, a semaphore grant, a writer). */
+  readonly mode: GrantMode;
   readonly #session: Session;
   readonly #ownerToken: string;
   readonly #fencingToken: bigint;
@@ -88,6 +99,7 @@ export class Guard {
       this.keys = Object.freeze([lease.key]);
       this.#fencingToken = lease.fencingToken;
     }
+    ({ kind: this.kind, limit: this.limit, permits: this.permits, mode: this.mode } = shareOf(lease));
     this.#stamp = Timestamp.fromProto(lease.stamp);
     this.#ttlMs = msFromDuration(lease.ttl);
     this.#validFrom = validFrom;

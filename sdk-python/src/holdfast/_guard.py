@@ -13,6 +13,7 @@ from google.protobuf import duration_pb2
 
 from . import _durations
 from ._options import ExpiryMargin
+from ._primitives import Share
 from ._rpc import Rpc, new_request_id
 from ._timestamp import Timestamp
 from .errors import (
@@ -82,7 +83,9 @@ class Session:
 
 
 class AsyncGuard:
-    """A held lease.
+    """A held lease: a lock, or one grant of a semaphore or rwlock (``kind``,
+    ``limit``, ``permits`` and ``mode`` say which; a grant is a lease like a
+    lock's, with its own owner token).
 
     Its watchdog renews the lease every TTL/3 after the last successful
     renewal was sent. The guard is poisoned when a renewal answers
@@ -105,6 +108,15 @@ class AsyncGuard:
         """Every locked key, in the order given to ``lock()``."""
         self.holder: str = holder
         """The label others see while this guard holds the key."""
+        share = Share.of(lease)
+        self.kind = share.kind
+        """What the key is: ``lock``, ``semaphore`` or ``rwlock``."""
+        self.limit: int = share.limit
+        """The key's capacity: 1 for a lock, a semaphore's limit, an rwlock's reader capacity."""
+        self.permits: int = share.permits
+        """The permits this grant holds: a semaphore grant's; 1 for a lock and an rwlock grant."""
+        self.mode = share.mode
+        """``shared`` for an rwlock's reader, ``exclusive`` for everything else."""
         self._owner_token = lease.owner_token
         self._target = lease_target(lease)
         self._fencing_token: int = lease.keys[0].fencing_token if lease.keys else lease.fencing_token
