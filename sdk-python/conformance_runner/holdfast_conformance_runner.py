@@ -106,6 +106,19 @@ def lock_state(s: LockState) -> Result:
         "holder": s.holder,
         "stamp": stamp(s.stamp),
         "waiters": s.waiters,
+        "kind": s.kind,
+        "limit": s.limit,
+        "permits_in_use": s.permits_in_use,
+        "holders": [
+            {
+                "fencing_token": str(g.fencing_token),
+                "holder": g.holder,
+                "permits": g.permits,
+                "mode": g.mode,
+                "stamp": stamp(g.stamp),
+            }
+            for g in s.holders
+        ],
     }
 
 
@@ -267,8 +280,8 @@ class Adapter:
         k = arg_str(args, "key")
         holder: str | None = args.get("holder") or None
         ttl = ttl_of(args)
-        kind = args.get("kind") or "lock"
-        if kind != "lock":
+        kind = args.get("kind") or "mutex"
+        if kind != "mutex":
             return await self.grant(c, k, kind, args, ttl, holder)
         if args.get("try"):
             # try_acquire takes no wait: a wait_ms given with it has nowhere to go.
@@ -298,7 +311,7 @@ class Adapter:
             rw = c.rwlock(k)
             ctx = rw.read(**opts) if mode == "shared" else rw.write(**opts)
         else:
-            raise CommandError("bad_command", f"argument kind: want 'lock', 'semaphore' or 'rwlock', got {kind!r}")
+            raise CommandError("bad_command", f"argument kind: want 'mutex', 'semaphore' or 'rwlock', got {kind!r}")
         if args.get("try"):
             got = await ctx.try_acquire()
             if got is None:

@@ -232,7 +232,7 @@ async def test_a_lock_granted_for_a_semaphore_is_given_back(addr: str, client: A
 
 async def test_server_info_says_which_kinds_the_backend_keeps(client: AsyncClient) -> None:
     info = await client.server_info()
-    assert sorted(info.backend.kinds) == ["lock", "rwlock", "semaphore"]
+    assert sorted(info.backend.kinds) == ["mutex", "rwlock", "semaphore"]
     assert info.backend.max_limit >= 1
     assert info.backend.rwlock_readers >= 1
 
@@ -254,7 +254,8 @@ async def test_readers_share_and_a_writer_holds_alone(client: AsyncClient, other
     await r1.unlock()
     await r2.unlock()
     w = await writing
-    assert (w.kind, w.permits, w.mode, w.limit) == ("rwlock", 1, "exclusive", r1.limit)
+    assert (w.kind, w.permits, w.mode, w.limit) == ("rwlock", r1.limit, "exclusive", r1.limit), "a writer holds it all"
+    assert w.limit == (await client.server_info()).backend.rwlock_readers
     assert w.fencing_token > r2.fencing_token
     assert await client.rwlock(k).read().try_acquire() is None, "a reader does not join a writer"
     assert await client.rwlock(k).write().try_acquire() is None, "nor does another writer"

@@ -151,7 +151,17 @@ function stamp(t: Timestamp): { wall_time_ns: string; logical: number } {
 }
 
 function lockState(st: LockState): Record<string, unknown> {
-  return { key: st.key, fencing_token: st.fencingToken.toString(), holder: st.holder, stamp: stamp(st.stamp), waiters: st.waiters };
+  return {
+    key: st.key,
+    fencing_token: st.fencingToken.toString(),
+    holder: st.holder,
+    stamp: stamp(st.stamp),
+    waiters: st.waiters,
+    kind: st.kind,
+    limit: st.limit,
+    permits_in_use: st.permitsInUse,
+    holders: st.holders.map((g) => ({ fencing_token: g.fencingToken.toString(), holder: g.holder, permits: g.permits, mode: g.mode, stamp: stamp(g.stamp) })),
+  };
 }
 
 function codeOf(err: unknown): string | undefined {
@@ -255,10 +265,10 @@ function clientOptions(args: Args): NodeClientOptions {
 
 /** The builder of the command's kind: a lock, a semaphore (limit, and permits when given) or an rwlock share (mode). */
 function kindBuilder(c: Client, key: string, args: Args): LockBuilder {
-  const kind = optStr(args, "kind") ?? "lock";
+  const kind = optStr(args, "kind") ?? "mutex";
   let b: LockBuilder;
   switch (kind) {
-    case "lock":
+    case "mutex":
       b = c.lock(key);
       break;
     case "semaphore":
@@ -273,7 +283,7 @@ function kindBuilder(c: Client, key: string, args: Args): LockBuilder {
       break;
     }
     default:
-      throw new CommandError("bad_command", `argument kind: want "lock", "semaphore" or "rwlock", got ${JSON.stringify(kind)}`);
+      throw new CommandError("bad_command", `argument kind: want "mutex", "semaphore" or "rwlock", got ${JSON.stringify(kind)}`);
   }
   const permits = optNum(args, "permits");
   if (permits !== undefined) b.permits(permits);

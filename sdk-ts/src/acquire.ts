@@ -57,7 +57,6 @@ export type Mode = "wait" | "try";
  */
 export async function acquireLease(session: Session, keys: readonly string[], options: AcquireOptions, mode: Mode, primitive: Primitive = LOCK): Promise<Guard | Held> {
   session.checkOpen();
-  checkPrimitive(primitive, keys);
   const [key = ""] = keys;
   const multi = keys.length > 1;
   const { settings } = session;
@@ -70,6 +69,7 @@ export async function acquireLease(session: Session, keys: readonly string[], op
   }
   const waitMs = mode === "try" ? 0 : options.wait === undefined ? Infinity : checkWait(options.wait);
   const lockDelayMs = options.lockDelay === undefined ? 0 : checkNonNegative("lockDelay", options.lockDelay);
+  checkPrimitive(primitive, keys, lockDelayMs);
   const holder = options.holder ?? settings.holder;
   const requestId = newRequestId();
   // The caller's signal, and the client's close: either ends the acquisition.

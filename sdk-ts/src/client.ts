@@ -32,7 +32,7 @@ function backendInfoFromProto(p: PbBackendInfo | undefined): BackendInfo {
     requestIds: p?.capabilities.includes(Capability.REQUEST_ID) ?? false,
     maxLockDelayMs: msFromDuration(p?.maxLockDelay),
     // A server from before kinds says nothing: it keeps locks only.
-    kinds: [...new Set(["lock" as const, ...(p?.kinds ?? []).filter((k) => k !== PbKind.UNSPECIFIED).map(kindFromProto)])],
+    kinds: [...new Set(["mutex" as const, ...(p?.kinds ?? []).filter((k) => k !== PbKind.UNSPECIFIED).map(kindFromProto)])],
     maxLimit: p?.maxLimit ?? 0,
     rwlockReaders: p?.rwlockReaders ?? 0,
   };

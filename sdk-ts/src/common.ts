@@ -8,7 +8,7 @@ export { DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_RETRY_BUDGET_MS, DEFAULT_TTL_MS } f
 export type { Backoff, ExpiryMargin } from "./backoff.js";
 export { MIN_TTL_MS, formatDuration, parseDuration, type Duration } from "./duration.js";
 export { consoleLogger, type LogLevel } from "./logger.js";
-export type { BackendInfo, GrantMode, Holder, Inspection, KeyDelay, Kind, LeaseEvent, LeaseLostReason, LockEvent, LockEventType, LockState, Logger, ServerInfo } from "./types.js";
+export type { BackendInfo, Grant, GrantMode, Inspection, KeyDelay, Kind, LeaseEvent, LeaseLostReason, LockEvent, LockEventType, LockState, Logger, ServerInfo } from "./types.js";
 export { Clock, ClockOffsetError, DEFAULT_MAX_OFFSET_MS, Timestamp } from "./hlc.js";
 export type { PhysicalClock } from "./hlc.js";
 export {

@@ -32,8 +32,9 @@ export class NotAcquiredError extends HoldfastError {
   ) {
     const keys = details.keys && details.keys.length > 1 ? details.keys : undefined;
     const { delay } = details;
-    let message = `holdfast: ${current?.kind ?? "lock"} ${JSON.stringify(keys ?? key)} not acquired`;
-    if (current && current.kind !== "lock") {
+    const kind = current && current.kind !== "mutex" ? current.kind : "lock";
+    let message = `holdfast: ${kind} ${JSON.stringify(keys ?? key)} not acquired`;
+    if (current && current.kind !== "mutex") {
       message += `: ${current.permitsInUse} of ${current.limit} permits in use by ${current.holders.length} holder(s), the first to end ${JSON.stringify(current.holder)} (fencing token ${current.fencingToken})`;
     } else if (current && keys) message += `: ${JSON.stringify(current.key)} held by ${JSON.stringify(current.holder)} (fencing token ${current.fencingToken})`;
     else if (current) message += `: held by ${JSON.stringify(current.holder)} (fencing token ${current.fencingToken})`;

@@ -43,11 +43,11 @@ export class Guard {
   readonly keys: readonly string[];
   /** The label others see while this guard holds the key. */
   readonly holder: string;
-  /** What the key is: "lock", "semaphore" (client.semaphore) or "rwlock" (client.rwlock). */
+  /** What the key is: "mutex" (client.lock), "semaphore" (client.semaphore) or "rwlock" (client.rwlock). */
   readonly kind: Kind;
   /** The key's capacity: 1 for a lock, a semaphore's limit, an rwlock's reader capacity. */
   readonly limit: number;
-  /** The permits this grant holds: a semaphore grant's; 1 for a lock and an rwlock grant. */
+  /** This lease's share of the limit: 1 for a lock and a reader, a semaphore grant's permits, the whole limit for a writer. */
   readonly permits: number;
   /** "shared" for an rwlock's reader, "exclusive" for everything else (a lock, a semaphore grant, a writer). */
   readonly mode: GrantMode;

@@ -38,7 +38,7 @@ export class LockBuilder {
     return new LockBuilder(session, keys, primitive);
   }
 
-  /** What the builder takes: "lock", "semaphore" or "rwlock". */
+  /** What the builder takes: "mutex" (a lock), "semaphore" or "rwlock". */
   get kind(): Kind {
     return this.#primitive.kind;
   }

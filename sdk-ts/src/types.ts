@@ -19,7 +19,7 @@ export interface LockState {
   waiters: number;
   /** The lock-delay (ms) that follows this lease if it expires (0: none). */
   lockDelayMs: number;
-  /** What the key is: "lock", "semaphore" or "rwlock" (fixed by its first grant). */
+  /** What the key is: "mutex" (a lock), "semaphore" or "rwlock" (fixed by its first grant). */
   kind: Kind;
   /** The key's capacity: 1 for a lock, a semaphore's limit, an rwlock's reader capacity. */
   limit: number;
@@ -31,17 +31,17 @@ export interface LockState {
    * semaphore or rwlock the single-holder fields above (fencingToken,
    * holder, expiresAt, stamp) are those of the lease that ends first.
    */
-  holders: readonly Holder[];
+  holders: readonly Grant[];
 }
 
-/** What a key is: one holder (a lock), holders sharing a limit of permits (a semaphore), or many readers or one writer (an rwlock). */
-export type Kind = "lock" | "semaphore" | "rwlock";
+/** What a key is: one holder ("mutex": a lock), holders sharing a limit of permits (a semaphore), or many readers or one writer (an rwlock). */
+export type Kind = "mutex" | "semaphore" | "rwlock";
 
 /** Whether a grant shares its key: "shared" is an rwlock's reader; a lock, a semaphore grant and a writer are "exclusive". */
 export type GrantMode = "exclusive" | "shared";
 
 /** One lease held on a key, as others see it (never its owner token). */
-export interface Holder {
+export interface Grant {
   fencingToken: bigint;
   /** Free-text label the holder gave at acquire. */
   holder: string;
@@ -111,7 +111,7 @@ export interface BackendInfo {
   requestIds: boolean;
   /** The longest lockDelay accepted, in ms (0: none). */
   maxLockDelayMs: number;
-  /** The kinds of key the backend keeps (always "lock"); another is answered `unimplemented`. */
+  /** The kinds of key the backend keeps (always "mutex"); another is answered `unimplemented`. */
   kinds: readonly Kind[];
   /** The largest limit of a semaphore (0: no semaphores). */
   maxLimit: number;

@@ -40,9 +40,11 @@ describe("semaphore and rwlock validation, before anything is sent", () => {
     ["0 permits", () => c.semaphore("k", 3).permits(0), /^holdfast: permits: 0 is below 1: a grant takes 1 to the semaphore's limit \(3\) permits/],
     ["permits above the limit", () => c.semaphore("k", 3).permits(4), /^holdfast: permits: 4 is above the semaphore's limit 3$/],
     ["fractional permits", () => c.semaphore("k", 3).permits(1.5), /^holdfast: permits: 1.5 is not a whole number$/],
-    ["permits on a lock", () => c.lock("k").permits(1), /^holdfast: permits: only a semaphore takes permits \(client.semaphore\); this is a lock$/],
+    ["permits on a lock", () => c.lock("k").permits(1), /^holdfast: permits: only a semaphore takes permits \(client.semaphore\); this is a mutex$/],
     ["permits on a reader", () => c.rwlock("k").read().permits(1), /this is a rwlock$/],
     ["permits on a writer", () => c.rwlock("k").write().permits(2), /this is a rwlock$/],
+    ["a lock-delay on a semaphore", () => c.semaphore("k", 2).lockDelay("1s"), /^holdfast: lockDelay: only a lock takes a lock-delay; this is a semaphore$/],
+    ["a lock-delay on an rwlock", () => c.rwlock("k").write().lockDelay("1s"), /^holdfast: lockDelay: only a lock takes a lock-delay; this is a rwlock$/],
   ];
   for (const [what, builder, message] of refused) {
     it(`refuses ${what} with invalid_argument, in acquire, tryAcquire and runIfFree`, async () => {
@@ -54,7 +56,7 @@ describe("semaphore and rwlock validation, before anything is sent", () => {
   }
 
   it("the builders say what they take", () => {
-    assert.equal(c.lock("k").kind, "lock");
+    assert.equal(c.lock("k").kind, "mutex");
     assert.equal(c.semaphore("k", 3).kind, "semaphore");
     assert.equal(c.rwlock("k").read().kind, "rwlock");
     assert.equal(c.rwlock("cfg").key, "cfg");
@@ -227,7 +229,7 @@ describe("semaphores", { skip: needsServer }, () => {
 
   it("serverInfo says which kinds the backend keeps", async () => {
     const info = await a.serverInfo();
-    assert.deepEqual([...info.backend.kinds].sort(), ["lock", "rwlock", "semaphore"]);
+    assert.deepEqual([...info.backend.kinds].sort(), ["mutex", "rwlock", "semaphore"]);
     assert.ok(info.backend.maxLimit >= 1);
     assert.ok(info.backend.rwlockReaders >= 1);
   });
@@ -258,7 +260,8 @@ describe("read-write locks", { skip: needsServer }, () => {
     await r1.unlock();
     await r2.unlock();
     const w = await writing;
-    assert.deepEqual([w.kind, w.permits, w.mode, w.limit], ["rwlock", 1, "exclusive", r1.limit]);
+    assert.deepEqual([w.kind, w.permits, w.mode, w.limit], ["rwlock", r1.limit, "exclusive", r1.limit], "a writer holds the whole limit");
+    assert.equal(w.limit, (await a.serverInfo()).backend.rwlockReaders);
     assert.ok(w.fencingToken() > r2.fencingToken());
     assert.equal(await a.rwlock(k).read().tryAcquire(), undefined, "a reader does not join a writer");
     assert.equal(await a.rwlock(k).write().tryAcquire(), undefined, "nor does another writer");

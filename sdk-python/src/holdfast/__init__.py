@@ -45,7 +45,7 @@ from .errors import (
 from .events import LeaseEvent, LeaseEventListener, LeaseEventType
 from .fencing import validate_write
 from .hlc import DEFAULT_MAX_OFFSET, Clock, Timestamp
-from .types import BackendInfo, Holder, Inspection, KeyDelay, Kind, LockEvent, LockState, Mode, RunResult, ServerInfo
+from .types import BackendInfo, Grant, Inspection, KeyDelay, Kind, LockEvent, LockState, Mode, RunResult, ServerInfo
 
 try:
     __version__ = _version("holdfast")
@@ -71,8 +71,8 @@ __all__ = [
     "DeadlineExceededError",
     "Duration",
     "ExpiryMargin",
+    "Grant",
     "Guard",
-    "Holder",
     "HoldfastError",
     "Inspection",
     "InvalidArgumentError",

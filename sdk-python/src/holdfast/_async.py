@@ -504,8 +504,8 @@ class AsyncClient:
                 raise InvalidArgumentError(
                     f"holdfast: key: {k!r} is not a string (several keys go as arguments: lock(k1, k2, ...))"
                 )
-        primitive.check(keys)
         delay = 0.0 if lock_delay is None else _durations.non_negative("lock_delay", lock_delay)
+        primitive.check(keys, delay)
         multi = len(keys) > 1
         key = keys[0]
         target: dict[str, Any] = {"claims": [lock_pb2.Claim(key=k) for k in keys]} if multi else {"key": key}
@@ -725,7 +725,7 @@ class AsyncClient:
                 request_ids=lock_pb2.CAPABILITY_REQUEST_ID in b.capabilities,
                 max_lock_delay=from_duration(b.max_lock_delay),
                 # A server from before kinds says nothing: it keeps locks only.
-                kinds=tuple(dict.fromkeys(["lock", *(kind_from_proto(k) for k in b.kinds if k)])),
+                kinds=tuple(dict.fromkeys(["mutex", *(kind_from_proto(k) for k in b.kinds if k)])),
                 max_limit=b.max_limit,
                 rwlock_readers=b.rwlock_readers,
             ),

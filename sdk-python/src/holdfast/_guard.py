@@ -110,11 +110,12 @@ class AsyncGuard:
         """The label others see while this guard holds the key."""
         share = Share.of(lease)
         self.kind = share.kind
-        """What the key is: ``lock``, ``semaphore`` or ``rwlock``."""
+        """What the key is: ``mutex`` (a lock), ``semaphore`` or ``rwlock``."""
         self.limit: int = share.limit
         """The key's capacity: 1 for a lock, a semaphore's limit, an rwlock's reader capacity."""
         self.permits: int = share.permits
-        """The permits this grant holds: a semaphore grant's; 1 for a lock and an rwlock grant."""
+        """This lease's share of the limit: 1 for a lock and a reader, a
+        semaphore grant's permits, the whole limit for a writer."""
         self.mode = share.mode
         """``shared`` for an rwlock's reader, ``exclusive`` for everything else."""
         self._owner_token = lease.owner_token

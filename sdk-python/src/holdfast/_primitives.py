@@ -25,16 +25,16 @@ class Primitive:
     """What one acquisition asks to hold of its key. ``permits`` is None
     when the caller set none (a semaphore's default is 1)."""
 
-    kind: Kind = "lock"
+    kind: Kind = "mutex"
     limit: Any = None
     permits: Any = None
     mode: Mode = "exclusive"
 
-    def check(self, keys: tuple[str, ...]) -> None:
+    def check(self, keys: tuple[str, ...], lock_delay: float) -> None:
         """Refuses, before anything is sent, a semaphore without a usable
-        limit or permits, permits on anything else, and several keys for
-        anything but a lock: InvalidArgumentError naming the field, the
-        value and the bound."""
+        limit or permits, permits on anything else, and several keys or a
+        lock-delay for anything but a lock: InvalidArgumentError naming the
+        field, the value and the bound."""
         if self.kind == "semaphore":
             if not _whole(self.limit) or self.limit < 1:
                 raise InvalidArgumentError(
@@ -55,8 +55,12 @@ class Primitive:
             raise InvalidArgumentError(
                 f"holdfast: permits: only a semaphore takes permits (semaphore(key, limit)); this is a {self.kind}"
             )
-        if self.kind != "lock" and len(keys) > 1:
+        if self.kind == "mutex":
+            return
+        if len(keys) > 1:
             raise InvalidArgumentError(f"holdfast: keys: a {self.kind} is one key; only a lock takes several")
+        if lock_delay > 0:
+            raise InvalidArgumentError(f"holdfast: lock_delay: only a lock takes a lock-delay; this is a {self.kind}")
 
     def request_fields(self) -> dict[str, Any]:
         """The Acquire fields: none for a lock (its request is a lock's as
@@ -94,15 +98,14 @@ class Share:
 
     @staticmethod
     def of(lease: lock_pb2.Lease) -> Share:
-        """A lock's share is limit 1, permits 1; an rwlock grant counts as one
-        grant (permits 1) whatever share of the reader capacity a writer
-        takes on the wire; every grant but a reader's is exclusive."""
+        """The lease's share of the key's limit (a mutex's is 1 of 1, a
+        reader's 1 of the reader capacity, a writer's all of it); every grant
+        but a reader's is exclusive. A server from before kinds says
+        nothing: a mutex."""
         kind = kind_from_proto(lease.kind)
-        if kind == "semaphore":
-            return Share(kind, lease.limit, max(lease.permits, 1), "exclusive")
-        if kind == "rwlock":
-            return Share(kind, lease.limit, 1, mode_from_proto(lease.mode))
-        return Share("lock", 1, 1, "exclusive")
+        if kind == "mutex":
+            return Share(kind, 1, 1, "exclusive")
+        return Share(kind, lease.limit, max(lease.permits, 1), mode_from_proto(lease.mode))
 
 
 def _whole(n: Any) -> bool:

@@ -504,11 +504,12 @@ class Guard:
         self.holder = inner.holder
         """The label others see while this guard holds the key."""
         self.kind: Kind = inner.kind
-        """What the key is: ``lock``, ``semaphore`` or ``rwlock``."""
+        """What the key is: ``mutex`` (a lock), ``semaphore`` or ``rwlock``."""
         self.limit: int = inner.limit
         """The key's capacity: 1 for a lock, a semaphore's limit, an rwlock's reader capacity."""
         self.permits: int = inner.permits
-        """The permits this grant holds: a semaphore grant's; 1 for a lock and an rwlock grant."""
+        """This lease's share of the limit: 1 for a lock and a reader, a
+        semaphore grant's permits, the whole limit for a writer."""
         self.mode: Mode = inner.mode
         """``shared`` for an rwlock's reader, ``exclusive`` for everything else."""
         self.lost = threading.Event()

@@ -74,11 +74,11 @@ class NotAcquiredError(HoldfastError):
         delay: KeyDelay | None = None,
     ) -> None:
         multi = tuple(keys) if keys is not None and len(keys) > 1 else None
-        kind = current.kind if current is not None else "lock"
+        kind = current.kind if current is not None and current.kind != "mutex" else "lock"
         msg = f"holdfast: {kind} {list(multi) if multi else key!r} not acquired"
         if waited:
             msg += f" within the wait of {waited:g}s"
-        if current is not None and current.kind != "lock":
+        if current is not None and current.kind != "mutex":
             msg += (
                 f": {current.permits_in_use} of {current.limit} permits in use by {len(current.holders)} holder(s),"
                 f" the first to end {current.holder!r} (fencing token {current.fencing_token})"

@@ -10,9 +10,9 @@ from typing import Any, Literal, NamedTuple
 from ._timestamp import Timestamp
 from .lock.v1 import lock_pb2
 
-Kind = Literal["lock", "semaphore", "rwlock"]
-"""What a key is: one holder (a lock), holders sharing a limit of permits (a
-semaphore), or many readers or one writer (an rwlock)."""
+Kind = Literal["mutex", "semaphore", "rwlock"]
+"""What a key is: one holder (``mutex``: a lock), holders sharing a limit of
+permits (a semaphore), or many readers or one writer (an rwlock)."""
 
 Mode = Literal["exclusive", "shared"]
 """Whether a grant shares its key: ``shared`` is an rwlock's reader; a lock,
@@ -22,8 +22,8 @@ _KINDS: dict[int, Kind] = {lock_pb2.KIND_SEMAPHORE: "semaphore", lock_pb2.KIND_R
 
 
 def kind_from_proto(k: int) -> Kind:
-    """The SDK's name of a wire kind (unset and KIND_MUTEX are a lock)."""
-    return _KINDS.get(k, "lock")
+    """The SDK's name of a wire kind (unset and KIND_MUTEX are a mutex)."""
+    return _KINDS.get(k, "mutex")
 
 
 def mode_from_proto(m: int) -> Mode:
@@ -40,7 +40,7 @@ def _time(p: Any, field: str) -> _dt.datetime | None:
 
 
 @dataclass(frozen=True)
-class Holder:
+class Grant:
     """One lease held on a key, as others see it (never its owner token)."""
 
     fencing_token: int
@@ -58,9 +58,9 @@ class Holder:
     """Seconds of lock-delay that follow this lease if it expires (locks only)."""
 
     @staticmethod
-    def from_proto(g: lock_pb2.Grant) -> Holder:
+    def from_proto(g: lock_pb2.Grant) -> Grant:
         """Converts the wire form."""
-        return Holder(
+        return Grant(
             fencing_token=g.fencing_token,
             holder=g.holder,
             expires_at=_time(g, "expires_at"),
@@ -87,14 +87,14 @@ class LockState:
     """Callers queued for the key on the answering server."""
     lock_delay: float = 0.0
     """Seconds of lock-delay that follow this lease if it expires (0: none)."""
-    kind: Kind = "lock"
-    """What the key is (fixed by its first grant)."""
+    kind: Kind = "mutex"
+    """What the key is: ``mutex`` (a lock), ``semaphore`` or ``rwlock`` (fixed by its first grant)."""
     limit: int = 1
     """The key's capacity: 1 for a lock, a semaphore's limit, an rwlock's reader capacity."""
     permits_in_use: int = 1
     """The permits its holders hold, at most limit (1 for a held lock; an
     rwlock writer holds all of them)."""
-    holders: tuple[Holder, ...] = ()
+    holders: tuple[Grant, ...] = ()
     """Every lease held on the key, in fencing-token order: one for a lock
     (the fields above), each permit holder, reader or writer otherwise. For a
     semaphore or rwlock the single-holder fields above (fencing_token,
@@ -113,12 +113,12 @@ class LockState:
             waiters=p.waiters,
             lock_delay=_seconds(p.lock_delay) if p.HasField("lock_delay") else 0.0,
             kind=kind,
-            limit=p.limit if kind != "lock" else 1,
-            permits_in_use=p.permits_in_use if kind != "lock" else 1,
-            holders=tuple(Holder.from_proto(g) for g in p.holders),
+            limit=p.limit if kind != "mutex" else 1,
+            permits_in_use=p.permits_in_use if kind != "mutex" else 1,
+            holders=tuple(Grant.from_proto(g) for g in p.holders),
         )
-        if kind == "lock" and not state.holders:
-            one = Holder(
+        if kind == "mutex" and not state.holders:
+            one = Grant(
                 state.fencing_token, state.holder, state.expires_at, state.stamp, 1, "exclusive", state.lock_delay
             )
             state = dataclasses.replace(state, holders=(one,))
@@ -176,8 +176,8 @@ class BackendInfo:
     retries)."""
     max_lock_delay: float = 0.0
     """The longest ``lock_delay`` accepted, in seconds (0: none)."""
-    kinds: tuple[Kind, ...] = ("lock",)
-    """The kinds of key the backend keeps (always "lock"); another is
+    kinds: tuple[Kind, ...] = ("mutex",)
+    """The kinds of key the backend keeps (always "mutex"); another is
     answered ``unimplemented``."""
     max_limit: int = 0
     """The largest limit of a semaphore (0: no semaphores)."""

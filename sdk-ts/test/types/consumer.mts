@@ -5,9 +5,9 @@ import {
   createClient,
   type Client,
   type ErrorCode,
+  type Grant,
   type GrantMode,
   type Guard,
-  type Holder,
   type Inspection,
   type Kind,
   type KeyDelay,
@@ -57,7 +57,7 @@ export async function use(server: TestServer): Promise<RunResult<bigint>> {
     const mode: GrantMode = permits.mode;
     void [kind, mode, permits.limit, permits.permits];
     await using reader = await client.rwlock("config").read().wait("5s").acquire();
-    const holders: readonly Holder[] = (await client.inspect("config"))?.holders ?? [];
+    const holders: readonly Grant[] = (await client.inspect("config"))?.holders ?? [];
     void [reader.mode, holders.map((h) => h.permits)];
   }
   return client.lock("k").runIfFree((g) => g.fencingToken());
