@@ -211,7 +211,7 @@ async def test_another_limit_or_kind_is_failed_precondition_at_once(addr: str, c
         await g.unlock()
 
 
-async def test_a_lock_granted_for_a_semaphore_is_given_back(addr: str, client: AsyncClient) -> None:
+async def test_a_mutex_granted_for_a_semaphore_is_given_back(addr: str, client: AsyncClient) -> None:
     """A server from before kinds drops them and grants a lock: the SDK gives
     it back and refuses it as unimplemented."""
     k = key("sem-old-server")
@@ -224,7 +224,7 @@ async def test_a_lock_granted_for_a_semaphore_is_given_back(addr: str, client: A
             return res
 
         setattr(c._rpc.stub, "acquire", drop_kind)  # noqa: B010 - the stub's method, replaced for the test
-        with pytest.raises(ServerError, match="asked for a semaphore, the server granted a lock") as ei:
+        with pytest.raises(ServerError, match="asked for a semaphore, the server granted a mutex") as ei:
             await c.semaphore(k, 2, ttl=10)
         assert ei.value.code == "unimplemented"
     assert await client.inspect(k) is None, "the grant was released"
@@ -251,12 +251,13 @@ async def test_readers_share_and_a_writer_holds_alone(client: AsyncClient, other
 
     writing = asyncio.ensure_future(other.rwlock(k).write(ttl=10, wait=10).acquire())
     await eventually("the writer to queue", lambda: _queued(client, k, 1))
+    last_reader = r2.fencing_token
     await r1.unlock()
     await r2.unlock()
     w = await writing
     assert (w.kind, w.permits, w.mode, w.limit) == ("rwlock", r1.limit, "exclusive", r1.limit), "a writer holds it all"
     assert w.limit == (await client.server_info()).backend.rwlock_readers
-    assert w.fencing_token > r2.fencing_token
+    assert w.fencing_token > last_reader
     assert await client.rwlock(k).read().try_acquire() is None, "a reader does not join a writer"
     assert await client.rwlock(k).write().try_acquire() is None, "nor does another writer"
     st = await client.inspect(k)
