@@ -102,7 +102,7 @@ async def test_a_semaphore_grants_permits_up_to_its_limit(client: AsyncClient, o
         ("py-test-a", 2, two.fencing_token),
         ("py-test-b", 1, one.fencing_token),
     ]
-    assert str(ei.value).startswith(f"holdfast: semaphore {k!r} not acquired: 3 of 3 permits in use by 2 holder(s)")
+    assert str(ei.value) == f"holdfast: lock {k!r} not acquired: semaphore with 3 of 3 permits in use by 2 holders"
 
     await two.unlock()
     again = await other.semaphore(k, 3, permits=2, ttl=10).try_acquire()
@@ -125,11 +125,12 @@ async def test_racing_clients_never_hold_more_than_the_limit(addr: str, client: 
         inside += 1
         most = max(most, inside)
         entered += 1
-        # The first grants hold on until the limit is reached: the semaphore
-        # must let that many in at once. Later ones hold across a round
-        # trip, so that they overlap as they come.
+        # The first grants hold on until the limit was reached (most, not
+        # inside: the last of them leaves at once): the semaphore must let
+        # that many in at once. Later ones hold across a round trip, so that
+        # they overlap as they come.
         if entered <= limit:
-            await eventually(f"{limit} holders at once", lambda: inside >= limit, 10)
+            await eventually(f"{limit} holders at once", lambda: most >= limit, 10)
         else:
             await client.inspect(k)
         inside -= 1
@@ -248,6 +249,8 @@ async def test_readers_share_and_a_writer_holds_alone(client: AsyncClient, other
         assert (r.kind, r.permits, r.mode) == ("rwlock", 1, "shared")
     assert r2.fencing_token > r1.fencing_token
     assert await other.rwlock(k).write().try_acquire() is None, "a writer does not join readers"
+    with pytest.raises(NotAcquiredError, match=r"not acquired: read by 2 holders$"):
+        await other.rwlock(k).write(wait=0).acquire()
 
     writing = asyncio.ensure_future(other.rwlock(k).write(ttl=10, wait=10).acquire())
     await eventually("the writer to queue", lambda: _queued(client, k, 1))
@@ -259,6 +262,8 @@ async def test_readers_share_and_a_writer_holds_alone(client: AsyncClient, other
     assert w.limit == (await client.server_info()).backend.rwlock_readers
     assert w.fencing_token > last_reader
     assert await client.rwlock(k).read().try_acquire() is None, "a reader does not join a writer"
+    with pytest.raises(NotAcquiredError, match=r"not acquired: written by 'py-test-b' \(fencing token \d+\)$"):
+        await client.rwlock(k).read(wait=0).acquire()
     assert await client.rwlock(k).write().try_acquire() is None, "nor does another writer"
     st = await client.inspect(k)
     assert st is not None and st.kind == "rwlock" and [h.mode for h in st.holders] == ["exclusive"]

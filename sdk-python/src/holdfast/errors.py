@@ -74,15 +74,20 @@ class NotAcquiredError(HoldfastError):
         delay: KeyDelay | None = None,
     ) -> None:
         multi = tuple(keys) if keys is not None and len(keys) > 1 else None
-        kind = current.kind if current is not None and current.kind != "mutex" else "lock"
-        msg = f"holdfast: {kind} {list(multi) if multi else key!r} not acquired"
+        msg = f"holdfast: lock {list(multi) if multi else key!r} not acquired"
         if waited:
             msg += f" within the wait of {waited:g}s"
-        if current is not None and current.kind != "mutex":
+        rwlock = current is not None and current.kind == "rwlock"
+        writer = next((g for g in current.holders if g.mode == "exclusive"), None) if current and rwlock else None
+        if current is not None and current.kind == "semaphore":
             msg += (
-                f": {current.permits_in_use} of {current.limit} permits in use by {len(current.holders)} holder(s),"
-                f" the first to end {current.holder!r} (fencing token {current.fencing_token})"
+                f": semaphore with {current.permits_in_use} of {current.limit} permits in use"
+                f" by {len(current.holders)} holders"
             )
+        elif writer is not None:
+            msg += f": written by {writer.holder!r} (fencing token {writer.fencing_token})"
+        elif current is not None and rwlock:
+            msg += f": read by {len(current.holders)} holders"
         elif current is not None and multi:
             msg += f": {current.key!r} held by {current.holder!r} (fencing token {current.fencing_token})"
         elif current is not None:
