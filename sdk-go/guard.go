@@ -42,6 +42,7 @@ type Guard struct {
 	holder  string
 	fencing uint64 // of key
 	stamp   hlc.Timestamp
+	grant   grant // what the lease holds of its key: kind, limit, permits, mode
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -68,9 +69,10 @@ type Guard struct {
 	err       error       // nil while held; *LeaseLostError or ErrReleased after
 }
 
-func newGuard(c *Client, holder string, lease *lockv1.Lease, sent time.Time, ttl time.Duration) *Guard {
+func newGuard(c *Client, holder string, lease *lockv1.Lease, gr grant, sent time.Time, ttl time.Duration) *Guard {
 	g := &Guard{
 		c:            c,
+		grant:        gr,
 		key:          lease.GetKey(),
 		owner:        lease.GetOwnerToken(),
 		holder:       holder,
@@ -194,6 +196,21 @@ func (g *Guard) Keys() []string {
 	}
 	return slices.Clone(g.keys)
 }
+
+// Kind is what the key is: KindLock, KindSemaphore or KindRWLock.
+func (g *Guard) Kind() Kind { return g.grant.kind }
+
+// Limit is the key's limit: a semaphore's permits, 1 for a lock. (A
+// read-write lock's is the server's cap on readers, when it says.)
+func (g *Guard) Limit() int { return g.grant.limit }
+
+// Permits is how many of the key's permits the lease holds: a semaphore
+// grant's, 1 for a lock or a read-write lock grant.
+func (g *Guard) Permits() int { return g.grant.permits }
+
+// Mode is ModeShared for a read-write lock's reader, ModeExclusive for
+// everything else.
+func (g *Guard) Mode() Mode { return g.grant.mode }
 
 // Holder is the holder label the lease was taken with.
 func (g *Guard) Holder() string { return g.holder }
