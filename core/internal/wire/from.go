@@ -62,7 +62,64 @@ func fromRecord(op string, p *backendv1.Record, key string) (backend.Record, err
 	if r.LockDelay, err = nonNegative(op, "lock_delay", p.GetLockDelay()); err != nil {
 		return backend.Record{}, err
 	}
+	if err := fromShape(op, p, &r); err != nil {
+		return backend.Record{}, err
+	}
 	return r, nil
+}
+
+// fromShape decodes a record's kind, limit, permits and holders. Limit and
+// Permits are at least 1 (unset is a mutex's 1); InUse, when the plugin
+// left it unset, is the sum of the holders' permits. Nothing checks that the
+// holders fit the limit: a backend that over-grants is shown as it is (the
+// conformance suite catches it).
+func fromShape(op string, p *backendv1.Record, r *backend.Record) error {
+	kind, ok := FromKind(p.GetKind())
+	if !ok {
+		return errMalformed(op, "record of unknown kind %v", p.GetKind())
+	}
+	r.Kind = kind
+	r.Limit = int(max(p.GetLimit(), 1))
+	r.Permits = int(max(p.GetPermits(), 1))
+	r.InUse = int(p.GetInUse())
+	if n := len(p.GetHolders()); n > 0 {
+		r.Holders = make([]backend.Grant, n)
+	}
+	sum := 0
+	for i, g := range p.GetHolders() {
+		grant, err := fromGrant(op, g)
+		if err != nil {
+			return err
+		}
+		r.Holders[i] = grant
+		sum += grant.Permits
+	}
+	if r.InUse == 0 {
+		r.InUse = sum
+	}
+	return nil
+}
+
+func fromGrant(op string, p *backendv1.Grant) (backend.Grant, error) {
+	g := backend.Grant{
+		FencingToken: p.GetFencingToken(),
+		Holder:       p.GetHolder(),
+		Stamp:        FromStamp(p.GetStamp()),
+		Permits:      int(max(p.GetPermits(), 1)),
+	}
+	if d := p.GetRemaining(); d != nil {
+		if err := d.CheckValid(); err != nil {
+			return backend.Grant{}, errMalformed(op, "holder's remaining: %v", err)
+		}
+		g.Remaining = max(d.AsDuration(), 0)
+	}
+	if t := p.GetExpiresAt(); t != nil {
+		if err := t.CheckValid(); err != nil {
+			return backend.Grant{}, errMalformed(op, "holder's expires_at: %v", err)
+		}
+		g.ExpiresAt = t.AsTime()
+	}
+	return g, nil
 }
 
 // nonNegative converts a duration of an answer that must not be negative
@@ -255,6 +312,14 @@ func FromInfoResponse(p *backendv1.InfoResponse) (backend.Info, error) {
 		MaxKeys:    int(min(max(p.GetMaxKeys(), 1), maxWireKeys)),
 		RequestIDs: p.GetRequestIds(),
 	}
+	// Kinds this side does not know (a newer plugin's) are left out: the
+	// engine never asks for them.
+	for _, w := range p.GetKinds() {
+		if k, ok := FromKind(w); ok && k != backend.KindMutex && !slices.Contains(info.Kinds, k) {
+			info.Kinds = append(info.Kinds, k)
+		}
+	}
+	slices.Sort(info.Kinds)
 	var err error
 	if info.MaxLockDelay, err = duration("max_lock_delay", p.GetMaxLockDelay()); err != nil {
 		return backend.Info{}, err

@@ -32,6 +32,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Kind is how a key is held (backends whose Info lists the kind). A key's
+// kind and limit are fixed by its first grant and kept with its fencing
+// counter and last stamp; every grant holds permits of the limit, and the
+// store grants only if the permits held plus the request's fit the limit.
+type Kind int32
+
+const (
+	// A mutex: what a request or record without a kind means.
+	Kind_KIND_UNSPECIFIED Kind = 0
+	Kind_KIND_MUTEX       Kind = 1
+	Kind_KIND_SEMAPHORE   Kind = 2
+	// A shared grant takes 1 permit, an exclusive one the whole limit.
+	Kind_KIND_RWLOCK Kind = 3
+)
+
+// Enum value maps for Kind.
+var (
+	Kind_name = map[int32]string{
+		0: "KIND_UNSPECIFIED",
+		1: "KIND_MUTEX",
+		2: "KIND_SEMAPHORE",
+		3: "KIND_RWLOCK",
+	}
+	Kind_value = map[string]int32{
+		"KIND_UNSPECIFIED": 0,
+		"KIND_MUTEX":       1,
+		"KIND_SEMAPHORE":   2,
+		"KIND_RWLOCK":      3,
+	}
+)
+
+func (x Kind) Enum() *Kind {
+	p := new(Kind)
+	*p = x
+	return p
+}
+
+func (x Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_holdfast_backend_v1_backend_proto_enumTypes[0].Descriptor()
+}
+
+func (Kind) Type() protoreflect.EnumType {
+	return &file_holdfast_backend_v1_backend_proto_enumTypes[0]
+}
+
+func (x Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Kind.Descriptor instead.
+func (Kind) EnumDescriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{0}
+}
+
 type EventType int32
 
 const (
@@ -71,11 +129,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_holdfast_backend_v1_backend_proto_enumTypes[0].Descriptor()
+	return file_holdfast_backend_v1_backend_proto_enumTypes[1].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_holdfast_backend_v1_backend_proto_enumTypes[0]
+	return &file_holdfast_backend_v1_backend_proto_enumTypes[1]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -84,7 +142,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{0}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{1}
 }
 
 type Stamp struct {
@@ -139,7 +197,97 @@ func (x *Stamp) GetLogical() uint32 {
 	return 0
 }
 
+// Grant is one lease held on a key of a kind other than a mutex, without
+// its owner token.
+type Grant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FencingToken  uint64                 `protobuf:"varint,1,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	Remaining     *durationpb.Duration   `protobuf:"bytes,4,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	Stamp         *Stamp                 `protobuf:"bytes,5,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	Permits       uint32                 `protobuf:"varint,6,opt,name=permits,proto3" json:"permits,omitempty"` // Field 7 is kept for the grant's value (leader election).
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Grant) Reset() {
+	*x = Grant{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Grant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Grant) ProtoMessage() {}
+
+func (x *Grant) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Grant.ProtoReflect.Descriptor instead.
+func (*Grant) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Grant) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *Grant) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *Grant) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *Grant) GetRemaining() *durationpb.Duration {
+	if x != nil {
+		return x.Remaining
+	}
+	return nil
+}
+
+func (x *Grant) GetStamp() *Stamp {
+	if x != nil {
+		return x.Stamp
+	}
+	return nil
+}
+
+func (x *Grant) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
 // Record is a held lock as the backend stores it, without its owner token.
+// For a key of another kind than a mutex, the fields 1 to 7 describe one
+// grant: the one the call made, renewed or the event is about (Acquire
+// that acquired, Extend, Watch), or else the grant that ends first (Get,
+// List, an Acquire that did not acquire).
 type Record struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Key          string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -156,13 +304,27 @@ type Record struct {
 	// an Acquire that did not acquire): the key is in its lock-delay for this
 	// much longer. Only key is set beside it.
 	DelayRemaining *durationpb.Duration `protobuf:"bytes,8,opt,name=delay_remaining,json=delayRemaining,proto3" json:"delay_remaining,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The key's kind and limit (unset or 0: a mutex, limit 1). On a record
+	// of a key nobody holds (an Acquire refused because the key is kept with
+	// another kind or limit) they are set with key alone.
+	Kind  Kind   `protobuf:"varint,9,opt,name=kind,proto3,enum=holdfast.backend.v1.Kind" json:"kind,omitempty"`
+	Limit uint32 `protobuf:"varint,10,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The permits of the grant described by fields 1 to 7 (0: 1).
+	Permits uint32 `protobuf:"varint,11,opt,name=permits,proto3" json:"permits,omitempty"`
+	// The permits held on the key when the backend answered (0: unknown, or
+	// 1 for a held mutex). Watch events may leave it unset.
+	InUse uint32 `protobuf:"varint,12,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
+	// Every grant held on the key when the backend answered, in
+	// fencing-token order, for kinds other than a mutex (empty for a mutex:
+	// fields 1 to 7 are its holder). Watch events may leave it empty.
+	Holders       []*Grant `protobuf:"bytes,13,rep,name=holders,proto3" json:"holders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[1]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +336,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[1]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +349,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{1}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Record) GetKey() string {
@@ -246,6 +408,41 @@ func (x *Record) GetDelayRemaining() *durationpb.Duration {
 	return nil
 }
 
+func (x *Record) GetKind() Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Kind_KIND_UNSPECIFIED
+}
+
+func (x *Record) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *Record) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *Record) GetInUse() uint32 {
+	if x != nil {
+		return x.InUse
+	}
+	return 0
+}
+
+func (x *Record) GetHolders() []*Grant {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
 // RequestIdentity makes a mutating call retry-safe (backends whose Info says
 // request_ids). Both fields are opaque strings made by the engine: equal ids
 // are repeats of one request, and a repeat whose fingerprint differs is a
@@ -260,7 +457,7 @@ type RequestIdentity struct {
 
 func (x *RequestIdentity) Reset() {
 	*x = RequestIdentity{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -272,7 +469,7 @@ func (x *RequestIdentity) String() string {
 func (*RequestIdentity) ProtoMessage() {}
 
 func (x *RequestIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -285,7 +482,7 @@ func (x *RequestIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestIdentity.ProtoReflect.Descriptor instead.
 func (*RequestIdentity) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RequestIdentity) GetId() string {
@@ -310,7 +507,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -322,7 +519,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -335,7 +532,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{3}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{4}
 }
 
 type InfoResponse struct {
@@ -353,14 +550,17 @@ type InfoResponse struct {
 	// Request identities are kept with leases (RequestIdentity is honoured).
 	RequestIds bool `protobuf:"varint,11,opt,name=request_ids,json=requestIds,proto3" json:"request_ids,omitempty"`
 	// The longest lock_delay the backend keeps; 0: none.
-	MaxLockDelay  *durationpb.Duration `protobuf:"bytes,12,opt,name=max_lock_delay,json=maxLockDelay,proto3" json:"max_lock_delay,omitempty"`
+	MaxLockDelay *durationpb.Duration `protobuf:"bytes,12,opt,name=max_lock_delay,json=maxLockDelay,proto3" json:"max_lock_delay,omitempty"`
+	// The kinds of key the backend keeps beside a mutex (which every backend
+	// keeps): KIND_SEMAPHORE and KIND_RWLOCK.
+	Kinds         []Kind `protobuf:"varint,13,rep,packed,name=kinds,proto3,enum=holdfast.backend.v1.Kind" json:"kinds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +572,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +585,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{4}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *InfoResponse) GetName() string {
@@ -465,6 +665,13 @@ func (x *InfoResponse) GetMaxLockDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *InfoResponse) GetKinds() []Kind {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
 type AcquireRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Key        string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -487,14 +694,22 @@ type AcquireRequest struct {
 	// this long.
 	LockDelay *durationpb.Duration `protobuf:"bytes,9,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
 	// Answer a replay only: never take a free key.
-	ReplayOnly    bool `protobuf:"varint,10,opt,name=replay_only,json=replayOnly,proto3" json:"replay_only,omitempty"`
+	ReplayOnly bool `protobuf:"varint,10,opt,name=replay_only,json=replayOnly,proto3" json:"replay_only,omitempty"`
+	// How the key is held (unset: a mutex), its limit and this grant's
+	// permits (0: 1). Granted only if the key's kind and limit are these (or
+	// it has none kept) and the permits held plus permits fit within limit;
+	// a key kept with another kind or limit is answered acquired=false with
+	// a record carrying its kind and limit.
+	Kind          Kind   `protobuf:"varint,11,opt,name=kind,proto3,enum=holdfast.backend.v1.Kind" json:"kind,omitempty"`
+	Limit         uint32 `protobuf:"varint,12,opt,name=limit,proto3" json:"limit,omitempty"`
+	Permits       uint32 `protobuf:"varint,13,opt,name=permits,proto3" json:"permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -506,7 +721,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -519,7 +734,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{5}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AcquireRequest) GetKey() string {
@@ -592,6 +807,27 @@ func (x *AcquireRequest) GetReplayOnly() bool {
 	return false
 }
 
+func (x *AcquireRequest) GetKind() Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Kind_KIND_UNSPECIFIED
+}
+
+func (x *AcquireRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
 type AcquireResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Acquired bool                   `protobuf:"varint,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
@@ -607,7 +843,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +855,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +868,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{6}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AcquireResponse) GetAcquired() bool {
@@ -681,7 +917,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +929,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +942,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{7}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReleaseRequest) GetKey() string {
@@ -753,7 +989,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +1001,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +1014,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{8}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -801,7 +1037,7 @@ type ExtendRequest struct {
 
 func (x *ExtendRequest) Reset() {
 	*x = ExtendRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +1049,7 @@ func (x *ExtendRequest) String() string {
 func (*ExtendRequest) ProtoMessage() {}
 
 func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +1062,7 @@ func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendRequest.ProtoReflect.Descriptor instead.
 func (*ExtendRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{9}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExtendRequest) GetKey() string {
@@ -874,7 +1110,7 @@ type ExtendResponse struct {
 
 func (x *ExtendResponse) Reset() {
 	*x = ExtendResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1122,7 @@ func (x *ExtendResponse) String() string {
 func (*ExtendResponse) ProtoMessage() {}
 
 func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1135,7 @@ func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendResponse.ProtoReflect.Descriptor instead.
 func (*ExtendResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{10}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExtendResponse) GetExtended() bool {
@@ -925,7 +1161,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1173,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1186,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{11}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetRequest) GetKey() string {
@@ -970,7 +1206,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -982,7 +1218,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -995,7 +1231,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{12}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -1023,7 +1259,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1271,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1284,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{13}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1082,7 +1318,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1330,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1343,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListResponse) GetRecords() []*Record {
@@ -1133,7 +1369,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1381,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1394,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -1179,7 +1415,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1191,7 +1427,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1204,7 +1440,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchResponse) GetType() EventType {
@@ -1231,7 +1467,7 @@ type EnqueueRequest struct {
 
 func (x *EnqueueRequest) Reset() {
 	*x = EnqueueRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1479,7 @@ func (x *EnqueueRequest) String() string {
 func (*EnqueueRequest) ProtoMessage() {}
 
 func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1492,7 @@ func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EnqueueRequest) GetKey() string {
@@ -1283,7 +1519,7 @@ type EnqueueResponse struct {
 
 func (x *EnqueueResponse) Reset() {
 	*x = EnqueueResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1531,7 @@ func (x *EnqueueResponse) String() string {
 func (*EnqueueResponse) ProtoMessage() {}
 
 func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1544,7 @@ func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *EnqueueResponse) GetPosition() int64 {
@@ -1328,7 +1564,7 @@ type WaitTurnRequest struct {
 
 func (x *WaitTurnRequest) Reset() {
 	*x = WaitTurnRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1576,7 @@ func (x *WaitTurnRequest) String() string {
 func (*WaitTurnRequest) ProtoMessage() {}
 
 func (x *WaitTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1589,7 @@ func (x *WaitTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTurnRequest.ProtoReflect.Descriptor instead.
 func (*WaitTurnRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WaitTurnRequest) GetKey() string {
@@ -1379,7 +1615,7 @@ type WaitTurnResponse struct {
 
 func (x *WaitTurnResponse) Reset() {
 	*x = WaitTurnResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1627,7 @@ func (x *WaitTurnResponse) String() string {
 func (*WaitTurnResponse) ProtoMessage() {}
 
 func (x *WaitTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1640,7 @@ func (x *WaitTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTurnResponse.ProtoReflect.Descriptor instead.
 func (*WaitTurnResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WaitTurnResponse) GetQueued() bool {
@@ -1424,7 +1660,7 @@ type DequeueRequest struct {
 
 func (x *DequeueRequest) Reset() {
 	*x = DequeueRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1672,7 @@ func (x *DequeueRequest) String() string {
 func (*DequeueRequest) ProtoMessage() {}
 
 func (x *DequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1685,7 @@ func (x *DequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DequeueRequest.ProtoReflect.Descriptor instead.
 func (*DequeueRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DequeueRequest) GetKey() string {
@@ -1474,7 +1710,7 @@ type DequeueResponse struct {
 
 func (x *DequeueResponse) Reset() {
 	*x = DequeueResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1722,7 @@ func (x *DequeueResponse) String() string {
 func (*DequeueResponse) ProtoMessage() {}
 
 func (x *DequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1735,7 @@ func (x *DequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DequeueResponse.ProtoReflect.Descriptor instead.
 func (*DequeueResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 // Claim is one key an AcquireSet takes.
@@ -1512,7 +1748,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1760,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1773,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Claim) GetKey() string {
@@ -1569,7 +1805,7 @@ type AcquireSetRequest struct {
 
 func (x *AcquireSetRequest) Reset() {
 	*x = AcquireSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1817,7 @@ func (x *AcquireSetRequest) String() string {
 func (*AcquireSetRequest) ProtoMessage() {}
 
 func (x *AcquireSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1830,7 @@ func (x *AcquireSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSetRequest.ProtoReflect.Descriptor instead.
 func (*AcquireSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AcquireSetRequest) GetClaims() []*Claim {
@@ -1683,7 +1919,7 @@ type AcquireSetResponse struct {
 
 func (x *AcquireSetResponse) Reset() {
 	*x = AcquireSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +1931,7 @@ func (x *AcquireSetResponse) String() string {
 func (*AcquireSetResponse) ProtoMessage() {}
 
 func (x *AcquireSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +1944,7 @@ func (x *AcquireSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSetResponse.ProtoReflect.Descriptor instead.
 func (*AcquireSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AcquireSetResponse) GetAcquired() bool {
@@ -1759,7 +1995,7 @@ type ReleaseSetRequest struct {
 
 func (x *ReleaseSetRequest) Reset() {
 	*x = ReleaseSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +2007,7 @@ func (x *ReleaseSetRequest) String() string {
 func (*ReleaseSetRequest) ProtoMessage() {}
 
 func (x *ReleaseSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +2020,7 @@ func (x *ReleaseSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSetRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReleaseSetRequest) GetKeys() []string {
@@ -1831,7 +2067,7 @@ type ReleaseSetResponse struct {
 
 func (x *ReleaseSetResponse) Reset() {
 	*x = ReleaseSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +2079,7 @@ func (x *ReleaseSetResponse) String() string {
 func (*ReleaseSetResponse) ProtoMessage() {}
 
 func (x *ReleaseSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +2092,7 @@ func (x *ReleaseSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSetResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReleaseSetResponse) GetReleased() bool {
@@ -1879,7 +2115,7 @@ type ExtendSetRequest struct {
 
 func (x *ExtendSetRequest) Reset() {
 	*x = ExtendSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2127,7 @@ func (x *ExtendSetRequest) String() string {
 func (*ExtendSetRequest) ProtoMessage() {}
 
 func (x *ExtendSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2140,7 @@ func (x *ExtendSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSetRequest.ProtoReflect.Descriptor instead.
 func (*ExtendSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ExtendSetRequest) GetKeys() []string {
@@ -1953,7 +2189,7 @@ type ExtendSetResponse struct {
 
 func (x *ExtendSetResponse) Reset() {
 	*x = ExtendSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2201,7 @@ func (x *ExtendSetResponse) String() string {
 func (*ExtendSetResponse) ProtoMessage() {}
 
 func (x *ExtendSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2214,7 @@ func (x *ExtendSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSetResponse.ProtoReflect.Descriptor instead.
 func (*ExtendSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ExtendSetResponse) GetExtended() bool {
@@ -2006,7 +2242,7 @@ type EnqueueSetRequest struct {
 
 func (x *EnqueueSetRequest) Reset() {
 	*x = EnqueueSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2254,7 @@ func (x *EnqueueSetRequest) String() string {
 func (*EnqueueSetRequest) ProtoMessage() {}
 
 func (x *EnqueueSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2267,7 @@ func (x *EnqueueSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueSetRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EnqueueSetRequest) GetKeys() []string {
@@ -2056,7 +2292,7 @@ type EnqueueSetResponse struct {
 
 func (x *EnqueueSetResponse) Reset() {
 	*x = EnqueueSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2304,7 @@ func (x *EnqueueSetResponse) String() string {
 func (*EnqueueSetResponse) ProtoMessage() {}
 
 func (x *EnqueueSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2317,7 @@ func (x *EnqueueSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueSetResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 var File_holdfast_backend_v1_backend_proto protoreflect.FileDescriptor
@@ -2092,7 +2328,15 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x05Stamp\x12 \n" +
 	"\fwall_time_ns\x18\x01 \x01(\x03R\n" +
 	"wallTimeNs\x12\x18\n" +
-	"\alogical\x18\x02 \x01(\rR\alogical\"\xfb\x02\n" +
+	"\alogical\x18\x02 \x01(\rR\alogical\"\x84\x02\n" +
+	"\x05Grant\x12#\n" +
+	"\rfencing_token\x18\x01 \x01(\x04R\ffencingToken\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x129\n" +
+	"\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x127\n" +
+	"\tremaining\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\tremaining\x120\n" +
+	"\x05stamp\x18\x05 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\x12\x18\n" +
+	"\apermits\x18\x06 \x01(\rR\apermits\"\xa7\x04\n" +
 	"\x06Record\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\x12\x16\n" +
@@ -2103,11 +2347,17 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x05stamp\x18\x06 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\x128\n" +
 	"\n" +
 	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12B\n" +
-	"\x0fdelay_remaining\x18\b \x01(\v2\x19.google.protobuf.DurationR\x0edelayRemaining\"C\n" +
+	"\x0fdelay_remaining\x18\b \x01(\v2\x19.google.protobuf.DurationR\x0edelayRemaining\x12-\n" +
+	"\x04kind\x18\t \x01(\x0e2\x19.holdfast.backend.v1.KindR\x04kind\x12\x14\n" +
+	"\x05limit\x18\n" +
+	" \x01(\rR\x05limit\x12\x18\n" +
+	"\apermits\x18\v \x01(\rR\apermits\x12\x15\n" +
+	"\x06in_use\x18\f \x01(\rR\x05inUse\x124\n" +
+	"\aholders\x18\r \x03(\v2\x1a.holdfast.backend.v1.GrantR\aholders\"C\n" +
 	"\x0fRequestIdentity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\"\r\n" +
-	"\vInfoRequest\"\xab\x03\n" +
+	"\vInfoRequest\"\xdc\x03\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
@@ -2121,7 +2371,8 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	" \x01(\rR\amaxKeys\x12\x1f\n" +
 	"\vrequest_ids\x18\v \x01(\bR\n" +
 	"requestIds\x12?\n" +
-	"\x0emax_lock_delay\x18\f \x01(\v2\x19.google.protobuf.DurationR\fmaxLockDelay\"\x8a\x03\n" +
+	"\x0emax_lock_delay\x18\f \x01(\v2\x19.google.protobuf.DurationR\fmaxLockDelay\x12/\n" +
+	"\x05kinds\x18\r \x03(\x0e2\x19.holdfast.backend.v1.KindR\x05kinds\"\xe9\x03\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
@@ -2136,7 +2387,10 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"lock_delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x1f\n" +
 	"\vreplay_only\x18\n" +
 	" \x01(\bR\n" +
-	"replayOnly\"\x96\x01\n" +
+	"replayOnly\x12-\n" +
+	"\x04kind\x18\v \x01(\x0e2\x19.holdfast.backend.v1.KindR\x04kind\x12\x14\n" +
+	"\x05limit\x18\f \x01(\rR\x05limit\x12\x18\n" +
+	"\apermits\x18\r \x01(\rR\apermits\"\x96\x01\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x123\n" +
 	"\x06record\x18\x02 \x01(\v2\x1b.holdfast.backend.v1.RecordR\x06record\x12\x1a\n" +
@@ -2239,7 +2493,13 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x11EnqueueSetRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x1b\n" +
 	"\twaiter_id\x18\x02 \x01(\tR\bwaiterId\"\x14\n" +
-	"\x12EnqueueSetResponse*\x88\x01\n" +
+	"\x12EnqueueSetResponse*Q\n" +
+	"\x04Kind\x12\x14\n" +
+	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"KIND_MUTEX\x10\x01\x12\x12\n" +
+	"\x0eKIND_SEMAPHORE\x10\x02\x12\x0f\n" +
+	"\vKIND_RWLOCK\x10\x03*\x88\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
@@ -2277,116 +2537,125 @@ func file_holdfast_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_holdfast_backend_v1_backend_proto_rawDescData
 }
 
-var file_holdfast_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_holdfast_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_holdfast_backend_v1_backend_proto_goTypes = []any{
-	(EventType)(0),                // 0: holdfast.backend.v1.EventType
-	(*Stamp)(nil),                 // 1: holdfast.backend.v1.Stamp
-	(*Record)(nil),                // 2: holdfast.backend.v1.Record
-	(*RequestIdentity)(nil),       // 3: holdfast.backend.v1.RequestIdentity
-	(*InfoRequest)(nil),           // 4: holdfast.backend.v1.InfoRequest
-	(*InfoResponse)(nil),          // 5: holdfast.backend.v1.InfoResponse
-	(*AcquireRequest)(nil),        // 6: holdfast.backend.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 7: holdfast.backend.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 8: holdfast.backend.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 9: holdfast.backend.v1.ReleaseResponse
-	(*ExtendRequest)(nil),         // 10: holdfast.backend.v1.ExtendRequest
-	(*ExtendResponse)(nil),        // 11: holdfast.backend.v1.ExtendResponse
-	(*GetRequest)(nil),            // 12: holdfast.backend.v1.GetRequest
-	(*GetResponse)(nil),           // 13: holdfast.backend.v1.GetResponse
-	(*ListRequest)(nil),           // 14: holdfast.backend.v1.ListRequest
-	(*ListResponse)(nil),          // 15: holdfast.backend.v1.ListResponse
-	(*WatchRequest)(nil),          // 16: holdfast.backend.v1.WatchRequest
-	(*WatchResponse)(nil),         // 17: holdfast.backend.v1.WatchResponse
-	(*EnqueueRequest)(nil),        // 18: holdfast.backend.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),       // 19: holdfast.backend.v1.EnqueueResponse
-	(*WaitTurnRequest)(nil),       // 20: holdfast.backend.v1.WaitTurnRequest
-	(*WaitTurnResponse)(nil),      // 21: holdfast.backend.v1.WaitTurnResponse
-	(*DequeueRequest)(nil),        // 22: holdfast.backend.v1.DequeueRequest
-	(*DequeueResponse)(nil),       // 23: holdfast.backend.v1.DequeueResponse
-	(*Claim)(nil),                 // 24: holdfast.backend.v1.Claim
-	(*AcquireSetRequest)(nil),     // 25: holdfast.backend.v1.AcquireSetRequest
-	(*AcquireSetResponse)(nil),    // 26: holdfast.backend.v1.AcquireSetResponse
-	(*ReleaseSetRequest)(nil),     // 27: holdfast.backend.v1.ReleaseSetRequest
-	(*ReleaseSetResponse)(nil),    // 28: holdfast.backend.v1.ReleaseSetResponse
-	(*ExtendSetRequest)(nil),      // 29: holdfast.backend.v1.ExtendSetRequest
-	(*ExtendSetResponse)(nil),     // 30: holdfast.backend.v1.ExtendSetResponse
-	(*EnqueueSetRequest)(nil),     // 31: holdfast.backend.v1.EnqueueSetRequest
-	(*EnqueueSetResponse)(nil),    // 32: holdfast.backend.v1.EnqueueSetResponse
-	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 34: google.protobuf.Duration
+	(Kind)(0),                     // 0: holdfast.backend.v1.Kind
+	(EventType)(0),                // 1: holdfast.backend.v1.EventType
+	(*Stamp)(nil),                 // 2: holdfast.backend.v1.Stamp
+	(*Grant)(nil),                 // 3: holdfast.backend.v1.Grant
+	(*Record)(nil),                // 4: holdfast.backend.v1.Record
+	(*RequestIdentity)(nil),       // 5: holdfast.backend.v1.RequestIdentity
+	(*InfoRequest)(nil),           // 6: holdfast.backend.v1.InfoRequest
+	(*InfoResponse)(nil),          // 7: holdfast.backend.v1.InfoResponse
+	(*AcquireRequest)(nil),        // 8: holdfast.backend.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 9: holdfast.backend.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 10: holdfast.backend.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 11: holdfast.backend.v1.ReleaseResponse
+	(*ExtendRequest)(nil),         // 12: holdfast.backend.v1.ExtendRequest
+	(*ExtendResponse)(nil),        // 13: holdfast.backend.v1.ExtendResponse
+	(*GetRequest)(nil),            // 14: holdfast.backend.v1.GetRequest
+	(*GetResponse)(nil),           // 15: holdfast.backend.v1.GetResponse
+	(*ListRequest)(nil),           // 16: holdfast.backend.v1.ListRequest
+	(*ListResponse)(nil),          // 17: holdfast.backend.v1.ListResponse
+	(*WatchRequest)(nil),          // 18: holdfast.backend.v1.WatchRequest
+	(*WatchResponse)(nil),         // 19: holdfast.backend.v1.WatchResponse
+	(*EnqueueRequest)(nil),        // 20: holdfast.backend.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),       // 21: holdfast.backend.v1.EnqueueResponse
+	(*WaitTurnRequest)(nil),       // 22: holdfast.backend.v1.WaitTurnRequest
+	(*WaitTurnResponse)(nil),      // 23: holdfast.backend.v1.WaitTurnResponse
+	(*DequeueRequest)(nil),        // 24: holdfast.backend.v1.DequeueRequest
+	(*DequeueResponse)(nil),       // 25: holdfast.backend.v1.DequeueResponse
+	(*Claim)(nil),                 // 26: holdfast.backend.v1.Claim
+	(*AcquireSetRequest)(nil),     // 27: holdfast.backend.v1.AcquireSetRequest
+	(*AcquireSetResponse)(nil),    // 28: holdfast.backend.v1.AcquireSetResponse
+	(*ReleaseSetRequest)(nil),     // 29: holdfast.backend.v1.ReleaseSetRequest
+	(*ReleaseSetResponse)(nil),    // 30: holdfast.backend.v1.ReleaseSetResponse
+	(*ExtendSetRequest)(nil),      // 31: holdfast.backend.v1.ExtendSetRequest
+	(*ExtendSetResponse)(nil),     // 32: holdfast.backend.v1.ExtendSetResponse
+	(*EnqueueSetRequest)(nil),     // 33: holdfast.backend.v1.EnqueueSetRequest
+	(*EnqueueSetResponse)(nil),    // 34: holdfast.backend.v1.EnqueueSetResponse
+	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 36: google.protobuf.Duration
 }
 var file_holdfast_backend_v1_backend_proto_depIdxs = []int32{
-	33, // 0: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
-	34, // 1: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
-	1,  // 2: holdfast.backend.v1.Record.stamp:type_name -> holdfast.backend.v1.Stamp
-	34, // 3: holdfast.backend.v1.Record.lock_delay:type_name -> google.protobuf.Duration
-	34, // 4: holdfast.backend.v1.Record.delay_remaining:type_name -> google.protobuf.Duration
-	34, // 5: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
-	34, // 6: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
-	34, // 7: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
-	34, // 8: holdfast.backend.v1.InfoResponse.max_lock_delay:type_name -> google.protobuf.Duration
-	34, // 9: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 10: holdfast.backend.v1.AcquireRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	3,  // 11: holdfast.backend.v1.AcquireRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	34, // 12: holdfast.backend.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	2,  // 13: holdfast.backend.v1.AcquireResponse.record:type_name -> holdfast.backend.v1.Record
-	1,  // 14: holdfast.backend.v1.ReleaseRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	3,  // 15: holdfast.backend.v1.ReleaseRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	34, // 16: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 17: holdfast.backend.v1.ExtendRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	3,  // 18: holdfast.backend.v1.ExtendRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	2,  // 19: holdfast.backend.v1.ExtendResponse.record:type_name -> holdfast.backend.v1.Record
-	2,  // 20: holdfast.backend.v1.GetResponse.record:type_name -> holdfast.backend.v1.Record
-	2,  // 21: holdfast.backend.v1.ListResponse.records:type_name -> holdfast.backend.v1.Record
-	0,  // 22: holdfast.backend.v1.WatchResponse.type:type_name -> holdfast.backend.v1.EventType
-	2,  // 23: holdfast.backend.v1.WatchResponse.record:type_name -> holdfast.backend.v1.Record
-	24, // 24: holdfast.backend.v1.AcquireSetRequest.claims:type_name -> holdfast.backend.v1.Claim
-	34, // 25: holdfast.backend.v1.AcquireSetRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 26: holdfast.backend.v1.AcquireSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	3,  // 27: holdfast.backend.v1.AcquireSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	34, // 28: holdfast.backend.v1.AcquireSetRequest.lock_delay:type_name -> google.protobuf.Duration
-	2,  // 29: holdfast.backend.v1.AcquireSetResponse.records:type_name -> holdfast.backend.v1.Record
-	2,  // 30: holdfast.backend.v1.AcquireSetResponse.blocker:type_name -> holdfast.backend.v1.Record
-	1,  // 31: holdfast.backend.v1.ReleaseSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	3,  // 32: holdfast.backend.v1.ReleaseSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	34, // 33: holdfast.backend.v1.ExtendSetRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 34: holdfast.backend.v1.ExtendSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	3,  // 35: holdfast.backend.v1.ExtendSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	2,  // 36: holdfast.backend.v1.ExtendSetResponse.records:type_name -> holdfast.backend.v1.Record
-	4,  // 37: holdfast.backend.v1.BackendService.Info:input_type -> holdfast.backend.v1.InfoRequest
-	6,  // 38: holdfast.backend.v1.BackendService.Acquire:input_type -> holdfast.backend.v1.AcquireRequest
-	8,  // 39: holdfast.backend.v1.BackendService.Release:input_type -> holdfast.backend.v1.ReleaseRequest
-	10, // 40: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
-	12, // 41: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
-	14, // 42: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
-	16, // 43: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
-	18, // 44: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
-	20, // 45: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
-	22, // 46: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
-	25, // 47: holdfast.backend.v1.BackendService.AcquireSet:input_type -> holdfast.backend.v1.AcquireSetRequest
-	27, // 48: holdfast.backend.v1.BackendService.ReleaseSet:input_type -> holdfast.backend.v1.ReleaseSetRequest
-	29, // 49: holdfast.backend.v1.BackendService.ExtendSet:input_type -> holdfast.backend.v1.ExtendSetRequest
-	31, // 50: holdfast.backend.v1.BackendService.EnqueueSet:input_type -> holdfast.backend.v1.EnqueueSetRequest
-	5,  // 51: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
-	7,  // 52: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
-	9,  // 53: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
-	11, // 54: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
-	13, // 55: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
-	15, // 56: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
-	17, // 57: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
-	19, // 58: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
-	21, // 59: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
-	23, // 60: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
-	26, // 61: holdfast.backend.v1.BackendService.AcquireSet:output_type -> holdfast.backend.v1.AcquireSetResponse
-	28, // 62: holdfast.backend.v1.BackendService.ReleaseSet:output_type -> holdfast.backend.v1.ReleaseSetResponse
-	30, // 63: holdfast.backend.v1.BackendService.ExtendSet:output_type -> holdfast.backend.v1.ExtendSetResponse
-	32, // 64: holdfast.backend.v1.BackendService.EnqueueSet:output_type -> holdfast.backend.v1.EnqueueSetResponse
-	51, // [51:65] is the sub-list for method output_type
-	37, // [37:51] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	35, // 0: holdfast.backend.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 1: holdfast.backend.v1.Grant.remaining:type_name -> google.protobuf.Duration
+	2,  // 2: holdfast.backend.v1.Grant.stamp:type_name -> holdfast.backend.v1.Stamp
+	35, // 3: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 4: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
+	2,  // 5: holdfast.backend.v1.Record.stamp:type_name -> holdfast.backend.v1.Stamp
+	36, // 6: holdfast.backend.v1.Record.lock_delay:type_name -> google.protobuf.Duration
+	36, // 7: holdfast.backend.v1.Record.delay_remaining:type_name -> google.protobuf.Duration
+	0,  // 8: holdfast.backend.v1.Record.kind:type_name -> holdfast.backend.v1.Kind
+	3,  // 9: holdfast.backend.v1.Record.holders:type_name -> holdfast.backend.v1.Grant
+	36, // 10: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
+	36, // 11: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
+	36, // 12: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
+	36, // 13: holdfast.backend.v1.InfoResponse.max_lock_delay:type_name -> google.protobuf.Duration
+	0,  // 14: holdfast.backend.v1.InfoResponse.kinds:type_name -> holdfast.backend.v1.Kind
+	36, // 15: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 16: holdfast.backend.v1.AcquireRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	5,  // 17: holdfast.backend.v1.AcquireRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	36, // 18: holdfast.backend.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	0,  // 19: holdfast.backend.v1.AcquireRequest.kind:type_name -> holdfast.backend.v1.Kind
+	4,  // 20: holdfast.backend.v1.AcquireResponse.record:type_name -> holdfast.backend.v1.Record
+	2,  // 21: holdfast.backend.v1.ReleaseRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	5,  // 22: holdfast.backend.v1.ReleaseRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	36, // 23: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 24: holdfast.backend.v1.ExtendRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	5,  // 25: holdfast.backend.v1.ExtendRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	4,  // 26: holdfast.backend.v1.ExtendResponse.record:type_name -> holdfast.backend.v1.Record
+	4,  // 27: holdfast.backend.v1.GetResponse.record:type_name -> holdfast.backend.v1.Record
+	4,  // 28: holdfast.backend.v1.ListResponse.records:type_name -> holdfast.backend.v1.Record
+	1,  // 29: holdfast.backend.v1.WatchResponse.type:type_name -> holdfast.backend.v1.EventType
+	4,  // 30: holdfast.backend.v1.WatchResponse.record:type_name -> holdfast.backend.v1.Record
+	26, // 31: holdfast.backend.v1.AcquireSetRequest.claims:type_name -> holdfast.backend.v1.Claim
+	36, // 32: holdfast.backend.v1.AcquireSetRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 33: holdfast.backend.v1.AcquireSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	5,  // 34: holdfast.backend.v1.AcquireSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	36, // 35: holdfast.backend.v1.AcquireSetRequest.lock_delay:type_name -> google.protobuf.Duration
+	4,  // 36: holdfast.backend.v1.AcquireSetResponse.records:type_name -> holdfast.backend.v1.Record
+	4,  // 37: holdfast.backend.v1.AcquireSetResponse.blocker:type_name -> holdfast.backend.v1.Record
+	2,  // 38: holdfast.backend.v1.ReleaseSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	5,  // 39: holdfast.backend.v1.ReleaseSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	36, // 40: holdfast.backend.v1.ExtendSetRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 41: holdfast.backend.v1.ExtendSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	5,  // 42: holdfast.backend.v1.ExtendSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	4,  // 43: holdfast.backend.v1.ExtendSetResponse.records:type_name -> holdfast.backend.v1.Record
+	6,  // 44: holdfast.backend.v1.BackendService.Info:input_type -> holdfast.backend.v1.InfoRequest
+	8,  // 45: holdfast.backend.v1.BackendService.Acquire:input_type -> holdfast.backend.v1.AcquireRequest
+	10, // 46: holdfast.backend.v1.BackendService.Release:input_type -> holdfast.backend.v1.ReleaseRequest
+	12, // 47: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
+	14, // 48: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
+	16, // 49: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
+	18, // 50: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
+	20, // 51: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
+	22, // 52: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
+	24, // 53: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
+	27, // 54: holdfast.backend.v1.BackendService.AcquireSet:input_type -> holdfast.backend.v1.AcquireSetRequest
+	29, // 55: holdfast.backend.v1.BackendService.ReleaseSet:input_type -> holdfast.backend.v1.ReleaseSetRequest
+	31, // 56: holdfast.backend.v1.BackendService.ExtendSet:input_type -> holdfast.backend.v1.ExtendSetRequest
+	33, // 57: holdfast.backend.v1.BackendService.EnqueueSet:input_type -> holdfast.backend.v1.EnqueueSetRequest
+	7,  // 58: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
+	9,  // 59: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
+	11, // 60: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
+	13, // 61: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
+	15, // 62: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
+	17, // 63: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
+	19, // 64: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
+	21, // 65: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
+	23, // 66: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
+	25, // 67: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
+	28, // 68: holdfast.backend.v1.BackendService.AcquireSet:output_type -> holdfast.backend.v1.AcquireSetResponse
+	30, // 69: holdfast.backend.v1.BackendService.ReleaseSet:output_type -> holdfast.backend.v1.ReleaseSetResponse
+	32, // 70: holdfast.backend.v1.BackendService.ExtendSet:output_type -> holdfast.backend.v1.ExtendSetResponse
+	34, // 71: holdfast.backend.v1.BackendService.EnqueueSet:output_type -> holdfast.backend.v1.EnqueueSetResponse
+	58, // [58:72] is the sub-list for method output_type
+	44, // [44:58] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_holdfast_backend_v1_backend_proto_init() }
@@ -2399,8 +2668,8 @@ func file_holdfast_backend_v1_backend_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_holdfast_backend_v1_backend_proto_rawDesc), len(file_holdfast_backend_v1_backend_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   32,
+			NumEnums:      2,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
