@@ -26,6 +26,13 @@ var _ = describeSDK("rwlock", Label("rwlock"), func(sc *SDKContext) {
 		r2, err := c2.LockWith(ctx, rwArgs(key, sdkrunner.ModeShared, long, true))
 		Expect(err).NotTo(HaveOccurred(), "a second reader beside the first")
 		Expect(r2.FencingToken).To(BeNumerically(">", r1.FencingToken))
+		st := c3.Inspect(ctx, key)
+		Expect(st.State).NotTo(BeNil())
+		Expect(st.State.Kind).To(Equal(sdkrunner.LockKindRWLock), "inspect: the key's kind")
+		Expect(st.State.Holders).To(HaveLen(2), "inspect: both readers")
+		for _, h := range st.State.Holders {
+			Expect(h.Mode).To(Equal(sdkrunner.ModeShared), "inspect: a reader's mode")
+		}
 		_, err = c3.LockWith(ctx, rwArgs(key, sdkrunner.ModeExclusive, long, true))
 		Expect(err).To(BeKind(sdkrunner.KindNotAcquired), "a writer while readers hold")
 		Expect(c1.Unlock(ctx, r1.Guard)).To(Succeed())

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/holdfast/holdfast/conformance/internal/faultproxy"
 	"github.com/holdfast/holdfast/conformance/sdkrunner"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 )
@@ -33,6 +35,17 @@ var _ = describeSDK("semaphore", Label("semaphore"), func(sc *SDKContext) {
 		Expect(err).NotTo(HaveOccurred(), "2 more permits of a limit-3 semaphore holding 1")
 		Expect(two.Permits).To(Equal(2))
 		Expect(two.FencingToken).To(BeNumerically(">", one.FencingToken), "a later grant of the key")
+
+		// The SDK's inspect shows the key and every grant on it.
+		st := c3.Inspect(ctx, key)
+		Expect(st.Held).To(BeTrue())
+		Expect(st.State).NotTo(BeNil())
+		Expect(st.State.Kind).To(Equal(sdkrunner.LockKindSemaphore), "inspect: the key's kind")
+		Expect(st.State.Limit).To(Equal(3), "inspect: the key's limit")
+		Expect(st.State.PermitsInUse).To(Equal(3), "inspect: permits in use")
+		Expect(st.State.Holders).To(HaveLen(2), "inspect: every grant on the key")
+		Expect([]sdkrunner.U64{st.State.Holders[0].FencingToken, st.State.Holders[1].FencingToken}).To(Equal([]sdkrunner.U64{one.FencingToken, two.FencingToken}), "inspect: the grants in fencing-token order")
+		Expect([]int{st.State.Holders[0].Permits, st.State.Holders[1].Permits}).To(Equal([]int{1, 2}), "inspect: each grant's permits")
 
 		_, err = c3.LockWith(ctx, semArgs(key, 3, nil, long, true))
 		Expect(err).To(BeKind(sdkrunner.KindNotAcquired), "a permit of a semaphore whose 3 permits are all held")
@@ -219,5 +232,11 @@ func (sc *SDKContext) needKind(capability string) {
 	if !sc.Adapter.Has(capability) {
 		Skip("the adapter does not claim " + capability)
 	}
-	// TODO(contract): skip when the backend's BackendInfo does not list the kind.
+	kind := lockv1.Kind_KIND_SEMAPHORE
+	if capability == sdkrunner.CapRWLock {
+		kind = lockv1.Kind_KIND_RWLOCK
+	}
+	if !slices.Contains(sc.Backend().GetKinds(), kind) {
+		Skip(fmt.Sprintf("the backend does not keep %s keys (BackendInfo.kinds %v)", kind, sc.Backend().GetKinds()))
+	}
 }

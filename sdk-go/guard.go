@@ -197,15 +197,17 @@ func (g *Guard) Keys() []string {
 	return slices.Clone(g.keys)
 }
 
-// Kind is what the key is: KindLock, KindSemaphore or KindRWLock.
+// Kind is what the key is: KindMutex (Client.Lock), KindSemaphore or
+// KindRWLock.
 func (g *Guard) Kind() Kind { return g.grant.kind }
 
-// Limit is the key's limit: a semaphore's permits, 1 for a lock. (A
-// read-write lock's is the server's cap on readers, when it says.)
+// Limit is the key's limit: a semaphore's, 1 for a mutex, the server's
+// reader capacity for a read-write lock (BackendInfo.RWLockReaders).
 func (g *Guard) Limit() int { return g.grant.limit }
 
-// Permits is how many of the key's permits the lease holds: a semaphore
-// grant's, 1 for a lock or a read-write lock grant.
+// Permits is the share of the key's limit the lease holds: a semaphore
+// grant's permits, 1 for a mutex or a reader, the whole limit for a
+// writer.
 func (g *Guard) Permits() int { return g.grant.permits }
 
 // Mode is ModeShared for a read-write lock's reader, ModeExclusive for

@@ -3,6 +3,7 @@ package holdfast
 import (
 	"fmt"
 
+	"connectrpc.com/connect"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
@@ -16,14 +17,14 @@ import (
 // waiters of one key strictly in arrival order, so a large request or a
 // writer is never overtaken by later small requests or readers.
 
-// Kind is what a key is: a lock (one holder), a semaphore (holders sharing
-// a limit of permits) or a read-write lock (many readers or one writer).
-// The zero Kind is KindLock.
+// Kind is what a key is: a mutex (one holder: Client.Lock), a semaphore
+// (holders sharing a limit of permits) or a read-write lock (many readers
+// or one writer). The zero Kind is KindMutex.
 type Kind int
 
 const (
-	// KindLock is a mutex: one holder at a time.
-	KindLock Kind = iota
+	// KindMutex is a lock: one holder at a time.
+	KindMutex Kind = iota
 	// KindSemaphore is a semaphore: grants of 1..limit permits, never more
 	// than the limit in use at once.
 	KindSemaphore
@@ -34,8 +35,8 @@ const (
 
 func (k Kind) String() string {
 	switch k {
-	case KindLock:
-		return "lock"
+	case KindMutex:
+		return "mutex"
 	case KindSemaphore:
 		return "semaphore"
 	case KindRWLock:
@@ -49,7 +50,7 @@ func (k Kind) String() string {
 type Mode int
 
 const (
-	// ModeExclusive: a lock, a semaphore grant (which shares the key with
+	// ModeExclusive: a mutex, a semaphore grant (which shares the key with
 	// other grants only within the limit) or a read-write lock's writer.
 	ModeExclusive Mode = iota
 	// ModeShared: a read-write lock's reader, which shares the key with
@@ -71,9 +72,13 @@ func (m Mode) String() string {
 // the semaphore key, whose limit is the most permits in use at once. The
 // server fixes a key's kind and limit at its first grant: asking with
 // another limit, or for a key used as a lock or read-write lock, is
-// refused with failed_precondition (ErrServer, ErrorCode "failed_precondition").
-// The limit must be at least 1. Everything else is as Client.Lock: TTL,
-// Wait, Holder, Lock, TryLock, WithLock, TryWithLock and the Guard.
+// refused with failed_precondition (ErrServer, ErrorCode
+// "failed_precondition"), at once and not retried. The limit must be at
+// least 1 (the server's maximum is BackendInfo.MaxLimit, 1024 by default),
+// and the backend must keep semaphores (BackendInfo.Kinds; else the server
+// answers unimplemented). Everything else is as Client.Lock: TTL, Wait,
+// Holder, Lock, TryLock, WithLock, TryWithLock and the Guard; a semaphore
+// is one key and takes no lock-delay.
 //
 //	g, err := client.Semaphore("jobs/encode", 3).Permits(2).TTL(30 * time.Second).Lock(ctx)
 func (c *Client) Semaphore(key string, limit int) Lock {
@@ -97,7 +102,10 @@ type RWLock struct {
 
 // RWLock names the read-write lock key; Read and Write describe a grant of
 // it. A key used as a lock or a semaphore is refused with
-// failed_precondition.
+// failed_precondition, and a backend that keeps no read-write locks
+// (BackendInfo.Kinds) answers unimplemented. Its limit is the server's
+// fixed reader capacity (BackendInfo.RWLockReaders): a reader holds one
+// permit of it, a writer all of them.
 //
 //	g, err := client.RWLock("config/routes").Read().Lock(ctx)
 func (c *Client) RWLock(key string) RWLock { return RWLock{c: c, key: key} }
@@ -122,7 +130,7 @@ func (rw RWLock) grant(mode Mode) Lock {
 	return l
 }
 
-// Kind is what the lock describes: a lock, a semaphore grant or a
+// Kind is what the lock describes: a mutex, a semaphore grant or a
 // read-write lock grant.
 func (l Lock) Kind() Kind { return l.kind }
 
@@ -145,10 +153,24 @@ func (l Lock) checkKind() error {
 			return invalidArgument("permits: only a semaphore takes permits (Client.Semaphore); this is a %s", l.kind)
 		}
 	}
-	if l.kind != KindLock && len(l.more) > 0 {
-		return invalidArgument("keys: a %s is one key; only a lock takes several", l.kind)
+	if l.kind != KindMutex && len(l.more) > 0 {
+		return invalidArgument("keys: a %s is one key; only a lock (Client.Lock) takes several", l.kind)
+	}
+	if l.kind != KindMutex && l.lockDelay != 0 {
+		return invalidArgument("lock_delay: only a lock (Client.Lock) takes a lock-delay; this is a %s", l.kind)
 	}
 	return nil
+}
+
+// fill sets the kind of grant l describes on an Acquire; a mutex leaves
+// every field unset, as before kinds.
+func (l Lock) fill(req *lockv1.AcquireRequest) {
+	switch l.kind {
+	case KindSemaphore:
+		req.Kind, req.Limit, req.Permits = lockv1.Kind_KIND_SEMAPHORE, uint32(l.limit), uint32(l.permits)
+	case KindRWLock:
+		req.Kind, req.Mode = lockv1.Kind_KIND_RWLOCK, modeToProto(l.mode)
+	}
 }
 
 // grant is what one lease holds of its key.
@@ -159,14 +181,44 @@ type grant struct {
 	mode    Mode
 }
 
-// grantOf is what the lease the server granted for l holds.
-// TODO(contract): read kind/limit/permits/mode from the lease once lock.v1 carries them.
-func (l Lock) grantOf(_ *lockv1.Lease) grant {
-	switch l.kind {
-	case KindSemaphore:
-		return grant{kind: KindSemaphore, limit: l.limit, permits: l.permits}
-	case KindRWLock:
-		return grant{kind: KindRWLock, permits: 1, mode: l.mode}
+// grantOf reads what a granted lease holds. A server older than kinds says
+// nothing (a mutex); one whose answer names another kind than the request
+// did gets an error, so that no one holds a mutex believing it a
+// semaphore.
+func (l Lock) grantOf(lease *lockv1.Lease) (grant, error) {
+	g := grant{
+		kind:    kindFromProto(lease.GetKind()),
+		limit:   int(max(lease.GetLimit(), 1)),
+		permits: int(max(lease.GetPermits(), 1)),
+		mode:    modeFromProto(lease.GetMode()),
 	}
-	return grant{kind: KindLock, limit: 1, permits: 1}
+	if g.kind != l.kind {
+		return g, &rpcError{op: "Acquire", code: connect.CodeUnimplemented.String(), kind: ErrServer,
+			message: fmt.Sprintf("asked for a %s, the server granted a %s: it does not serve kinds (a server older than semaphores and read-write locks?)", l.kind, g.kind)}
+	}
+	return g, nil
+}
+
+func kindFromProto(k lockv1.Kind) Kind {
+	switch k {
+	case lockv1.Kind_KIND_SEMAPHORE:
+		return KindSemaphore
+	case lockv1.Kind_KIND_RWLOCK:
+		return KindRWLock
+	}
+	return KindMutex
+}
+
+func modeFromProto(m lockv1.Mode) Mode {
+	if m == lockv1.Mode_MODE_SHARED {
+		return ModeShared
+	}
+	return ModeExclusive
+}
+
+func modeToProto(m Mode) lockv1.Mode {
+	if m == ModeShared {
+		return lockv1.Mode_MODE_SHARED
+	}
+	return lockv1.Mode_MODE_EXCLUSIVE
 }

@@ -92,7 +92,7 @@ const (
 
 // Lock kinds (lock's kind argument, the kind lock answers).
 const (
-	LockKindLock      = "lock"
+	LockKindMutex     = "mutex"
 	LockKindSemaphore = "semaphore"
 	LockKindRWLock    = "rwlock"
 )
@@ -326,7 +326,7 @@ type LockArgs struct {
 	WaitUnset bool   `json:"wait_unset,omitempty"`
 	Holder    string `json:"holder,omitempty"`
 	Try       bool   `json:"try,omitempty"`
-	// Kind is LockKindLock (when empty), LockKindSemaphore or
+	// Kind is LockKindMutex (when empty), LockKindSemaphore or
 	// LockKindRWLock: which of the SDK's builders takes the lock.
 	Kind string `json:"kind,omitempty"`
 	// Limit is a semaphore's limit, passed to the SDK as is (0 included:
@@ -461,6 +461,21 @@ type LockState struct {
 	Holder       string `json:"holder"`
 	Stamp        Stamp  `json:"stamp"`
 	Waiters      uint32 `json:"waiters"`
+	// The key's kind and limit and the permits its holders hold, and every
+	// lease held on it (adapters claiming semaphore or rwlock).
+	Kind         string   `json:"kind,omitempty"`
+	Limit        int      `json:"limit,omitempty"`
+	PermitsInUse int      `json:"permits_in_use,omitempty"`
+	Holders      []Holder `json:"holders,omitempty"`
+}
+
+// Holder is one lease held on a key (LockState.Holders).
+type Holder struct {
+	FencingToken U64    `json:"fencing_token"`
+	Holder       string `json:"holder"`
+	Permits      int    `json:"permits"`
+	Mode         string `json:"mode"`
+	Stamp        Stamp  `json:"stamp"`
 }
 
 // InspectResult answers inspect.

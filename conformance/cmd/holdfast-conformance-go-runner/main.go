@@ -294,7 +294,16 @@ func stamp(t hlc.Timestamp) sdkrunner.Stamp {
 }
 
 func lockState(st holdfast.LockState) sdkrunner.LockState {
-	return sdkrunner.LockState{Key: st.Key, FencingToken: sdkrunner.U64(st.FencingToken), Holder: st.Holder, Stamp: stamp(st.Stamp), Waiters: st.Waiters}
+	s := sdkrunner.LockState{
+		Key: st.Key, FencingToken: sdkrunner.U64(st.FencingToken), Holder: st.Holder, Stamp: stamp(st.Stamp), Waiters: st.Waiters,
+		Kind: st.Kind.String(), Limit: st.Limit, PermitsInUse: st.PermitsInUse,
+	}
+	for _, h := range st.Holders {
+		s.Holders = append(s.Holders, sdkrunner.Holder{
+			FencingToken: sdkrunner.U64(h.FencingToken), Holder: h.Holder, Permits: h.Permits, Mode: h.Mode.String(), Stamp: stamp(h.Stamp),
+		})
+	}
+	return s
 }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -504,7 +513,7 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 func builder(c *holdfast.Client, args sdkrunner.LockArgs) (holdfast.Lock, error) {
 	var l holdfast.Lock
 	switch args.Kind {
-	case "", sdkrunner.LockKindLock:
+	case "", sdkrunner.LockKindMutex:
 		l = c.Lock(args.Key)
 	case sdkrunner.LockKindSemaphore:
 		l = c.Semaphore(args.Key, args.Limit)
