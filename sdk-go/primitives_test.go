@@ -260,6 +260,8 @@ func TestRWLock(t *testing.T) {
 	if w.g.Mode() != ModeExclusive || w.g.Permits() != w.g.Limit() {
 		t.Fatalf("writer: mode %v permits %d of %d", w.g.Mode(), w.g.Permits(), w.g.Limit())
 	}
+	// The reader stays queued behind the writer.
+	awaitWaiters(t, c, "cfg", 1)
 	select {
 	case r := <-reader:
 		t.Fatalf("a reader got the key beside a writer: %v %v", r.g, r.err)
