@@ -3,6 +3,7 @@ package holdfast
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -131,7 +132,8 @@ func TestSemaphore(t *testing.T) {
 		t.Fatalf("Inspect: %+v", st)
 	}
 	var na *NotAcquiredError
-	if _, err := sem.TryLock(ctx); !errors.As(err, &na) || na.Current == nil || na.Current.PermitsInUse != 3 {
+	if _, err := sem.TryLock(ctx); !errors.As(err, &na) || na.Current == nil || na.Current.PermitsInUse != 3 ||
+		!strings.Contains(err.Error(), "semaphore with 3 of 3 permits in use by 2 holders") {
 		t.Fatalf("a permit of a full semaphore: %v, want not acquired with the key's state", err)
 	}
 	got := make(chan *Guard, 1)
@@ -230,7 +232,7 @@ func TestRWLock(t *testing.T) {
 	if r1.Kind() != KindRWLock || r1.Mode() != ModeShared || r1.Permits() != 1 {
 		t.Fatalf("reader: kind %v mode %v permits %d", r1.Kind(), r1.Mode(), r1.Permits())
 	}
-	if _, err := rw.Write().TryLock(ctx); !errors.Is(err, ErrNotAcquired) {
+	if _, err := rw.Write().TryLock(ctx); !errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "read by 2 holders") {
 		t.Fatalf("a writer beside readers: %v", err)
 	}
 	type result struct {
@@ -262,6 +264,9 @@ func TestRWLock(t *testing.T) {
 	}
 	// The reader stays queued behind the writer.
 	awaitWaiters(t, c, "cfg", 1)
+	if _, err := rw.Read().TryLock(ctx); !strings.Contains(fmt.Sprint(err), "written by") {
+		t.Fatalf("a reader's try while a writer holds: %v", err)
+	}
 	select {
 	case r := <-reader:
 		t.Fatalf("a reader got the key beside a writer: %v %v", r.g, r.err)
