@@ -111,16 +111,15 @@ func scheduledJob(ctx context.Context, client *holdfast.Client, writeReport func
 
 func encodeWithSemaphore(ctx context.Context, client *holdfast.Client, encode func(context.Context, uint64) error) error {
 	// At most 3 encoders at once across every process; a big job takes 2 of the 3 slots.
-	g, err := client.Semaphore("encoders", 3).Permits(2).TTL(time.Minute).Lock(ctx)
-	if err != nil {
-		return err // a limit other than the key's: holdfast.ErrorCode(err) == "failed_precondition"
-	}
-	defer g.Unlock(context.Background())
-	token, err := g.FencingToken() // every grant has its own, increasing over all grants of the key
-	if err != nil {
-		return err
-	}
-	return encode(g.Context(), token)
+	encoders := client.Semaphore("encoders", 3).Permits(2).TTL(time.Minute)
+	return holdfast.WithLock(ctx, encoders, func(ctx context.Context) error {
+		g, _ := holdfast.GuardFromContext(ctx)
+		token, err := g.FencingToken() // every grant has its own, increasing over all grants of the key
+		if err != nil {
+			return err
+		}
+		return encode(ctx, token)
+	}) // a limit other than the key's: holdfast.ErrorCode(err) == "failed_precondition"
 }
 
 func readThenWrite(ctx context.Context, client *holdfast.Client) error {
