@@ -714,5 +714,11 @@ func (g *Guard) String() string {
 	if g.keys != nil {
 		return fmt.Sprintf("holdfast.Guard(%q, fencing tokens %d)", g.keys, g.fences)
 	}
+	switch g.grant.kind {
+	case KindSemaphore:
+		return fmt.Sprintf("holdfast.Guard(%q, semaphore, %d of %d permits, fencing token %d)", g.key, g.grant.permits, g.grant.limit, g.fencing)
+	case KindRWLock:
+		return fmt.Sprintf("holdfast.Guard(%q, rwlock, %s, fencing token %d)", g.key, g.grant.mode, g.fencing)
+	}
 	return fmt.Sprintf("holdfast.Guard(%q, fencing token %d)", g.key, g.fencing)
 }

@@ -123,6 +123,9 @@ func TestSemaphore(t *testing.T) {
 	}
 	t1, _ := one.FencingToken()
 	t2, _ := two.FencingToken()
+	if got := two.String(); !strings.Contains(got, "semaphore, 2 of 3 permits") || strings.Contains(got, two.owner) {
+		t.Fatalf("String() = %q", got)
+	}
 	if two.Permits() != 2 || t2 <= t1 {
 		t.Fatalf("grant of 2: permits %d, fencing token %d after %d", two.Permits(), t2, t1)
 	}
