@@ -203,7 +203,7 @@ var _ = describeService("semaphore", Label("semaphore"), func(sc *ServiceContext
 		sc.awaitWaiters(ctx, key, 1)
 
 		Expect(sc.Release(ctx, key, got.GetLease().GetOwnerToken())).To(BeTrue())
-		Eventually(ctx, small).WithTimeout(10*time.Second).Should(Receive(&got))
+		Eventually(ctx, small).WithTimeout(10 * time.Second).Should(Receive(&got))
 		Expect(got.GetAcquired()).To(BeTrue())
 		Expect(got.GetLease().GetFencingToken()).To(BeNumerically(">", first.GetFencingToken()))
 	}, SpecTimeout(time.Minute))
@@ -246,7 +246,7 @@ var _ = describeService("semaphore", Label("semaphore"), func(sc *ServiceContext
 		sc.MustGrant(ctx, sc.SemaphoreRequest(key, 2, 1, sc.TTL(), 0))
 		w := acquireAsync(ctx, sc.RPC, sc.SemaphoreRequest(key, 2, 1, sc.LongTTL(), sc.FreeWithin()+10*time.Second))
 		var got *lockv1.AcquireResponse
-		Eventually(ctx, w).WithTimeout(sc.FreeWithin()+10*time.Second).Should(Receive(&got))
+		Eventually(ctx, w).WithTimeout(sc.FreeWithin() + 10*time.Second).Should(Receive(&got))
 		Expect(got.GetAcquired()).To(BeTrue(), "the waiter was not served with the expired holder's permit")
 		ext, err := sc.RPC.Extend(ctx, &lockv1.ExtendRequest{Key: key, OwnerToken: long.GetOwnerToken(), Ttl: durationpb.New(sc.LongTTL())})
 		Expect(err).NotTo(HaveOccurred())
@@ -370,7 +370,7 @@ var _ = describeService("rwlock", Label("rwlock"), func(sc *ServiceContext) {
 		Expect(r3).NotTo(Receive(), "a reader was granted beside the writer")
 
 		Expect(sc.Release(ctx, key, got.GetLease().GetOwnerToken())).To(BeTrue())
-		Eventually(ctx, r3).WithTimeout(10*time.Second).Should(Receive(&got))
+		Eventually(ctx, r3).WithTimeout(10 * time.Second).Should(Receive(&got))
 		Expect(got.GetAcquired()).To(BeTrue())
 	}, SpecTimeout(time.Minute))
 
