@@ -44,8 +44,9 @@ func (k *kinded) Acquire(ctx context.Context, req backend.AcquireRequest) (backe
 
 func kindedEngine(t *testing.T, k *kinded) *engine.Engine {
 	t.Helper()
-	k.Backend = fakebackend.New()
-	t.Cleanup(func() { k.Backend.Close() })
+	fake := fakebackend.New()
+	k.Backend = fake
+	t.Cleanup(func() { fake.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	e, err := engine.New(ctx, k, engine.Config{})
