@@ -49,6 +49,7 @@ from .types import (
     KeyDelay,
     LockEvent,
     LockState,
+    Mode,
     RunResult,
     ServerInfo,
     kind_from_proto,
@@ -831,15 +832,7 @@ class AsyncRWLock:
         watchdog: bool = True,
     ) -> LockContext:
         """A shared grant: held together with other readers, never with a writer."""
-        return LockContext(
-            self._client,
-            (self.key,),
-            Primitive("rwlock", mode="shared"),
-            ttl=ttl,
-            wait=wait,
-            holder=holder,
-            watchdog=watchdog,
-        )
+        return self._grant("shared", ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
 
     def write(
         self,
@@ -850,12 +843,7 @@ class AsyncRWLock:
         watchdog: bool = True,
     ) -> LockContext:
         """An exclusive grant: held by nobody else, reader or writer."""
-        return LockContext(
-            self._client,
-            (self.key,),
-            Primitive("rwlock", mode="exclusive"),
-            ttl=ttl,
-            wait=wait,
-            holder=holder,
-            watchdog=watchdog,
-        )
+        return self._grant("exclusive", ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
+
+    def _grant(self, mode: Mode, **opts: Any) -> LockContext:
+        return LockContext(self._client, (self.key,), Primitive("rwlock", mode=mode), **opts)

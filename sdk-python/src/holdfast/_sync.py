@@ -21,6 +21,7 @@ from ._async import (
     DEFAULT_RETRY_BUDGET,
     DEFAULT_TTL,
     AsyncClient,
+    AsyncRWLock,
     Keys,
     LockContext,
     Protocol,
@@ -421,7 +422,7 @@ class RWLock:
     """Returned by Client.rwlock: the read-write lock key, whose ``read()``
     is a shared grant and ``write()`` an exclusive one (as AsyncRWLock)."""
 
-    def __init__(self, loop: _LoopThread, inner: Any) -> None:
+    def __init__(self, loop: _LoopThread, inner: AsyncRWLock) -> None:
         self._loop = loop
         self._inner = inner
         self.key: str = inner.key
