@@ -231,6 +231,35 @@ async def test_a_mutex_granted_for_a_semaphore_is_given_back(addr: str, client: 
     assert await client.inspect(k) is None, "the grant was released"
 
 
+async def test_list_and_watch_show_a_semaphores_grants(client: AsyncClient, other: AsyncClient) -> None:
+    k = key("sem-state")
+    events = client.watch(key=k)
+    try:
+        assert (await anext(events)).type == "synced"
+        g1 = await client.semaphore(k, 4, permits=3, ttl=10)
+        g2 = await other.semaphore(k, 4, ttl=10)
+        t1, t2 = g1.fencing_token, g2.fencing_token
+        for g in (g1, g2):
+            ev = await asyncio.wait_for(anext(events), 5)
+            assert ev.type == "acquired" and ev.state is not None
+            assert (ev.state.kind, ev.state.limit) == ("semaphore", 4)
+            assert [(h.fencing_token, h.permits) for h in ev.state.holders] == [(g.fencing_token, g.permits)]
+        listed = [s async for s in client.list(k)]
+        assert len(listed) == 1, "one key"
+        assert [(h.fencing_token, h.holder, h.permits) for h in listed[0].holders] == [
+            (t1, "py-test-a", 3),
+            (t2, "py-test-b", 1),
+        ]
+        assert listed[0].permits_in_use == 4
+        await g1.unlock()
+        released = await asyncio.wait_for(anext(events), 5)
+        assert released.type == "released" and released.state is not None
+        assert released.state.holders[0].fencing_token == t1, "the released grant"
+        await g2.unlock()
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+
+
 async def test_server_info_says_which_kinds_the_backend_keeps(client: AsyncClient) -> None:
     info = await client.server_info()
     assert sorted(info.backend.kinds) == ["mutex", "rwlock", "semaphore"]

@@ -6,7 +6,7 @@ import { after, before, describe, it } from "node:test";
 import { createClient as createConnectClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Kind as PbKind, LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
-import { InvalidArgumentError, LeaseLostError, NotAcquiredError, ServerError, createClient, type Client, type Guard, type LockBuilder } from "../src/node.js";
+import { InvalidArgumentError, LeaseLostError, NotAcquiredError, ServerError, createClient, type Client, type Guard, type LockBuilder, type LockEvent, type LockState } from "../src/node.js";
 import { addr, closedPort, eventually, key, needsServer, recordingLogger } from "./helpers.js";
 
 const quiet = { logger: recordingLogger() };
@@ -225,6 +225,45 @@ describe("semaphores", { skip: needsServer }, () => {
       assert.equal(await a.inspect(k), undefined, "the grant was released");
     } finally {
       await c.close();
+    }
+  });
+
+  it("list and watch show a semaphore's grants: list every holder of the key, watch one event per grant", async () => {
+    const k = key("sem-state");
+    const ac = new AbortController();
+    const events = a.watch({ key: k }, { signal: ac.signal });
+    const next = async (): Promise<LockEvent> => {
+      const r = await events.next();
+      assert.ok(!r.done, "the watch ended");
+      return r.value;
+    };
+    try {
+      assert.equal((await next()).type, "synced");
+      const g1 = await a.semaphore(k, 4).permits(3).ttl("10s").acquire();
+      const g2 = await b.semaphore(k, 4).ttl("10s").acquire();
+      const [t1, t2] = [g1.fencingToken(), g2.fencingToken()];
+      for (const g of [g1, g2]) {
+        const ev = await next();
+        assert.equal(ev.type, "acquired");
+        assert.equal(ev.state?.kind, "semaphore");
+        assert.equal(ev.state.limit, 4);
+        assert.deepEqual(ev.state.holders.map((h) => [h.fencingToken, h.permits]), [[g.fencingToken(), g.permits]], "the event's one grant");
+      }
+      const listed: LockState[] = [];
+      for await (const st of a.list(k)) listed.push(st);
+      assert.equal(listed.length, 1, "one key");
+      assert.deepEqual(listed[0]?.holders.map((h) => [h.fencingToken, h.holder, h.permits]), [
+        [t1, "ts-sem-a", 3],
+        [t2, "ts-sem-b", 1],
+      ]);
+      assert.equal(listed[0]?.permitsInUse, 4);
+      await g1.unlock();
+      const released = await next();
+      assert.equal(released.type, "released");
+      assert.equal(released.state?.holders[0]?.fencingToken, t1, "the released grant");
+      await g2.unlock();
+    } finally {
+      ac.abort();
     }
   });
 
