@@ -115,7 +115,10 @@ not be started, 1 any other error.`,
 }
 
 type lockRun struct {
-	o              *clientOptions
+	o *clientOptions
+	// builder makes the lock to take (nil: the lock on keys, with
+	// lockDelay); TTL and wait are set on it.
+	builder        func(c *holdfast.Client) holdfast.Lock
 	keys           []string
 	argv           []string
 	ttl, wait      time.Duration
@@ -262,7 +265,11 @@ func (r *lockRun) acquire(ctx context.Context, c *holdfast.Client, sigs <-chan o
 	if _, err := c.ServerInfo(ctx); err != nil {
 		return nil, r.o.callError(err)
 	}
-	l := c.Lock(r.keys[0], r.keys[1:]...).TTL(r.ttl).LockDelay(r.lockDelay)
+	l := c.Lock(r.keys[0], r.keys[1:]...).LockDelay(r.lockDelay)
+	if r.builder != nil {
+		l = r.builder(c)
+	}
+	l = l.TTL(r.ttl)
 	if r.wait > 0 {
 		l = l.Wait(r.wait) // without a Wait, Lock queues until acquired or interrupted
 	}
