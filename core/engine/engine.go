@@ -38,6 +38,10 @@
 // this server's, says whose turn it is (see fairTurns). Both kinds of
 // backend wait in one loop, acquireWaiting.
 //
+// Semaphores and read-write locks wait the same way, strictly in arrival
+// order; a winner on such a key leaves the queue at once, so the next head
+// tries beside it (see kinds.go).
+//
 // A waiter never waits longer than its wait nor past its caller's deadline,
 // and it is never told "acquired" for a lease nobody will use: the backend
 // call runs detached from the caller's cancellation (so its outcome is
