@@ -15,8 +15,8 @@ import (
 
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/core/engine"
-	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/plugins/memory"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
