@@ -409,10 +409,12 @@ func (e *Engine) acquireSpec(req *lockv1.AcquireRequest) (*acquireSpec, error) {
 	if err := checkText("holder", req.GetHolder(), MaxHolderBytes); err != nil {
 		return nil, err
 	}
-	if s.lockDelay, err = e.checkLockDelay(req.GetLockDelay()); err != nil {
+	// The kind first: a lock_delay on a semaphore is refused for what it
+	// is, whether or not the backend keeps lock-delays.
+	if s.shape, err = e.checkShape(req, ks); err != nil {
 		return nil, err
 	}
-	if s.shape, err = e.checkShape(req, ks); err != nil {
+	if s.lockDelay, err = e.checkLockDelay(req.GetLockDelay()); err != nil {
 		return nil, err
 	}
 	if s.rid, err = checkRequestID(req.GetRequestId()); err != nil {
