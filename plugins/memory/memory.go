@@ -120,6 +120,9 @@ const (
 	MaxLockDelay = time.Minute
 )
 
+// kinds are the kinds of key kept beside the mutex.
+var kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock}
+
 // watchBuffer is how many undelivered events one watcher may have before its
 // watch is ended.
 const watchBuffer = 1024
@@ -320,7 +323,7 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		MaxKeys:        MaxKeys,
 		RequestIDs:     true,
 		MaxLockDelay:   MaxLockDelay,
-		Kinds:          []backend.Kind{backend.KindSemaphore, backend.KindRWLock},
+		Kinds:          kinds,
 	}, nil
 }
 
@@ -412,6 +415,15 @@ func (b *Backend) remove(e *entry) {
 	}
 	delete(b.locks, e.key)
 	b.ordered.Delete(e.key)
+}
+
+// poolOf is key's live pool on an open backend (nil: none, or closed:
+// the set path answers then). b.mu must be held.
+func (b *Backend) poolOf(key string) *pool {
+	if b.closed {
+		return nil
+	}
+	return b.livePool(key, time.Now())
 }
 
 // livePool returns key's pool with its unexpired grants, expiring stale
@@ -542,20 +554,6 @@ func (b *Backend) AcquireSet(_ context.Context, req backend.AcquireSetRequest) (
 	return res, nil
 }
 
-func checkShape(req backend.AcquireRequest) error {
-	switch {
-	case req.Kind != backend.KindSemaphore && req.Kind != backend.KindRWLock:
-		return fmt.Errorf("%w: kind %d is not one the memory backend keeps", backend.ErrInvalidArgument, req.Kind)
-	case req.Limit < 1 || req.Limit > backend.MaxLimit:
-		return fmt.Errorf("%w: limit %d is outside [1, %d]", backend.ErrInvalidArgument, req.Limit, backend.MaxLimit)
-	case req.Permits < 1 || req.Permits > req.Limit:
-		return fmt.Errorf("%w: permits %d is outside [1, limit %d]", backend.ErrInvalidArgument, req.Permits, req.Limit)
-	case req.LockDelay != 0:
-		return fmt.Errorf("%w: lock_delay applies to mutexes only", backend.ErrInvalidArgument)
-	}
-	return nil
-}
-
 // acquireGrant grants req.Permits of key's pool, under the mutex, if the
 // pool's kind and limit are the request's (or there is no pool) and the
 // permits fit; otherwise it reports the blocker: a mutex holding the key, a
@@ -570,7 +568,7 @@ func (b *Backend) acquireGrant(req backend.AcquireRequest) (backend.AcquireResul
 	if err := checkTTL(req.TTL); err != nil {
 		return backend.AcquireResult{}, err
 	}
-	if err := checkShape(req); err != nil {
+	if err := req.CheckGrant(kinds); err != nil {
 		return backend.AcquireResult{}, err
 	}
 	b.mu.Lock()
@@ -676,7 +674,7 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 		return false, err
 	}
 	b.mu.Lock()
-	if p := b.livePool(req.Key, time.Now()); p != nil && !b.closed {
+	if p := b.poolOf(req.Key); p != nil {
 		defer b.mu.Unlock()
 		return b.releaseGrant(p, req, time.Now())
 	}
@@ -779,7 +777,7 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 		return backend.ExtendResult{}, err
 	}
 	b.mu.Lock()
-	if p := b.livePool(req.Key, time.Now()); p != nil && !b.closed {
+	if p := b.poolOf(req.Key); p != nil {
 		defer b.mu.Unlock()
 		return b.extendGrant(p, req, time.Now())
 	}
