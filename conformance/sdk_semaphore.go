@@ -56,11 +56,38 @@ var _ = describeSDK("semaphore", Label("semaphore"), func(sc *SDKContext) {
 		var three sdkrunner.LockResult
 		Expect(w.Wait(ctx, &three)).To(Succeed(), "the waiter takes the permit the release freed")
 		Expect(three.FencingToken).To(BeNumerically(">", two.FencingToken), "a grant after the others")
+		Expect(two.Stamp.Compare(one.Stamp)).To(Equal(1), "stamps chain over a key's grants: %s then %s", one.Stamp, two.Stamp)
+		Expect(three.Stamp.Compare(two.Stamp)).To(Equal(1), "stamps chain over a key's grants: %s then %s", two.Stamp, three.Stamp)
 		Expect(c2.GuardState(ctx, two.Guard).State).To(Equal(sdkrunner.StateHeld), "the other grant is untouched by the release")
 
 		Expect(c2.Unlock(ctx, two.Guard)).To(Succeed())
 		Expect(c3.Unlock(ctx, three.Guard)).To(Succeed())
 		Expect(sc.InspectRaw(ctx, sc.RPC, key).GetHeld()).To(BeFalse(), "every grant released")
+	}, SpecTimeout(time.Minute))
+
+	It("serves waiters strictly in arrival order: a small request arriving behind a waiting large one waits for it, though a permit is free", func(ctx SpecContext) {
+		key := sc.Key("sdk-sem-fifo")
+		c1, c2, c3 := sc.SDK(ctx), sc.SDK(ctx), sc.SDK(ctx)
+		long := sc.LongTTL().Milliseconds()
+		held, err := c1.LockWith(ctx, semArgs(key, 3, new(2), long, true))
+		Expect(err).NotTo(HaveOccurred())
+		big := c2.SendLock(semArgs(key, 3, new(3), long, false, 20*time.Second))
+		sc.AwaitQueued(ctx, sc.RPC, key, 1, big)
+		small := c3.SendLock(semArgs(key, 3, nil, long, false, 20*time.Second))
+		// Queued (not granted the free permit): AwaitQueued fails at once
+		// if the small request's lock answers instead.
+		sc.AwaitQueued(ctx, sc.RPC, key, 2, small)
+
+		Expect(c1.Unlock(ctx, held.Guard)).To(Succeed())
+		var b sdkrunner.LockResult
+		Expect(big.Wait(ctx, &b)).To(Succeed(), "the large request at the head of the queue")
+		Expect(b.Permits).To(Equal(3))
+		sc.AwaitQueued(ctx, sc.RPC, key, 1, small)
+		Expect(c2.Unlock(ctx, b.Guard)).To(Succeed())
+		var sm sdkrunner.LockResult
+		Expect(small.Wait(ctx, &sm)).To(Succeed(), "the small request after the large one")
+		Expect(sm.FencingToken).To(BeNumerically(">", b.FencingToken))
+		Expect(c3.Unlock(ctx, sm.Guard)).To(Succeed())
 	}, SpecTimeout(time.Minute))
 
 	It("never holds more permits than the limit among SDK clients racing in two adapter processes", func(ctx SpecContext) {
