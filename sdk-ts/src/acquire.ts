@@ -45,7 +45,8 @@ export type Mode = "wait" | "try";
 
 /**
  * Takes the lease on keys (one key, or several together: all or none, under
- * one lease), or a grant of a semaphore or rwlock key (primitive). Every attempt of one acquisition carries the same request id:
+ * one lease), or a grant of a semaphore or rwlock key (primitive). Every
+ * attempt of one acquisition carries the same request id:
  * an attempt whose answer was lost may have taken the lease, and the retry
  * is answered with it instead of waiting out its own orphan. Resolves to the guard, or to the holder's state
  * when the key stayed held (after one attempt for "try" and wait 0, else
