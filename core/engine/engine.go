@@ -351,6 +351,7 @@ func lease(ks keySet, recs []backend.Record, token string, ttl time.Duration) *l
 		setShape(l, recs[0])
 		return l
 	}
+	setShape(l, backend.Record{}) // sets of keys are mutexes
 	fence := make(map[string]uint64, len(recs))
 	for _, r := range recs {
 		fence[r.Key] = r.FencingToken
