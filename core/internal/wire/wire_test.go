@@ -114,17 +114,17 @@ func TestRoundTrip(t *testing.T) {
 	}
 	info := backend.Info{Name: "x", Version: "1", Shared: true, Durable: true, TTLGranularity: time.Millisecond, MinTTL: time.Second, MaxTTL: time.Hour, Fair: true,
 		MaxKeys: 16, RequestIDs: true, MaxLockDelay: time.Minute, Kinds: []backend.Kind{backend.KindSemaphore, backend.KindRWLock}}
-	gotInfo, err := FromInfoResponse(ToInfoResponse(info, true, true))
+	gotInfo, err := FromInfoResponse(ToInfoResponse(info, true, true, true))
 	same("Info", []any{gotInfo, err}, []any{info, nil})
-	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, false, true)); gotInfo.Fair {
+	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, false, true, false)); gotInfo.Fair {
 		t.Error("a backend without the queue calls was reported fair")
 	}
-	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, true, false)); gotInfo.MaxKeys != 1 {
+	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, true, false, false)); gotInfo.MaxKeys != 1 {
 		t.Errorf("a backend without the set calls was reported to take %d keys", gotInfo.MaxKeys)
 	}
 	dup := info
 	dup.Kinds = []backend.Kind{backend.KindRWLock, backend.KindMutex, backend.KindSemaphore, backend.KindRWLock}
-	if gotInfo, _ := FromInfoResponse(ToInfoResponse(dup, true, true)); !reflect.DeepEqual(gotInfo.Kinds, info.Kinds) {
+	if gotInfo, _ := FromInfoResponse(ToInfoResponse(dup, true, true, true)); !reflect.DeepEqual(gotInfo.Kinds, info.Kinds) {
 		t.Errorf("kinds %v were reported as %v, want %v", dup.Kinds, gotInfo.Kinds, info.Kinds)
 	}
 	if ToStamp(hlc.Timestamp{}) != nil {
