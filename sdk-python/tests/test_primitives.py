@@ -260,6 +260,44 @@ async def test_list_and_watch_show_a_semaphores_grants(client: AsyncClient, othe
         await events.aclose()  # type: ignore[attr-defined]
 
 
+class _Batches:
+    """Records the keys of every ExtendBatch and counts plain Extends."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.extends = 0
+
+    async def intercept_unary(self, call_next: Callable[[Any, Any], Awaitable[Any]], request: Any, ctx: Any) -> Any:
+        name = ctx.method().name
+        if name == "ExtendBatch":
+            self.batches.append([it.key for it in request.items])
+        elif name == "Extend":
+            self.extends += 1
+        return await call_next(request, ctx)
+
+
+async def test_the_clients_watchdog_renews_grants_with_its_locks(addr: str, client: AsyncClient) -> None:
+    """One watchdog per client: grants go into its ExtendBatch calls, each by its own token."""
+    rec = _Batches()
+    sem, rw, plain = key("renew-sem"), key("renew-rw"), key("renew-lock")
+    ttl = 0.9
+    async with AsyncClient(addr, interceptors=[rec]) as c:
+        gs = [
+            await c.semaphore(sem, 3, permits=2, ttl=ttl),
+            await c.semaphore(sem, 3, ttl=ttl),
+            await c.rwlock(rw).read(ttl=ttl),
+            await c.acquire(plain, ttl=ttl),
+        ]
+        await eventually("two renewals of every guard", lambda: all(g.renewals >= 2 for g in gs), 3 * ttl)
+        assert all(g.held for g in gs), [str(g.lost_error) for g in gs if not g.held]
+        assert rec.extends == 0, "plain Extends to a server that batches"
+        assert any(b.count(sem) == 2 for b in rec.batches), f"no batch renewed both grants: {rec.batches}"
+        st = await client.inspect(sem)
+        assert st is not None and [h.fencing_token for h in st.holders] == [gs[0].fencing_token, gs[1].fencing_token]
+        for g in gs:
+            await g.unlock()
+
+
 async def test_server_info_says_which_kinds_the_backend_keeps(client: AsyncClient) -> None:
     info = await client.server_info()
     assert sorted(info.backend.kinds) == ["mutex", "rwlock", "semaphore"]

@@ -267,6 +267,36 @@ describe("semaphores", { skip: needsServer }, () => {
     }
   });
 
+  it("the client's one watchdog renews grants with its locks, in ExtendBatch calls, each grant by its own token", async () => {
+    const items: string[][] = []; // the keys of each ExtendBatch
+    let extends_ = 0;
+    const record: Interceptor = (next) => (req) => {
+      if (req.method.name === "ExtendBatch") items.push((req.message as unknown as { items: { key: string }[] }).items.map((it) => it.key));
+      if (req.method.name === "Extend") extends_++;
+      return next(req);
+    };
+    const c = createClient(addr!, { ...quiet, interceptors: [record] });
+    const [sem, rw, plain] = [key("renew-sem"), key("renew-rw"), key("renew-lock")];
+    const ttl = 900;
+    try {
+      const gs = [
+        await c.semaphore(sem, 3).permits(2).ttl(ttl).acquire(),
+        await c.semaphore(sem, 3).ttl(ttl).acquire(),
+        await c.rwlock(rw).read().ttl(ttl).acquire(),
+        await c.lock(plain).ttl(ttl).acquire(),
+      ];
+      await eventually("two renewals of every guard", () => gs.every((g) => g.renewals >= 2), 3 * ttl);
+      for (const g of gs) assert.ok(g.held, `${g.kind} ${g.key}: ${String(g.lostError)}`);
+      assert.equal(extends_, 0, "plain Extends to a server that batches");
+      assert.ok(items.some((keys) => keys.filter((k) => k === sem).length === 2), `no batch renewed both grants of the semaphore: ${JSON.stringify(items)}`);
+      const st = await a.inspect(sem);
+      assert.deepEqual(st?.holders.map((h) => h.fencingToken), [gs[0].fencingToken(), gs[1].fencingToken()], "both grants still the server's");
+      for (const g of gs) await g.unlock();
+    } finally {
+      await c.close();
+    }
+  });
+
   it("serverInfo says which kinds the backend keeps", async () => {
     const info = await a.serverInfo();
     assert.deepEqual([...info.backend.kinds].sort(), ["mutex", "rwlock", "semaphore"]);
