@@ -41,6 +41,10 @@ func TestRoundTrip(t *testing.T) {
 		sem := backend.AcquireRequest{Key: "a/1", OwnerToken: "tok", TTL: time.Minute, Kind: shape.kind, Limit: shape.limit, Permits: shape.permits}
 		same("AcquireRequest "+shape.kind.String(), FromAcquireRequest(ToAcquireRequest(sem)), sem)
 	}
+	// A batch carries a grant's kind, limit and permits in each item, and
+	// its records' holders.
+	items := []backend.AcquireRequest{acq, {Key: "a/2", OwnerToken: "t2", TTL: time.Minute, Kind: backend.KindSemaphore, Limit: 3, Permits: 2}}
+	same("AcquireBatchRequest", FromAcquireBatchRequest(ToAcquireBatchRequest(items)), items)
 	// A semaphore's record: its grant, its shape and every holder.
 	semRec := rec
 	semRec.LockDelay = 0
@@ -51,6 +55,9 @@ func TestRoundTrip(t *testing.T) {
 	}
 	sg, found, err := FromGetResponse(ToGetResponse(semRec, true), "a/1")
 	same("Get semaphore", []any{sg, found, err}, []any{semRec, true, nil})
+	bres, err := FromAcquireBatchResponse(ToAcquireBatchResponse([]backend.Outcome[backend.AcquireResult]{{Value: backend.AcquireResult{Acquired: true, Record: semRec}}}),
+		[]backend.AcquireRequest{{Key: "a/1"}}, "p")
+	same("AcquireBatch semaphore", []any{bres, err}, []any{[]backend.Outcome[backend.AcquireResult]{{Value: backend.AcquireResult{Acquired: true, Record: semRec}}}, nil})
 	// InUse left unset by the plugin is the holders' sum.
 	unsummed := semRec
 	unsummed.InUse = 0
