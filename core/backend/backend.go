@@ -84,7 +84,10 @@
 //     fencing-token order) and the permits held (InUse). The record's own
 //     grant fields (FencingToken to LockDelay) describe one grant: the one
 //     the call made or renewed or the event is about, and otherwise (Get,
-//     List, a refused Acquire) the grant that ends first.
+//     List, a refused Acquire) the grant that ends first. The record of an
+//     Acquire that acquired, and of an Extend, may carry that grant alone
+//     (no Holders): the engine reads nothing else of it, and a key of 1024
+//     holders need not travel with every grant.
 //   - Watch sends one event per grant acquired, released or expired; its
 //     Record describes that grant and may leave Holders and InUse unset.
 //   - List's PageSize counts grants (a mutex key counts one): a page ends

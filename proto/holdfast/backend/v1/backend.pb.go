@@ -373,7 +373,8 @@ type Record struct {
 	InUse uint32 `protobuf:"varint,12,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
 	// Every grant held on the key when the backend answered, in
 	// fencing-token order, for kinds other than a mutex (empty for a mutex:
-	// fields 1 to 7 are its holder). Watch events may leave it empty.
+	// fields 1 to 7 are its holder). Watch events, an Acquire that acquired
+	// and an Extend may leave it empty.
 	Holders       []*Grant `protobuf:"bytes,13,rep,name=holders,proto3" json:"holders,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
