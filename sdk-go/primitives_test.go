@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -325,5 +327,83 @@ func TestSemaphoreWatchdog(t *testing.T) {
 	}
 	if err := kept.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// countCalls is an http.RoundTripper that counts the requests of each RPC.
+type countCalls struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (c *countCalls) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.calls[path.Base(r.URL.Path)]++
+	c.mu.Unlock()
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func (c *countCalls) of(method string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[method]
+}
+
+// A client's semaphore and read-write lock grants go on its one watchdog
+// with its locks: taken together, they are renewed together, a few
+// ExtendBatch calls a period, not one Extend per grant.
+func TestGrantsRenewedWithTheClientsOtherGuards(t *testing.T) {
+	s := startServer(t, "127.0.0.1:0")
+	counter := &countCalls{calls: map[string]int{}}
+	c := dialServer(t, s, WithHTTPClient(&http.Client{Transport: counter}))
+	ctx := t.Context()
+	const ttl = 900 * time.Millisecond
+	locks := []Lock{
+		c.Lock("renew/lock"),
+		c.Semaphore("renew/sem", 3), c.Semaphore("renew/sem", 3).Permits(2),
+		c.RWLock("renew/rw").Read(), c.RWLock("renew/rw").Read(),
+	}
+	gs := make([]*Guard, len(locks))
+	var wg sync.WaitGroup
+	for i, l := range locks {
+		wg.Go(func() {
+			g, err := l.TTL(ttl).TryLock(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			gs[i] = g
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	start := time.Now()
+	for {
+		least := gs[0].Renewals()
+		for _, g := range gs {
+			if err := g.Err(); err != nil {
+				t.Fatalf("%v lost while renewals succeed: %v", g, err)
+			}
+			least = min(least, g.Renewals())
+		}
+		if least >= 2 {
+			break
+		}
+		if time.Since(start) > 3*ttl {
+			t.Fatalf("after %s the fewest renewals of a guard is %d, want 2", 3*ttl, least)
+		}
+		time.Sleep(10 * time.Millisecond) // poll the guards' renewals
+	}
+	periods := int(time.Since(start)/(ttl/3)) + 1
+	calls := counter.of("Extend") + counter.of("ExtendBatch")
+	// A watchdog per guard would make 5 calls a period.
+	if calls > 2*periods || counter.of("ExtendBatch") == 0 {
+		t.Fatalf("%d renewal calls (%d ExtendBatch) over %d periods for %d guards", calls, counter.of("ExtendBatch"), periods, len(gs))
+	}
+	for _, g := range gs {
+		if err := g.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
