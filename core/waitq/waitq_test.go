@@ -221,3 +221,42 @@ func TestReleasedOfAnOlderLockIsOldNews(t *testing.T) {
 		t.Fatal("the won lock's release should wake the head")
 	}
 }
+
+// A repeat marked by SetRecheck is woken by the key's acquisitions though
+// it is not the head; unmarked waiters, the head and other keys' waiters
+// are not, and a waiter that leaves or is unmarked stops counting.
+func TestWakeAcquiredWakesOnlyMarkedRepeats(t *testing.T) {
+	q := New(0, 0)
+	head, _ := q.Join("k")
+	plain, _ := q.Join("k")
+	repeat, _ := q.Join("k")
+	set, _ := q.JoinSet([]string{"k", "j"})
+	other, _ := q.Join("j")
+	woken(head)
+	repeat.SetRecheck(true)
+	set.SetRecheck(true)
+	q.WakeAcquired("k")
+	if woken(head) || woken(plain) || woken(other) {
+		t.Fatal("WakeAcquired woke a waiter that is not a marked repeat")
+	}
+	if !woken(repeat) || !woken(set) {
+		t.Fatal("WakeAcquired did not wake the marked repeats behind the head")
+	}
+	q.WakeAcquired("j") // set is not behind anyone in j, but is in k: not head
+	if !woken(set) || woken(other) {
+		t.Fatal("WakeAcquired of j: want the marked set waiter only")
+	}
+	repeat.SetRecheck(false)
+	set.Leave()
+	if got := q.rechecks["k"] + q.rechecks["j"]; got != 0 {
+		t.Fatalf("marked waiters left counted: %d", got)
+	}
+	q.WakeAcquired("k")
+	if woken(repeat) {
+		t.Fatal("an unmarked waiter was woken by an acquisition")
+	}
+	head.Leave()
+	plain.Leave()
+	repeat.Leave()
+	other.Leave()
+}

@@ -98,7 +98,9 @@ end
 // A new lock stores one stamp on every key, the latest of the proposal and
 // the successor of every key's last stamp, and on each key its own fencing
 // token: max(last + 1, TIME in µs).
-var acquireScript = goredis.NewScript(luaPrelude + luaKeys + `
+var acquireScript = goredis.NewScript(luaPrelude + luaKeys + acquireBody)
+
+const acquireBody = `
 local token, ttl, holder = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local rid, rfp, replay, ld = ARGV[8], ARGV[9], ARGV[10], tonumber(ARGV[11])
 local ts, tus, nowus = now()
@@ -161,7 +163,7 @@ for i = 1, n do
   rec(out, {token, f, holder, s1, s2, s3, fmt(ld)}, ttl)
 end
 return out
-`)
+`
 
 // releaseScript: ARGV = token, stamp seconds, nanoseconds and logical, meta
 // retention ms, request id, fingerprint, abandon (1/0), then one event
@@ -169,7 +171,9 @@ return out
 // deleted, or when the request id is the one that released every key (a
 // repeat); 0 when nothing changed (also for an abandon of a lock whose
 // Acquire's replay was answered); -1 for a repeat with another fingerprint.
-var releaseScript = goredis.NewScript(luaPrelude + luaKeys + `
+var releaseScript = goredis.NewScript(luaPrelude + luaKeys + releaseBody)
+
+const releaseBody = `
 local token, rid, rfp = ARGV[1], ARGV[6], ARGV[7]
 local ts, tus, nowus = now()
 local cur = {}
@@ -207,7 +211,7 @@ for i = 1, n do
   redis.call('PUBLISH', ARGV[8 + i], table.concat({'released', c[2], c[4], c[5], c[6], fmt(pttl), ts, tus, c[3]}, '\n'))
 end
 return 1
-`)
+`
 
 // extendScript: ARGV = token, ttl ms, stamp seconds, nanoseconds and
 // logical, meta retention ms, request id, fingerprint. Returns {0} when the
@@ -215,7 +219,9 @@ return 1
 // another fingerprint, else {1, time s, time us, rec_1 ... rec_n} of the
 // renewed locks (each keeps its acquisition stamp and lock-delay; a request
 // id replaces the one kept, none keeps it).
-var extendScript = goredis.NewScript(luaPrelude + luaKeys + `
+var extendScript = goredis.NewScript(luaPrelude + luaKeys + extendBody)
+
+const extendBody = `
 local token, ttl, rid, rfp = ARGV[1], tonumber(ARGV[2]), ARGV[7], ARGV[8]
 local cur = {}
 for i = 1, n do
@@ -237,7 +243,7 @@ for i = 1, n do
   rec(out, c, ttl)
 end
 return out
-`)
+`
 
 // getScript: KEYS = lock, delay. Returns {1, time s, time us, rec} when the
 // key is held, {3, delay ms} when it is free but in its lock-delay, else
@@ -257,3 +263,39 @@ out[#out + 1] = redis.call('PTTL', KEYS[1])
 out[#out + 1] = tonumber(c[7]) or 0
 return out
 `)
+
+// Batch scripts run the items of a batch in one EVAL: each item is its
+// script's body run as a function of its own KEYS and ARGV (parameters
+// that shadow the globals), so it decides exactly as its single call
+// would; the reply is the list of the items' replies. An item whose body
+// raised an error (a Redis command refused: say, a key of another type
+// written by someone else) is answered {-2, message}, and the others'
+// replies stand, as they would for single calls. ARGV = number of
+// items m, each item's key count, each item's argument count, then every
+// item's arguments; KEYS = every item's keys, in order. The keys of one
+// EVAL must share a Cluster slot, so Cluster batches are pipelined instead.
+var (
+	acquireBatchScript = goredis.NewScript(luaPrelude + batchOf(acquireBody))
+	releaseBatchScript = goredis.NewScript(luaPrelude + batchOf(releaseBody))
+	extendBatchScript  = goredis.NewScript(luaPrelude + batchOf(extendBody))
+)
+
+func batchOf(body string) string {
+	return `
+local function item(KEYS, ARGV)
+` + luaKeys + body + `
+end
+local m = tonumber(ARGV[1])
+local out, k, a, base = {}, 0, 0, 2 * m + 1
+for i = 1, m do
+  local nk, na = tonumber(ARGV[1 + i]), tonumber(ARGV[1 + m + i])
+  local ks, as = {}, {}
+  for j = 1, nk do ks[j] = KEYS[k + j] end
+  for j = 1, na do as[j] = ARGV[base + a + j] end
+  k, a = k + nk, a + na
+  local ok, res = pcall(item, ks, as)
+  if ok then out[i] = res else out[i] = {-2, tostring(res)} end
+end
+return out
+`
+}
