@@ -101,6 +101,53 @@ var _ = describeSDK("behaviour table: the guard and the watchdog", Label("sdk-be
 		}
 	}, SpecTimeout(time.Minute))
 
+	It("one watchdog per client: semaphore and read-write lock grants are renewed with the client's locks, in a few calls a period", Label("semaphore", "rwlock"), func(ctx SpecContext) {
+		sc.needKind(sdkrunner.CapSemaphore)
+		sc.needKind(sdkrunner.CapRWLock)
+		c, p := proxied(ctx, sdkrunner.ConnectArgs{})
+		ttl := 3 * sc.TTL() // as above: the acquisitions' spread stays inside TTL/6
+		ms := ttl.Milliseconds()
+		sem, rw := sc.Key("sdk-batch-sem"), sc.Key("sdk-batch-rw")
+		var args []sdkrunner.LockArgs
+		for range 6 {
+			args = append(args, semArgs(sem, 6, nil, ms, true))
+		}
+		for range 4 {
+			args = append(args, rwArgs(rw, sdkrunner.ModeShared, ms, true))
+		}
+		for _, k := range keysFor("sdk-batch-mixed", 2) {
+			args = append(args, sdkrunner.LockArgs{Key: k, TTLMs: ms, Try: true})
+		}
+		start := time.Now()
+		pending := make([]*sdkrunner.Pending, len(args))
+		for i, a := range args {
+			pending[i] = c.SendLock(a) // all at once: they fall due together
+		}
+		gs := make([]sdkrunner.LockResult, len(args))
+		for i, pd := range pending {
+			Expect(pd.Wait(ctx, &gs[i])).To(Succeed(), "grant %d (%s %s)", i, args[i].Kind, args[i].Key)
+		}
+		Eventually(func() int {
+			least := -1
+			for _, g := range gs {
+				if r := renewalsOf(ctx, c, g.Guard); least < 0 || r < least {
+					least = r
+				}
+			}
+			return least
+		}).WithContext(ctx).WithTimeout(ttl+2*sc.Config.Slack).WithPolling(20*time.Millisecond).Should(BeNumerically(">=", 2), "the fewest renewals of %d grants and locks", len(gs))
+		elapsed := time.Since(start)
+		calls := len(arrivals(p, "Extend", faultproxy.Forwarded, start)) + len(arrivals(p, "ExtendBatch", faultproxy.Forwarded, start))
+		periods := int(elapsed/(ttl/3)) + 1
+		AddReportEntry("renewal calls for semaphore, rwlock and lock guards", fmt.Sprintf("%d calls for %d guards over %d periods", calls, len(gs), periods), ReportEntryVisibilityFailureOrVerbose)
+		// A watchdog per guard would make 12 calls a period.
+		Expect(calls).To(BeNumerically("<=", 3*periods), "renewal calls for %d guards over %d renewal periods", len(gs), periods)
+		for _, g := range gs {
+			Expect(c.GuardState(ctx, g.Guard).State).To(Equal(sdkrunner.StateHeld))
+			Expect(c.Unlock(ctx, g.Guard)).To(Succeed())
+		}
+	}, SpecTimeout(time.Minute))
+
 	It("one watchdog per client: a renewal answered extended=false for one of the guards renewed together poisons that guard alone, reason rejected; the others keep their leases", func(ctx SpecContext) {
 		c, p := proxied(ctx, sdkrunner.ConnectArgs{})
 		ttl := sc.TTL()

@@ -55,11 +55,60 @@
 //     expires (its TTL runs out; not a Release) leaves its key refusing new
 //     holders until d after the expiry, by the store's clock; Get and Acquire
 //     report the time left in Record.DelayRemaining.
+//   - Kinds beyond a mutex (Info.Kinds: KindSemaphore, KindRWLock): see
+//     below.
+//
+// # Keys with more than one lease
+//
+// Every key has a Kind and a Limit (its capacity), and every grant on it
+// holds Permits of that limit: a mutex has limit 1 and grants of 1 permit; a
+// semaphore has a limit of 1 to MaxLimit and grants of 1 to limit permits;
+// an rwlock has limit RWLockReaders, a shared (read) grant of 1 permit and
+// an exclusive (write) grant of all RWLockReaders. So a backend implements
+// one rule for every kind: it grants, in one atomic step, only if the key's
+// kind and limit are the request's (or it has none kept) and the permits
+// held on the key plus the request's are at most the limit.
+//
+//   - The kind and limit are fixed by the key's first grant and kept with its
+//     fencing counter and last stamp, for as long as those are kept. An
+//     Acquire whose Kind or Limit differs from the kept ones is answered
+//     Acquired=false with a Record carrying the kept Kind and Limit (and the
+//     holders, when held; Key, Kind and Limit alone when not): the engine
+//     refuses it with failed_precondition naming both.
+//   - Every grant is a lease of its own: its own owner token (Release and
+//     Extend find the grant by it), TTL, fencing token (one above the
+//     key's counter, over every grant of every kind) and stamp (NextStamp
+//     of the key's last stamp, which it then becomes). The expiry of one grant
+//     frees its permits only.
+//   - Records of such keys carry every grant held (Record.Holders, in
+//     fencing-token order) and the permits held (InUse). The record's own
+//     grant fields (FencingToken to LockDelay) describe one grant: the one
+//     the call made or renewed or the event is about, and otherwise (Get,
+//     List, a refused Acquire) the grant that ends first. The record of an
+//     Acquire that acquired, and of an Extend, may carry that grant alone
+//     (no Holders): the engine reads nothing else of it, and a key of 1024
+//     holders need not travel with every grant.
+//   - Watch sends one event per grant acquired, released or expired; its
+//     Record describes that grant and may leave Holders and InUse unset.
+//   - List's PageSize counts grants (a mutex key counts one): a page ends
+//     once its records hold PageSize grants or more, so one key's grants
+//     are never split across pages.
+//   - A key of another kind than a mutex blocks every AcquireSet claiming
+//     it (Blocker is its record, with its Kind and Limit), and never has a
+//     lock-delay (the engine sends LockDelay for mutexes only).
+//   - Request identities: a key is held under Request.ID when one of its
+//     grants is; a released key keeps the Request of its last Release.
+//   - The waiting order is the engine's (or, for a FairBackend, the
+//     queue's): a backend grants whoever asks while the request fits.
+//   - AcquireRequest.CheckGrant refuses, with ErrInvalidArgument naming the
+//     field, a grant request outside these bounds (the engine sends none).
 package backend
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/holdfast/holdfast/proto/hlc"
@@ -139,6 +188,43 @@ type FairSetBackend interface {
 	EnqueueSet(ctx context.Context, keys []string, waiterID string) error
 }
 
+// Kind is how a key is held (see the package doc). The zero Kind is a mutex,
+// what every request and record without a kind means.
+type Kind int
+
+const (
+	// KindMutex: one holder at a time; limit 1, grants of 1 permit.
+	KindMutex Kind = iota
+	// KindSemaphore: a limit of 1 to MaxLimit; grants of 1 to limit permits.
+	KindSemaphore
+	// KindRWLock: limit RWLockReaders; a shared grant takes 1 permit, an
+	// exclusive grant all of them.
+	KindRWLock
+)
+
+// String names the kind.
+func (k Kind) String() string {
+	switch k {
+	case KindMutex:
+		return "mutex"
+	case KindSemaphore:
+		return "semaphore"
+	case KindRWLock:
+		return "rwlock"
+	}
+	return "unknown"
+}
+
+const (
+	// MaxLimit is the largest limit the engine asks for: a backend that
+	// keeps KindSemaphore or KindRWLock keeps up to MaxLimit grants on one
+	// key.
+	MaxLimit = 1024
+	// RWLockReaders is the limit of every KindRWLock key: the most shared
+	// grants held at once, and the permits of an exclusive grant.
+	RWLockReaders = MaxLimit
+)
+
 // Info is what a backend promises; the server reports it to clients.
 type Info struct {
 	Name    string
@@ -163,6 +249,14 @@ type Info struct {
 	// MaxLockDelay is the longest LockDelay the backend keeps; 0: it keeps
 	// none.
 	MaxLockDelay time.Duration
+	// Kinds are the kinds of key the backend keeps beside KindMutex, which
+	// every backend keeps (see the package doc).
+	Kinds []Kind
+}
+
+// Keeps reports whether the backend keeps keys of kind k.
+func (i Info) Keeps(k Kind) bool {
+	return k == KindMutex || slices.Contains(i.Kinds, k)
 }
 
 // Record is a held lock, without its owner token.
@@ -182,6 +276,30 @@ type Record struct {
 	// answering false, an Acquire that did not acquire): the key is in its
 	// lock-delay for this much longer. Only Key is set beside it.
 	DelayRemaining time.Duration
+	// Kind and Limit are the key's (the zero Kind and a Limit of 0 or 1: a
+	// mutex). On the record of a refused Acquire they are the kept ones.
+	Kind  Kind
+	Limit int
+	// Permits are the permits of the grant this record describes (0: 1).
+	Permits int
+	// InUse is the permits held on the key when the backend answered (0:
+	// unknown, or a mutex).
+	InUse int
+	// Holders is every grant held on the key, in fencing-token order, for a
+	// kind other than a mutex (empty for a mutex: the record is its holder).
+	Holders []Grant
+}
+
+// Grant is one lease held on a key of a kind other than a mutex, without
+// its owner token.
+type Grant struct {
+	FencingToken uint64
+	Holder       string
+	ExpiresAt    time.Time
+	// Remaining is the time left when the backend answered.
+	Remaining time.Duration
+	Stamp     hlc.Timestamp
+	Permits   int
 }
 
 // Request identifies a retry-safe mutating call (Info.RequestIDs). Both
@@ -224,6 +342,31 @@ type AcquireRequest struct {
 	LockDelay time.Duration
 	// ReplayOnly: answer a replay, or report the holder; never take key.
 	ReplayOnly bool
+	// Kind, Limit and Permits say how key is held and what this grant
+	// takes (see the package doc). Limit and Permits are at least 1 (a
+	// mutex: 1 and 1); Kind is one of Info.Kinds or KindMutex.
+	Kind    Kind
+	Limit   int
+	Permits int
+}
+
+// CheckGrant refuses a grant request (Kind other than KindMutex) that no
+// backend keeping kinds should take: a Kind not among kinds, a Limit outside
+// 1 to MaxLimit, Permits outside 1 to Limit, or a LockDelay. The error
+// wraps ErrInvalidArgument and names the field. The engine never sends such
+// a request; a backend checks anyway, as it checks TTLs.
+func (r AcquireRequest) CheckGrant(kinds []Kind) error {
+	switch {
+	case r.Kind == KindMutex || !slices.Contains(kinds, r.Kind):
+		return fmt.Errorf("%w: kind %s is not one this backend keeps as a grant (it keeps %v)", ErrInvalidArgument, r.Kind, kinds)
+	case r.Limit < 1 || r.Limit > MaxLimit:
+		return fmt.Errorf("%w: limit %d is outside 1 to %d", ErrInvalidArgument, r.Limit, MaxLimit)
+	case r.Permits < 1 || r.Permits > r.Limit:
+		return fmt.Errorf("%w: permits %d is outside 1 to the limit %d", ErrInvalidArgument, r.Permits, r.Limit)
+	case r.LockDelay != 0:
+		return fmt.Errorf("%w: lock_delay applies to mutexes only, not to a %s", ErrInvalidArgument, r.Kind)
+	}
+	return nil
 }
 
 // AcquireResult is the new lock (Acquired) or the current holder.
@@ -266,7 +409,8 @@ type ExtendRequest struct {
 // AcquireSetRequest asks for a lock on every claimed key, or none.
 type AcquireSetRequest struct {
 	// Claims are distinct keys in byte order (the engine sorts them), at
-	// least two and at most Info.MaxKeys.
+	// least two and at most Info.MaxKeys. A set takes mutexes only: a
+	// claimed key kept with another kind blocks it (see the package doc).
 	Claims     []Claim
 	OwnerToken string
 	TTL        time.Duration
@@ -329,7 +473,9 @@ type ExtendResult struct {
 // ListRequest asks for one page of held locks.
 type ListRequest struct {
 	Prefix string
-	// PageSize is at least 1; the engine bounds it.
+	// PageSize is at least 1; the engine bounds it. It counts grants: a
+	// key of another kind than a mutex counts as many as its holders (see
+	// the package doc).
 	PageSize int
 	// PageToken is the NextPageToken of the previous page, or empty.
 	PageToken string

@@ -38,6 +38,10 @@
 // this server's, says whose turn it is (see fairTurns). Both kinds of
 // backend wait in one loop, acquireWaiting.
 //
+// Semaphores and read-write locks wait the same way, strictly in arrival
+// order; a winner on such a key leaves the queue at once, so the next head
+// tries beside it (see kinds.go).
+//
 // A waiter never waits longer than its wait nor past its caller's deadline,
 // and it is never told "acquired" for a lease nobody will use: the backend
 // call runs detached from the caller's cancellation (so its outcome is
@@ -303,7 +307,9 @@ func newOwnerToken() string {
 	}
 }
 
-func (e *Engine) state(r backend.Record) *lockv1.LockState {
+// state is the API's view of a held key (ev set: as a watch event about
+// one grant; see setHolders).
+func (e *Engine) state(r backend.Record, ev backend.EventType) *lockv1.LockState {
 	s := &lockv1.LockState{
 		Key:          r.Key,
 		FencingToken: r.FencingToken,
@@ -317,6 +323,7 @@ func (e *Engine) state(r backend.Record) *lockv1.LockState {
 	if r.LockDelay > 0 {
 		s.LockDelay = durationpb.New(r.LockDelay)
 	}
+	setHolders(s, r, ev)
 	return s
 }
 
@@ -350,8 +357,10 @@ func lease(ks keySet, recs []backend.Record, token string, ttl time.Duration) *l
 	}
 	if !ks.multi {
 		l.Key, l.FencingToken = recs[0].Key, recs[0].FencingToken
+		setShape(l, recs[0])
 		return l
 	}
+	setShape(l, backend.Record{}) // sets of keys are mutexes
 	fence := make(map[string]uint64, len(recs))
 	for _, r := range recs {
 		fence[r.Key] = r.FencingToken
@@ -378,6 +387,7 @@ type acquireSpec struct {
 	wait      time.Duration
 	holder    string
 	lockDelay time.Duration
+	shape     shape
 	rid       requestID
 	// ident is what the backend keeps for the request id (zero without
 	// one, or when the backend keeps none).
@@ -409,14 +419,24 @@ func (e *Engine) acquireSpec(req *lockv1.AcquireRequest) (*acquireSpec, error) {
 	if err := checkText("holder", req.GetHolder(), MaxHolderBytes); err != nil {
 		return nil, err
 	}
+	// The kind first: a lock_delay on a semaphore is refused for what it
+	// is, whether or not the backend keeps lock-delays.
+	if s.shape, err = e.checkShape(req, ks); err != nil {
+		return nil, err
+	}
 	if s.lockDelay, err = e.checkLockDelay(req.GetLockDelay()); err != nil {
 		return nil, err
 	}
 	if s.rid, err = checkRequestID(req.GetRequestId()); err != nil {
 		return nil, err
 	}
-	s.ident = e.ident(s.rid, newFingerprint("acquire").strs(ks.keys).flag(ks.multi).
-		dur(s.ttl).str(s.holder).dur(s.lockDelay))
+	fp := newFingerprint("acquire").strs(ks.keys).flag(ks.multi).dur(s.ttl).str(s.holder).dur(s.lockDelay)
+	if s.shape != mutex {
+		// A mutex's fingerprint is what it was before kinds, so a repeat
+		// sent through a server of either version matches.
+		fp.num(int64(s.shape.kind)).num(int64(s.shape.limit)).num(int64(s.shape.permits))
+	}
+	s.ident = e.ident(s.rid, fp)
 	return s, nil
 }
 
@@ -442,6 +462,9 @@ func (e *Engine) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lock
 	}
 	if err == nil {
 		e.cfg.Observer.AcquireDone(resp.GetAcquired(), s.wait > 0, time.Since(start))
+		if resp.GetAcquired() {
+			e.cfg.Observer.Granted(s.shape.kind, resp.GetLease().GetMode())
+		}
 		if resp.GetAcquired() && s.keys.multi {
 			e.cfg.Observer.SetAcquired(len(s.keys.keys))
 		}
@@ -478,7 +501,7 @@ func (e *Engine) tryAs(ctx context.Context, s *acquireSpec, waiterID string, rep
 	out, err := e.acquireDetached(ctx, s, token, waiterID, replayOnly)
 	if err != nil {
 		if errors.Is(err, backend.ErrRequestConflict) && ctx.Err() == nil {
-			return attempt{}, conflictErr("acquire", "key or claims", "ttl", "holder", "lock_delay")
+			return attempt{}, conflictErr("acquire", "key or claims", "ttl", "holder", "lock_delay", "kind", "limit", "permits")
 		}
 		return attempt{}, backendErr(ctx, "acquire", err)
 	}
@@ -490,6 +513,9 @@ func (e *Engine) tryAs(ctx context.Context, s *acquireSpec, waiterID string, rep
 	e.clock.Observe(out.blocker.Stamp)
 	if !out.acquired {
 		rec := out.blocker
+		if err := s.refused(rec); err != nil {
+			return attempt{}, err
+		}
 		switch {
 		case rec.DelayRemaining > 0:
 			return attempt{delayed: &rec}, nil
@@ -589,7 +615,7 @@ func (e *Engine) acquired(a attempt) *lockv1.AcquireResponse {
 func (e *Engine) notAcquired(cur, delayed *backend.Record) *lockv1.AcquireResponse {
 	resp := &lockv1.AcquireResponse{}
 	if cur != nil {
-		resp.Current = e.state(*cur)
+		resp.Current = e.state(*cur, 0)
 	}
 	if delayed != nil {
 		resp.Delayed = delay(*delayed)
@@ -621,6 +647,9 @@ func (e *Engine) tryOnce(ctx context.Context, s *acquireSpec) (*lockv1.AcquireRe
 		rec, held, err := e.b.Get(ctx, key)
 		if err != nil {
 			return nil, backendErr(ctx, "acquire", err)
+		}
+		if err := s.refused(rec); err != nil {
+			return nil, err
 		}
 		switch {
 		case held:
@@ -753,7 +782,7 @@ func (e *Engine) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lock
 	resp := &lockv1.InspectResponse{Held: held}
 	switch {
 	case held:
-		resp.State = e.state(rec)
+		resp.State = e.state(rec, 0)
 	case rec.DelayRemaining > 0:
 		resp.Delayed = delay(rec)
 	}
@@ -785,7 +814,7 @@ func (e *Engine) List(ctx context.Context, req *lockv1.ListRequest) (*lockv1.Lis
 	}
 	resp := &lockv1.ListResponse{NextPageToken: page.NextPageToken, Locks: make([]*lockv1.LockState, len(page.Records))}
 	for i, r := range page.Records {
-		resp.Locks[i] = e.state(r)
+		resp.Locks[i] = e.state(r, 0)
 	}
 	resp.ServerStamp = e.stamp()
 	return resp, nil
@@ -808,12 +837,15 @@ func (e *Engine) GetServerInfo(context.Context, *lockv1.GetServerInfoRequest) (*
 			TtlGranularity: durationpb.New(info.TTLGranularity),
 			// The range this server accepts: the backend's, narrowed by the
 			// engine's 1ms floor and the server's MaxTTL.
-			MinTtl:       durationpb.New(lo),
-			MaxTtl:       durationpb.New(hi),
-			Fair:         info.Fair,
-			Capabilities: e.capabilities(),
-			MaxKeys:      uint32(e.maxKeys()),
-			MaxLockDelay: durationpb.New(e.maxLockDelay()),
+			MinTtl:        durationpb.New(lo),
+			MaxTtl:        durationpb.New(hi),
+			Fair:          info.Fair,
+			Capabilities:  e.capabilities(),
+			MaxKeys:       uint32(e.maxKeys()),
+			MaxLockDelay:  durationpb.New(e.maxLockDelay()),
+			Kinds:         kinds(info),
+			MaxLimit:      limitIf(info, backend.KindSemaphore),
+			RwlockReaders: limitIf(info, backend.KindRWLock),
 		},
 		MaxClockOffset: durationpb.New(max(e.clock.MaxOffset(), 0)),
 		MaxWait:        durationpb.New(e.cfg.MaxWait),

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core/backend"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
 // Observer is told what the engine decided, so that a server can count it
@@ -37,6 +38,9 @@ type Observer interface {
 	// LockDelayed reports an Acquire that answered not acquired because a
 	// key was in its lock-delay.
 	LockDelayed()
+	// Granted reports an Acquire that acquired, by the kind of its key and,
+	// for an rwlock, its mode (MODE_UNSPECIFIED for the other kinds).
+	Granted(kind backend.Kind, mode lockv1.Mode)
 }
 
 // nopObserver observes nothing.
@@ -49,6 +53,7 @@ func (nopObserver) BackendEvent(backend.EventType)        {}
 func (nopObserver) SetAcquired(int)                       {}
 func (nopObserver) Replayed(string)                       {}
 func (nopObserver) LockDelayed()                          {}
+func (nopObserver) Granted(backend.Kind, lockv1.Mode)     {}
 
 // QueueDepth is the number of callers queued on this server, over every
 // key.

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,17 @@ type recorder struct {
 	sets     []int
 	replays  []string
 	delayed  int
+	grants   []string // kind, with "/mode" for an rwlock
+}
+
+func (r *recorder) Granted(kind backend.Kind, mode lockv1.Mode) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := kind.String()
+	if mode != lockv1.Mode_MODE_UNSPECIFIED {
+		g += "/" + mode.String()
+	}
+	r.grants = append(r.grants, g)
 }
 
 func (r *recorder) SetAcquired(n int)  { r.mu.Lock(); r.sets = append(r.sets, n); r.mu.Unlock() }
@@ -110,6 +122,9 @@ func TestObserverSeesOutcomes(t *testing.T) {
 		if rec.acquires[i] != want[i] {
 			t.Fatalf("acquires %v, want %v", rec.acquires, want)
 		}
+	}
+	if g := strings.Join(rec.grants, " "); g != "mutex mutex mutex" {
+		t.Fatalf("grants %q, want three of a mutex", g)
 	}
 	if rec.waited[2] <= 0 {
 		t.Fatalf("queued acquire waited %s", rec.waited[2])

@@ -155,6 +155,11 @@ func (f *fingerprint) dur(d time.Duration) *fingerprint {
 	return f
 }
 
+func (f *fingerprint) num(n int64) *fingerprint {
+	f.b = binary.AppendVarint(f.b, n)
+	return f
+}
+
 func (f *fingerprint) flag(b bool) *fingerprint {
 	if b {
 		f.b = append(f.b, 1)

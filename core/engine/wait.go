@@ -190,6 +190,11 @@ func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.Ac
 			timer.Reset(retry.Next())
 		case a.acquired:
 			won = true
+			if s.shape.kind != backend.KindMutex {
+				// The next waiter may fit beside this grant: leaving makes
+				// it the head, and it tries at once.
+				return e.acquired(a), nil
+			}
 			// The lease lasts at most ttl from now: the backend started it
 			// after this call began.
 			w.Won(a.fences, a.lease.GetOwnerToken(), time.Now().Add(s.ttl))

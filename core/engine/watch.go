@@ -229,7 +229,7 @@ func (e *Engine) fanOut(ev backend.Event) {
 			return
 		}
 		if msg == nil {
-			msg = &lockv1.WatchResponse{Type: t, State: e.state(ev.Record), ServerStamp: e.stamp()}
+			msg = &lockv1.WatchResponse{Type: t, State: e.state(ev.Record, ev.Type), ServerStamp: e.stamp()}
 		}
 		e.push(s, msg)
 	})

@@ -61,6 +61,20 @@
 //     refusing holders until the delay after its expiry instant, on the
 //     monotonic clock. Released entries leave none. The reaper forgets
 //     delays that have passed.
+//   - Semaphores and rwlocks (Info.Kinds): a key held by leases of one of
+//     these kinds is a pool beside the mutexes' map: its kind, its limit,
+//     the permits in use and its grants (each an entry of its own in the
+//     expiry heap, with its own owner token, fencing token from the same
+//     high-water mark, expiry and stamp, chained after the pool's last
+//     grant). Acquire grants under the mutex only if the pool's kind and
+//     limit are the request's and in use + permits fit the limit; a pool of
+//     another kind or limit, or a mutex on the key, is answered as the
+//     blocker, and a mutex Acquire (or set) finds a pool a blocker too. A
+//     pool is deleted with its last grant, and its kind, limit and stamp
+//     with it (for the reason stamps may be forgotten, above): so here a
+//     key's kind is fixed only while someone holds it. Release and Extend
+//     find the grant by its owner token; one grant's expiry frees its
+//     permits only. List counts a pool as its grants (see backend.ListRequest).
 //   - Info: not shared (each server has its own locks; fairness is the
 //     engine's FIFO within one server), not durable, TTL between 1ms and 24h.
 //     The 24h cap bounds how long a forgotten lock can stay held; clients
@@ -73,6 +87,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -106,6 +121,9 @@ const (
 	MaxLockDelay = time.Minute
 )
 
+// kinds are the kinds of key kept beside the mutex.
+var kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock}
+
 // watchBuffer is how many undelivered events one watcher may have before its
 // watch is ended.
 const watchBuffer = 1024
@@ -138,7 +156,8 @@ type Backend struct {
 	mu       sync.Mutex
 	closed   bool
 	locks    map[string]*entry
-	ordered  *btree.BTreeG[*entry] // the same entries, in key order (List)
+	pools    map[string]*pool      // keys held by semaphore or rwlock leases
+	ordered  *btree.BTreeG[string] // the keys of locks and pools, in order (List)
 	expiries expiryHeap
 	watchers map[*watcher]struct{}
 	// What a key keeps after its lease: its lock-delay, and its last
@@ -154,9 +173,6 @@ type tombstone struct {
 	req   backend.Request
 	until time.Time
 }
-
-// byKey orders the index.
-func byKey(a, b *entry) bool { return a.key < b.key }
 
 var (
 	_ backend.SetBackend         = (*Backend)(nil)
@@ -177,10 +193,16 @@ type entry struct {
 	request backend.Request // of the last Acquire or Extend
 	replay  string
 	claimed bool // a replay of its Acquire was answered
+	// A grant of a pool (semaphore, rwlock): its permits and its pool.
+	permits int
+	pool    *pool
 }
 
+// record is the entry as a record: a mutex, or one grant of a pool with the
+// pool's kind, limit and permits in use but not its holders (a watch
+// event's, a grant's and an extend's record; see pool.record).
 func (e *entry) record(now time.Time) backend.Record {
-	return backend.Record{
+	r := backend.Record{
 		Key:          e.key,
 		FencingToken: e.fence,
 		Holder:       e.holder,
@@ -189,6 +211,59 @@ func (e *entry) record(now time.Time) backend.Record {
 		Stamp:        e.stamp,
 		LockDelay:    e.delay,
 	}
+	if p := e.pool; p != nil {
+		r.Kind, r.Limit, r.Permits, r.InUse = p.kind, p.limit, e.permits, p.inUse
+	}
+	return r
+}
+
+// pool is a key held by the leases of a semaphore or an rwlock.
+type pool struct {
+	key    string
+	kind   backend.Kind
+	limit  int
+	inUse  int           // the grants' permits
+	stamp  hlc.Timestamp // the key's last stamp: of its last grant, or a later release
+	grants []*entry      // in fencing-token order (the order they were granted)
+}
+
+// record is the pool as a record about its grant subject, with every
+// holder.
+func (p *pool) record(now time.Time, subject *entry) backend.Record {
+	r := subject.record(now)
+	r.Holders = make([]backend.Grant, len(p.grants))
+	for i, g := range p.grants {
+		r.Holders[i] = backend.Grant{
+			FencingToken: g.fence, Holder: g.holder, ExpiresAt: g.expires.Round(0),
+			Remaining: max(g.expires.Sub(now), 0), Stamp: g.stamp, Permits: g.permits,
+		}
+	}
+	return r
+}
+
+// blocker is the pool's record for a request it does not take: about the
+// grant that ends first, the one a waiter waits for.
+func (p *pool) blocker(now time.Time) backend.Record {
+	first := p.grants[0]
+	for _, g := range p.grants[1:] {
+		if g.expires.Before(first.expires) {
+			first = g
+		}
+	}
+	return p.record(now, first)
+}
+
+// grant is the pool's grant held under token (nil: none).
+func (p *pool) grant(token string) *entry {
+	if token == "" {
+		return nil
+	}
+	for _, g := range p.grants {
+		if g.token == token {
+			return g
+		}
+	}
+	return nil
 }
 
 // New returns a running in-memory backend.
@@ -197,7 +272,8 @@ func New() *Backend {
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		locks:    make(map[string]*entry),
-		ordered:  btree.NewG(32, byKey),
+		pools:    make(map[string]*pool),
+		ordered:  btree.NewOrderedG[string](32),
 		watchers: make(map[*watcher]struct{}),
 		delays:   make(map[string]time.Time),
 		released: make(map[string]tombstone),
@@ -249,6 +325,7 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		MaxKeys:        MaxKeys,
 		RequestIDs:     true,
 		MaxLockDelay:   MaxLockDelay,
+		Kinds:          kinds,
 	}, nil
 }
 
@@ -302,14 +379,21 @@ func (b *Backend) delayed(key string, now time.Time) time.Duration {
 	return 0
 }
 
-// Expire ends the lease held on key now, as if its TTL had just run out:
-// the entry is deleted and EventExpired announced, so waiters wake and the
-// holder's next Extend answers false. It reports whether a lease was held.
+// Expire ends the lease held on key now (every lease of a semaphore or an
+// rwlock), as if its TTL had just run out: the entry is deleted and
+// EventExpired announced, so waiters wake and the holder's next Extend
+// answers false. It reports whether a lease was held.
 // It exists for tests that run the backend in process (holdfasttest): a
 // lease lost behind its holder's back, without waiting out its TTL.
 func (b *Backend) Expire(key string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if p := b.livePool(key, time.Now()); p != nil {
+		for _, g := range slices.Clone(p.grants) {
+			b.expire(g, time.Now())
+		}
+		return true
+	}
 	e := b.live(key, time.Now())
 	if e == nil {
 		return false
@@ -318,15 +402,57 @@ func (b *Backend) Expire(key string) bool {
 	return true
 }
 
-// remove deletes e from the map, the index and the heap. b.mu must be held.
+// remove deletes e from the map (or its pool), the index and the heap; a
+// pool goes with its last grant. b.mu must be held.
 func (b *Backend) remove(e *entry) {
-	delete(b.locks, e.key)
-	b.ordered.Delete(e)
 	heap.Remove(&b.expiries, e.index)
+	if p := e.pool; p != nil {
+		p.grants = slices.DeleteFunc(p.grants, func(g *entry) bool { return g == e })
+		p.inUse -= e.permits
+		if len(p.grants) == 0 {
+			delete(b.pools, p.key)
+			b.ordered.Delete(p.key)
+		}
+		return
+	}
+	delete(b.locks, e.key)
+	b.ordered.Delete(e.key)
 }
 
-// Acquire implements backend.Backend: a set of one.
+// poolOf is key's live pool on an open backend (nil: none, or closed:
+// the set path answers then). b.mu must be held.
+func (b *Backend) poolOf(key string) *pool {
+	if b.closed {
+		return nil
+	}
+	return b.livePool(key, time.Now())
+}
+
+// livePool returns key's pool with its unexpired grants, expiring stale
+// ones on the way (nil: no pool, or it went with them). b.mu must be held.
+func (b *Backend) livePool(key string, now time.Time) *pool {
+	p := b.pools[key]
+	if p == nil {
+		return nil
+	}
+	// Expire what has run out, without copying the grants when nothing
+	// has (the common case, on every access).
+	for i := 0; i < len(p.grants); {
+		if g := p.grants[i]; !now.Before(g.expires) {
+			b.expire(g, now) // removes g from p.grants
+			continue
+		}
+		i++
+	}
+	return b.pools[key]
+}
+
+// Acquire implements backend.Backend: a set of one for a mutex, a grant of
+// the key's pool for a semaphore or an rwlock.
 func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
+	if req.Kind != backend.KindMutex {
+		return b.acquireGrant(req)
+	}
 	res, err := b.AcquireSet(ctx, backend.AcquireSetRequest{
 		Claims: []backend.Claim{{Key: req.Key}}, OwnerToken: req.OwnerToken, TTL: req.TTL, Holder: req.Holder, Stamp: req.Stamp,
 		Request: req.Request, Replay: req.Replay, LockDelay: req.LockDelay, ReplayOnly: req.ReplayOnly,
@@ -383,6 +509,11 @@ func (b *Backend) AcquireSet(_ context.Context, req backend.AcquireSetRequest) (
 	// stamps are behind the engine's clock, see the package doc).
 	stamp := req.Stamp
 	for _, c := range req.Claims {
+		if p := b.livePool(c.Key, now); p != nil {
+			// Held by the leases of a semaphore or an rwlock: never a
+			// mutex's while they hold it.
+			return backend.AcquireSetResult{Blocker: p.blocker(now)}, nil
+		}
 		if e := b.locks[c.Key]; e != nil && !now.Before(e.expires) {
 			stamp = backend.NextStamp(e.stamp, stamp)
 		}
@@ -420,13 +551,91 @@ func (b *Backend) AcquireSet(_ context.Context, req backend.AcquireSetRequest) (
 			replay:  req.Replay,
 		}
 		b.locks[c.Key] = e
-		b.ordered.ReplaceOrInsert(e)
+		b.ordered.ReplaceOrInsert(c.Key)
 		heap.Push(&b.expiries, e)
 		b.rearm(e)
 		res.Records[i] = e.record(now)
 		b.emit(backend.Event{Type: backend.EventAcquired, Record: res.Records[i]})
 	}
 	return res, nil
+}
+
+// acquireGrant grants req.Permits of key's pool, under the mutex, if the
+// pool's kind and limit are the request's (or there is no pool) and the
+// permits fit; otherwise it reports the blocker: a mutex holding the key, a
+// lock-delay, or the pool (with its kind and limit).
+func (b *Backend) acquireGrant(req backend.AcquireRequest) (backend.AcquireResult, error) {
+	if err := checkKey(req.Key); err != nil {
+		return backend.AcquireResult{}, err
+	}
+	if req.OwnerToken == "" {
+		return backend.AcquireResult{}, fmt.Errorf("%w: owner_token must not be empty", backend.ErrInvalidArgument)
+	}
+	if err := checkTTL(req.TTL); err != nil {
+		return backend.AcquireResult{}, err
+	}
+	if err := req.CheckGrant(kinds); err != nil {
+		return backend.AcquireResult{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return backend.AcquireResult{}, ErrClosed
+	}
+	now := time.Now()
+	if e := b.live(req.Key, now); e != nil {
+		return backend.AcquireResult{Record: e.record(now)}, nil
+	}
+	if d := b.delayed(req.Key, now); d > 0 {
+		return backend.AcquireResult{Record: backend.Record{Key: req.Key, DelayRemaining: d}}, nil
+	}
+	p := b.livePool(req.Key, now)
+	if p != nil {
+		if p.kind != req.Kind || p.limit != req.Limit {
+			return backend.AcquireResult{Record: p.blocker(now)}, nil
+		}
+		for _, g := range p.grants {
+			repeat, err := backend.Repeat(g.request, req.Request)
+			if err != nil {
+				return backend.AcquireResult{}, err
+			}
+			if repeat {
+				g.claimed = true
+				return backend.AcquireResult{Acquired: true, Record: g.record(now), Replayed: true, Replay: g.replay}, nil
+			}
+		}
+		if p.inUse+req.Permits > p.limit {
+			return backend.AcquireResult{Record: p.blocker(now)}, nil
+		}
+	}
+	if req.ReplayOnly {
+		return backend.AcquireResult{}, nil
+	}
+	if p == nil {
+		p = &pool{key: req.Key, kind: req.Kind, limit: req.Limit}
+		b.pools[req.Key] = p
+		b.ordered.ReplaceOrInsert(req.Key)
+	}
+	g := &entry{
+		key:     req.Key,
+		token:   req.OwnerToken,
+		holder:  req.Holder,
+		fence:   nextFence(),
+		stamp:   backend.NextStamp(p.stamp, req.Stamp),
+		expires: now.Add(req.TTL),
+		request: req.Request,
+		replay:  req.Replay,
+		permits: req.Permits,
+		pool:    p,
+	}
+	p.stamp = g.stamp
+	p.grants = append(p.grants, g)
+	p.inUse += g.permits
+	heap.Push(&b.expiries, g)
+	b.rearm(g)
+	rec := g.record(now) // the grant alone: the engine reads nothing else of an acquired record
+	b.emit(backend.Event{Type: backend.EventAcquired, Record: rec})
+	return backend.AcquireResult{Acquired: true, Record: rec}, nil
 }
 
 // replay answers an Acquire of the keys of held (every one of them held)
@@ -465,11 +674,18 @@ func (b *Backend) wakeReaper() {
 	}
 }
 
-// Release implements backend.Backend: a set of one.
+// Release implements backend.Backend: a set of one, or a grant of the key's
+// pool.
 func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool, error) {
 	if err := checkKey(req.Key); err != nil {
 		return false, err
 	}
+	b.mu.Lock()
+	if p := b.poolOf(req.Key); p != nil {
+		defer b.mu.Unlock()
+		return b.releaseGrant(p, req, time.Now())
+	}
+	b.mu.Unlock()
 	return b.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, Stamp: req.Stamp,
 		Request: req.Request, Abandon: req.Abandon})
 }
@@ -501,17 +717,7 @@ func (b *Backend) ReleaseSet(_ context.Context, req backend.ReleaseSetRequest) (
 	now := time.Now()
 	held, ok := b.heldBy(req.Keys, req.OwnerToken, now)
 	if !ok {
-		// Answered true once already: every key keeps that release.
-		if req.Request.ID == "" {
-			return false, nil
-		}
-		for _, k := range req.Keys {
-			t := b.released[k]
-			if repeat, err := backend.Repeat(t.req, req.Request); err != nil || !repeat || !now.Before(t.until) {
-				return false, err
-			}
-		}
-		return true, nil
+		return b.releasedBefore(req.Keys, req.Request, now)
 	}
 	for _, e := range held {
 		if req.Abandon && e.claimed {
@@ -519,15 +725,52 @@ func (b *Backend) ReleaseSet(_ context.Context, req backend.ReleaseSetRequest) (
 		}
 	}
 	for _, e := range held {
-		b.remove(e)
-		if req.Request.ID != "" {
-			b.released[e.key] = tombstone{req: req.Request, until: e.expires}
-			b.lapse(e.key, e.expires, lapseTombstone)
-		} else {
-			delete(b.released, e.key)
-		}
-		b.emit(backend.Event{Type: backend.EventReleased, Record: e.record(now)})
+		b.release(e, req.Request, now)
 	}
+	return true, nil
+}
+
+// releasedBefore answers a Release of keys that token does not hold: true
+// for a repeat of a release that answered true (every key keeps it), false
+// otherwise. b.mu must be held.
+func (b *Backend) releasedBefore(keys []string, req backend.Request, now time.Time) (bool, error) {
+	if req.ID == "" {
+		return false, nil
+	}
+	for _, k := range keys {
+		t := b.released[k]
+		if repeat, err := backend.Repeat(t.req, req); err != nil || !repeat || !now.Before(t.until) {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// release deletes e, keeps req for its key and announces it. b.mu must be
+// held.
+func (b *Backend) release(e *entry, req backend.Request, now time.Time) {
+	b.remove(e)
+	if req.ID != "" {
+		b.released[e.key] = tombstone{req: req, until: e.expires}
+		b.lapse(e.key, e.expires, lapseTombstone)
+	} else {
+		delete(b.released, e.key)
+	}
+	b.emit(backend.Event{Type: backend.EventReleased, Record: e.record(now)})
+}
+
+// releaseGrant releases the grant of p that req.OwnerToken holds. b.mu must
+// be held.
+func (b *Backend) releaseGrant(p *pool, req backend.ReleaseRequest, now time.Time) (bool, error) {
+	g := p.grant(req.OwnerToken)
+	if g == nil {
+		return b.releasedBefore([]string{req.Key}, req.Request, now)
+	}
+	if req.Abandon && g.claimed {
+		return false, nil
+	}
+	p.stamp = hlc.Max(p.stamp, req.Stamp)
+	b.release(g, req.Request, now)
 	return true, nil
 }
 
@@ -537,12 +780,40 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 	if err := checkKey(req.Key); err != nil {
 		return backend.ExtendResult{}, err
 	}
+	if err := checkTTL(req.TTL); err != nil {
+		return backend.ExtendResult{}, err
+	}
+	b.mu.Lock()
+	if p := b.poolOf(req.Key); p != nil {
+		defer b.mu.Unlock()
+		return b.extendGrant(p, req, time.Now())
+	}
+	b.mu.Unlock()
 	res, err := b.ExtendSet(ctx, backend.ExtendSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, TTL: req.TTL,
 		Stamp: req.Stamp, Request: req.Request})
 	if err != nil || !res.Extended {
 		return backend.ExtendResult{}, err
 	}
 	return backend.ExtendResult{Extended: true, Record: res.Records[0]}, nil
+}
+
+// extendGrant renews the grant of p that req.OwnerToken holds. b.mu must be
+// held.
+func (b *Backend) extendGrant(p *pool, req backend.ExtendRequest, now time.Time) (backend.ExtendResult, error) {
+	g := p.grant(req.OwnerToken)
+	if g == nil {
+		return backend.ExtendResult{}, nil
+	}
+	if _, err := backend.Repeat(g.request, req.Request); err != nil {
+		return backend.ExtendResult{}, err
+	}
+	g.expires = now.Add(req.TTL)
+	heap.Fix(&b.expiries, g.index)
+	b.rearm(g)
+	if req.Request.ID != "" {
+		g.request = req.Request
+	}
+	return backend.ExtendResult{Extended: true, Record: g.record(now)}, nil
 }
 
 // ExtendSet implements backend.SetBackend. A zero Request keeps the
@@ -625,6 +896,9 @@ func (b *Backend) Get(_ context.Context, key string) (backend.Record, bool, erro
 		return backend.Record{}, false, ErrClosed
 	}
 	now := time.Now()
+	if p := b.livePool(key, now); p != nil {
+		return p.blocker(now), true, nil
+	}
 	e := b.live(key, now)
 	if e == nil {
 		if d := b.delayed(key, now); d > 0 {
@@ -651,7 +925,8 @@ func decodePageToken(tok string) (string, error) {
 }
 
 // List implements backend.Backend: one walk of the ordered index from the
-// page's first key, O(log n + page) under the mutex.
+// page's first key, O(log n + page) under the mutex. A pool counts as its
+// grants, and its grants are never split across pages.
 func (b *Backend) List(_ context.Context, req backend.ListRequest) (backend.ListPage, error) {
 	if req.PageSize < 1 {
 		return backend.ListPage{}, fmt.Errorf("%w: page_size must be at least 1, got %d", backend.ErrInvalidArgument, req.PageSize)
@@ -673,29 +948,57 @@ func (b *Backend) List(_ context.Context, req backend.ListRequest) (backend.List
 		return backend.ListPage{}, ErrClosed
 	}
 	now := time.Now()
-	var held, expired []*entry
-	b.ordered.AscendGreaterOrEqual(&entry{key: from}, func(e *entry) bool {
-		if !strings.HasPrefix(e.key, req.Prefix) {
+	var (
+		keys    []string // held, in order
+		expired []*entry
+		grants  int  // counted in keys
+		more    bool // a held key after the page
+	)
+	b.ordered.AscendGreaterOrEqual(from, func(key string) bool {
+		if !strings.HasPrefix(key, req.Prefix) {
 			return false
 		}
-		if !now.Before(e.expires) {
-			expired = append(expired, e) // expired below, not while walking
-			return true
+		live := 0
+		if e := b.locks[key]; e != nil {
+			if now.Before(e.expires) {
+				live = 1
+			} else {
+				expired = append(expired, e)
+			}
+		} else if p := b.pools[key]; p != nil {
+			for _, g := range p.grants {
+				if now.Before(g.expires) {
+					live++
+				} else {
+					expired = append(expired, g)
+				}
+			}
 		}
-		held = append(held, e)
-		return len(held) <= req.PageSize // one more than the page: is there a next?
+		if live == 0 {
+			return true // expired below, not while walking
+		}
+		if grants >= req.PageSize {
+			more = true
+			return false
+		}
+		keys = append(keys, key)
+		grants += live
+		return true
 	})
 	for _, e := range expired {
 		b.expire(e, now)
 	}
 	var page backend.ListPage
-	if len(held) > req.PageSize {
-		held = held[:req.PageSize]
-		page.NextPageToken = encodePageToken(held[len(held)-1].key)
+	if more {
+		page.NextPageToken = encodePageToken(keys[len(keys)-1])
 	}
-	page.Records = make([]backend.Record, len(held))
-	for i, e := range held {
-		page.Records[i] = e.record(now)
+	page.Records = make([]backend.Record, len(keys))
+	for i, k := range keys {
+		if p := b.pools[k]; p != nil {
+			page.Records[i] = p.blocker(now)
+		} else {
+			page.Records[i] = b.locks[k].record(now)
+		}
 	}
 	return page, nil
 }

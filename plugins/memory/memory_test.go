@@ -561,3 +561,106 @@ func TestExpireEndsALeaseNow(t *testing.T) {
 		t.Fatalf("Watch returned %v, want context.Canceled", err)
 	}
 }
+
+func grant(t *testing.T, b *Backend, key, token string, limit, permits int, ttl time.Duration) backend.AcquireResult {
+	t.Helper()
+	res, err := b.Acquire(context.Background(), backend.AcquireRequest{Key: key, OwnerToken: token, TTL: ttl,
+		Kind: backend.KindSemaphore, Limit: limit, Permits: permits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// A semaphore's pool goes with its last grant, released or expired, and
+// leaves nothing behind: not in the map, the index or the heap.
+func TestPoolsDoNotOutliveTheirGrants(t *testing.T) {
+	b := newBackend(t)
+	ctx := context.Background()
+	for i := range 200 {
+		key := fmt.Sprintf("sem-%d", i)
+		for _, tok := range []string{"a", "b"} {
+			if !grant(t, b, key, tok, 2, 1, time.Minute).Acquired {
+				t.Fatalf("%s: grant %s refused", key, tok)
+			}
+		}
+		for _, tok := range []string{"a", "b"} {
+			if ok, err := b.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: tok}); err != nil || !ok {
+				t.Fatalf("%s: release %s: %v %v", key, tok, ok, err)
+			}
+		}
+		grant(t, b, fmt.Sprintf("exp-%d", i), "t", 3, 2, time.Millisecond)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		b.mu.Lock()
+		n, h, o := len(b.pools), len(b.expiries), b.ordered.Len()
+		b.mu.Unlock()
+		if n == 0 && h == 0 && o == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pools, %d heap entries, %d index keys left", n, h, o)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Expire ends every grant of a semaphore, each with its own event.
+func TestExpireEndsEveryGrantOfAPool(t *testing.T) {
+	b := newBackend(t)
+	a, c := grant(t, b, "s", "a", 3, 1, time.Hour), grant(t, b, "s", "c", 3, 2, time.Hour)
+	if !a.Acquired || !c.Acquired || a.Record.FencingToken >= c.Record.FencingToken {
+		t.Fatalf("grants %+v %+v", a, c)
+	}
+	if !b.Expire("s") {
+		t.Fatal("Expire of a held semaphore reported none")
+	}
+	if _, held, _ := b.Get(context.Background(), "s"); held {
+		t.Fatal("the semaphore is still held after Expire")
+	}
+	if res := grant(t, b, "s", "d", 3, 3, time.Hour); !res.Acquired || res.Record.InUse != 3 {
+		t.Fatalf("a grant of the whole limit after Expire: %+v", res)
+	}
+}
+
+// BenchmarkGrant is one grant and its release on a semaphore that already
+// has `held` holders (of a limit of 1024), against a mutex's Acquire and
+// Release: the cost of a key's holders on the grant path.
+func BenchmarkGrant(b *testing.B) {
+	ctx := context.Background()
+	b.Run("mutex", func(b *testing.B) {
+		m := New()
+		defer m.Close()
+		for b.Loop() {
+			if res, err := m.Acquire(ctx, backend.AcquireRequest{Key: "k", OwnerToken: "t", TTL: time.Minute}); err != nil || !res.Acquired {
+				b.Fatal(res, err)
+			}
+			if ok, err := m.Release(ctx, backend.ReleaseRequest{Key: "k", OwnerToken: "t"}); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+		}
+	})
+	for _, held := range []int{0, 100, 1000} {
+		b.Run(fmt.Sprintf("semaphore/held=%d", held), func(b *testing.B) {
+			m := New()
+			defer m.Close()
+			sem := func(tok string) backend.AcquireRequest {
+				return backend.AcquireRequest{Key: "k", OwnerToken: tok, TTL: time.Minute, Kind: backend.KindSemaphore, Limit: backend.MaxLimit, Permits: 1}
+			}
+			for i := range held {
+				if res, err := m.Acquire(ctx, sem(fmt.Sprint("h", i))); err != nil || !res.Acquired {
+					b.Fatal(res, err)
+				}
+			}
+			for b.Loop() {
+				if res, err := m.Acquire(ctx, sem("t")); err != nil || !res.Acquired {
+					b.Fatal(res, err)
+				}
+				if ok, err := m.Release(ctx, backend.ReleaseRequest{Key: "k", OwnerToken: "t"}); err != nil || !ok {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+	}
+}

@@ -34,6 +34,7 @@ from holdfast import (
     InvalidArgumentError,
     LeaseEvent,
     LeaseLostError,
+    LockContext,
     LockReleasedError,
     LockState,
     NotAcquiredError,
@@ -106,6 +107,19 @@ def lock_state(s: LockState) -> Result:
         "holder": s.holder,
         "stamp": stamp(s.stamp),
         "waiters": s.waiters,
+        "kind": s.kind,
+        "limit": s.limit,
+        "permits_in_use": s.permits_in_use,
+        "holders": [
+            {
+                "fencing_token": str(g.fencing_token),
+                "holder": g.holder,
+                "permits": g.permits,
+                "mode": g.mode,
+                "stamp": stamp(g.stamp),
+            }
+            for g in s.holders
+        ],
     }
 
 
@@ -202,7 +216,16 @@ class Adapter:
         self.guards[gid] = guard
         self.guard_ids[(guard.key, guard.fencing_token)] = gid
         guard.add_lost_callback(lambda err: write({"event": "lease_lost", "guard": gid, "reason": err.reason}))
-        return {"guard": gid, "fencing_token": str(guard.fencing_token), "stamp": stamp(guard.stamp)}
+        # What the guard says it holds, never echoed from the arguments.
+        return {
+            "guard": gid,
+            "fencing_token": str(guard.fencing_token),
+            "stamp": stamp(guard.stamp),
+            "kind": guard.kind,
+            "limit": guard.limit,
+            "permits": guard.permits,
+            "mode": guard.mode,
+        }
 
     # ---- commands ----
 
@@ -219,6 +242,8 @@ class Adapter:
                 "clock_update",
                 "event:lease_lost",
                 "request_ids",
+                "semaphore",
+                "rwlock",
             ],
         }
 
@@ -250,11 +275,15 @@ class Adapter:
         return {"client": cid}
 
     async def cmd_lock(self, args: Args) -> Result:
-        """acquire, or try_acquire with try: true."""
+        """acquire, or try_acquire with try: true; a semaphore or rwlock
+        grant with kind."""
         c = self.client(args)
         k = arg_str(args, "key")
         holder: str | None = args.get("holder") or None
         ttl = ttl_of(args)
+        kind = args.get("kind") or "mutex"
+        if kind != "mutex":
+            return await self.grant(c, k, kind, args, ttl, holder)
         if args.get("try"):
             # try_acquire takes no wait: a wait_ms given with it has nowhere to go.
             got = await c.try_acquire(k, ttl=ttl, holder=holder)
@@ -265,6 +294,31 @@ class Adapter:
             return self.track(got)
         wait = None if args.get("wait_unset") else arg_ms(args, "wait_ms")
         return self.track(await c.acquire(k, ttl=ttl, wait=wait, holder=holder))
+
+    async def grant(self, c: AsyncClient, k: str, kind: str, args: Args, ttl: Any, holder: str | None) -> Result:
+        """A semaphore (limit and permits passed as given: the SDK must refuse
+        bad ones) or rwlock (mode) grant, through the same context as a lock."""
+        wait = None if args.get("wait_unset") or args.get("try") else arg_ms(args, "wait_ms")
+        opts: dict[str, Any] = {"ttl": ttl, "wait": wait, "holder": holder}
+        ctx: LockContext
+        if kind == "semaphore":
+            ctx = c.semaphore(k, args.get("limit", 0), permits=args.get("permits"), **opts)
+        elif kind == "rwlock":
+            mode = args.get("mode")
+            if mode not in ("shared", "exclusive"):
+                raise CommandError(
+                    "bad_command", f"argument mode: want 'shared' or 'exclusive' for an rwlock, got {mode!r}"
+                )
+            rw = c.rwlock(k)
+            ctx = rw.read(**opts) if mode == "shared" else rw.write(**opts)
+        else:
+            raise CommandError("bad_command", f"argument kind: want 'mutex', 'semaphore' or 'rwlock', got {kind!r}")
+        if args.get("try"):
+            got = await ctx.try_acquire()
+            if got is None:
+                raise NotAcquiredError(k, None)
+            return self.track(got)
+        return self.track(await ctx.acquire())
 
     async def cmd_lock_many(self, args: Args) -> Result:
         """A guard on every key, all acquired at once (one attempt each)."""

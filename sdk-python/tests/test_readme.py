@@ -19,7 +19,15 @@ SNIPPETS = re.findall(r"^```python\n(.*?)^```$", README.read_text(), flags=re.M 
 
 def test_the_readme_has_its_snippets() -> None:
     text = "\n".join(SNIPPETS)
-    for shown in ("bearer_token=", "on_lease_event=", "run_if_free(", "run_scheduled(", "holdfast_server"):
+    for shown in (
+        "bearer_token=",
+        "on_lease_event=",
+        "run_if_free(",
+        "run_scheduled(",
+        "holdfast_server",
+        "semaphore(",
+        "rwlock(",
+    ):
         assert shown in text, f"README shows no {shown}"
 
 

@@ -151,7 +151,17 @@ function stamp(t: Timestamp): { wall_time_ns: string; logical: number } {
 }
 
 function lockState(st: LockState): Record<string, unknown> {
-  return { key: st.key, fencing_token: st.fencingToken.toString(), holder: st.holder, stamp: stamp(st.stamp), waiters: st.waiters };
+  return {
+    key: st.key,
+    fencing_token: st.fencingToken.toString(),
+    holder: st.holder,
+    stamp: stamp(st.stamp),
+    waiters: st.waiters,
+    kind: st.kind,
+    limit: st.limit,
+    permits_in_use: st.permitsInUse,
+    holders: st.holders.map((g) => ({ fencing_token: g.fencingToken.toString(), holder: g.holder, permits: g.permits, mode: g.mode, stamp: stamp(g.stamp) })),
+  };
 }
 
 function codeOf(err: unknown): string | undefined {
@@ -253,9 +263,36 @@ function clientOptions(args: Args): NodeClientOptions {
   return opts;
 }
 
-/** A builder for key with the command's TTL, holder, and (unless unset) wait. */
+/** The builder of the command's kind: a lock, a semaphore (limit, and permits when given) or an rwlock share (mode). */
+function kindBuilder(c: Client, key: string, args: Args): LockBuilder {
+  const kind = optStr(args, "kind") ?? "mutex";
+  let b: LockBuilder;
+  switch (kind) {
+    case "mutex":
+      b = c.lock(key);
+      break;
+    case "semaphore":
+      // Passed as is: the SDK must refuse a missing (0) or bad limit.
+      b = c.semaphore(key, optNum(args, "limit") ?? 0);
+      break;
+    case "rwlock": {
+      const mode = optStr(args, "mode");
+      if (mode === "shared") b = c.rwlock(key).read();
+      else if (mode === "exclusive") b = c.rwlock(key).write();
+      else throw new CommandError("bad_command", `argument mode: want "shared" or "exclusive" for an rwlock, got ${JSON.stringify(mode)}`);
+      break;
+    }
+    default:
+      throw new CommandError("bad_command", `argument kind: want "mutex", "semaphore" or "rwlock", got ${JSON.stringify(kind)}`);
+  }
+  const permits = optNum(args, "permits");
+  if (permits !== undefined) b.permits(permits);
+  return b;
+}
+
+/** A builder for key with the command's kind, TTL, holder, and (unless unset) wait. */
 function builder(c: Client, key: string, args: Args, signal: AbortSignal): LockBuilder {
-  const b = c.lock(key).signal(signal);
+  const b = kindBuilder(c, key, args).signal(signal);
   const ttl = ttlOf(args);
   if (ttl !== undefined) b.ttl(ttl);
   const holder = optStr(args, "holder");
@@ -294,7 +331,8 @@ async function lock(args: Args, signal: AbortSignal): Promise<unknown> {
     g = await b.acquire();
   }
   const id = track(g);
-  return { guard: id, fencing_token: g.fencingToken().toString(), stamp: stamp(g.stamp) };
+  // What the guard says it holds, never echoed from the arguments.
+  return { guard: id, fencing_token: g.fencingToken().toString(), stamp: stamp(g.stamp), kind: g.kind, limit: g.limit, permits: g.permits, mode: g.mode };
 }
 
 /** lock_many: a guard on every key, all acquired at once (one attempt each). */
@@ -355,7 +393,7 @@ async function handle(cmd: string, args: Args, signal: AbortSignal): Promise<unk
         protocol_version: PROTOCOL_VERSION,
         sdk: "typescript",
         version: `@holdfast/sdk (this source tree), node ${process.version}`,
-        capabilities: ["protocol:connect", "protocol:grpc", "protocol:grpc-web", "clock_update", "event:lease_lost", "request_ids"],
+        capabilities: ["protocol:connect", "protocol:grpc", "protocol:grpc-web", "clock_update", "event:lease_lost", "request_ids", "semaphore", "rwlock"],
         duration_unit: "ms",
       };
     case "connect": {

@@ -10,6 +10,7 @@ import type { AcquireResponse, KeyDelay as PbKeyDelay, Lease, LockState as PbLoc
 import { Guard, leaseTarget } from "./guard.js";
 import { Timestamp } from "./hlc.js";
 import type { AcquireOptions } from "./options.js";
+import { LOCK, checkPrimitive, grantedAsAsked, kindFromProto, requestFields, stateShareFromProto, type Primitive } from "./primitives.js";
 import type { Session } from "./session.js";
 import type { KeyDelay, LockState } from "./types.js";
 import { dateFromTimestamp, durationFromMs, monotonicNow, msFromDuration, newRequestId, sleep } from "./util.js";
@@ -24,6 +25,7 @@ export function lockStateFromProto(p: PbLockState | undefined): LockState | unde
     stamp: Timestamp.fromProto(p.stamp),
     waiters: p.waiters,
     lockDelayMs: msFromDuration(p.lockDelay),
+    ...stateShareFromProto(p),
   };
 }
 
@@ -43,7 +45,8 @@ export type Mode = "wait" | "try";
 
 /**
  * Takes the lease on keys (one key, or several together: all or none, under
- * one lease). Every attempt of one acquisition carries the same request id:
+ * one lease), or a grant of a semaphore or rwlock key (primitive). Every
+ * attempt of one acquisition carries the same request id:
  * an attempt whose answer was lost may have taken the lease, and the retry
  * is answered with it instead of waiting out its own orphan. Resolves to the guard, or to the holder's state
  * when the key stayed held (after one attempt for "try" and wait 0, else
@@ -53,7 +56,7 @@ export type Mode = "wait" | "try";
  * signal rejects with the signal's reason and cancels the server-side wait;
  * closing the client rejects with ClientClosedError.
  */
-export async function acquireLease(session: Session, keys: readonly string[], options: AcquireOptions, mode: Mode): Promise<Guard | Held> {
+export async function acquireLease(session: Session, keys: readonly string[], options: AcquireOptions, mode: Mode, primitive: Primitive = LOCK): Promise<Guard | Held> {
   session.checkOpen();
   const [key = ""] = keys;
   const multi = keys.length > 1;
@@ -67,6 +70,7 @@ export async function acquireLease(session: Session, keys: readonly string[], op
   }
   const waitMs = mode === "try" ? 0 : options.wait === undefined ? Infinity : checkWait(options.wait);
   const lockDelayMs = options.lockDelay === undefined ? 0 : checkNonNegative("lockDelay", options.lockDelay);
+  checkPrimitive(primitive, keys, lockDelayMs);
   const holder = options.holder ?? settings.holder;
   const requestId = newRequestId();
   // The caller's signal, and the client's close: either ends the acquisition.
@@ -96,6 +100,7 @@ export async function acquireLease(session: Session, keys: readonly string[], op
           clientStamp: session.clock.now().toProto(),
           requestId,
           lockDelay: lockDelayMs > 0 ? durationFromMs(lockDelayMs) : undefined,
+          ...requestFields(primitive),
         },
         { timeoutMs: Math.ceil(serverWaitMs) + session.attemptTimeoutMs(budgetLeft), signal },
       );
@@ -125,6 +130,7 @@ export async function acquireLease(session: Session, keys: readonly string[], op
         throw new ServerError(`holdfast: ${what}: acquired=true without a lease, owner token and its keys`, { code: "internal" });
       }
       session.merge(res.lease.stamp);
+      if (!grantedAsAsked(primitive, res.lease)) await refuseGrant(session, res.lease, primitive, what);
       const validFrom = await confirm(session, res.lease, sentAt, what);
       if (validFrom !== undefined) {
         const guard = Guard.start(session, res.lease, holder, validFrom, options.watchdog ?? true);
@@ -179,9 +185,29 @@ async function confirm(session: Session, lease: Lease, sentAt: number, what: str
   }
 }
 
+/**
+ * A server that does not know kinds drops them and grants a lock: give that
+ * lease back (best effort; it expires by itself otherwise) and fail, rather
+ * than pass a lock off as a semaphore or rwlock grant.
+ */
+async function refuseGrant(session: Session, lease: Lease, primitive: Primitive, what: string): Promise<never> {
+  try {
+    await session.rpc.release(
+      { ...leaseTarget(lease), ownerToken: lease.ownerToken, clientStamp: session.clock.now().toProto(), requestId: newRequestId() },
+      session.callOptions(session.settings.requestTimeoutMs),
+    );
+  } catch {
+    // Best effort: the lease expires on the server by itself.
+  }
+  throw new ServerError(
+    `holdfast: ${what}: asked for a ${primitive.kind}, the server granted a ${kindFromProto(lease.kind)} (a server that does not know ${primitive.kind}s?)`,
+    { code: "unimplemented" },
+  );
+}
+
 /** acquire's answer: the guard, or NotAcquiredError with the holder's state (or a key's lock-delay). */
-export async function acquireOrThrow(session: Session, keys: readonly string[], options: AcquireOptions): Promise<Guard> {
-  const r = await acquireLease(session, keys, options, "wait");
+export async function acquireOrThrow(session: Session, keys: readonly string[], options: AcquireOptions, primitive: Primitive = LOCK): Promise<Guard> {
+  const r = await acquireLease(session, keys, options, "wait", primitive);
   if (r instanceof Guard) return r;
   throw new NotAcquiredError(keys[0] ?? "", r.current, { keys, delay: r.delay });
 }

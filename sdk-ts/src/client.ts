@@ -6,11 +6,12 @@
 
 import { acquireLease, acquireOrThrow, keyDelayFromProto, lockStateFromProto } from "./acquire.js";
 import { fromConnectError } from "./connect-errors.js";
-import { Capability, EventType, type BackendInfo as PbBackendInfo } from "./gen/holdfast/lock/v1/lock_pb.js";
+import { Capability, EventType, Kind as PbKind, type BackendInfo as PbBackendInfo } from "./gen/holdfast/lock/v1/lock_pb.js";
 import { Guard, runUnder } from "./guard.js";
 import type { Clock } from "./hlc.js";
 import { Timestamp } from "./hlc.js";
-import { LockBuilder, type RunResult } from "./lock-builder.js";
+import { LockBuilder, RWLock, type RunResult } from "./lock-builder.js";
+import { kindFromProto } from "./primitives.js";
 import { runScheduled, type ScheduledJob } from "./scheduled.js";
 import type { AcquireOptions } from "./options.js";
 import type { Session } from "./session.js";
@@ -30,6 +31,10 @@ function backendInfoFromProto(p: PbBackendInfo | undefined): BackendInfo {
     maxKeys: Math.max(p?.maxKeys ?? 1, 1),
     requestIds: p?.capabilities.includes(Capability.REQUEST_ID) ?? false,
     maxLockDelayMs: msFromDuration(p?.maxLockDelay),
+    // A server from before kinds says nothing: it keeps locks only.
+    kinds: [...new Set(["mutex" as const, ...(p?.kinds ?? []).filter((k) => k !== PbKind.UNSPECIFIED).map(kindFromProto)])],
+    maxLimit: p?.maxLimit ?? 0,
+    rwlockReaders: p?.rwlockReaders ?? 0,
   };
 }
 
@@ -75,6 +80,35 @@ export class Client {
    */
   lock(key: string, ...more: string[]): LockBuilder {
     return LockBuilder.for(this.#session, [key, ...more]);
+  }
+
+  /**
+   * Starts building a grant of the semaphore key, whose limit is the most
+   * permits held at once: `client.semaphore("jobs/encode", 3).permits(2).ttl("30s").acquire()`
+   * takes 2 of its 3 permits (permits default to 1). Each grant is a lease
+   * of its own, with its own fencing token (strictly increasing over every
+   * grant of the key), renewed by the watchdog and poisoned on loss like a
+   * lock's; the same builder and Guard (guard.permits, guard.limit). The
+   * server fixes a key's kind and limit at its first grant: asking with
+   * another limit, or for a key used as a lock or rwlock, is refused with a
+   * ServerError whose code is `failed_precondition`. limit must be at least
+   * 1 (else InvalidArgumentError, before anything is sent); the server caps
+   * it (`BackendInfo.maxLimit`). Waiters are served strictly in arrival
+   * order, so a large request is never overtaken by later small ones.
+   */
+  semaphore(key: string, limit: number): LockBuilder {
+    return LockBuilder.for(this.#session, [key], { kind: "semaphore", limit });
+  }
+
+  /**
+   * Names the read-write lock key: `client.rwlock("cfg").read().acquire()`
+   * takes a shared grant (with other readers, never a writer),
+   * `.write().acquire()` an exclusive one. Grants are leases as locks are
+   * (guard.mode says which). A key used as a lock or a semaphore is refused
+   * with a ServerError whose code is `failed_precondition`.
+   */
+  rwlock(key: string): RWLock {
+    return RWLock.for(this.#session, key);
   }
 
   /**

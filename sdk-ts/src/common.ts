@@ -1,14 +1,14 @@
 // Everything the entry points export besides createClient.
 export { Client } from "./client.js";
 export { Guard } from "./guard.js";
-export { LockBuilder, type RunResult } from "./lock-builder.js";
+export { LockBuilder, RWLock, type RunResult } from "./lock-builder.js";
 export type { ScheduledJob } from "./scheduled.js";
 export type { AcquireOptions, ClientOptions, Interceptor } from "./options.js";
 export { DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_RETRY_BUDGET_MS, DEFAULT_TTL_MS } from "./options.js";
 export type { Backoff, ExpiryMargin } from "./backoff.js";
 export { MIN_TTL_MS, formatDuration, parseDuration, type Duration } from "./duration.js";
 export { consoleLogger, type LogLevel } from "./logger.js";
-export type { BackendInfo, Inspection, KeyDelay, LeaseEvent, LeaseLostReason, LockEvent, LockEventType, LockState, Logger, ServerInfo } from "./types.js";
+export type { BackendInfo, Grant, GrantMode, Inspection, KeyDelay, Kind, LeaseEvent, LeaseLostReason, LockEvent, LockEventType, LockState, Logger, ServerInfo } from "./types.js";
 export { Clock, ClockOffsetError, DEFAULT_MAX_OFFSET_MS, Timestamp } from "./hlc.js";
 export type { PhysicalClock } from "./hlc.js";
 export {

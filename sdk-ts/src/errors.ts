@@ -33,7 +33,12 @@ export class NotAcquiredError extends HoldfastError {
     const keys = details.keys && details.keys.length > 1 ? details.keys : undefined;
     const { delay } = details;
     let message = `holdfast: lock ${JSON.stringify(keys ?? key)} not acquired`;
-    if (current && keys) message += `: ${JSON.stringify(current.key)} held by ${JSON.stringify(current.holder)} (fencing token ${current.fencingToken})`;
+    const writer = current?.kind === "rwlock" ? current.holders.find((g) => g.mode === "exclusive") : undefined;
+    if (current?.kind === "semaphore") {
+      message += `: semaphore with ${current.permitsInUse} of ${current.limit} permits in use by ${current.holders.length} holders`;
+    } else if (writer) message += `: written by ${JSON.stringify(writer.holder)} (fencing token ${writer.fencingToken})`;
+    else if (current?.kind === "rwlock") message += `: read by ${current.holders.length} holders`;
+    else if (current && keys) message += `: ${JSON.stringify(current.key)} held by ${JSON.stringify(current.holder)} (fencing token ${current.fencingToken})`;
     else if (current) message += `: held by ${JSON.stringify(current.holder)} (fencing token ${current.fencingToken})`;
     else if (delay) message += `: ${JSON.stringify(delay.key)} is in its lock-delay (${Math.round(delay.remainingMs)}ms left)`;
     super(message, { code: "not_acquired" });

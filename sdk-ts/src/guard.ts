@@ -10,9 +10,10 @@ import { checkTtl, formatDuration, type Duration } from "./duration.js";
 import { HoldfastError, InvalidArgumentError, LeaseLostError, LockReleasedError } from "./errors.js";
 import type { Lease } from "./gen/holdfast/lock/v1/lock_pb.js";
 import { Timestamp } from "./hlc.js";
+import { shareOf } from "./primitives.js";
 import type { RenewalRequest } from "./renewer.js";
 import type { Session } from "./session.js";
-import type { LeaseLostReason } from "./types.js";
+import type { GrantMode, Kind, LeaseLostReason } from "./types.js";
 import { durationFromMs, monotonicNow, msFromDuration, newRequestId, unref } from "./util.js";
 
 type GuardState = "held" | "lost" | "released";
@@ -23,7 +24,9 @@ export function leaseTarget(lease: Lease): { key: string } | { keys: string[] } 
 }
 
 /**
- * A held lease. The client's watchdog renews it every TTL/3, together with
+ * A held lease: a lock, or one grant of a semaphore or rwlock (kind, limit,
+ * permits and mode say which; a grant is a lease like a lock's, with its own
+ * owner token). The client's watchdog renews it every TTL/3, together with
  * the client's other guards due about then (one ExtendBatch for all of them:
  * see renewer.ts), each with its own outcome. The guard is poisoned
  * when a renewal answers extended=false, or when no renewal has succeeded by
@@ -43,6 +46,14 @@ export class Guard {
   readonly keys: readonly string[];
   /** The label others see while this guard holds the key. */
   readonly holder: string;
+  /** What the key is: "mutex" (client.lock), "semaphore" (client.semaphore) or "rwlock" (client.rwlock). */
+  readonly kind: Kind;
+  /** The key's capacity: 1 for a lock, a semaphore's limit, an rwlock's reader capacity. */
+  readonly limit: number;
+  /** This lease's share of the limit: 1 for a lock and a reader, a semaphore grant's permits, the whole limit for a writer. */
+  readonly permits: number;
+  /** "shared" for an rwlock's reader, "exclusive" for everything else (a lock, a semaphore grant, a writer). */
+  readonly mode: GrantMode;
   readonly #session: Session;
   readonly #ownerToken: string;
   readonly #fencingToken: bigint;
@@ -89,6 +100,7 @@ export class Guard {
       this.keys = Object.freeze([lease.key]);
       this.#fencingToken = lease.fencingToken;
     }
+    ({ kind: this.kind, limit: this.limit, permits: this.permits, mode: this.mode } = shareOf(lease));
     this.#stamp = Timestamp.fromProto(lease.stamp);
     this.#ttlMs = msFromDuration(lease.ttl);
     this.#validFrom = validFrom;

@@ -19,6 +19,41 @@ export interface LockState {
   waiters: number;
   /** The lock-delay (ms) that follows this lease if it expires (0: none). */
   lockDelayMs: number;
+  /** What the key is: "mutex" (a lock), "semaphore" or "rwlock" (fixed by its first grant). */
+  kind: Kind;
+  /** The key's capacity: 1 for a lock, a semaphore's limit, an rwlock's reader capacity. */
+  limit: number;
+  /** The permits its holders hold, at most limit (1 for a held lock; an rwlock writer holds all of them). */
+  permitsInUse: number;
+  /**
+   * Every lease held on the key, in fencing-token order: one for a lock (the
+   * fields above), each permit holder, reader or writer otherwise. For a
+   * semaphore or rwlock the single-holder fields above (fencingToken,
+   * holder, expiresAt, stamp) are those of the lease that ends first.
+   */
+  holders: readonly Grant[];
+}
+
+/** What a key is: one holder ("mutex": a lock), holders sharing a limit of permits (a semaphore), or many readers or one writer (an rwlock). */
+export type Kind = "mutex" | "semaphore" | "rwlock";
+
+/** Whether a grant shares its key: "shared" is an rwlock's reader; a lock, a semaphore grant and a writer are "exclusive". */
+export type GrantMode = "exclusive" | "shared";
+
+/** One lease held on a key, as others see it (never its owner token). */
+export interface Grant {
+  fencingToken: bigint;
+  /** Free-text label the holder gave at acquire. */
+  holder: string;
+  /** The server's view of the expiry; informational only. */
+  expiresAt: Date | undefined;
+  /** HLC stamp of the grant. */
+  stamp: Timestamp;
+  /** Its share of the key's limit (a semaphore grant's permits; 1 for a reader, the whole limit for a writer). */
+  permits: number;
+  mode: GrantMode;
+  /** The lock-delay (ms) that follows this lease if it expires (locks only; 0: none). */
+  lockDelayMs: number;
 }
 
 /**
@@ -76,6 +111,12 @@ export interface BackendInfo {
   requestIds: boolean;
   /** The longest lockDelay accepted, in ms (0: none). */
   maxLockDelayMs: number;
+  /** The kinds of key the backend keeps (always "mutex"); another is answered `unimplemented`. */
+  kinds: readonly Kind[];
+  /** The largest limit of a semaphore (0: no semaphores). */
+  maxLimit: number;
+  /** The reader capacity of every rwlock (0: no rwlocks). */
+  rwlockReaders: number;
 }
 
 export interface ServerInfo {

@@ -45,7 +45,7 @@ async function runSnippet(name: string, env: Record<string, string>, nodeArgs: s
 
 describe("README snippets", () => {
   it("every snippet the tests know is in the README, and the quick start is examples/quickstart.mjs", () => {
-    assert.deepEqual([...snippets.keys()].sort(), ["auth.mjs", "events.mjs", "quickstart.mjs", "scheduled.mjs", "skip-if-held.mjs", "testing.test.mjs"]);
+    assert.deepEqual([...snippets.keys()].sort(), ["auth.mjs", "events.mjs", "primitives.mjs", "quickstart.mjs", "scheduled.mjs", "skip-if-held.mjs", "testing.test.mjs"]);
     const example = readFileSync(join(pkg, "examples", "quickstart.mjs"), "utf8");
     assert.ok(example.endsWith(snippets.get("quickstart.mjs")!), "examples/quickstart.mjs differs from the README's quick start");
   });
@@ -77,6 +77,21 @@ describe("README snippets", () => {
         assert.match(await runSnippet("scheduled.mjs", { HOLDFAST_ADDR: addr! }), /another server runs jobs\/nightly-report/);
       } finally {
         await g.unlock();
+        await c.close();
+      }
+    });
+
+    it("semaphores and read-write locks: permits, a reader, then a writer alone; readers keep a writer out", async () => {
+      const out = await runSnippet("primitives.mjs", { HOLDFAST_ADDR: addr! });
+      assert.match(out, /^encoding with 2 of 3 permits, fencing token \d+$/m);
+      assert.match(out, /^reading as shared, fencing token \d+$/m);
+      assert.match(out, /^writing alone, fencing token \d+$/m);
+      const c = createClient(addr!, { logger: recordingLogger() });
+      const reader = await c.rwlock("config/routes").read().ttl("1m").acquire();
+      try {
+        assert.match(await runSnippet("primitives.mjs", { HOLDFAST_ADDR: addr! }), /^readers hold config\/routes$/m);
+      } finally {
+        await reader.unlock();
         await c.close();
       }
     });

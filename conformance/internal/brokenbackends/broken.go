@@ -43,6 +43,7 @@ var bugs = map[string]backendserver.OpenFunc{
 	"extenddoesnotrenew":    on(memory.Open, ExtendDoesNotRenew),
 	"claimsshared":          on(memory.Open, ClaimsShared),
 	"secondowner":           OpenFilestorePerProcess,
+	"overgrants":            on(memory.Open, Overgrants),
 }
 
 // Names lists the broken backends.
@@ -409,6 +410,25 @@ func (c *claimsShared) Info(ctx context.Context) (backend.Info, error) {
 	info, err := c.Backend.Info(ctx)
 	info.Shared = true // the bug
 	return info, err
+}
+
+// Overgrants keeps a semaphore at twice the limit it is asked for (and
+// reports the limit asked): racers hold up to twice the permits the
+// semaphore allows.
+func Overgrants(b backend.Backend) backend.Backend { return &overgrants{b} }
+
+type overgrants struct{ backend.Backend }
+
+func (o *overgrants) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
+	asked := req.Limit
+	if req.Kind == backend.KindSemaphore && 2*req.Limit <= backend.MaxLimit {
+		req.Limit *= 2 // the bug
+	}
+	res, err := o.Backend.Acquire(ctx, req)
+	if res.Record.Kind == backend.KindSemaphore {
+		res.Record.Limit = asked
+	}
+	return res, err
 }
 
 // OpenFilestorePerProcess opens a filestore of its own for each process,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/holdfast/holdfast/core/backend"
 	backendv1 "github.com/holdfast/holdfast/proto/holdfast/backend/v1"
@@ -44,25 +45,85 @@ func fromRecord(op string, p *backendv1.Record, key string) (backend.Record, err
 		Holder:       p.GetHolder(),
 		Stamp:        FromStamp(p.GetStamp()),
 	}
-	if d := p.GetRemaining(); d != nil {
-		if err := d.CheckValid(); err != nil {
-			return backend.Record{}, errMalformed(op, "remaining: %v", err)
-		}
-		// A holder past its expiry (clock skew between the plugin and its
-		// store) has nothing left, not a negative time.
-		r.Remaining = max(d.AsDuration(), 0)
-	}
-	if t := p.GetExpiresAt(); t != nil {
-		if err := t.CheckValid(); err != nil {
-			return backend.Record{}, errMalformed(op, "expires_at: %v", err)
-		}
-		r.ExpiresAt = t.AsTime()
-	}
 	var err error
+	if r.Remaining, r.ExpiresAt, err = leaseTimes(op, "", p.GetRemaining(), p.GetExpiresAt()); err != nil {
+		return backend.Record{}, err
+	}
 	if r.LockDelay, err = nonNegative(op, "lock_delay", p.GetLockDelay()); err != nil {
 		return backend.Record{}, err
 	}
+	if err := fromShape(op, p, &r); err != nil {
+		return backend.Record{}, err
+	}
 	return r, nil
+}
+
+// fromShape decodes a record's kind, limit, permits and holders. Limit and
+// Permits are at least 1 (unset is a mutex's 1); InUse, when the plugin
+// left it unset, is the sum of the holders' permits. Nothing checks that the
+// holders fit the limit: a backend that over-grants is shown as it is (the
+// conformance suite catches it).
+func fromShape(op string, p *backendv1.Record, r *backend.Record) error {
+	kind, ok := FromKind(p.GetKind())
+	if !ok {
+		return errMalformed(op, "record of unknown kind %v", p.GetKind())
+	}
+	r.Kind = kind
+	r.Limit = int(max(p.GetLimit(), 1))
+	r.Permits = int(max(p.GetPermits(), 1))
+	r.InUse = int(p.GetInUse())
+	if n := len(p.GetHolders()); n > 0 {
+		r.Holders = make([]backend.Grant, n)
+	}
+	sum := 0
+	for i, g := range p.GetHolders() {
+		grant, err := fromGrant(op, g)
+		if err != nil {
+			return err
+		}
+		r.Holders[i] = grant
+		sum += grant.Permits
+	}
+	if r.InUse == 0 {
+		r.InUse = sum
+	}
+	return nil
+}
+
+func fromGrant(op string, p *backendv1.Grant) (backend.Grant, error) {
+	g := backend.Grant{
+		FencingToken: p.GetFencingToken(),
+		Holder:       p.GetHolder(),
+		Stamp:        FromStamp(p.GetStamp()),
+		Permits:      int(max(p.GetPermits(), 1)),
+	}
+	var err error
+	if g.Remaining, g.ExpiresAt, err = leaseTimes(op, "holder's ", p.GetRemaining(), p.GetExpiresAt()); err != nil {
+		return backend.Grant{}, err
+	}
+	return g, nil
+}
+
+// leaseTimes decodes a lease's remaining time and expiry (unset: zero);
+// what prefixes the field names in messages.
+func leaseTimes(op, what string, d *durationpb.Duration, t *timestamppb.Timestamp) (time.Duration, time.Time, error) {
+	var remaining time.Duration
+	var expires time.Time
+	if d != nil {
+		if err := d.CheckValid(); err != nil {
+			return 0, time.Time{}, errMalformed(op, "%sremaining: %v", what, err)
+		}
+		// A holder past its expiry (clock skew between the plugin and its
+		// store) has nothing left, not a negative time.
+		remaining = max(d.AsDuration(), 0)
+	}
+	if t != nil {
+		if err := t.CheckValid(); err != nil {
+			return 0, time.Time{}, errMalformed(op, "%sexpires_at: %v", what, err)
+		}
+		expires = t.AsTime()
+	}
+	return remaining, expires, nil
 }
 
 // nonNegative converts a duration of an answer that must not be negative
@@ -255,6 +316,14 @@ func FromInfoResponse(p *backendv1.InfoResponse) (backend.Info, error) {
 		MaxKeys:    int(min(max(p.GetMaxKeys(), 1), maxWireKeys)),
 		RequestIDs: p.GetRequestIds(),
 	}
+	// Kinds this side does not know (a newer plugin's) are left out: the
+	// engine never asks for them.
+	for _, w := range p.GetKinds() {
+		if k, ok := FromKind(w); ok && k != backend.KindMutex && !slices.Contains(info.Kinds, k) {
+			info.Kinds = append(info.Kinds, k)
+		}
+	}
+	slices.Sort(info.Kinds)
 	var err error
 	if info.MaxLockDelay, err = duration("max_lock_delay", p.GetMaxLockDelay()); err != nil {
 		return backend.Info{}, err

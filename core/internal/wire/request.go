@@ -26,10 +26,24 @@ func ToAcquireRequest(req backend.AcquireRequest) *backendv1.AcquireRequest {
 		Replay:     req.Replay,
 		LockDelay:  toDelay(req.LockDelay),
 		ReplayOnly: req.ReplayOnly,
+		Kind:       ToKind(req.Kind),
+		Limit:      toCount(req.Limit),
+		Permits:    toCount(req.Permits),
 	}
 }
 
-// FromAcquireRequest decodes an Acquire.
+// toCount encodes a limit or a number of permits: 1, what every request
+// before kinds meant, is left unset.
+func toCount(n int) uint32 {
+	if n <= 1 {
+		return 0
+	}
+	return uint32(min(n, int(^uint32(0))))
+}
+
+// FromAcquireRequest decodes an Acquire. Limit and Permits are at least 1
+// (unset is a mutex's 1); a kind this side does not know stays unknown
+// (Kind -1), which no backend keeps.
 func FromAcquireRequest(p *backendv1.AcquireRequest) backend.AcquireRequest {
 	return backend.AcquireRequest{
 		Key:        p.GetKey(),
@@ -42,7 +56,17 @@ func FromAcquireRequest(p *backendv1.AcquireRequest) backend.AcquireRequest {
 		Replay:     p.GetReplay(),
 		LockDelay:  p.GetLockDelay().AsDuration(),
 		ReplayOnly: p.GetReplayOnly(),
+		Kind:       requestKind(p.GetKind()),
+		Limit:      int(max(p.GetLimit(), 1)),
+		Permits:    int(max(p.GetPermits(), 1)),
 	}
+}
+
+func requestKind(k backendv1.Kind) backend.Kind {
+	if kind, ok := FromKind(k); ok {
+		return kind
+	}
+	return -1
 }
 
 // ToReleaseRequest encodes a Release.

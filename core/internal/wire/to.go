@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"slices"
+
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -20,9 +22,33 @@ func ToRecord(r backend.Record) *backendv1.Record {
 		Remaining:    durationpb.New(r.Remaining),
 		Stamp:        ToStamp(r.Stamp),
 		LockDelay:    toDelay(r.LockDelay),
+		Kind:         ToKind(r.Kind),
+		Limit:        toCount(r.Limit),
+		Permits:      toCount(r.Permits),
+		InUse:        uint32(max(r.InUse, 0)),
 	}
 	if !r.ExpiresAt.IsZero() {
 		out.ExpiresAt = timestamppb.New(r.ExpiresAt)
+	}
+	if len(r.Holders) > 0 {
+		out.Holders = make([]*backendv1.Grant, len(r.Holders))
+		for i, g := range r.Holders {
+			out.Holders[i] = toGrant(g)
+		}
+	}
+	return out
+}
+
+func toGrant(g backend.Grant) *backendv1.Grant {
+	out := &backendv1.Grant{
+		FencingToken: g.FencingToken,
+		Holder:       g.Holder,
+		Remaining:    durationpb.New(g.Remaining),
+		Stamp:        ToStamp(g.Stamp),
+		Permits:      toCount(g.Permits),
+	}
+	if !g.ExpiresAt.IsZero() {
+		out.ExpiresAt = timestamppb.New(g.ExpiresAt)
 	}
 	return out
 }
@@ -36,9 +62,10 @@ func toDelayRecord(r backend.Record) *backendv1.Record {
 	return &backendv1.Record{Key: r.Key, DelayRemaining: durationpb.New(r.DelayRemaining)}
 }
 
-// ToInfoResponse encodes what a backend promises. fair says whether the
-// backend keeps the queue that Info.Fair promises (it implements
-// backend.FairBackend): a backend without it is not fair, whatever it says.
+// ToInfoResponse encodes what a backend promises (its Kinds beside the
+// mutex, each once, in order). fair says whether the backend keeps the
+// queue that Info.Fair promises (it implements backend.FairBackend): a
+// backend without it is not fair, whatever it says.
 // sets says whether it takes sets of keys (backend.SetBackend, and
 // backend.FairSetBackend when fair): without them MaxKeys is 1. batch says
 // whether it serves the batch calls (backend.BatchBackend).
@@ -59,8 +86,21 @@ func ToInfoResponse(info backend.Info, fair, sets, batch bool) *backendv1.InfoRe
 		MinTtl:         durationpb.New(info.MinTTL),
 		MaxTtl:         durationpb.New(info.MaxTTL),
 		Fair:           info.Fair && fair,
+		Kinds:          toKinds(info.Kinds),
 		Batch:          batch,
 	}
+}
+
+// toKinds encodes the kinds a backend keeps beside the mutex, each once.
+func toKinds(kinds []backend.Kind) []backendv1.Kind {
+	var out []backendv1.Kind
+	for _, k := range kinds {
+		if w := ToKind(k); w != backendv1.Kind_KIND_UNSPECIFIED && !slices.Contains(out, w) {
+			out = append(out, w)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // ToAcquireResponse encodes the outcome of an Acquire.

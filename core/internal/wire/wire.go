@@ -65,6 +65,32 @@ func fromEventType(t backendv1.EventType) backend.EventType {
 	return 0
 }
 
+// ToKind encodes a kind; a mutex is left unset (as every record and request
+// before kinds), so a mutex's messages are what they always were.
+func ToKind(k backend.Kind) backendv1.Kind {
+	switch k {
+	case backend.KindSemaphore:
+		return backendv1.Kind_KIND_SEMAPHORE
+	case backend.KindRWLock:
+		return backendv1.Kind_KIND_RWLOCK
+	}
+	return backendv1.Kind_KIND_UNSPECIFIED
+}
+
+// FromKind decodes a kind: unset and KIND_MUTEX are a mutex; ok is false for
+// a kind this side does not know.
+func FromKind(k backendv1.Kind) (kind backend.Kind, ok bool) {
+	switch k {
+	case backendv1.Kind_KIND_UNSPECIFIED, backendv1.Kind_KIND_MUTEX:
+		return backend.KindMutex, true
+	case backendv1.Kind_KIND_SEMAPHORE:
+		return backend.KindSemaphore, true
+	case backendv1.Kind_KIND_RWLOCK:
+		return backend.KindRWLock, true
+	}
+	return 0, false
+}
+
 // maxWireKeys bounds the keys of one set call either side accepts: far above
 // what the engine asks for, so a plugin cannot make the host allocate for
 // more.

@@ -21,6 +21,7 @@ func TestRoundTrip(t *testing.T) {
 		Key: "a/1", FencingToken: 7, Holder: "h",
 		ExpiresAt: time.Unix(1700000000, 123).UTC(), Remaining: 3 * time.Second,
 		Stamp: hlc.Timestamp{WallTime: 42, Logical: 3}, LockDelay: 5 * time.Second,
+		Limit: 1, Permits: 1, // a mutex's, as decoded
 	}
 	same := func(what string, got, want any) {
 		t.Helper()
@@ -31,8 +32,42 @@ func TestRoundTrip(t *testing.T) {
 
 	idem := backend.Request{ID: "id", Fingerprint: "fp"}
 	acq := backend.AcquireRequest{Key: "a/1", OwnerToken: "tok", TTL: time.Minute, Holder: "h", Stamp: rec.Stamp, WaiterID: "w",
-		Request: idem, Replay: "sealed", LockDelay: time.Second, ReplayOnly: true}
+		Request: idem, Replay: "sealed", LockDelay: time.Second, ReplayOnly: true, Limit: 1, Permits: 1}
 	same("AcquireRequest", FromAcquireRequest(ToAcquireRequest(acq)), acq)
+	for _, shape := range []struct {
+		kind           backend.Kind
+		limit, permits int
+	}{{backend.KindSemaphore, 3, 2}, {backend.KindRWLock, backend.RWLockReaders, 1}, {backend.KindRWLock, backend.RWLockReaders, backend.RWLockReaders}} {
+		sem := backend.AcquireRequest{Key: "a/1", OwnerToken: "tok", TTL: time.Minute, Kind: shape.kind, Limit: shape.limit, Permits: shape.permits}
+		same("AcquireRequest "+shape.kind.String(), FromAcquireRequest(ToAcquireRequest(sem)), sem)
+	}
+	// A batch carries a grant's kind, limit and permits in each item, and
+	// its records' holders.
+	items := []backend.AcquireRequest{acq, {Key: "a/2", OwnerToken: "t2", TTL: time.Minute, Kind: backend.KindSemaphore, Limit: 3, Permits: 2}}
+	same("AcquireBatchRequest", FromAcquireBatchRequest(ToAcquireBatchRequest(items)), items)
+	// A semaphore's record: its grant, its shape and every holder.
+	semRec := rec
+	semRec.LockDelay = 0
+	semRec.Kind, semRec.Limit, semRec.Permits, semRec.InUse = backend.KindSemaphore, 5, 2, 3
+	semRec.Holders = []backend.Grant{
+		{FencingToken: 6, Holder: "g", ExpiresAt: rec.ExpiresAt, Remaining: time.Second, Stamp: hlc.Timestamp{WallTime: 41}, Permits: 1},
+		{FencingToken: 7, Holder: "h", ExpiresAt: rec.ExpiresAt, Remaining: 3 * time.Second, Stamp: rec.Stamp, Permits: 2},
+	}
+	sg, found, err := FromGetResponse(ToGetResponse(semRec, true), "a/1")
+	same("Get semaphore", []any{sg, found, err}, []any{semRec, true, nil})
+	bres, err := FromAcquireBatchResponse(ToAcquireBatchResponse([]backend.Outcome[backend.AcquireResult]{{Value: backend.AcquireResult{Acquired: true, Record: semRec}}}),
+		[]backend.AcquireRequest{{Key: "a/1"}}, "p")
+	same("AcquireBatch semaphore", []any{bres, err}, []any{[]backend.Outcome[backend.AcquireResult]{{Value: backend.AcquireResult{Acquired: true, Record: semRec}}}, nil})
+	// InUse left unset by the plugin is the holders' sum.
+	unsummed := semRec
+	unsummed.InUse = 0
+	sg, _, _ = FromGetResponse(ToGetResponse(unsummed, true), "a/1")
+	same("Get semaphore without in_use", sg.InUse, 3)
+	// A refused Acquire of a key kept with another kind carries the kept
+	// kind and limit.
+	kept := backend.Record{Key: "a/1", Kind: backend.KindSemaphore, Limit: 3, Permits: 1}
+	kres, err := FromAcquireResponse(ToAcquireResponse(backend.AcquireResult{Record: kept}), "a/1")
+	same("AcquireResult kind kept", []any{kres, err}, []any{backend.AcquireResult{Record: kept}, nil})
 	rel := backend.ReleaseRequest{Key: "a/1", OwnerToken: "tok", Stamp: rec.Stamp, Request: idem, Abandon: true}
 	same("ReleaseRequest", FromReleaseRequest(ToReleaseRequest(rel)), rel)
 	ext := backend.ExtendRequest{Key: "a/1", OwnerToken: "tok", TTL: time.Hour, Stamp: rec.Stamp, Request: idem}
@@ -85,7 +120,7 @@ func TestRoundTrip(t *testing.T) {
 		same("Event "+ev.Type.String(), []any{got, err}, []any{ev, nil})
 	}
 	info := backend.Info{Name: "x", Version: "1", Shared: true, Durable: true, TTLGranularity: time.Millisecond, MinTTL: time.Second, MaxTTL: time.Hour, Fair: true,
-		MaxKeys: 16, RequestIDs: true, MaxLockDelay: time.Minute}
+		MaxKeys: 16, RequestIDs: true, MaxLockDelay: time.Minute, Kinds: []backend.Kind{backend.KindSemaphore, backend.KindRWLock}}
 	gotInfo, err := FromInfoResponse(ToInfoResponse(info, true, true, true))
 	same("Info", []any{gotInfo, err}, []any{info, nil})
 	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, false, true, false)); gotInfo.Fair {
@@ -93,6 +128,11 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, true, false, false)); gotInfo.MaxKeys != 1 {
 		t.Errorf("a backend without the set calls was reported to take %d keys", gotInfo.MaxKeys)
+	}
+	dup := info
+	dup.Kinds = []backend.Kind{backend.KindRWLock, backend.KindMutex, backend.KindSemaphore, backend.KindRWLock}
+	if gotInfo, _ := FromInfoResponse(ToInfoResponse(dup, true, true, true)); !reflect.DeepEqual(gotInfo.Kinds, info.Kinds) {
+		t.Errorf("kinds %v were reported as %v, want %v", dup.Kinds, gotInfo.Kinds, info.Kinds)
 	}
 	if ToStamp(hlc.Timestamp{}) != nil {
 		t.Error("the zero stamp is not left unset")

@@ -19,11 +19,11 @@ SDKs: docs/sdk-behaviour.md.
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
-from ._async import DEFAULT_REQUEST_TIMEOUT, DEFAULT_RETRY_BUDGET, DEFAULT_TTL, AsyncClient, LockContext
+from ._async import DEFAULT_REQUEST_TIMEOUT, DEFAULT_RETRY_BUDGET, DEFAULT_TTL, AsyncClient, AsyncRWLock, LockContext
 from ._durations import MIN_TTL, Duration
 from ._guard import AsyncGuard
 from ._options import Backoff, ExpiryMargin
-from ._sync import Client, Guard, WatchStream
+from ._sync import Client, Guard, LockRequest, RWLock, WatchStream
 from .errors import (
     CanceledError,
     ClientClosedError,
@@ -45,7 +45,7 @@ from .errors import (
 from .events import LeaseEvent, LeaseEventListener, LeaseEventType
 from .fencing import validate_write
 from .hlc import DEFAULT_MAX_OFFSET, Clock, Timestamp
-from .types import BackendInfo, Inspection, KeyDelay, LockEvent, LockState, RunResult, ServerInfo
+from .types import BackendInfo, Grant, Inspection, KeyDelay, Kind, LockEvent, LockState, Mode, RunResult, ServerInfo
 
 try:
     __version__ = _version("holdfast")
@@ -60,6 +60,7 @@ __all__ = [
     "MIN_TTL",
     "AsyncClient",
     "AsyncGuard",
+    "AsyncRWLock",
     "BackendInfo",
     "Backoff",
     "CanceledError",
@@ -70,11 +71,13 @@ __all__ = [
     "DeadlineExceededError",
     "Duration",
     "ExpiryMargin",
+    "Grant",
     "Guard",
     "HoldfastError",
     "Inspection",
     "InvalidArgumentError",
     "KeyDelay",
+    "Kind",
     "LeaseEvent",
     "LeaseEventListener",
     "LeaseEventType",
@@ -83,9 +86,12 @@ __all__ = [
     "LockContext",
     "LockEvent",
     "LockReleasedError",
+    "LockRequest",
     "LockState",
+    "Mode",
     "NotAcquiredError",
     "PermissionDeniedError",
+    "RWLock",
     "ResourceExhaustedError",
     "RunResult",
     "ServerError",

@@ -24,6 +24,7 @@ from ._address import base_url
 from ._durations import Duration
 from ._guard import AsyncGuard, Session, from_duration, lease_target, to_duration
 from ._options import Backoff, ExpiryMargin
+from ._primitives import LOCK, Primitive
 from ._rpc import Rpc, new_request_id
 from ._timestamp import Timestamp
 from ._transport import HttpxTransport, tls_verify
@@ -41,7 +42,18 @@ from .events import LeaseEventListener
 from .hlc import DEFAULT_MAX_OFFSET, Clock
 from .lock.v1 import lock_pb2
 from .lock.v1.lock_connect import LockServiceClient
-from .types import BackendInfo, EventType, Inspection, KeyDelay, LockEvent, LockState, RunResult, ServerInfo
+from .types import (
+    BackendInfo,
+    EventType,
+    Inspection,
+    KeyDelay,
+    LockEvent,
+    LockState,
+    Mode,
+    RunResult,
+    ServerInfo,
+    kind_from_proto,
+)
 
 T = TypeVar("T")
 
@@ -273,6 +285,55 @@ class AsyncClient:
             self, (key, *more), ttl=ttl, wait=wait, holder=holder, watchdog=watchdog, lock_delay=lock_delay
         )
 
+    def semaphore(
+        self,
+        key: str,
+        limit: int,
+        *,
+        permits: int | None = None,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
+        watchdog: bool = True,
+    ) -> LockContext:
+        """A grant of permits (default 1) of the semaphore key, whose limit is
+        the most permits held at once: ``async with client.semaphore("jobs",
+        3, permits=2, ttl=30) as guard:`` holds 2 of its 3 permits for the
+        block; ``await client.semaphore(...)`` just acquires, and the context
+        also has ``try_acquire()`` and ``run_if_free(fn)``. Waits like
+        acquire().
+
+        Each grant is a lease of its own, with its own fencing token
+        (strictly increasing over every grant of the key), renewed by the
+        watchdog and poisoned on loss like a lock's (``guard.permits``,
+        ``guard.limit``). The server fixes a key's kind and limit at its
+        first grant: another limit, or a key used as a lock or rwlock, is
+        refused with a ServerError whose code is ``failed_precondition``.
+        limit must be at least 1 and permits 1 to limit (else
+        InvalidArgumentError, before anything is sent); the server caps the
+        limit (``BackendInfo.max_limit``). Waiters are served strictly in
+        arrival order, so a large request is never overtaken by later small
+        ones."""
+        return LockContext(
+            self,
+            (key,),
+            Primitive("semaphore", limit=limit, permits=permits),
+            ttl=ttl,
+            wait=wait,
+            holder=holder,
+            watchdog=watchdog,
+        )
+
+    def rwlock(self, key: str) -> AsyncRWLock:
+        """The read-write lock key: ``async with client.rwlock("cfg").read()
+        as guard:`` holds a shared grant (with other readers, never a
+        writer), ``.write()`` an exclusive one. Grants are leases as locks
+        are (``guard.mode`` says which). Waiters are served strictly in
+        arrival order: a reader arriving behind a waiting writer waits for
+        it. A key used as a lock or a semaphore is refused with a
+        ServerError whose code is ``failed_precondition``."""
+        return AsyncRWLock(self, key)
+
     async def acquire(
         self,
         key: str,
@@ -299,10 +360,22 @@ class AsyncClient:
         holder starts; waiters wait through it. None or 0 (the default) is
         none; the server caps it (``BackendInfo.max_lock_delay``) and needs a
         backend that keeps lock-delays (else ``unimplemented``)."""
-        keys = (key, *more)
-        got = await self._acquire(keys, ttl, _durations.wait(wait), holder, watchdog, lock_delay)
+        return await self._acquire_or_raise((key, *more), LOCK, ttl, wait, holder, watchdog, lock_delay)
+
+    async def _acquire_or_raise(
+        self,
+        keys: tuple[str, ...],
+        primitive: Primitive,
+        ttl: Duration | None,
+        wait: Duration | None,
+        holder: str | None,
+        watchdog: bool,
+        lock_delay: Duration | None = None,
+    ) -> AsyncGuard:
+        """acquire's answer: the guard, or NotAcquiredError with the holder's state."""
+        got = await self._acquire(keys, ttl, _durations.wait(wait), holder, watchdog, lock_delay, primitive)
         if isinstance(got, _Held):
-            raise NotAcquiredError(key, got.current, _durations.wait(wait), keys=keys, delay=got.delay)
+            raise NotAcquiredError(keys[0], got.current, _durations.wait(wait), keys=keys, delay=got.delay)
         return got
 
     async def try_acquire(
@@ -418,6 +491,7 @@ class AsyncClient:
         holder: str | None,
         watchdog: bool,
         lock_delay: Duration | None = None,
+        primitive: Primitive = LOCK,
     ) -> AsyncGuard | _Held:
         """The acquire loop. wait None: until acquired or cancelled; 0: one
         attempt; d: until d has passed. Transport failures and
@@ -433,6 +507,7 @@ class AsyncClient:
                     f"holdfast: key: {k!r} is not a string (several keys go as arguments: lock(k1, k2, ...))"
                 )
         delay = 0.0 if lock_delay is None else _durations.non_negative("lock_delay", lock_delay)
+        primitive.check(keys, delay)
         multi = len(keys) > 1
         key = keys[0]
         target: dict[str, Any] = {"claims": [lock_pb2.Claim(key=k) for k in keys]} if multi else {"key": key}
@@ -457,7 +532,12 @@ class AsyncClient:
             if deadline is not None and wait:
                 budget_end = min(budget_end, deadline)
             req = lock_pb2.AcquireRequest(
-                **target, ttl=to_duration(lease_ttl), holder=label, client_stamp=self._session.stamp(), request_id=rid
+                **target,
+                **primitive.request_fields(),
+                ttl=to_duration(lease_ttl),
+                holder=label,
+                client_stamp=self._session.stamp(),
+                request_id=rid,
             )
             if server_wait > 0:
                 req.wait.CopyFrom(to_duration(server_wait))
@@ -489,6 +569,8 @@ class AsyncClient:
                         f"holdfast: {what}: acquired=true without a lease, owner token and its keys", code="internal"
                     )
                 self._session.merge(res.lease.stamp if res.lease.HasField("stamp") else None)
+                if not primitive.granted_as_asked(res.lease):
+                    await self._refuse_grant(res.lease, primitive, what)
                 valid_from = await self._confirm(res.lease, sent_at)
                 if valid_from is not None:
                     return AsyncGuard(self._session, res.lease, label, valid_from, watchdog)
@@ -499,6 +581,26 @@ class AsyncClient:
             if deadline is not None and (wait == 0 or time.monotonic() >= deadline):
                 return _Held(current, held_delay)
             # The server's wait ended before ours: queue again.
+
+    async def _refuse_grant(self, lease: lock_pb2.Lease, primitive: Primitive, what: str) -> None:
+        """A server that does not know kinds drops them and grants a lock:
+        give that lease back (best effort; it expires by itself otherwise)
+        and raise, rather than pass a lock off as a semaphore or rwlock
+        grant."""
+        rpc = self._rpc
+        req = lock_pb2.ReleaseRequest(
+            **lease_target(lease),
+            owner_token=lease.owner_token,
+            client_stamp=self._session.stamp(),
+            request_id=new_request_id(),
+        )
+        with contextlib.suppress(HoldfastError):
+            await rpc.attempt(what, lambda: rpc.stub.release(req), rpc.request_timeout)
+        raise ServerError(
+            f"holdfast: {what}: asked for a {primitive.kind}, the server granted a {kind_from_proto(lease.kind)}"
+            f" (a server that does not know {primitive.kind}s?)",
+            code="unimplemented",
+        )
 
     async def _learn_max_wait(self, refused: float) -> bool:
         """After an Acquire asking for ``refused`` seconds of waiting was
@@ -624,6 +726,10 @@ class AsyncClient:
                 max_keys=max(b.max_keys, 1),
                 request_ids=lock_pb2.CAPABILITY_REQUEST_ID in b.capabilities,
                 max_lock_delay=from_duration(b.max_lock_delay),
+                # A server from before kinds says nothing: it keeps locks only.
+                kinds=tuple(dict.fromkeys(["mutex", *(kind_from_proto(k) for k in b.kinds if k)])),
+                max_limit=b.max_limit,
+                rwlock_readers=b.rwlock_readers,
             ),
             max_clock_offset=from_duration(res.max_clock_offset),
             max_wait=from_duration(res.max_wait),
@@ -645,22 +751,100 @@ async def _stop(*tasks: asyncio.Future[Any]) -> None:
 
 
 class LockContext:
-    """Returned by AsyncClient.lock: an async context manager that holds the
-    lock for its block, or an awaitable that just acquires it."""
+    """Returned by AsyncClient.lock, semaphore and rwlock(...).read()/write():
+    an async context manager that holds the lock (or grant) for its block,
+    or an awaitable that just acquires it; ``try_acquire()`` and
+    ``run_if_free(fn)`` make one attempt."""
 
-    def __init__(self, client: AsyncClient, keys: tuple[str, ...], **opts: Any) -> None:
+    def __init__(self, client: AsyncClient, keys: tuple[str, ...], primitive: Primitive = LOCK, **opts: Any) -> None:
         self._client = client
         self._keys = keys
+        self._primitive = primitive
         self._opts = opts
         self._guard: AsyncGuard | None = None
 
+    async def acquire(self) -> AsyncGuard:
+        """Takes it as AsyncClient.acquire does (waiting as ``wait`` says)."""
+        o = self._opts
+        return await self._client._acquire_or_raise(
+            self._keys,
+            self._primitive,
+            o.get("ttl"),
+            o.get("wait"),
+            o.get("holder"),
+            o.get("watchdog", True),
+            o.get("lock_delay"),
+        )
+
+    async def try_acquire(self) -> AsyncGuard | None:
+        """Exactly one attempt, never queueing (``wait`` is ignored): the
+        guard, or None when the key is held (beyond the permits left)."""
+        o = self._opts
+        got = await self._client._acquire(
+            self._keys,
+            o.get("ttl"),
+            0.0,
+            o.get("holder"),
+            o.get("watchdog", True),
+            o.get("lock_delay"),
+            self._primitive,
+        )
+        return None if isinstance(got, _Held) else got
+
+    async def run_if_free(self, fn: Callable[[AsyncGuard], Awaitable[T]]) -> RunResult:
+        """Skip if held, as AsyncClient.run_if_free: one attempt; held, fn is
+        not called (``RunResult(ran=False)``); free, ``await fn(guard)`` runs
+        under it and it is released afterwards."""
+        guard = await self.try_acquire()
+        if guard is None:
+            return RunResult(False)
+        async with guard:
+            value = await fn(guard)
+        return RunResult(True, value)
+
     def __await__(self) -> Generator[Any, None, AsyncGuard]:
-        return self._client.acquire(*self._keys, **self._opts).__await__()
+        return self.acquire().__await__()
 
     async def __aenter__(self) -> AsyncGuard:
-        self._guard = await self._client.acquire(*self._keys, **self._opts)
+        self._guard = await self.acquire()
         return self._guard
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if self._guard is not None:
             await self._guard._exit(exc_type is not None)
+
+
+class AsyncRWLock:
+    """Returned by AsyncClient.rwlock: the read-write lock key, whose
+    ``read()`` is a shared grant (many readers at once, never with a writer)
+    and ``write()`` an exclusive one (nobody else, reader or writer)."""
+
+    def __init__(self, client: AsyncClient, key: str) -> None:
+        self._client = client
+        self.key = key
+        """The read-write lock's key."""
+
+    def read(
+        self,
+        *,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
+        watchdog: bool = True,
+    ) -> LockContext:
+        """A shared grant: held together with other readers, never with a writer."""
+        return self._grant("shared", ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
+
+    def write(
+        self,
+        *,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
+        watchdog: bool = True,
+    ) -> LockContext:
+        """An exclusive grant: held by nobody else, reader or writer."""
+        return self._grant("exclusive", ttl=ttl, wait=wait, holder=holder, watchdog=watchdog)
+
+    def _grant(self, mode: Mode, **opts: Any) -> LockContext:
+        return LockContext(self._client, (self.key,), Primitive("rwlock", mode=mode), **opts)

@@ -13,6 +13,7 @@ from google.protobuf import duration_pb2
 
 from . import _durations
 from ._options import ExpiryMargin
+from ._primitives import Share
 from ._renewer import Renewer
 from ._rpc import Rpc, new_request_id
 from ._timestamp import Timestamp
@@ -85,7 +86,9 @@ class Session:
 
 
 class AsyncGuard:
-    """A held lease.
+    """A held lease: a lock, or one grant of a semaphore or rwlock (``kind``,
+    ``limit``, ``permits`` and ``mode`` say which; a grant is a lease like a
+    lock's, with its own owner token).
 
     The client's watchdog renews the lease every TTL/3 after the last
     successful renewal was sent, together with the client's other guards due
@@ -110,6 +113,16 @@ class AsyncGuard:
         """Every locked key, in the order given to ``lock()``."""
         self.holder: str = holder
         """The label others see while this guard holds the key."""
+        share = Share.of(lease)
+        self.kind = share.kind
+        """What the key is: ``mutex`` (a lock), ``semaphore`` or ``rwlock``."""
+        self.limit: int = share.limit
+        """The key's capacity: 1 for a lock, a semaphore's limit, an rwlock's reader capacity."""
+        self.permits: int = share.permits
+        """This lease's share of the limit: 1 for a lock and a reader, a
+        semaphore grant's permits, the whole limit for a writer."""
+        self.mode = share.mode
+        """``shared`` for an rwlock's reader, ``exclusive`` for everything else."""
         self._owner_token = lease.owner_token
         self._target = lease_target(lease)
         self._fencing_token: int = lease.keys[0].fencing_token if lease.keys else lease.fencing_token

@@ -16,7 +16,17 @@ from typing import Any, TypeVar
 from connectrpc.interceptor import Interceptor
 
 from . import _durations
-from ._async import DEFAULT_REQUEST_TIMEOUT, DEFAULT_RETRY_BUDGET, DEFAULT_TTL, AsyncClient, Keys, Protocol, key_list
+from ._async import (
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_RETRY_BUDGET,
+    DEFAULT_TTL,
+    AsyncClient,
+    AsyncRWLock,
+    Keys,
+    LockContext,
+    Protocol,
+    key_list,
+)
 from ._durations import Duration
 from ._guard import AsyncGuard
 from ._options import Backoff, ExpiryMargin
@@ -24,7 +34,7 @@ from ._timestamp import Timestamp
 from .errors import DeadlineExceededError, HoldfastError, InvalidArgumentError, LeaseLostError
 from .events import LeaseEventListener
 from .hlc import Clock
-from .types import Inspection, LockEvent, LockState, RunResult, ServerInfo
+from .types import Inspection, Kind, LockEvent, LockState, Mode, RunResult, ServerInfo
 
 T = TypeVar("T")
 
@@ -198,6 +208,33 @@ class Client:
 
         return self._loop.run(acquire())
 
+    def semaphore(
+        self,
+        key: str,
+        limit: int,
+        *,
+        permits: int | None = None,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
+        watchdog: bool = True,
+    ) -> LockRequest:
+        """A grant of permits (default 1) of the semaphore key, as
+        AsyncClient.semaphore: ``with client.semaphore("jobs", 3, permits=2)
+        as guard:`` holds it for the block; the request also has
+        ``acquire()``, ``try_acquire()`` and ``run_if_free(fn)``. (Unlike
+        ``lock()``, which acquires at once, it describes the grant.)"""
+        return LockRequest(
+            self._loop,
+            self._async.semaphore(key, limit, permits=permits, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog),
+        )
+
+    def rwlock(self, key: str) -> RWLock:
+        """The read-write lock key, as AsyncClient.rwlock: ``with
+        client.rwlock("cfg").read() as guard:`` holds a shared grant,
+        ``.write()`` an exclusive one."""
+        return RWLock(self._loop, self._async.rwlock(key))
+
     def try_acquire(
         self,
         key: str,
@@ -334,6 +371,86 @@ class Client:
         return self._loop.run(self._async.server_info())
 
 
+class LockRequest:
+    """Returned by Client.semaphore and Client.rwlock(...).read()/write(): a
+    grant not taken yet. ``with`` holds it for the block (acquired as
+    ``acquire()`` does); ``try_acquire()`` and ``run_if_free(fn)`` make one
+    attempt."""
+
+    def __init__(self, loop: _LoopThread, inner: LockContext) -> None:
+        self._loop = loop
+        self._inner = inner
+        self._guard: Guard | None = None
+
+    def acquire(self) -> Guard:
+        """Takes it, waiting as ``wait`` says (as Client.acquire)."""
+
+        async def acquire() -> Guard:
+            return Guard(self._loop, await self._inner.acquire())
+
+        return self._loop.run(acquire())
+
+    def try_acquire(self) -> Guard | None:
+        """Exactly one attempt, never queueing: the guard, or None when the
+        key is held (beyond the permits left)."""
+
+        async def attempt() -> Guard | None:
+            got = await self._inner.try_acquire()
+            return None if got is None else Guard(self._loop, got)
+
+        return self._loop.run(attempt())
+
+    def run_if_free(self, fn: Callable[[Guard], T]) -> RunResult:
+        """Skip if held, as Client.run_if_free."""
+        guard = self.try_acquire()
+        if guard is None:
+            return RunResult(False)
+        with guard:
+            value = fn(guard)
+        return RunResult(True, value)
+
+    def __enter__(self) -> Guard:
+        self._guard = self.acquire()
+        return self._guard
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if self._guard is not None:
+            self._guard.__exit__(exc_type, *exc)
+
+
+class RWLock:
+    """Returned by Client.rwlock: the read-write lock key, whose ``read()``
+    is a shared grant and ``write()`` an exclusive one (as AsyncRWLock)."""
+
+    def __init__(self, loop: _LoopThread, inner: AsyncRWLock) -> None:
+        self._loop = loop
+        self._inner = inner
+        self.key: str = inner.key
+        """The read-write lock's key."""
+
+    def read(
+        self,
+        *,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
+        watchdog: bool = True,
+    ) -> LockRequest:
+        """A shared grant: held together with other readers, never with a writer."""
+        return LockRequest(self._loop, self._inner.read(ttl=ttl, wait=wait, holder=holder, watchdog=watchdog))
+
+    def write(
+        self,
+        *,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
+        watchdog: bool = True,
+    ) -> LockRequest:
+        """An exclusive grant: held by nobody else, reader or writer."""
+        return LockRequest(self._loop, self._inner.write(ttl=ttl, wait=wait, holder=holder, watchdog=watchdog))
+
+
 class WatchStream:
     """A blocking iterator over a watch's LockEvents."""
 
@@ -387,6 +504,15 @@ class Guard:
         """Every locked key, in the order given to ``lock()``."""
         self.holder = inner.holder
         """The label others see while this guard holds the key."""
+        self.kind: Kind = inner.kind
+        """What the key is: ``mutex`` (a lock), ``semaphore`` or ``rwlock``."""
+        self.limit: int = inner.limit
+        """The key's capacity: 1 for a lock, a semaphore's limit, an rwlock's reader capacity."""
+        self.permits: int = inner.permits
+        """This lease's share of the limit: 1 for a lock and a reader, a
+        semaphore grant's permits, the whole limit for a writer."""
+        self.mode: Mode = inner.mode
+        """``shared`` for an rwlock's reader, ``exclusive`` for everything else."""
         self.lost = threading.Event()
         """Set (from the client's thread) when the lease is lost."""
         self.done = threading.Event()

@@ -77,7 +77,18 @@ class NotAcquiredError(HoldfastError):
         msg = f"holdfast: lock {list(multi) if multi else key!r} not acquired"
         if waited:
             msg += f" within the wait of {waited:g}s"
-        if current is not None and multi:
+        rwlock = current is not None and current.kind == "rwlock"
+        writer = next((g for g in current.holders if g.mode == "exclusive"), None) if current and rwlock else None
+        if current is not None and current.kind == "semaphore":
+            msg += (
+                f": semaphore with {current.permits_in_use} of {current.limit} permits in use"
+                f" by {len(current.holders)} holders"
+            )
+        elif writer is not None:
+            msg += f": written by {writer.holder!r} (fencing token {writer.fencing_token})"
+        elif current is not None and rwlock:
+            msg += f": read by {len(current.holders)} holders"
+        elif current is not None and multi:
             msg += f": {current.key!r} held by {current.holder!r} (fencing token {current.fencing_token})"
         elif current is not None:
             msg += f": held by {current.holder!r} (fencing token {current.fencing_token})"

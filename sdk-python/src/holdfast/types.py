@@ -2,12 +2,73 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from ._timestamp import Timestamp
 from .lock.v1 import lock_pb2
+
+Kind = Literal["mutex", "semaphore", "rwlock"]
+"""What a key is: one holder (``mutex``: a lock), holders sharing a limit of
+permits (a semaphore), or many readers or one writer (an rwlock)."""
+
+Mode = Literal["exclusive", "shared"]
+"""Whether a grant shares its key: ``shared`` is an rwlock's reader; a lock,
+a semaphore grant and a writer are ``exclusive``."""
+
+_KINDS: dict[int, Kind] = {lock_pb2.KIND_SEMAPHORE: "semaphore", lock_pb2.KIND_RWLOCK: "rwlock"}
+
+
+def kind_from_proto(k: int) -> Kind:
+    """The SDK's name of a wire kind (unset and KIND_MUTEX are a mutex)."""
+    return _KINDS.get(k, "mutex")
+
+
+def mode_from_proto(m: int) -> Mode:
+    """The SDK's name of a wire mode (anything but shared is exclusive)."""
+    return "shared" if m == lock_pb2.MODE_SHARED else "exclusive"
+
+
+def _seconds(d: Any) -> float:
+    return float(d.ToNanoseconds()) / 1e9
+
+
+def _time(p: Any, field: str) -> _dt.datetime | None:
+    return getattr(p, field).ToDatetime(tzinfo=_dt.timezone.utc) if p.HasField(field) else None
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One lease held on a key, as others see it (never its owner token)."""
+
+    fencing_token: int
+    holder: str
+    """Free-text label the holder gave at acquire."""
+    expires_at: _dt.datetime | None
+    """The server's view of the expiry; informational only."""
+    stamp: Timestamp
+    """HLC stamp of the grant."""
+    permits: int
+    """Its share of the key's limit (a semaphore grant's permits; 1 for a
+    reader, the whole limit for a writer)."""
+    mode: Mode
+    lock_delay: float = 0.0
+    """Seconds of lock-delay that follow this lease if it expires (locks only)."""
+
+    @staticmethod
+    def from_proto(g: lock_pb2.Grant) -> Grant:
+        """Converts the wire form."""
+        return Grant(
+            fencing_token=g.fencing_token,
+            holder=g.holder,
+            expires_at=_time(g, "expires_at"),
+            stamp=Timestamp.from_proto(g.stamp if g.HasField("stamp") else None),
+            permits=max(g.permits, 1),
+            mode=mode_from_proto(g.mode),
+            lock_delay=_seconds(g.lock_delay) if g.HasField("lock_delay") else 0.0,
+        )
 
 
 @dataclass(frozen=True)
@@ -26,20 +87,42 @@ class LockState:
     """Callers queued for the key on the answering server."""
     lock_delay: float = 0.0
     """Seconds of lock-delay that follow this lease if it expires (0: none)."""
+    kind: Kind = "mutex"
+    """What the key is: ``mutex`` (a lock), ``semaphore`` or ``rwlock`` (fixed by its first grant)."""
+    limit: int = 1
+    """The key's capacity: 1 for a lock, a semaphore's limit, an rwlock's reader capacity."""
+    permits_in_use: int = 1
+    """The permits its holders hold, at most limit (1 for a held lock; an
+    rwlock writer holds all of them)."""
+    holders: tuple[Grant, ...] = ()
+    """Every lease held on the key, in fencing-token order: one for a lock
+    (the fields above), each permit holder, reader or writer otherwise. For a
+    semaphore or rwlock the single-holder fields above (fencing_token,
+    holder, expires_at, stamp) are those of the lease that ends first."""
 
     @staticmethod
     def from_proto(p: lock_pb2.LockState) -> LockState:
-        """Converts the wire form."""
-        expires = p.expires_at.ToDatetime(tzinfo=_dt.timezone.utc) if p.HasField("expires_at") else None
-        return LockState(
+        """Converts the wire form (a server from before kinds says nothing: a lock)."""
+        kind = kind_from_proto(p.kind)
+        state = LockState(
             key=p.key,
             fencing_token=p.fencing_token,
             holder=p.holder,
-            expires_at=expires,
+            expires_at=_time(p, "expires_at"),
             stamp=Timestamp.from_proto(p.stamp if p.HasField("stamp") else None),
             waiters=p.waiters,
-            lock_delay=float(p.lock_delay.ToNanoseconds()) / 1e9 if p.HasField("lock_delay") else 0.0,
+            lock_delay=_seconds(p.lock_delay) if p.HasField("lock_delay") else 0.0,
+            kind=kind,
+            limit=p.limit if kind != "mutex" else 1,
+            permits_in_use=p.permits_in_use if kind != "mutex" else 1,
+            holders=tuple(Grant.from_proto(g) for g in p.holders),
         )
+        if kind == "mutex" and not state.holders:
+            one = Grant(
+                state.fencing_token, state.holder, state.expires_at, state.stamp, 1, "exclusive", state.lock_delay
+            )
+            state = dataclasses.replace(state, holders=(one,))
+        return state
 
 
 @dataclass(frozen=True)
@@ -93,6 +176,13 @@ class BackendInfo:
     retries)."""
     max_lock_delay: float = 0.0
     """The longest ``lock_delay`` accepted, in seconds (0: none)."""
+    kinds: tuple[Kind, ...] = ("mutex",)
+    """The kinds of key the backend keeps (always "mutex"); another is
+    answered ``unimplemented``."""
+    max_limit: int = 0
+    """The largest limit of a semaphore (0: no semaphores)."""
+    rwlock_readers: int = 0
+    """The reader capacity of every rwlock (0: no rwlocks)."""
 
 
 @dataclass(frozen=True)

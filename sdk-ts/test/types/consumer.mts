@@ -5,8 +5,11 @@ import {
   createClient,
   type Client,
   type ErrorCode,
+  type Grant,
+  type GrantMode,
   type Guard,
   type Inspection,
+  type Kind,
   type KeyDelay,
   type LeaseEvent,
   type RunResult,
@@ -48,5 +51,14 @@ export async function use(server: TestServer): Promise<RunResult<bigint>> {
     run: (signal: AbortSignal, token: bigint) => (signal.aborted ? "" : token.toString()),
   });
   void scheduled;
+  {
+    await using permits = await client.semaphore("jobs/encode", 3).permits(2).ttl("30s").acquire();
+    const kind: Kind = permits.kind;
+    const mode: GrantMode = permits.mode;
+    void [kind, mode, permits.limit, permits.permits];
+    await using reader = await client.rwlock("config").read().wait("5s").acquire();
+    const holders: readonly Grant[] = (await client.inspect("config"))?.holders ?? [];
+    void [reader.mode, holders.map((h) => h.permits)];
+  }
   return client.lock("k").runIfFree((g) => g.fencingToken());
 }

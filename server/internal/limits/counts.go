@@ -97,33 +97,53 @@ func (l *leases) reserve(id string, bound, n int, now time.Time) error {
 // unreserve ends a reservation of n keys whose Acquire did not win.
 func (l *leases) unreserve(id string, n int) { l.counts.removeN(id, n) }
 
-// granted turns id's reservation into the lease on key, until until. A
-// lease on key already counted is over: the backend granted key anew.
-func (l *leases) granted(id, key string, until time.Time) {
+// granted turns id's reservation into the lease on key with owner token
+// token, until until. A mutex's lease is counted by its key: one counted
+// before is over, since the backend granted the key anew. A lease of a key
+// of several leases (shared: a semaphore, an rwlock) is counted by its key
+// and owner token, beside the key's other leases.
+func (l *leases) granted(id, key, token string, shared bool, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if old := l.byKey[key]; old != nil {
+	slot := key
+	if shared {
+		slot = grantSlot(key, token)
+	}
+	if old := l.byKey[slot]; old != nil {
 		l.drop(old)
 	}
-	ls := &lease{key: key, caller: id, until: until}
-	l.byKey[key] = ls
+	ls := &lease{key: slot, caller: id, until: until}
+	l.byKey[slot] = ls
 	heap.Push(&l.expires, ls)
 }
 
-// released ends the lease on key (only its owner token can release it).
-func (l *leases) released(key string) {
+// grantSlot is where a lease of a key of several leases is counted.
+func grantSlot(key, token string) string { return key + "\x00" + token }
+
+// find is the counted lease on key with owner token token (a mutex's,
+// counted by key, or one of several). l.mu must be held.
+func (l *leases) find(key, token string) *lease {
+	if ls := l.byKey[key]; ls != nil {
+		return ls
+	}
+	return l.byKey[grantSlot(key, token)]
+}
+
+// released ends the lease on key with owner token token (only its owner
+// token can release it).
+func (l *leases) released(key, token string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ls := l.byKey[key]; ls != nil {
+	if ls := l.find(key, token); ls != nil {
 		l.drop(ls)
 	}
 }
 
-// extended moves the end of the lease on key.
-func (l *leases) extended(key string, until time.Time) {
+// extended moves the end of the lease on key with owner token token.
+func (l *leases) extended(key, token string, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ls := l.byKey[key]; ls != nil {
+	if ls := l.find(key, token); ls != nil {
 		ls.until = until
 		heap.Fix(&l.expires, ls.index)
 	}

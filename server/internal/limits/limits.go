@@ -17,7 +17,7 @@
 // # What counts
 //
 //   - Locks: each key of a lease (a multi-key lease counts one lock per
-//     key), from the moment an Acquire is received (a waiting one
+//     key; each lease on a semaphore or rwlock key, one lock), from the moment an Acquire is received (a waiting one
 //     included: it holds a place while it waits) until its lease is released
 //     through this server, taken over by a later Acquire through this server,
 //     or its TTL (as last renewed through this server) has run out. A lease
@@ -105,7 +105,7 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			resp, err := next(ctx, req)
 			if out, ok := answer[*lockv1.ReleaseResponse](resp, err); ok && out.GetReleased() {
 				for _, k := range requestKeys(r.GetKey(), r.GetKeys()) {
-					i.locks.released(k)
+					i.locks.released(k, r.GetOwnerToken())
 				}
 			}
 			return resp, err
@@ -114,7 +114,7 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			if out, ok := answer[*lockv1.ExtendResponse](resp, err); ok && out.GetExtended() {
 				until := time.Now().Add(out.GetLease().GetTtl().AsDuration())
 				for _, k := range requestKeys(r.GetKey(), r.GetKeys()) {
-					i.locks.extended(k, until)
+					i.locks.extended(k, r.GetOwnerToken(), until)
 				}
 			}
 			return resp, err
@@ -127,7 +127,7 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 				items := r.GetItems()
 				for n, res := range out.GetResults() {
 					if n < len(items) && res.GetExtended() {
-						i.locks.extended(items[n].GetKey(), now.Add(res.GetLease().GetTtl().AsDuration()))
+						i.locks.extended(items[n].GetKey(), items[n].GetOwnerToken(), now.Add(res.GetLease().GetTtl().AsDuration()))
 					}
 				}
 			}
@@ -176,8 +176,11 @@ func (i *Interceptor) acquire(ctx context.Context, req connect.AnyRequest, r *lo
 	resp, err := next(ctx, req)
 	if out, ok := answer[*lockv1.AcquireResponse](resp, err); ok && out.GetAcquired() {
 		until := time.Now().Add(out.GetLease().GetTtl().AsDuration())
+		// A key of several leases (a semaphore, an rwlock) counts each
+		// lease; a mutex's new lease ends the one counted before it.
+		shared := r.GetKind() != lockv1.Kind_KIND_UNSPECIFIED && r.GetKind() != lockv1.Kind_KIND_MUTEX
 		for _, k := range keys {
-			i.locks.granted(c.id, k, until)
+			i.locks.granted(c.id, k, out.GetLease().GetOwnerToken(), shared, until)
 		}
 	} else {
 		i.locks.unreserve(c.id, len(keys))

@@ -15,8 +15,9 @@
 //	holdfast_multi_key_acquisitions_keys               histogram, keys of multi-key Acquires (claims) that acquired
 //	holdfast_replays_total{op}                         repeats (same request_id) answered with the first attempt's lease
 //	holdfast_lock_delay_refusals_total                 Acquires answered not acquired because a key was in its lock-delay
+//	holdfast_grants_total{kind,mode}                   leases granted, by kind (mutex | semaphore | rwlock) and rwlock mode (shared | exclusive; "" otherwise)
 //	holdfast_waiters                                   callers queued on this server (all keys)
-//	holdfast_locks_held                                locks held in the backend (counted by List at scrape)
+//	holdfast_locks_held                                leases held in the backend (counted by List at scrape; each holder of a semaphore or rwlock counts)
 //	holdfast_rpc_duration_seconds{method,code}         histogram, unary RPCs (Acquire includes its wait)
 //	holdfast_rpc_streams{method}                       open server streams (Watch)
 //	holdfast_backend_up                                1 while the plugin runs and answers its liveness ping
@@ -49,6 +50,7 @@ import (
 
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/core/engine"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
 // Bounds of holdfast_locks_held's count.
@@ -70,6 +72,7 @@ type Metrics struct {
 	setKeys      prometheus.Histogram
 	replays      *prometheus.CounterVec
 	delayed      prometheus.Counter
+	grants       *prometheus.CounterVec
 	rpc          *prometheus.HistogramVec
 	streams      *prometheus.GaugeVec
 	pluginCalls  *prometheus.HistogramVec
@@ -118,6 +121,10 @@ func New() *Metrics {
 		Name: "holdfast_lock_delay_refusals_total",
 		Help: "Acquires answered not acquired because a key was in its lock-delay (its last lease expired).",
 	})
+	m.grants = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "holdfast_grants_total",
+		Help: "Leases granted by Acquire, by the kind of the key (mutex, semaphore, rwlock) and, for an rwlock, the mode (shared, exclusive).",
+	}, []string{"kind", "mode"})
 	m.rpc = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "holdfast_rpc_duration_seconds",
 		Help:    "Unary RPC latency by method and Connect code (ok on success); a queued Acquire includes its wait.",
@@ -144,12 +151,16 @@ func New() *Metrics {
 		m.extends.WithLabelValues(o)
 	}
 	m.streams.WithLabelValues("Watch")
+	m.grants.WithLabelValues("mutex", "")
+	m.grants.WithLabelValues("semaphore", "")
+	m.grants.WithLabelValues("rwlock", "shared")
+	m.grants.WithLabelValues("rwlock", "exclusive")
 	m.replays.WithLabelValues("acquire")
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.acquisitions, m.acquireWait, m.releases, m.extends, m.expirations,
-		m.setKeys, m.replays, m.delayed,
+		m.setKeys, m.replays, m.delayed, m.grants,
 		m.rpc, m.streams, m.pluginCalls,
 	)
 	return m
@@ -208,6 +219,18 @@ func (m *Metrics) Replayed(op string) { m.replays.WithLabelValues(op).Inc() }
 
 // LockDelayed implements engine.Observer.
 func (m *Metrics) LockDelayed() { m.delayed.Inc() }
+
+// Granted implements engine.Observer.
+func (m *Metrics) Granted(kind backend.Kind, mode lockv1.Mode) {
+	label := ""
+	switch mode {
+	case lockv1.Mode_MODE_SHARED:
+		label = "shared"
+	case lockv1.Mode_MODE_EXCLUSIVE:
+		label = "exclusive"
+	}
+	m.grants.WithLabelValues(kind.String(), label).Inc()
+}
 
 // PluginCall is pluginhost.Config.OnCall.
 func (m *Metrics) PluginCall(method string, took time.Duration, err error) {
@@ -301,7 +324,9 @@ func (c *heldCollector) countLocks() (int, bool) {
 		if err != nil {
 			return 0, false
 		}
-		n += len(page.Records)
+		for _, r := range page.Records {
+			n += max(len(r.Holders), 1) // each lease of a semaphore or rwlock
+		}
 		if page.NextPageToken == "" {
 			break
 		}

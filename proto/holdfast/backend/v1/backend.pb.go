@@ -32,6 +32,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Kind is how a key is held (backends whose Info lists the kind). A key's
+// kind and limit are fixed by its first grant and kept with its fencing
+// counter and last stamp; every grant holds permits of the limit, and the
+// store grants only if the permits held plus the request's fit the limit.
+type Kind int32
+
+const (
+	// A mutex: what a request or record without a kind means.
+	Kind_KIND_UNSPECIFIED Kind = 0
+	Kind_KIND_MUTEX       Kind = 1
+	Kind_KIND_SEMAPHORE   Kind = 2
+	// A shared grant takes 1 permit, an exclusive one the whole limit.
+	Kind_KIND_RWLOCK Kind = 3
+)
+
+// Enum value maps for Kind.
+var (
+	Kind_name = map[int32]string{
+		0: "KIND_UNSPECIFIED",
+		1: "KIND_MUTEX",
+		2: "KIND_SEMAPHORE",
+		3: "KIND_RWLOCK",
+	}
+	Kind_value = map[string]int32{
+		"KIND_UNSPECIFIED": 0,
+		"KIND_MUTEX":       1,
+		"KIND_SEMAPHORE":   2,
+		"KIND_RWLOCK":      3,
+	}
+)
+
+func (x Kind) Enum() *Kind {
+	p := new(Kind)
+	*p = x
+	return p
+}
+
+func (x Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_holdfast_backend_v1_backend_proto_enumTypes[0].Descriptor()
+}
+
+func (Kind) Type() protoreflect.EnumType {
+	return &file_holdfast_backend_v1_backend_proto_enumTypes[0]
+}
+
+func (x Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Kind.Descriptor instead.
+func (Kind) EnumDescriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{0}
+}
+
 type EventType int32
 
 const (
@@ -71,11 +129,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_holdfast_backend_v1_backend_proto_enumTypes[0].Descriptor()
+	return file_holdfast_backend_v1_backend_proto_enumTypes[1].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_holdfast_backend_v1_backend_proto_enumTypes[0]
+	return &file_holdfast_backend_v1_backend_proto_enumTypes[1]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -84,7 +142,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{0}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{1}
 }
 
 type ItemErrorCode int32
@@ -128,11 +186,11 @@ func (x ItemErrorCode) String() string {
 }
 
 func (ItemErrorCode) Descriptor() protoreflect.EnumDescriptor {
-	return file_holdfast_backend_v1_backend_proto_enumTypes[1].Descriptor()
+	return file_holdfast_backend_v1_backend_proto_enumTypes[2].Descriptor()
 }
 
 func (ItemErrorCode) Type() protoreflect.EnumType {
-	return &file_holdfast_backend_v1_backend_proto_enumTypes[1]
+	return &file_holdfast_backend_v1_backend_proto_enumTypes[2]
 }
 
 func (x ItemErrorCode) Number() protoreflect.EnumNumber {
@@ -141,7 +199,7 @@ func (x ItemErrorCode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ItemErrorCode.Descriptor instead.
 func (ItemErrorCode) EnumDescriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{1}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{2}
 }
 
 type Stamp struct {
@@ -196,7 +254,97 @@ func (x *Stamp) GetLogical() uint32 {
 	return 0
 }
 
+// Grant is one lease held on a key of a kind other than a mutex, without
+// its owner token.
+type Grant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FencingToken  uint64                 `protobuf:"varint,1,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	Remaining     *durationpb.Duration   `protobuf:"bytes,4,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	Stamp         *Stamp                 `protobuf:"bytes,5,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	Permits       uint32                 `protobuf:"varint,6,opt,name=permits,proto3" json:"permits,omitempty"` // Field 7 is kept for the grant's value (leader election).
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Grant) Reset() {
+	*x = Grant{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Grant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Grant) ProtoMessage() {}
+
+func (x *Grant) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Grant.ProtoReflect.Descriptor instead.
+func (*Grant) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Grant) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *Grant) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *Grant) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *Grant) GetRemaining() *durationpb.Duration {
+	if x != nil {
+		return x.Remaining
+	}
+	return nil
+}
+
+func (x *Grant) GetStamp() *Stamp {
+	if x != nil {
+		return x.Stamp
+	}
+	return nil
+}
+
+func (x *Grant) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
 // Record is a held lock as the backend stores it, without its owner token.
+// For a key of another kind than a mutex, the fields 1 to 7 describe one
+// grant: the one the call made, renewed or the event is about (Acquire
+// that acquired, Extend, Watch), or else the grant that ends first (Get,
+// List, an Acquire that did not acquire).
 type Record struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Key          string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -213,13 +361,28 @@ type Record struct {
 	// an Acquire that did not acquire): the key is in its lock-delay for this
 	// much longer. Only key is set beside it.
 	DelayRemaining *durationpb.Duration `protobuf:"bytes,8,opt,name=delay_remaining,json=delayRemaining,proto3" json:"delay_remaining,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The key's kind and limit (unset or 0: a mutex, limit 1). On a record
+	// of a key nobody holds (an Acquire refused because the key is kept with
+	// another kind or limit) they are set with key alone.
+	Kind  Kind   `protobuf:"varint,9,opt,name=kind,proto3,enum=holdfast.backend.v1.Kind" json:"kind,omitempty"`
+	Limit uint32 `protobuf:"varint,10,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The permits of the grant described by fields 1 to 7 (0: 1).
+	Permits uint32 `protobuf:"varint,11,opt,name=permits,proto3" json:"permits,omitempty"`
+	// The permits held on the key when the backend answered (0: unknown, or
+	// 1 for a held mutex). Watch events may leave it unset.
+	InUse uint32 `protobuf:"varint,12,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
+	// Every grant held on the key when the backend answered, in
+	// fencing-token order, for kinds other than a mutex (empty for a mutex:
+	// fields 1 to 7 are its holder). Watch events, an Acquire that acquired
+	// and an Extend may leave it empty.
+	Holders       []*Grant `protobuf:"bytes,13,rep,name=holders,proto3" json:"holders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[1]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +394,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[1]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +407,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{1}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Record) GetKey() string {
@@ -303,6 +466,41 @@ func (x *Record) GetDelayRemaining() *durationpb.Duration {
 	return nil
 }
 
+func (x *Record) GetKind() Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Kind_KIND_UNSPECIFIED
+}
+
+func (x *Record) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *Record) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *Record) GetInUse() uint32 {
+	if x != nil {
+		return x.InUse
+	}
+	return 0
+}
+
+func (x *Record) GetHolders() []*Grant {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
 // RequestIdentity makes a mutating call retry-safe (backends whose Info says
 // request_ids). Both fields are opaque strings made by the engine: equal ids
 // are repeats of one request, and a repeat whose fingerprint differs is a
@@ -317,7 +515,7 @@ type RequestIdentity struct {
 
 func (x *RequestIdentity) Reset() {
 	*x = RequestIdentity{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -329,7 +527,7 @@ func (x *RequestIdentity) String() string {
 func (*RequestIdentity) ProtoMessage() {}
 
 func (x *RequestIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -342,7 +540,7 @@ func (x *RequestIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestIdentity.ProtoReflect.Descriptor instead.
 func (*RequestIdentity) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RequestIdentity) GetId() string {
@@ -367,7 +565,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +577,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +590,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{3}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{4}
 }
 
 type InfoResponse struct {
@@ -412,14 +610,17 @@ type InfoResponse struct {
 	// Request identities are kept with leases (RequestIdentity is honoured).
 	RequestIds bool `protobuf:"varint,11,opt,name=request_ids,json=requestIds,proto3" json:"request_ids,omitempty"`
 	// The longest lock_delay the backend keeps; 0: none.
-	MaxLockDelay  *durationpb.Duration `protobuf:"bytes,12,opt,name=max_lock_delay,json=maxLockDelay,proto3" json:"max_lock_delay,omitempty"`
+	MaxLockDelay *durationpb.Duration `protobuf:"bytes,12,opt,name=max_lock_delay,json=maxLockDelay,proto3" json:"max_lock_delay,omitempty"`
+	// The kinds of key the backend keeps beside a mutex (which every backend
+	// keeps): KIND_SEMAPHORE and KIND_RWLOCK.
+	Kinds         []Kind `protobuf:"varint,13,rep,packed,name=kinds,proto3,enum=holdfast.backend.v1.Kind" json:"kinds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +632,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,7 +645,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{4}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *InfoResponse) GetName() string {
@@ -531,6 +732,13 @@ func (x *InfoResponse) GetMaxLockDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *InfoResponse) GetKinds() []Kind {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
 type AcquireRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Key        string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -553,14 +761,22 @@ type AcquireRequest struct {
 	// this long.
 	LockDelay *durationpb.Duration `protobuf:"bytes,9,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
 	// Answer a replay only: never take a free key.
-	ReplayOnly    bool `protobuf:"varint,10,opt,name=replay_only,json=replayOnly,proto3" json:"replay_only,omitempty"`
+	ReplayOnly bool `protobuf:"varint,10,opt,name=replay_only,json=replayOnly,proto3" json:"replay_only,omitempty"`
+	// How the key is held (unset: a mutex), its limit and this grant's
+	// permits (0: 1). Granted only if the key's kind and limit are these (or
+	// it has none kept) and the permits held plus permits fit within limit;
+	// a key kept with another kind or limit is answered acquired=false with
+	// a record carrying its kind and limit.
+	Kind          Kind   `protobuf:"varint,11,opt,name=kind,proto3,enum=holdfast.backend.v1.Kind" json:"kind,omitempty"`
+	Limit         uint32 `protobuf:"varint,12,opt,name=limit,proto3" json:"limit,omitempty"`
+	Permits       uint32 `protobuf:"varint,13,opt,name=permits,proto3" json:"permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +788,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +801,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{5}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AcquireRequest) GetKey() string {
@@ -658,6 +874,27 @@ func (x *AcquireRequest) GetReplayOnly() bool {
 	return false
 }
 
+func (x *AcquireRequest) GetKind() Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Kind_KIND_UNSPECIFIED
+}
+
+func (x *AcquireRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
 type AcquireResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Acquired bool                   `protobuf:"varint,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
@@ -673,7 +910,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +922,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +935,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{6}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AcquireResponse) GetAcquired() bool {
@@ -747,7 +984,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +996,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +1009,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{7}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReleaseRequest) GetKey() string {
@@ -819,7 +1056,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +1068,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +1081,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{8}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -867,7 +1104,7 @@ type ExtendRequest struct {
 
 func (x *ExtendRequest) Reset() {
 	*x = ExtendRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +1116,7 @@ func (x *ExtendRequest) String() string {
 func (*ExtendRequest) ProtoMessage() {}
 
 func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +1129,7 @@ func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendRequest.ProtoReflect.Descriptor instead.
 func (*ExtendRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{9}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExtendRequest) GetKey() string {
@@ -940,7 +1177,7 @@ type ExtendResponse struct {
 
 func (x *ExtendResponse) Reset() {
 	*x = ExtendResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1189,7 @@ func (x *ExtendResponse) String() string {
 func (*ExtendResponse) ProtoMessage() {}
 
 func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1202,7 @@ func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendResponse.ProtoReflect.Descriptor instead.
 func (*ExtendResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{10}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExtendResponse) GetExtended() bool {
@@ -991,7 +1228,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1240,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1253,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{11}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetRequest) GetKey() string {
@@ -1036,7 +1273,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1285,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1298,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{12}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -1089,7 +1326,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1338,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1351,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{13}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1148,7 +1385,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1397,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1410,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListResponse) GetRecords() []*Record {
@@ -1199,7 +1436,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1448,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1461,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -1245,7 +1482,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1494,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1507,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchResponse) GetType() EventType {
@@ -1297,7 +1534,7 @@ type EnqueueRequest struct {
 
 func (x *EnqueueRequest) Reset() {
 	*x = EnqueueRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1546,7 @@ func (x *EnqueueRequest) String() string {
 func (*EnqueueRequest) ProtoMessage() {}
 
 func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1559,7 @@ func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EnqueueRequest) GetKey() string {
@@ -1349,7 +1586,7 @@ type EnqueueResponse struct {
 
 func (x *EnqueueResponse) Reset() {
 	*x = EnqueueResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1598,7 @@ func (x *EnqueueResponse) String() string {
 func (*EnqueueResponse) ProtoMessage() {}
 
 func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1611,7 @@ func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *EnqueueResponse) GetPosition() int64 {
@@ -1394,7 +1631,7 @@ type WaitTurnRequest struct {
 
 func (x *WaitTurnRequest) Reset() {
 	*x = WaitTurnRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1643,7 @@ func (x *WaitTurnRequest) String() string {
 func (*WaitTurnRequest) ProtoMessage() {}
 
 func (x *WaitTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1656,7 @@ func (x *WaitTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTurnRequest.ProtoReflect.Descriptor instead.
 func (*WaitTurnRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WaitTurnRequest) GetKey() string {
@@ -1445,7 +1682,7 @@ type WaitTurnResponse struct {
 
 func (x *WaitTurnResponse) Reset() {
 	*x = WaitTurnResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1694,7 @@ func (x *WaitTurnResponse) String() string {
 func (*WaitTurnResponse) ProtoMessage() {}
 
 func (x *WaitTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1707,7 @@ func (x *WaitTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTurnResponse.ProtoReflect.Descriptor instead.
 func (*WaitTurnResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WaitTurnResponse) GetQueued() bool {
@@ -1490,7 +1727,7 @@ type DequeueRequest struct {
 
 func (x *DequeueRequest) Reset() {
 	*x = DequeueRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1739,7 @@ func (x *DequeueRequest) String() string {
 func (*DequeueRequest) ProtoMessage() {}
 
 func (x *DequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1752,7 @@ func (x *DequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DequeueRequest.ProtoReflect.Descriptor instead.
 func (*DequeueRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DequeueRequest) GetKey() string {
@@ -1540,7 +1777,7 @@ type DequeueResponse struct {
 
 func (x *DequeueResponse) Reset() {
 	*x = DequeueResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1789,7 @@ func (x *DequeueResponse) String() string {
 func (*DequeueResponse) ProtoMessage() {}
 
 func (x *DequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1802,7 @@ func (x *DequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DequeueResponse.ProtoReflect.Descriptor instead.
 func (*DequeueResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 // ItemError is why one item of a batch has no outcome: the store could not
@@ -1581,7 +1818,7 @@ type ItemError struct {
 
 func (x *ItemError) Reset() {
 	*x = ItemError{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1830,7 @@ func (x *ItemError) String() string {
 func (*ItemError) ProtoMessage() {}
 
 func (x *ItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1843,7 @@ func (x *ItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
 func (*ItemError) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ItemError) GetCode() ItemErrorCode {
@@ -1632,7 +1869,7 @@ type AcquireBatchRequest struct {
 
 func (x *AcquireBatchRequest) Reset() {
 	*x = AcquireBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1881,7 @@ func (x *AcquireBatchRequest) String() string {
 func (*AcquireBatchRequest) ProtoMessage() {}
 
 func (x *AcquireBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1894,7 @@ func (x *AcquireBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireBatchRequest.ProtoReflect.Descriptor instead.
 func (*AcquireBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AcquireBatchRequest) GetItems() []*AcquireRequest {
@@ -1677,7 +1914,7 @@ type AcquireBatchResponse struct {
 
 func (x *AcquireBatchResponse) Reset() {
 	*x = AcquireBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1926,7 @@ func (x *AcquireBatchResponse) String() string {
 func (*AcquireBatchResponse) ProtoMessage() {}
 
 func (x *AcquireBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +1939,7 @@ func (x *AcquireBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireBatchResponse.ProtoReflect.Descriptor instead.
 func (*AcquireBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AcquireBatchResponse) GetItems() []*AcquireOutcome {
@@ -1723,7 +1960,7 @@ type AcquireOutcome struct {
 
 func (x *AcquireOutcome) Reset() {
 	*x = AcquireOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1972,7 @@ func (x *AcquireOutcome) String() string {
 func (*AcquireOutcome) ProtoMessage() {}
 
 func (x *AcquireOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1985,7 @@ func (x *AcquireOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireOutcome.ProtoReflect.Descriptor instead.
 func (*AcquireOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AcquireOutcome) GetResult() *AcquireResponse {
@@ -1774,7 +2011,7 @@ type ReleaseBatchRequest struct {
 
 func (x *ReleaseBatchRequest) Reset() {
 	*x = ReleaseBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +2023,7 @@ func (x *ReleaseBatchRequest) String() string {
 func (*ReleaseBatchRequest) ProtoMessage() {}
 
 func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +2036,7 @@ func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReleaseBatchRequest) GetItems() []*ReleaseRequest {
@@ -1818,7 +2055,7 @@ type ReleaseBatchResponse struct {
 
 func (x *ReleaseBatchResponse) Reset() {
 	*x = ReleaseBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +2067,7 @@ func (x *ReleaseBatchResponse) String() string {
 func (*ReleaseBatchResponse) ProtoMessage() {}
 
 func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +2080,7 @@ func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReleaseBatchResponse) GetItems() []*ReleaseOutcome {
@@ -1863,7 +2100,7 @@ type ReleaseOutcome struct {
 
 func (x *ReleaseOutcome) Reset() {
 	*x = ReleaseOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1875,7 +2112,7 @@ func (x *ReleaseOutcome) String() string {
 func (*ReleaseOutcome) ProtoMessage() {}
 
 func (x *ReleaseOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1888,7 +2125,7 @@ func (x *ReleaseOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseOutcome.ProtoReflect.Descriptor instead.
 func (*ReleaseOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReleaseOutcome) GetReleased() bool {
@@ -1914,7 +2151,7 @@ type ExtendBatchRequest struct {
 
 func (x *ExtendBatchRequest) Reset() {
 	*x = ExtendBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2163,7 @@ func (x *ExtendBatchRequest) String() string {
 func (*ExtendBatchRequest) ProtoMessage() {}
 
 func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2176,7 @@ func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchRequest.ProtoReflect.Descriptor instead.
 func (*ExtendBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExtendBatchRequest) GetItems() []*ExtendRequest {
@@ -1958,7 +2195,7 @@ type ExtendBatchResponse struct {
 
 func (x *ExtendBatchResponse) Reset() {
 	*x = ExtendBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2207,7 @@ func (x *ExtendBatchResponse) String() string {
 func (*ExtendBatchResponse) ProtoMessage() {}
 
 func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2220,7 @@ func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchResponse.ProtoReflect.Descriptor instead.
 func (*ExtendBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExtendBatchResponse) GetItems() []*ExtendOutcome {
@@ -2003,7 +2240,7 @@ type ExtendOutcome struct {
 
 func (x *ExtendOutcome) Reset() {
 	*x = ExtendOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2252,7 @@ func (x *ExtendOutcome) String() string {
 func (*ExtendOutcome) ProtoMessage() {}
 
 func (x *ExtendOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2265,7 @@ func (x *ExtendOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendOutcome.ProtoReflect.Descriptor instead.
 func (*ExtendOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ExtendOutcome) GetResult() *ExtendResponse {
@@ -2055,7 +2292,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2304,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2317,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Claim) GetKey() string {
@@ -2112,7 +2349,7 @@ type AcquireSetRequest struct {
 
 func (x *AcquireSetRequest) Reset() {
 	*x = AcquireSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2361,7 @@ func (x *AcquireSetRequest) String() string {
 func (*AcquireSetRequest) ProtoMessage() {}
 
 func (x *AcquireSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2374,7 @@ func (x *AcquireSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSetRequest.ProtoReflect.Descriptor instead.
 func (*AcquireSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AcquireSetRequest) GetClaims() []*Claim {
@@ -2226,7 +2463,7 @@ type AcquireSetResponse struct {
 
 func (x *AcquireSetResponse) Reset() {
 	*x = AcquireSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2475,7 @@ func (x *AcquireSetResponse) String() string {
 func (*AcquireSetResponse) ProtoMessage() {}
 
 func (x *AcquireSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2488,7 @@ func (x *AcquireSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSetResponse.ProtoReflect.Descriptor instead.
 func (*AcquireSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AcquireSetResponse) GetAcquired() bool {
@@ -2302,7 +2539,7 @@ type ReleaseSetRequest struct {
 
 func (x *ReleaseSetRequest) Reset() {
 	*x = ReleaseSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2551,7 @@ func (x *ReleaseSetRequest) String() string {
 func (*ReleaseSetRequest) ProtoMessage() {}
 
 func (x *ReleaseSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2564,7 @@ func (x *ReleaseSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSetRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReleaseSetRequest) GetKeys() []string {
@@ -2374,7 +2611,7 @@ type ReleaseSetResponse struct {
 
 func (x *ReleaseSetResponse) Reset() {
 	*x = ReleaseSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2623,7 @@ func (x *ReleaseSetResponse) String() string {
 func (*ReleaseSetResponse) ProtoMessage() {}
 
 func (x *ReleaseSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2636,7 @@ func (x *ReleaseSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSetResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReleaseSetResponse) GetReleased() bool {
@@ -2422,7 +2659,7 @@ type ExtendSetRequest struct {
 
 func (x *ExtendSetRequest) Reset() {
 	*x = ExtendSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2671,7 @@ func (x *ExtendSetRequest) String() string {
 func (*ExtendSetRequest) ProtoMessage() {}
 
 func (x *ExtendSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2684,7 @@ func (x *ExtendSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSetRequest.ProtoReflect.Descriptor instead.
 func (*ExtendSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ExtendSetRequest) GetKeys() []string {
@@ -2496,7 +2733,7 @@ type ExtendSetResponse struct {
 
 func (x *ExtendSetResponse) Reset() {
 	*x = ExtendSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2745,7 @@ func (x *ExtendSetResponse) String() string {
 func (*ExtendSetResponse) ProtoMessage() {}
 
 func (x *ExtendSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2758,7 @@ func (x *ExtendSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSetResponse.ProtoReflect.Descriptor instead.
 func (*ExtendSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ExtendSetResponse) GetExtended() bool {
@@ -2549,7 +2786,7 @@ type EnqueueSetRequest struct {
 
 func (x *EnqueueSetRequest) Reset() {
 	*x = EnqueueSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +2798,7 @@ func (x *EnqueueSetRequest) String() string {
 func (*EnqueueSetRequest) ProtoMessage() {}
 
 func (x *EnqueueSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +2811,7 @@ func (x *EnqueueSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueSetRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *EnqueueSetRequest) GetKeys() []string {
@@ -2599,7 +2836,7 @@ type EnqueueSetResponse struct {
 
 func (x *EnqueueSetResponse) Reset() {
 	*x = EnqueueSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +2848,7 @@ func (x *EnqueueSetResponse) String() string {
 func (*EnqueueSetResponse) ProtoMessage() {}
 
 func (x *EnqueueSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +2861,7 @@ func (x *EnqueueSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueSetResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{41}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{42}
 }
 
 var File_holdfast_backend_v1_backend_proto protoreflect.FileDescriptor
@@ -2635,7 +2872,15 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x05Stamp\x12 \n" +
 	"\fwall_time_ns\x18\x01 \x01(\x03R\n" +
 	"wallTimeNs\x12\x18\n" +
-	"\alogical\x18\x02 \x01(\rR\alogical\"\xfb\x02\n" +
+	"\alogical\x18\x02 \x01(\rR\alogical\"\x84\x02\n" +
+	"\x05Grant\x12#\n" +
+	"\rfencing_token\x18\x01 \x01(\x04R\ffencingToken\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x129\n" +
+	"\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x127\n" +
+	"\tremaining\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\tremaining\x120\n" +
+	"\x05stamp\x18\x05 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\x12\x18\n" +
+	"\apermits\x18\x06 \x01(\rR\apermits\"\xa7\x04\n" +
 	"\x06Record\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\x12\x16\n" +
@@ -2646,11 +2891,17 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x05stamp\x18\x06 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\x128\n" +
 	"\n" +
 	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12B\n" +
-	"\x0fdelay_remaining\x18\b \x01(\v2\x19.google.protobuf.DurationR\x0edelayRemaining\"C\n" +
+	"\x0fdelay_remaining\x18\b \x01(\v2\x19.google.protobuf.DurationR\x0edelayRemaining\x12-\n" +
+	"\x04kind\x18\t \x01(\x0e2\x19.holdfast.backend.v1.KindR\x04kind\x12\x14\n" +
+	"\x05limit\x18\n" +
+	" \x01(\rR\x05limit\x12\x18\n" +
+	"\apermits\x18\v \x01(\rR\apermits\x12\x15\n" +
+	"\x06in_use\x18\f \x01(\rR\x05inUse\x124\n" +
+	"\aholders\x18\r \x03(\v2\x1a.holdfast.backend.v1.GrantR\aholders\"C\n" +
 	"\x0fRequestIdentity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\"\r\n" +
-	"\vInfoRequest\"\xc1\x03\n" +
+	"\vInfoRequest\"\xf2\x03\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
@@ -2665,7 +2916,8 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	" \x01(\rR\amaxKeys\x12\x1f\n" +
 	"\vrequest_ids\x18\v \x01(\bR\n" +
 	"requestIds\x12?\n" +
-	"\x0emax_lock_delay\x18\f \x01(\v2\x19.google.protobuf.DurationR\fmaxLockDelay\"\x8a\x03\n" +
+	"\x0emax_lock_delay\x18\f \x01(\v2\x19.google.protobuf.DurationR\fmaxLockDelay\x12/\n" +
+	"\x05kinds\x18\r \x03(\x0e2\x19.holdfast.backend.v1.KindR\x05kinds\"\xe9\x03\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
@@ -2680,7 +2932,10 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"lock_delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x1f\n" +
 	"\vreplay_only\x18\n" +
 	" \x01(\bR\n" +
-	"replayOnly\"\x96\x01\n" +
+	"replayOnly\x12-\n" +
+	"\x04kind\x18\v \x01(\x0e2\x19.holdfast.backend.v1.KindR\x04kind\x12\x14\n" +
+	"\x05limit\x18\f \x01(\rR\x05limit\x12\x18\n" +
+	"\apermits\x18\r \x01(\rR\apermits\"\x96\x01\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x123\n" +
 	"\x06record\x18\x02 \x01(\v2\x1b.holdfast.backend.v1.RecordR\x06record\x12\x1a\n" +
@@ -2807,7 +3062,13 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x11EnqueueSetRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x1b\n" +
 	"\twaiter_id\x18\x02 \x01(\tR\bwaiterId\"\x14\n" +
-	"\x12EnqueueSetResponse*\x88\x01\n" +
+	"\x12EnqueueSetResponse*Q\n" +
+	"\x04Kind\x12\x14\n" +
+	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"KIND_MUTEX\x10\x01\x12\x12\n" +
+	"\x0eKIND_SEMAPHORE\x10\x02\x12\x0f\n" +
+	"\vKIND_RWLOCK\x10\x03*\x88\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
@@ -2854,145 +3115,154 @@ func file_holdfast_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_holdfast_backend_v1_backend_proto_rawDescData
 }
 
-var file_holdfast_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_holdfast_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_holdfast_backend_v1_backend_proto_goTypes = []any{
-	(EventType)(0),                // 0: holdfast.backend.v1.EventType
-	(ItemErrorCode)(0),            // 1: holdfast.backend.v1.ItemErrorCode
-	(*Stamp)(nil),                 // 2: holdfast.backend.v1.Stamp
-	(*Record)(nil),                // 3: holdfast.backend.v1.Record
-	(*RequestIdentity)(nil),       // 4: holdfast.backend.v1.RequestIdentity
-	(*InfoRequest)(nil),           // 5: holdfast.backend.v1.InfoRequest
-	(*InfoResponse)(nil),          // 6: holdfast.backend.v1.InfoResponse
-	(*AcquireRequest)(nil),        // 7: holdfast.backend.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 8: holdfast.backend.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 9: holdfast.backend.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 10: holdfast.backend.v1.ReleaseResponse
-	(*ExtendRequest)(nil),         // 11: holdfast.backend.v1.ExtendRequest
-	(*ExtendResponse)(nil),        // 12: holdfast.backend.v1.ExtendResponse
-	(*GetRequest)(nil),            // 13: holdfast.backend.v1.GetRequest
-	(*GetResponse)(nil),           // 14: holdfast.backend.v1.GetResponse
-	(*ListRequest)(nil),           // 15: holdfast.backend.v1.ListRequest
-	(*ListResponse)(nil),          // 16: holdfast.backend.v1.ListResponse
-	(*WatchRequest)(nil),          // 17: holdfast.backend.v1.WatchRequest
-	(*WatchResponse)(nil),         // 18: holdfast.backend.v1.WatchResponse
-	(*EnqueueRequest)(nil),        // 19: holdfast.backend.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),       // 20: holdfast.backend.v1.EnqueueResponse
-	(*WaitTurnRequest)(nil),       // 21: holdfast.backend.v1.WaitTurnRequest
-	(*WaitTurnResponse)(nil),      // 22: holdfast.backend.v1.WaitTurnResponse
-	(*DequeueRequest)(nil),        // 23: holdfast.backend.v1.DequeueRequest
-	(*DequeueResponse)(nil),       // 24: holdfast.backend.v1.DequeueResponse
-	(*ItemError)(nil),             // 25: holdfast.backend.v1.ItemError
-	(*AcquireBatchRequest)(nil),   // 26: holdfast.backend.v1.AcquireBatchRequest
-	(*AcquireBatchResponse)(nil),  // 27: holdfast.backend.v1.AcquireBatchResponse
-	(*AcquireOutcome)(nil),        // 28: holdfast.backend.v1.AcquireOutcome
-	(*ReleaseBatchRequest)(nil),   // 29: holdfast.backend.v1.ReleaseBatchRequest
-	(*ReleaseBatchResponse)(nil),  // 30: holdfast.backend.v1.ReleaseBatchResponse
-	(*ReleaseOutcome)(nil),        // 31: holdfast.backend.v1.ReleaseOutcome
-	(*ExtendBatchRequest)(nil),    // 32: holdfast.backend.v1.ExtendBatchRequest
-	(*ExtendBatchResponse)(nil),   // 33: holdfast.backend.v1.ExtendBatchResponse
-	(*ExtendOutcome)(nil),         // 34: holdfast.backend.v1.ExtendOutcome
-	(*Claim)(nil),                 // 35: holdfast.backend.v1.Claim
-	(*AcquireSetRequest)(nil),     // 36: holdfast.backend.v1.AcquireSetRequest
-	(*AcquireSetResponse)(nil),    // 37: holdfast.backend.v1.AcquireSetResponse
-	(*ReleaseSetRequest)(nil),     // 38: holdfast.backend.v1.ReleaseSetRequest
-	(*ReleaseSetResponse)(nil),    // 39: holdfast.backend.v1.ReleaseSetResponse
-	(*ExtendSetRequest)(nil),      // 40: holdfast.backend.v1.ExtendSetRequest
-	(*ExtendSetResponse)(nil),     // 41: holdfast.backend.v1.ExtendSetResponse
-	(*EnqueueSetRequest)(nil),     // 42: holdfast.backend.v1.EnqueueSetRequest
-	(*EnqueueSetResponse)(nil),    // 43: holdfast.backend.v1.EnqueueSetResponse
-	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 45: google.protobuf.Duration
+	(Kind)(0),                     // 0: holdfast.backend.v1.Kind
+	(EventType)(0),                // 1: holdfast.backend.v1.EventType
+	(ItemErrorCode)(0),            // 2: holdfast.backend.v1.ItemErrorCode
+	(*Stamp)(nil),                 // 3: holdfast.backend.v1.Stamp
+	(*Grant)(nil),                 // 4: holdfast.backend.v1.Grant
+	(*Record)(nil),                // 5: holdfast.backend.v1.Record
+	(*RequestIdentity)(nil),       // 6: holdfast.backend.v1.RequestIdentity
+	(*InfoRequest)(nil),           // 7: holdfast.backend.v1.InfoRequest
+	(*InfoResponse)(nil),          // 8: holdfast.backend.v1.InfoResponse
+	(*AcquireRequest)(nil),        // 9: holdfast.backend.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 10: holdfast.backend.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 11: holdfast.backend.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 12: holdfast.backend.v1.ReleaseResponse
+	(*ExtendRequest)(nil),         // 13: holdfast.backend.v1.ExtendRequest
+	(*ExtendResponse)(nil),        // 14: holdfast.backend.v1.ExtendResponse
+	(*GetRequest)(nil),            // 15: holdfast.backend.v1.GetRequest
+	(*GetResponse)(nil),           // 16: holdfast.backend.v1.GetResponse
+	(*ListRequest)(nil),           // 17: holdfast.backend.v1.ListRequest
+	(*ListResponse)(nil),          // 18: holdfast.backend.v1.ListResponse
+	(*WatchRequest)(nil),          // 19: holdfast.backend.v1.WatchRequest
+	(*WatchResponse)(nil),         // 20: holdfast.backend.v1.WatchResponse
+	(*EnqueueRequest)(nil),        // 21: holdfast.backend.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),       // 22: holdfast.backend.v1.EnqueueResponse
+	(*WaitTurnRequest)(nil),       // 23: holdfast.backend.v1.WaitTurnRequest
+	(*WaitTurnResponse)(nil),      // 24: holdfast.backend.v1.WaitTurnResponse
+	(*DequeueRequest)(nil),        // 25: holdfast.backend.v1.DequeueRequest
+	(*DequeueResponse)(nil),       // 26: holdfast.backend.v1.DequeueResponse
+	(*ItemError)(nil),             // 27: holdfast.backend.v1.ItemError
+	(*AcquireBatchRequest)(nil),   // 28: holdfast.backend.v1.AcquireBatchRequest
+	(*AcquireBatchResponse)(nil),  // 29: holdfast.backend.v1.AcquireBatchResponse
+	(*AcquireOutcome)(nil),        // 30: holdfast.backend.v1.AcquireOutcome
+	(*ReleaseBatchRequest)(nil),   // 31: holdfast.backend.v1.ReleaseBatchRequest
+	(*ReleaseBatchResponse)(nil),  // 32: holdfast.backend.v1.ReleaseBatchResponse
+	(*ReleaseOutcome)(nil),        // 33: holdfast.backend.v1.ReleaseOutcome
+	(*ExtendBatchRequest)(nil),    // 34: holdfast.backend.v1.ExtendBatchRequest
+	(*ExtendBatchResponse)(nil),   // 35: holdfast.backend.v1.ExtendBatchResponse
+	(*ExtendOutcome)(nil),         // 36: holdfast.backend.v1.ExtendOutcome
+	(*Claim)(nil),                 // 37: holdfast.backend.v1.Claim
+	(*AcquireSetRequest)(nil),     // 38: holdfast.backend.v1.AcquireSetRequest
+	(*AcquireSetResponse)(nil),    // 39: holdfast.backend.v1.AcquireSetResponse
+	(*ReleaseSetRequest)(nil),     // 40: holdfast.backend.v1.ReleaseSetRequest
+	(*ReleaseSetResponse)(nil),    // 41: holdfast.backend.v1.ReleaseSetResponse
+	(*ExtendSetRequest)(nil),      // 42: holdfast.backend.v1.ExtendSetRequest
+	(*ExtendSetResponse)(nil),     // 43: holdfast.backend.v1.ExtendSetResponse
+	(*EnqueueSetRequest)(nil),     // 44: holdfast.backend.v1.EnqueueSetRequest
+	(*EnqueueSetResponse)(nil),    // 45: holdfast.backend.v1.EnqueueSetResponse
+	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 47: google.protobuf.Duration
 }
 var file_holdfast_backend_v1_backend_proto_depIdxs = []int32{
-	44, // 0: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
-	45, // 1: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
-	2,  // 2: holdfast.backend.v1.Record.stamp:type_name -> holdfast.backend.v1.Stamp
-	45, // 3: holdfast.backend.v1.Record.lock_delay:type_name -> google.protobuf.Duration
-	45, // 4: holdfast.backend.v1.Record.delay_remaining:type_name -> google.protobuf.Duration
-	45, // 5: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
-	45, // 6: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
-	45, // 7: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
-	45, // 8: holdfast.backend.v1.InfoResponse.max_lock_delay:type_name -> google.protobuf.Duration
-	45, // 9: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 10: holdfast.backend.v1.AcquireRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	4,  // 11: holdfast.backend.v1.AcquireRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	45, // 12: holdfast.backend.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	3,  // 13: holdfast.backend.v1.AcquireResponse.record:type_name -> holdfast.backend.v1.Record
-	2,  // 14: holdfast.backend.v1.ReleaseRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	4,  // 15: holdfast.backend.v1.ReleaseRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	45, // 16: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 17: holdfast.backend.v1.ExtendRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	4,  // 18: holdfast.backend.v1.ExtendRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	3,  // 19: holdfast.backend.v1.ExtendResponse.record:type_name -> holdfast.backend.v1.Record
-	3,  // 20: holdfast.backend.v1.GetResponse.record:type_name -> holdfast.backend.v1.Record
-	3,  // 21: holdfast.backend.v1.ListResponse.records:type_name -> holdfast.backend.v1.Record
-	0,  // 22: holdfast.backend.v1.WatchResponse.type:type_name -> holdfast.backend.v1.EventType
-	3,  // 23: holdfast.backend.v1.WatchResponse.record:type_name -> holdfast.backend.v1.Record
-	1,  // 24: holdfast.backend.v1.ItemError.code:type_name -> holdfast.backend.v1.ItemErrorCode
-	7,  // 25: holdfast.backend.v1.AcquireBatchRequest.items:type_name -> holdfast.backend.v1.AcquireRequest
-	28, // 26: holdfast.backend.v1.AcquireBatchResponse.items:type_name -> holdfast.backend.v1.AcquireOutcome
-	8,  // 27: holdfast.backend.v1.AcquireOutcome.result:type_name -> holdfast.backend.v1.AcquireResponse
-	25, // 28: holdfast.backend.v1.AcquireOutcome.error:type_name -> holdfast.backend.v1.ItemError
-	9,  // 29: holdfast.backend.v1.ReleaseBatchRequest.items:type_name -> holdfast.backend.v1.ReleaseRequest
-	31, // 30: holdfast.backend.v1.ReleaseBatchResponse.items:type_name -> holdfast.backend.v1.ReleaseOutcome
-	25, // 31: holdfast.backend.v1.ReleaseOutcome.error:type_name -> holdfast.backend.v1.ItemError
-	11, // 32: holdfast.backend.v1.ExtendBatchRequest.items:type_name -> holdfast.backend.v1.ExtendRequest
-	34, // 33: holdfast.backend.v1.ExtendBatchResponse.items:type_name -> holdfast.backend.v1.ExtendOutcome
-	12, // 34: holdfast.backend.v1.ExtendOutcome.result:type_name -> holdfast.backend.v1.ExtendResponse
-	25, // 35: holdfast.backend.v1.ExtendOutcome.error:type_name -> holdfast.backend.v1.ItemError
-	35, // 36: holdfast.backend.v1.AcquireSetRequest.claims:type_name -> holdfast.backend.v1.Claim
-	45, // 37: holdfast.backend.v1.AcquireSetRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 38: holdfast.backend.v1.AcquireSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	4,  // 39: holdfast.backend.v1.AcquireSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	45, // 40: holdfast.backend.v1.AcquireSetRequest.lock_delay:type_name -> google.protobuf.Duration
-	3,  // 41: holdfast.backend.v1.AcquireSetResponse.records:type_name -> holdfast.backend.v1.Record
-	3,  // 42: holdfast.backend.v1.AcquireSetResponse.blocker:type_name -> holdfast.backend.v1.Record
-	2,  // 43: holdfast.backend.v1.ReleaseSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	4,  // 44: holdfast.backend.v1.ReleaseSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	45, // 45: holdfast.backend.v1.ExtendSetRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 46: holdfast.backend.v1.ExtendSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	4,  // 47: holdfast.backend.v1.ExtendSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	3,  // 48: holdfast.backend.v1.ExtendSetResponse.records:type_name -> holdfast.backend.v1.Record
-	5,  // 49: holdfast.backend.v1.BackendService.Info:input_type -> holdfast.backend.v1.InfoRequest
-	7,  // 50: holdfast.backend.v1.BackendService.Acquire:input_type -> holdfast.backend.v1.AcquireRequest
-	9,  // 51: holdfast.backend.v1.BackendService.Release:input_type -> holdfast.backend.v1.ReleaseRequest
-	11, // 52: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
-	13, // 53: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
-	15, // 54: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
-	17, // 55: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
-	19, // 56: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
-	21, // 57: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
-	23, // 58: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
-	26, // 59: holdfast.backend.v1.BackendService.AcquireBatch:input_type -> holdfast.backend.v1.AcquireBatchRequest
-	29, // 60: holdfast.backend.v1.BackendService.ReleaseBatch:input_type -> holdfast.backend.v1.ReleaseBatchRequest
-	32, // 61: holdfast.backend.v1.BackendService.ExtendBatch:input_type -> holdfast.backend.v1.ExtendBatchRequest
-	36, // 62: holdfast.backend.v1.BackendService.AcquireSet:input_type -> holdfast.backend.v1.AcquireSetRequest
-	38, // 63: holdfast.backend.v1.BackendService.ReleaseSet:input_type -> holdfast.backend.v1.ReleaseSetRequest
-	40, // 64: holdfast.backend.v1.BackendService.ExtendSet:input_type -> holdfast.backend.v1.ExtendSetRequest
-	42, // 65: holdfast.backend.v1.BackendService.EnqueueSet:input_type -> holdfast.backend.v1.EnqueueSetRequest
-	6,  // 66: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
-	8,  // 67: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
-	10, // 68: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
-	12, // 69: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
-	14, // 70: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
-	16, // 71: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
-	18, // 72: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
-	20, // 73: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
-	22, // 74: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
-	24, // 75: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
-	27, // 76: holdfast.backend.v1.BackendService.AcquireBatch:output_type -> holdfast.backend.v1.AcquireBatchResponse
-	30, // 77: holdfast.backend.v1.BackendService.ReleaseBatch:output_type -> holdfast.backend.v1.ReleaseBatchResponse
-	33, // 78: holdfast.backend.v1.BackendService.ExtendBatch:output_type -> holdfast.backend.v1.ExtendBatchResponse
-	37, // 79: holdfast.backend.v1.BackendService.AcquireSet:output_type -> holdfast.backend.v1.AcquireSetResponse
-	39, // 80: holdfast.backend.v1.BackendService.ReleaseSet:output_type -> holdfast.backend.v1.ReleaseSetResponse
-	41, // 81: holdfast.backend.v1.BackendService.ExtendSet:output_type -> holdfast.backend.v1.ExtendSetResponse
-	43, // 82: holdfast.backend.v1.BackendService.EnqueueSet:output_type -> holdfast.backend.v1.EnqueueSetResponse
-	66, // [66:83] is the sub-list for method output_type
-	49, // [49:66] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	46, // 0: holdfast.backend.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 1: holdfast.backend.v1.Grant.remaining:type_name -> google.protobuf.Duration
+	3,  // 2: holdfast.backend.v1.Grant.stamp:type_name -> holdfast.backend.v1.Stamp
+	46, // 3: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 4: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
+	3,  // 5: holdfast.backend.v1.Record.stamp:type_name -> holdfast.backend.v1.Stamp
+	47, // 6: holdfast.backend.v1.Record.lock_delay:type_name -> google.protobuf.Duration
+	47, // 7: holdfast.backend.v1.Record.delay_remaining:type_name -> google.protobuf.Duration
+	0,  // 8: holdfast.backend.v1.Record.kind:type_name -> holdfast.backend.v1.Kind
+	4,  // 9: holdfast.backend.v1.Record.holders:type_name -> holdfast.backend.v1.Grant
+	47, // 10: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
+	47, // 11: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
+	47, // 12: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
+	47, // 13: holdfast.backend.v1.InfoResponse.max_lock_delay:type_name -> google.protobuf.Duration
+	0,  // 14: holdfast.backend.v1.InfoResponse.kinds:type_name -> holdfast.backend.v1.Kind
+	47, // 15: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 16: holdfast.backend.v1.AcquireRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 17: holdfast.backend.v1.AcquireRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	47, // 18: holdfast.backend.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	0,  // 19: holdfast.backend.v1.AcquireRequest.kind:type_name -> holdfast.backend.v1.Kind
+	5,  // 20: holdfast.backend.v1.AcquireResponse.record:type_name -> holdfast.backend.v1.Record
+	3,  // 21: holdfast.backend.v1.ReleaseRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 22: holdfast.backend.v1.ReleaseRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	47, // 23: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 24: holdfast.backend.v1.ExtendRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 25: holdfast.backend.v1.ExtendRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	5,  // 26: holdfast.backend.v1.ExtendResponse.record:type_name -> holdfast.backend.v1.Record
+	5,  // 27: holdfast.backend.v1.GetResponse.record:type_name -> holdfast.backend.v1.Record
+	5,  // 28: holdfast.backend.v1.ListResponse.records:type_name -> holdfast.backend.v1.Record
+	1,  // 29: holdfast.backend.v1.WatchResponse.type:type_name -> holdfast.backend.v1.EventType
+	5,  // 30: holdfast.backend.v1.WatchResponse.record:type_name -> holdfast.backend.v1.Record
+	2,  // 31: holdfast.backend.v1.ItemError.code:type_name -> holdfast.backend.v1.ItemErrorCode
+	9,  // 32: holdfast.backend.v1.AcquireBatchRequest.items:type_name -> holdfast.backend.v1.AcquireRequest
+	30, // 33: holdfast.backend.v1.AcquireBatchResponse.items:type_name -> holdfast.backend.v1.AcquireOutcome
+	10, // 34: holdfast.backend.v1.AcquireOutcome.result:type_name -> holdfast.backend.v1.AcquireResponse
+	27, // 35: holdfast.backend.v1.AcquireOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	11, // 36: holdfast.backend.v1.ReleaseBatchRequest.items:type_name -> holdfast.backend.v1.ReleaseRequest
+	33, // 37: holdfast.backend.v1.ReleaseBatchResponse.items:type_name -> holdfast.backend.v1.ReleaseOutcome
+	27, // 38: holdfast.backend.v1.ReleaseOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	13, // 39: holdfast.backend.v1.ExtendBatchRequest.items:type_name -> holdfast.backend.v1.ExtendRequest
+	36, // 40: holdfast.backend.v1.ExtendBatchResponse.items:type_name -> holdfast.backend.v1.ExtendOutcome
+	14, // 41: holdfast.backend.v1.ExtendOutcome.result:type_name -> holdfast.backend.v1.ExtendResponse
+	27, // 42: holdfast.backend.v1.ExtendOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	37, // 43: holdfast.backend.v1.AcquireSetRequest.claims:type_name -> holdfast.backend.v1.Claim
+	47, // 44: holdfast.backend.v1.AcquireSetRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 45: holdfast.backend.v1.AcquireSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 46: holdfast.backend.v1.AcquireSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	47, // 47: holdfast.backend.v1.AcquireSetRequest.lock_delay:type_name -> google.protobuf.Duration
+	5,  // 48: holdfast.backend.v1.AcquireSetResponse.records:type_name -> holdfast.backend.v1.Record
+	5,  // 49: holdfast.backend.v1.AcquireSetResponse.blocker:type_name -> holdfast.backend.v1.Record
+	3,  // 50: holdfast.backend.v1.ReleaseSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 51: holdfast.backend.v1.ReleaseSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	47, // 52: holdfast.backend.v1.ExtendSetRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 53: holdfast.backend.v1.ExtendSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 54: holdfast.backend.v1.ExtendSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	5,  // 55: holdfast.backend.v1.ExtendSetResponse.records:type_name -> holdfast.backend.v1.Record
+	7,  // 56: holdfast.backend.v1.BackendService.Info:input_type -> holdfast.backend.v1.InfoRequest
+	9,  // 57: holdfast.backend.v1.BackendService.Acquire:input_type -> holdfast.backend.v1.AcquireRequest
+	11, // 58: holdfast.backend.v1.BackendService.Release:input_type -> holdfast.backend.v1.ReleaseRequest
+	13, // 59: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
+	15, // 60: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
+	17, // 61: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
+	19, // 62: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
+	21, // 63: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
+	23, // 64: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
+	25, // 65: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
+	28, // 66: holdfast.backend.v1.BackendService.AcquireBatch:input_type -> holdfast.backend.v1.AcquireBatchRequest
+	31, // 67: holdfast.backend.v1.BackendService.ReleaseBatch:input_type -> holdfast.backend.v1.ReleaseBatchRequest
+	34, // 68: holdfast.backend.v1.BackendService.ExtendBatch:input_type -> holdfast.backend.v1.ExtendBatchRequest
+	38, // 69: holdfast.backend.v1.BackendService.AcquireSet:input_type -> holdfast.backend.v1.AcquireSetRequest
+	40, // 70: holdfast.backend.v1.BackendService.ReleaseSet:input_type -> holdfast.backend.v1.ReleaseSetRequest
+	42, // 71: holdfast.backend.v1.BackendService.ExtendSet:input_type -> holdfast.backend.v1.ExtendSetRequest
+	44, // 72: holdfast.backend.v1.BackendService.EnqueueSet:input_type -> holdfast.backend.v1.EnqueueSetRequest
+	8,  // 73: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
+	10, // 74: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
+	12, // 75: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
+	14, // 76: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
+	16, // 77: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
+	18, // 78: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
+	20, // 79: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
+	22, // 80: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
+	24, // 81: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
+	26, // 82: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
+	29, // 83: holdfast.backend.v1.BackendService.AcquireBatch:output_type -> holdfast.backend.v1.AcquireBatchResponse
+	32, // 84: holdfast.backend.v1.BackendService.ReleaseBatch:output_type -> holdfast.backend.v1.ReleaseBatchResponse
+	35, // 85: holdfast.backend.v1.BackendService.ExtendBatch:output_type -> holdfast.backend.v1.ExtendBatchResponse
+	39, // 86: holdfast.backend.v1.BackendService.AcquireSet:output_type -> holdfast.backend.v1.AcquireSetResponse
+	41, // 87: holdfast.backend.v1.BackendService.ReleaseSet:output_type -> holdfast.backend.v1.ReleaseSetResponse
+	43, // 88: holdfast.backend.v1.BackendService.ExtendSet:output_type -> holdfast.backend.v1.ExtendSetResponse
+	45, // 89: holdfast.backend.v1.BackendService.EnqueueSet:output_type -> holdfast.backend.v1.EnqueueSetResponse
+	73, // [73:90] is the sub-list for method output_type
+	56, // [56:73] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_holdfast_backend_v1_backend_proto_init() }
@@ -3005,8 +3275,8 @@ func file_holdfast_backend_v1_backend_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_holdfast_backend_v1_backend_proto_rawDesc), len(file_holdfast_backend_v1_backend_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   42,
+			NumEnums:      3,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,125 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Kind is how a key is held. A key has one kind and one limit (capacity),
+// fixed by its first grant and kept as long as its fencing counter: a
+// request that names another kind or limit for it is refused with
+// failed_precondition naming both. Every grant of every kind is a lease
+// (its own owner token, TTL and stamp) and holds permits of the limit; the
+// store grants only while the permits held plus the request's fit within
+// the limit, so the three kinds are one rule with different weights.
+type Kind int32
+
+const (
+	// In a request: a mutex (what every request before kinds meant). Never
+	// in an answer: the server says KIND_MUTEX.
+	Kind_KIND_UNSPECIFIED Kind = 0
+	// One holder at a time: limit 1, every lease 1 permit.
+	Kind_KIND_MUTEX Kind = 1
+	// Up to limit permits (1 to BackendInfo.max_limit), a lease takes 1 to
+	// limit of them.
+	Kind_KIND_SEMAPHORE Kind = 2
+	// Readers share the key, a writer holds it alone: limit is the fixed
+	// reader capacity (BackendInfo.rwlock_readers), a shared lease takes 1
+	// permit and an exclusive lease all of them.
+	Kind_KIND_RWLOCK Kind = 3
+)
+
+// Enum value maps for Kind.
+var (
+	Kind_name = map[int32]string{
+		0: "KIND_UNSPECIFIED",
+		1: "KIND_MUTEX",
+		2: "KIND_SEMAPHORE",
+		3: "KIND_RWLOCK",
+	}
+	Kind_value = map[string]int32{
+		"KIND_UNSPECIFIED": 0,
+		"KIND_MUTEX":       1,
+		"KIND_SEMAPHORE":   2,
+		"KIND_RWLOCK":      3,
+	}
+)
+
+func (x Kind) Enum() *Kind {
+	p := new(Kind)
+	*p = x
+	return p
+}
+
+func (x Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_holdfast_lock_v1_lock_proto_enumTypes[0].Descriptor()
+}
+
+func (Kind) Type() protoreflect.EnumType {
+	return &file_holdfast_lock_v1_lock_proto_enumTypes[0]
+}
+
+func (x Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Kind.Descriptor instead.
+func (Kind) EnumDescriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{0}
+}
+
+// Mode is how an rwlock lease holds its key.
+type Mode int32
+
+const (
+	Mode_MODE_UNSPECIFIED Mode = 0
+	// With other shared leases, never with an exclusive one (a reader).
+	Mode_MODE_SHARED Mode = 1
+	// Alone (a writer).
+	Mode_MODE_EXCLUSIVE Mode = 2
+)
+
+// Enum value maps for Mode.
+var (
+	Mode_name = map[int32]string{
+		0: "MODE_UNSPECIFIED",
+		1: "MODE_SHARED",
+		2: "MODE_EXCLUSIVE",
+	}
+	Mode_value = map[string]int32{
+		"MODE_UNSPECIFIED": 0,
+		"MODE_SHARED":      1,
+		"MODE_EXCLUSIVE":   2,
+	}
+)
+
+func (x Mode) Enum() *Mode {
+	p := new(Mode)
+	*p = x
+	return p
+}
+
+func (x Mode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Mode) Descriptor() protoreflect.EnumDescriptor {
+	return file_holdfast_lock_v1_lock_proto_enumTypes[1].Descriptor()
+}
+
+func (Mode) Type() protoreflect.EnumType {
+	return &file_holdfast_lock_v1_lock_proto_enumTypes[1]
+}
+
+func (x Mode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Mode.Descriptor instead.
+func (Mode) EnumDescriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{1}
+}
+
 // Capability is something a backend does beyond single-key leases.
 type Capability int32
 
@@ -72,11 +191,11 @@ func (x Capability) String() string {
 }
 
 func (Capability) Descriptor() protoreflect.EnumDescriptor {
-	return file_holdfast_lock_v1_lock_proto_enumTypes[0].Descriptor()
+	return file_holdfast_lock_v1_lock_proto_enumTypes[2].Descriptor()
 }
 
 func (Capability) Type() protoreflect.EnumType {
-	return &file_holdfast_lock_v1_lock_proto_enumTypes[0]
+	return &file_holdfast_lock_v1_lock_proto_enumTypes[2]
 }
 
 func (x Capability) Number() protoreflect.EnumNumber {
@@ -85,7 +204,7 @@ func (x Capability) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Capability.Descriptor instead.
 func (Capability) EnumDescriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{0}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{2}
 }
 
 // EventType says what happened to a lock.
@@ -129,11 +248,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_holdfast_lock_v1_lock_proto_enumTypes[1].Descriptor()
+	return file_holdfast_lock_v1_lock_proto_enumTypes[3].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_holdfast_lock_v1_lock_proto_enumTypes[1]
+	return &file_holdfast_lock_v1_lock_proto_enumTypes[3]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -142,7 +261,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{1}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{3}
 }
 
 // HlcTimestamp is a Hybrid Logical Clock reading (Kulkarni et al. 2014):
@@ -223,7 +342,16 @@ type Lease struct {
 	// fencing_token are then unset: each key fences on its own token.
 	Keys []*LeasedKey `protobuf:"bytes,7,rep,name=keys,proto3" json:"keys,omitempty"`
 	// The lock-delay the Acquire asked for (see AcquireRequest.lock_delay).
-	LockDelay     *durationpb.Duration `protobuf:"bytes,8,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	LockDelay *durationpb.Duration `protobuf:"bytes,8,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// How the key is held (KIND_MUTEX for every lease taken without a kind)
+	// and its capacity (see AcquireRequest.kind).
+	Kind  Kind   `protobuf:"varint,9,opt,name=kind,proto3,enum=holdfast.lock.v1.Kind" json:"kind,omitempty"`
+	Limit uint32 `protobuf:"varint,10,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The share of limit this lease holds: 1 for a mutex and a shared rwlock
+	// lease, limit for an exclusive one, the permits asked for on a semaphore.
+	Permits uint32 `protobuf:"varint,11,opt,name=permits,proto3" json:"permits,omitempty"`
+	// For KIND_RWLOCK: MODE_SHARED or MODE_EXCLUSIVE; unset otherwise.
+	Mode          Mode `protobuf:"varint,12,opt,name=mode,proto3,enum=holdfast.lock.v1.Mode" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -314,6 +442,133 @@ func (x *Lease) GetLockDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *Lease) GetKind() Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Kind_KIND_UNSPECIFIED
+}
+
+func (x *Lease) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *Lease) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *Lease) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+// Grant is one lease held on a key, as others see it: never with its owner
+// token.
+type Grant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Strictly increasing per key over every grant of the key.
+	FencingToken uint64 `protobuf:"varint,1,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// Free-text label the holder gave at Acquire.
+	Holder    string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	Stamp     *HlcTimestamp          `protobuf:"bytes,4,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	// The share of the key's limit this lease holds (see Lease.permits).
+	Permits uint32 `protobuf:"varint,5,opt,name=permits,proto3" json:"permits,omitempty"`
+	// For KIND_RWLOCK: MODE_SHARED or MODE_EXCLUSIVE; unset otherwise.
+	Mode Mode `protobuf:"varint,6,opt,name=mode,proto3,enum=holdfast.lock.v1.Mode" json:"mode,omitempty"`
+	// The lock-delay that follows this lease if it expires (mutex only).
+	LockDelay     *durationpb.Duration `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"` // Field 8 is kept for the lease's value (leader election).
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Grant) Reset() {
+	*x = Grant{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Grant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Grant) ProtoMessage() {}
+
+func (x *Grant) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Grant.ProtoReflect.Descriptor instead.
+func (*Grant) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Grant) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *Grant) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *Grant) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *Grant) GetStamp() *HlcTimestamp {
+	if x != nil {
+		return x.Stamp
+	}
+	return nil
+}
+
+func (x *Grant) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *Grant) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *Grant) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
+	}
+	return nil
+}
+
 // LeasedKey is one key of a multi-key lease.
 type LeasedKey struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -326,7 +581,7 @@ type LeasedKey struct {
 
 func (x *LeasedKey) Reset() {
 	*x = LeasedKey{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[2]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -338,7 +593,7 @@ func (x *LeasedKey) String() string {
 func (*LeasedKey) ProtoMessage() {}
 
 func (x *LeasedKey) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[2]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -351,7 +606,7 @@ func (x *LeasedKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasedKey.ProtoReflect.Descriptor instead.
 func (*LeasedKey) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{2}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LeasedKey) GetKey() string {
@@ -381,7 +636,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[3]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +648,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[3]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +661,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{3}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Claim) GetKey() string {
@@ -432,7 +687,7 @@ type KeyDelay struct {
 
 func (x *KeyDelay) Reset() {
 	*x = KeyDelay{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[4]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +699,7 @@ func (x *KeyDelay) String() string {
 func (*KeyDelay) ProtoMessage() {}
 
 func (x *KeyDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[4]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +712,7 @@ func (x *KeyDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyDelay.ProtoReflect.Descriptor instead.
 func (*KeyDelay) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{4}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KeyDelay) GetKey() string {
@@ -493,14 +748,27 @@ type LockState struct {
 	// Callers queued for this key on the answering server.
 	Waiters uint32 `protobuf:"varint,6,opt,name=waiters,proto3" json:"waiters,omitempty"`
 	// The lock-delay that follows this lease if it expires (0: none).
-	LockDelay     *durationpb.Duration `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	LockDelay *durationpb.Duration `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// The key's kind and limit (see Kind), and the permits its holders hold
+	// (at most limit; 1 for a held mutex).
+	Kind         Kind   `protobuf:"varint,8,opt,name=kind,proto3,enum=holdfast.lock.v1.Kind" json:"kind,omitempty"`
+	Limit        uint32 `protobuf:"varint,9,opt,name=limit,proto3" json:"limit,omitempty"`
+	PermitsInUse uint32 `protobuf:"varint,10,opt,name=permits_in_use,json=permitsInUse,proto3" json:"permits_in_use,omitempty"`
+	// Every lease held on the key, in fencing-token order: one for a mutex
+	// (the same as the fields above), each permit holder, reader or writer
+	// otherwise. For a key of another kind than a mutex, the single-holder
+	// fields above (fencing_token, holder, expires_at, stamp, lock_delay)
+	// describe the lease that ends first: the one a waiter waits for. In a
+	// WatchResponse, holders is the one lease the event is about (the fields
+	// above describe it too) and permits_in_use is set when known.
+	Holders       []*Grant `protobuf:"bytes,11,rep,name=holders,proto3" json:"holders,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[5]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +780,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[5]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +793,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{5}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LockState) GetKey() string {
@@ -577,6 +845,34 @@ func (x *LockState) GetLockDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *LockState) GetKind() Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Kind_KIND_UNSPECIFIED
+}
+
+func (x *LockState) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *LockState) GetPermitsInUse() uint32 {
+	if x != nil {
+		return x.PermitsInUse
+	}
+	return 0
+}
+
+func (x *LockState) GetHolders() []*Grant {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
 // BackendInfo states what the backend promises.
 type BackendInfo struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -604,14 +900,23 @@ type BackendInfo struct {
 	// The longest lock_delay an Acquire may ask for (the backend's limit,
 	// narrowed by the server's --max-lock-delay); 0 without
 	// CAPABILITY_LOCK_DELAY.
-	MaxLockDelay  *durationpb.Duration `protobuf:"bytes,11,opt,name=max_lock_delay,json=maxLockDelay,proto3" json:"max_lock_delay,omitempty"`
+	MaxLockDelay *durationpb.Duration `protobuf:"bytes,11,opt,name=max_lock_delay,json=maxLockDelay,proto3" json:"max_lock_delay,omitempty"`
+	// The kinds of key the backend keeps; always KIND_MUTEX. An Acquire of
+	// another kind is answered unimplemented, naming the backend and the kind.
+	Kinds []Kind `protobuf:"varint,12,rep,packed,name=kinds,proto3,enum=holdfast.lock.v1.Kind" json:"kinds,omitempty"`
+	// The largest limit a KIND_SEMAPHORE key may have (0 without
+	// KIND_SEMAPHORE).
+	MaxLimit uint32 `protobuf:"varint,13,opt,name=max_limit,json=maxLimit,proto3" json:"max_limit,omitempty"`
+	// The limit of every KIND_RWLOCK key: the most readers that share one
+	// (0 without KIND_RWLOCK).
+	RwlockReaders uint32 `protobuf:"varint,14,opt,name=rwlock_readers,json=rwlockReaders,proto3" json:"rwlock_readers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BackendInfo) Reset() {
 	*x = BackendInfo{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[6]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +928,7 @@ func (x *BackendInfo) String() string {
 func (*BackendInfo) ProtoMessage() {}
 
 func (x *BackendInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[6]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +941,7 @@ func (x *BackendInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendInfo.ProtoReflect.Descriptor instead.
 func (*BackendInfo) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{6}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BackendInfo) GetName() string {
@@ -716,6 +1021,27 @@ func (x *BackendInfo) GetMaxLockDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *BackendInfo) GetKinds() []Kind {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *BackendInfo) GetMaxLimit() uint32 {
+	if x != nil {
+		return x.MaxLimit
+	}
+	return 0
+}
+
+func (x *BackendInfo) GetRwlockReaders() uint32 {
+	if x != nil {
+		return x.RwlockReaders
+	}
+	return 0
+}
+
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1 to 512 bytes of UTF-8 without NUL.
@@ -753,15 +1079,35 @@ type AcquireRequest struct {
 	// its keys refuse new holders for lock_delay, so that a stalled holder's
 	// writes in flight drain before the next holder starts. Waiters wait
 	// through it. 0 (or unset) to max_lock_delay (BackendInfo); needs
-	// CAPABILITY_LOCK_DELAY.
-	LockDelay     *durationpb.Duration `protobuf:"bytes,8,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// CAPABILITY_LOCK_DELAY. Mutex keys only.
+	LockDelay *durationpb.Duration `protobuf:"bytes,8,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// How the key is held (see Kind); unset is a mutex. Anything but a mutex
+	// takes key (not claims: sets of keys are mutexes) and needs the kind in
+	// BackendInfo.kinds (otherwise unimplemented).
+	//
+	//   - KIND_MUTEX: limit and permits 0 or 1, mode unset.
+	//   - KIND_SEMAPHORE: limit 1 to BackendInfo.max_limit (required),
+	//     permits 0 (meaning 1) to limit, mode unset.
+	//   - KIND_RWLOCK: mode MODE_SHARED or MODE_EXCLUSIVE (required), limit 0
+	//     or BackendInfo.rwlock_readers, permits 0.
+	//
+	// A request outside these is refused with invalid_argument naming the
+	// field and its bound; one whose kind or limit differs from the key's is
+	// refused with failed_precondition naming both. Waiting is strictly in
+	// arrival order within a server: the first waiter is served first, and a
+	// later one that would fit does not overtake it (so large requests and
+	// writers are not starved, and readers behind a writer wait for it).
+	Kind          Kind   `protobuf:"varint,9,opt,name=kind,proto3,enum=holdfast.lock.v1.Kind" json:"kind,omitempty"`
+	Limit         uint32 `protobuf:"varint,10,opt,name=limit,proto3" json:"limit,omitempty"`
+	Permits       uint32 `protobuf:"varint,11,opt,name=permits,proto3" json:"permits,omitempty"`
+	Mode          Mode   `protobuf:"varint,12,opt,name=mode,proto3,enum=holdfast.lock.v1.Mode" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[7]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +1119,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[7]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +1132,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{7}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AcquireRequest) GetKey() string {
@@ -845,6 +1191,34 @@ func (x *AcquireRequest) GetLockDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *AcquireRequest) GetKind() Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Kind_KIND_UNSPECIFIED
+}
+
+func (x *AcquireRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
 type AcquireResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Acquired bool                   `protobuf:"varint,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
@@ -862,7 +1236,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[8]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1248,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[8]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1261,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{8}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AcquireResponse) GetAcquired() bool {
@@ -947,7 +1321,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[9]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1333,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[9]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1346,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{9}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReleaseRequest) GetKey() string {
@@ -1022,7 +1396,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[10]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1408,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[10]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1421,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -1084,7 +1458,7 @@ type ExtendRequest struct {
 
 func (x *ExtendRequest) Reset() {
 	*x = ExtendRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[11]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1470,7 @@ func (x *ExtendRequest) String() string {
 func (*ExtendRequest) ProtoMessage() {}
 
 func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[11]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1483,7 @@ func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendRequest.ProtoReflect.Descriptor instead.
 func (*ExtendRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExtendRequest) GetKey() string {
@@ -1167,7 +1541,7 @@ type ExtendResponse struct {
 
 func (x *ExtendResponse) Reset() {
 	*x = ExtendResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[12]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1553,7 @@ func (x *ExtendResponse) String() string {
 func (*ExtendResponse) ProtoMessage() {}
 
 func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[12]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1566,7 @@ func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendResponse.ProtoReflect.Descriptor instead.
 func (*ExtendResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExtendResponse) GetExtended() bool {
@@ -1228,7 +1602,7 @@ type ExtendBatchRequest struct {
 
 func (x *ExtendBatchRequest) Reset() {
 	*x = ExtendBatchRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[13]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1614,7 @@ func (x *ExtendBatchRequest) String() string {
 func (*ExtendBatchRequest) ProtoMessage() {}
 
 func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[13]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1627,7 @@ func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchRequest.ProtoReflect.Descriptor instead.
 func (*ExtendBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExtendBatchRequest) GetItems() []*ExtendBatchItem {
@@ -1288,7 +1662,7 @@ type ExtendBatchItem struct {
 
 func (x *ExtendBatchItem) Reset() {
 	*x = ExtendBatchItem{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1674,7 @@ func (x *ExtendBatchItem) String() string {
 func (*ExtendBatchItem) ProtoMessage() {}
 
 func (x *ExtendBatchItem) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1687,7 @@ func (x *ExtendBatchItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchItem.ProtoReflect.Descriptor instead.
 func (*ExtendBatchItem) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExtendBatchItem) GetKey() string {
@@ -1355,7 +1729,7 @@ type ExtendBatchResponse struct {
 
 func (x *ExtendBatchResponse) Reset() {
 	*x = ExtendBatchResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1741,7 @@ func (x *ExtendBatchResponse) String() string {
 func (*ExtendBatchResponse) ProtoMessage() {}
 
 func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1754,7 @@ func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchResponse.ProtoReflect.Descriptor instead.
 func (*ExtendBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExtendBatchResponse) GetResults() []*ExtendBatchResult {
@@ -1414,7 +1788,7 @@ type ExtendBatchResult struct {
 
 func (x *ExtendBatchResult) Reset() {
 	*x = ExtendBatchResult{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1800,7 @@ func (x *ExtendBatchResult) String() string {
 func (*ExtendBatchResult) ProtoMessage() {}
 
 func (x *ExtendBatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1813,7 @@ func (x *ExtendBatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchResult.ProtoReflect.Descriptor instead.
 func (*ExtendBatchResult) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExtendBatchResult) GetExtended() bool {
@@ -1475,7 +1849,7 @@ type ItemError struct {
 
 func (x *ItemError) Reset() {
 	*x = ItemError{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1861,7 @@ func (x *ItemError) String() string {
 func (*ItemError) ProtoMessage() {}
 
 func (x *ItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1874,7 @@ func (x *ItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
 func (*ItemError) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ItemError) GetCode() string {
@@ -1526,7 +1900,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1912,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1925,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -1575,7 +1949,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1587,7 +1961,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1600,7 +1974,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -1636,7 +2010,10 @@ type ListRequest struct {
 	// Empty lists every key.
 	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// At most this many locks per page; 0 means the server's default (100),
-	// and the server caps it at 1000.
+	// and the server caps it at 1000. A key held by several leases (a
+	// semaphore, an rwlock) counts as many as its holders, and its holders
+	// are never split across pages: a page may hold fewer keys, and one key
+	// may take it past page_size.
 	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token of the previous page; empty for the first page.
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -1646,7 +2023,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +2035,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +2048,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1707,7 +2084,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +2096,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +2109,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListResponse) GetLocks() []*LockState {
@@ -1769,7 +2146,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +2158,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +2171,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchRequest) GetTarget() isWatchRequest_Target {
@@ -1853,7 +2230,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[23]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +2242,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[23]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +2255,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{23}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchResponse) GetType() EventType {
@@ -1910,7 +2287,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[24]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2299,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[24]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2312,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{24}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 type GetServerInfoResponse struct {
@@ -1955,7 +2332,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[25]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2344,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[25]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2357,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{25}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetServerInfoResponse) GetVersion() string {
@@ -2026,7 +2403,7 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\fHlcTimestamp\x12 \n" +
 	"\fwall_time_ns\x18\x01 \x01(\x03R\n" +
 	"wallTimeNs\x12\x18\n" +
-	"\alogical\x18\x02 \x01(\rR\alogical\"\xe8\x02\n" +
+	"\alogical\x18\x02 \x01(\rR\alogical\"\xf0\x03\n" +
 	"\x05Lease\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
@@ -2038,7 +2415,22 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\x05stamp\x18\x06 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\x05stamp\x12/\n" +
 	"\x04keys\x18\a \x03(\v2\x1b.holdfast.lock.v1.LeasedKeyR\x04keys\x128\n" +
 	"\n" +
-	"lock_delay\x18\b \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"B\n" +
+	"lock_delay\x18\b \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12*\n" +
+	"\x04kind\x18\t \x01(\x0e2\x16.holdfast.lock.v1.KindR\x04kind\x12\x14\n" +
+	"\x05limit\x18\n" +
+	" \x01(\rR\x05limit\x12\x18\n" +
+	"\apermits\x18\v \x01(\rR\apermits\x12*\n" +
+	"\x04mode\x18\f \x01(\x0e2\x16.holdfast.lock.v1.ModeR\x04mode\"\xb5\x02\n" +
+	"\x05Grant\x12#\n" +
+	"\rfencing_token\x18\x01 \x01(\x04R\ffencingToken\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x129\n" +
+	"\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x124\n" +
+	"\x05stamp\x18\x04 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\x05stamp\x12\x18\n" +
+	"\apermits\x18\x05 \x01(\rR\apermits\x12*\n" +
+	"\x04mode\x18\x06 \x01(\x0e2\x16.holdfast.lock.v1.ModeR\x04mode\x128\n" +
+	"\n" +
+	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"B\n" +
 	"\tLeasedKey\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\"\x19\n" +
@@ -2047,7 +2439,7 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\bKeyDelay\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x127\n" +
-	"\tremaining\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\tremaining\"\x9f\x02\n" +
+	"\tremaining\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\tremaining\"\xba\x03\n" +
 	"\tLockState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\x12\x16\n" +
@@ -2057,7 +2449,12 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\x05stamp\x18\x05 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\x05stamp\x12\x18\n" +
 	"\awaiters\x18\x06 \x01(\rR\awaiters\x128\n" +
 	"\n" +
-	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"\xcb\x03\n" +
+	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12*\n" +
+	"\x04kind\x18\b \x01(\x0e2\x16.holdfast.lock.v1.KindR\x04kind\x12\x14\n" +
+	"\x05limit\x18\t \x01(\rR\x05limit\x12$\n" +
+	"\x0epermits_in_use\x18\n" +
+	" \x01(\rR\fpermitsInUse\x121\n" +
+	"\aholders\x18\v \x03(\v2\x17.holdfast.lock.v1.GrantR\aholders\"\xbd\x04\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
@@ -2070,7 +2467,10 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\fcapabilities\x18\t \x03(\x0e2\x1c.holdfast.lock.v1.CapabilityR\fcapabilities\x12\x19\n" +
 	"\bmax_keys\x18\n" +
 	" \x01(\rR\amaxKeys\x12?\n" +
-	"\x0emax_lock_delay\x18\v \x01(\v2\x19.google.protobuf.DurationR\fmaxLockDelay\"\xe3\x02\n" +
+	"\x0emax_lock_delay\x18\v \x01(\v2\x19.google.protobuf.DurationR\fmaxLockDelay\x12,\n" +
+	"\x05kinds\x18\f \x03(\x0e2\x16.holdfast.lock.v1.KindR\x05kinds\x12\x1b\n" +
+	"\tmax_limit\x18\r \x01(\rR\bmaxLimit\x12%\n" +
+	"\x0erwlock_readers\x18\x0e \x01(\rR\rrwlockReaders\"\xeb\x03\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
@@ -2081,7 +2481,12 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\a \x01(\tR\trequestId\x128\n" +
 	"\n" +
-	"lock_delay\x18\b \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"\x8c\x02\n" +
+	"lock_delay\x18\b \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12*\n" +
+	"\x04kind\x18\t \x01(\x0e2\x16.holdfast.lock.v1.KindR\x04kind\x12\x14\n" +
+	"\x05limit\x18\n" +
+	" \x01(\rR\x05limit\x12\x18\n" +
+	"\apermits\x18\v \x01(\rR\apermits\x12*\n" +
+	"\x04mode\x18\f \x01(\x0e2\x16.holdfast.lock.v1.ModeR\x04mode\"\x8c\x02\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12-\n" +
 	"\x05lease\x18\x02 \x01(\v2\x17.holdfast.lock.v1.LeaseR\x05lease\x125\n" +
@@ -2162,7 +2567,17 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\abackend\x18\x02 \x01(\v2\x1d.holdfast.lock.v1.BackendInfoR\abackend\x12A\n" +
 	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\x12C\n" +
 	"\x10max_clock_offset\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0emaxClockOffset\x124\n" +
-	"\bmax_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxWait*x\n" +
+	"\bmax_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxWait*Q\n" +
+	"\x04Kind\x12\x14\n" +
+	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"KIND_MUTEX\x10\x01\x12\x12\n" +
+	"\x0eKIND_SEMAPHORE\x10\x02\x12\x0f\n" +
+	"\vKIND_RWLOCK\x10\x03*A\n" +
+	"\x04Mode\x12\x14\n" +
+	"\x10MODE_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vMODE_SHARED\x10\x01\x12\x12\n" +
+	"\x0eMODE_EXCLUSIVE\x10\x02*x\n" +
 	"\n" +
 	"Capability\x12\x1a\n" +
 	"\x16CAPABILITY_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -2197,111 +2612,125 @@ func file_holdfast_lock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_holdfast_lock_v1_lock_proto_rawDescData
 }
 
-var file_holdfast_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_holdfast_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_holdfast_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_holdfast_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_holdfast_lock_v1_lock_proto_goTypes = []any{
-	(Capability)(0),               // 0: holdfast.lock.v1.Capability
-	(EventType)(0),                // 1: holdfast.lock.v1.EventType
-	(*HlcTimestamp)(nil),          // 2: holdfast.lock.v1.HlcTimestamp
-	(*Lease)(nil),                 // 3: holdfast.lock.v1.Lease
-	(*LeasedKey)(nil),             // 4: holdfast.lock.v1.LeasedKey
-	(*Claim)(nil),                 // 5: holdfast.lock.v1.Claim
-	(*KeyDelay)(nil),              // 6: holdfast.lock.v1.KeyDelay
-	(*LockState)(nil),             // 7: holdfast.lock.v1.LockState
-	(*BackendInfo)(nil),           // 8: holdfast.lock.v1.BackendInfo
-	(*AcquireRequest)(nil),        // 9: holdfast.lock.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 10: holdfast.lock.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 11: holdfast.lock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 12: holdfast.lock.v1.ReleaseResponse
-	(*ExtendRequest)(nil),         // 13: holdfast.lock.v1.ExtendRequest
-	(*ExtendResponse)(nil),        // 14: holdfast.lock.v1.ExtendResponse
-	(*ExtendBatchRequest)(nil),    // 15: holdfast.lock.v1.ExtendBatchRequest
-	(*ExtendBatchItem)(nil),       // 16: holdfast.lock.v1.ExtendBatchItem
-	(*ExtendBatchResponse)(nil),   // 17: holdfast.lock.v1.ExtendBatchResponse
-	(*ExtendBatchResult)(nil),     // 18: holdfast.lock.v1.ExtendBatchResult
-	(*ItemError)(nil),             // 19: holdfast.lock.v1.ItemError
-	(*InspectRequest)(nil),        // 20: holdfast.lock.v1.InspectRequest
-	(*InspectResponse)(nil),       // 21: holdfast.lock.v1.InspectResponse
-	(*ListRequest)(nil),           // 22: holdfast.lock.v1.ListRequest
-	(*ListResponse)(nil),          // 23: holdfast.lock.v1.ListResponse
-	(*WatchRequest)(nil),          // 24: holdfast.lock.v1.WatchRequest
-	(*WatchResponse)(nil),         // 25: holdfast.lock.v1.WatchResponse
-	(*GetServerInfoRequest)(nil),  // 26: holdfast.lock.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil), // 27: holdfast.lock.v1.GetServerInfoResponse
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(Kind)(0),                     // 0: holdfast.lock.v1.Kind
+	(Mode)(0),                     // 1: holdfast.lock.v1.Mode
+	(Capability)(0),               // 2: holdfast.lock.v1.Capability
+	(EventType)(0),                // 3: holdfast.lock.v1.EventType
+	(*HlcTimestamp)(nil),          // 4: holdfast.lock.v1.HlcTimestamp
+	(*Lease)(nil),                 // 5: holdfast.lock.v1.Lease
+	(*Grant)(nil),                 // 6: holdfast.lock.v1.Grant
+	(*LeasedKey)(nil),             // 7: holdfast.lock.v1.LeasedKey
+	(*Claim)(nil),                 // 8: holdfast.lock.v1.Claim
+	(*KeyDelay)(nil),              // 9: holdfast.lock.v1.KeyDelay
+	(*LockState)(nil),             // 10: holdfast.lock.v1.LockState
+	(*BackendInfo)(nil),           // 11: holdfast.lock.v1.BackendInfo
+	(*AcquireRequest)(nil),        // 12: holdfast.lock.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 13: holdfast.lock.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 14: holdfast.lock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 15: holdfast.lock.v1.ReleaseResponse
+	(*ExtendRequest)(nil),         // 16: holdfast.lock.v1.ExtendRequest
+	(*ExtendResponse)(nil),        // 17: holdfast.lock.v1.ExtendResponse
+	(*ExtendBatchRequest)(nil),    // 18: holdfast.lock.v1.ExtendBatchRequest
+	(*ExtendBatchItem)(nil),       // 19: holdfast.lock.v1.ExtendBatchItem
+	(*ExtendBatchResponse)(nil),   // 20: holdfast.lock.v1.ExtendBatchResponse
+	(*ExtendBatchResult)(nil),     // 21: holdfast.lock.v1.ExtendBatchResult
+	(*ItemError)(nil),             // 22: holdfast.lock.v1.ItemError
+	(*InspectRequest)(nil),        // 23: holdfast.lock.v1.InspectRequest
+	(*InspectResponse)(nil),       // 24: holdfast.lock.v1.InspectResponse
+	(*ListRequest)(nil),           // 25: holdfast.lock.v1.ListRequest
+	(*ListResponse)(nil),          // 26: holdfast.lock.v1.ListResponse
+	(*WatchRequest)(nil),          // 27: holdfast.lock.v1.WatchRequest
+	(*WatchResponse)(nil),         // 28: holdfast.lock.v1.WatchResponse
+	(*GetServerInfoRequest)(nil),  // 29: holdfast.lock.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil), // 30: holdfast.lock.v1.GetServerInfoResponse
+	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
 }
 var file_holdfast_lock_v1_lock_proto_depIdxs = []int32{
-	28, // 0: holdfast.lock.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	29, // 1: holdfast.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	2,  // 2: holdfast.lock.v1.Lease.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	4,  // 3: holdfast.lock.v1.Lease.keys:type_name -> holdfast.lock.v1.LeasedKey
-	28, // 4: holdfast.lock.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
-	29, // 5: holdfast.lock.v1.KeyDelay.until:type_name -> google.protobuf.Timestamp
-	28, // 6: holdfast.lock.v1.KeyDelay.remaining:type_name -> google.protobuf.Duration
-	29, // 7: holdfast.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
-	2,  // 8: holdfast.lock.v1.LockState.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	28, // 9: holdfast.lock.v1.LockState.lock_delay:type_name -> google.protobuf.Duration
-	28, // 10: holdfast.lock.v1.BackendInfo.ttl_granularity:type_name -> google.protobuf.Duration
-	28, // 11: holdfast.lock.v1.BackendInfo.min_ttl:type_name -> google.protobuf.Duration
-	28, // 12: holdfast.lock.v1.BackendInfo.max_ttl:type_name -> google.protobuf.Duration
-	0,  // 13: holdfast.lock.v1.BackendInfo.capabilities:type_name -> holdfast.lock.v1.Capability
-	28, // 14: holdfast.lock.v1.BackendInfo.max_lock_delay:type_name -> google.protobuf.Duration
-	28, // 15: holdfast.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	28, // 16: holdfast.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	2,  // 17: holdfast.lock.v1.AcquireRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	5,  // 18: holdfast.lock.v1.AcquireRequest.claims:type_name -> holdfast.lock.v1.Claim
-	28, // 19: holdfast.lock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	3,  // 20: holdfast.lock.v1.AcquireResponse.lease:type_name -> holdfast.lock.v1.Lease
-	7,  // 21: holdfast.lock.v1.AcquireResponse.current:type_name -> holdfast.lock.v1.LockState
-	2,  // 22: holdfast.lock.v1.AcquireResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	6,  // 23: holdfast.lock.v1.AcquireResponse.delayed:type_name -> holdfast.lock.v1.KeyDelay
-	2,  // 24: holdfast.lock.v1.ReleaseRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	2,  // 25: holdfast.lock.v1.ReleaseResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	28, // 26: holdfast.lock.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 27: holdfast.lock.v1.ExtendRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	3,  // 28: holdfast.lock.v1.ExtendResponse.lease:type_name -> holdfast.lock.v1.Lease
-	2,  // 29: holdfast.lock.v1.ExtendResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	16, // 30: holdfast.lock.v1.ExtendBatchRequest.items:type_name -> holdfast.lock.v1.ExtendBatchItem
-	2,  // 31: holdfast.lock.v1.ExtendBatchRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	28, // 32: holdfast.lock.v1.ExtendBatchItem.ttl:type_name -> google.protobuf.Duration
-	18, // 33: holdfast.lock.v1.ExtendBatchResponse.results:type_name -> holdfast.lock.v1.ExtendBatchResult
-	2,  // 34: holdfast.lock.v1.ExtendBatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	3,  // 35: holdfast.lock.v1.ExtendBatchResult.lease:type_name -> holdfast.lock.v1.Lease
-	19, // 36: holdfast.lock.v1.ExtendBatchResult.error:type_name -> holdfast.lock.v1.ItemError
-	7,  // 37: holdfast.lock.v1.InspectResponse.state:type_name -> holdfast.lock.v1.LockState
-	2,  // 38: holdfast.lock.v1.InspectResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	6,  // 39: holdfast.lock.v1.InspectResponse.delayed:type_name -> holdfast.lock.v1.KeyDelay
-	7,  // 40: holdfast.lock.v1.ListResponse.locks:type_name -> holdfast.lock.v1.LockState
-	2,  // 41: holdfast.lock.v1.ListResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	1,  // 42: holdfast.lock.v1.WatchResponse.type:type_name -> holdfast.lock.v1.EventType
-	7,  // 43: holdfast.lock.v1.WatchResponse.state:type_name -> holdfast.lock.v1.LockState
-	2,  // 44: holdfast.lock.v1.WatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	8,  // 45: holdfast.lock.v1.GetServerInfoResponse.backend:type_name -> holdfast.lock.v1.BackendInfo
-	2,  // 46: holdfast.lock.v1.GetServerInfoResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	28, // 47: holdfast.lock.v1.GetServerInfoResponse.max_clock_offset:type_name -> google.protobuf.Duration
-	28, // 48: holdfast.lock.v1.GetServerInfoResponse.max_wait:type_name -> google.protobuf.Duration
-	9,  // 49: holdfast.lock.v1.LockService.Acquire:input_type -> holdfast.lock.v1.AcquireRequest
-	11, // 50: holdfast.lock.v1.LockService.Release:input_type -> holdfast.lock.v1.ReleaseRequest
-	13, // 51: holdfast.lock.v1.LockService.Extend:input_type -> holdfast.lock.v1.ExtendRequest
-	15, // 52: holdfast.lock.v1.LockService.ExtendBatch:input_type -> holdfast.lock.v1.ExtendBatchRequest
-	20, // 53: holdfast.lock.v1.LockService.Inspect:input_type -> holdfast.lock.v1.InspectRequest
-	22, // 54: holdfast.lock.v1.LockService.List:input_type -> holdfast.lock.v1.ListRequest
-	24, // 55: holdfast.lock.v1.LockService.Watch:input_type -> holdfast.lock.v1.WatchRequest
-	26, // 56: holdfast.lock.v1.LockService.GetServerInfo:input_type -> holdfast.lock.v1.GetServerInfoRequest
-	10, // 57: holdfast.lock.v1.LockService.Acquire:output_type -> holdfast.lock.v1.AcquireResponse
-	12, // 58: holdfast.lock.v1.LockService.Release:output_type -> holdfast.lock.v1.ReleaseResponse
-	14, // 59: holdfast.lock.v1.LockService.Extend:output_type -> holdfast.lock.v1.ExtendResponse
-	17, // 60: holdfast.lock.v1.LockService.ExtendBatch:output_type -> holdfast.lock.v1.ExtendBatchResponse
-	21, // 61: holdfast.lock.v1.LockService.Inspect:output_type -> holdfast.lock.v1.InspectResponse
-	23, // 62: holdfast.lock.v1.LockService.List:output_type -> holdfast.lock.v1.ListResponse
-	25, // 63: holdfast.lock.v1.LockService.Watch:output_type -> holdfast.lock.v1.WatchResponse
-	27, // 64: holdfast.lock.v1.LockService.GetServerInfo:output_type -> holdfast.lock.v1.GetServerInfoResponse
-	57, // [57:65] is the sub-list for method output_type
-	49, // [49:57] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	31, // 0: holdfast.lock.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	32, // 1: holdfast.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 2: holdfast.lock.v1.Lease.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	7,  // 3: holdfast.lock.v1.Lease.keys:type_name -> holdfast.lock.v1.LeasedKey
+	31, // 4: holdfast.lock.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	0,  // 5: holdfast.lock.v1.Lease.kind:type_name -> holdfast.lock.v1.Kind
+	1,  // 6: holdfast.lock.v1.Lease.mode:type_name -> holdfast.lock.v1.Mode
+	32, // 7: holdfast.lock.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 8: holdfast.lock.v1.Grant.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	1,  // 9: holdfast.lock.v1.Grant.mode:type_name -> holdfast.lock.v1.Mode
+	31, // 10: holdfast.lock.v1.Grant.lock_delay:type_name -> google.protobuf.Duration
+	32, // 11: holdfast.lock.v1.KeyDelay.until:type_name -> google.protobuf.Timestamp
+	31, // 12: holdfast.lock.v1.KeyDelay.remaining:type_name -> google.protobuf.Duration
+	32, // 13: holdfast.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 14: holdfast.lock.v1.LockState.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	31, // 15: holdfast.lock.v1.LockState.lock_delay:type_name -> google.protobuf.Duration
+	0,  // 16: holdfast.lock.v1.LockState.kind:type_name -> holdfast.lock.v1.Kind
+	6,  // 17: holdfast.lock.v1.LockState.holders:type_name -> holdfast.lock.v1.Grant
+	31, // 18: holdfast.lock.v1.BackendInfo.ttl_granularity:type_name -> google.protobuf.Duration
+	31, // 19: holdfast.lock.v1.BackendInfo.min_ttl:type_name -> google.protobuf.Duration
+	31, // 20: holdfast.lock.v1.BackendInfo.max_ttl:type_name -> google.protobuf.Duration
+	2,  // 21: holdfast.lock.v1.BackendInfo.capabilities:type_name -> holdfast.lock.v1.Capability
+	31, // 22: holdfast.lock.v1.BackendInfo.max_lock_delay:type_name -> google.protobuf.Duration
+	0,  // 23: holdfast.lock.v1.BackendInfo.kinds:type_name -> holdfast.lock.v1.Kind
+	31, // 24: holdfast.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	31, // 25: holdfast.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	4,  // 26: holdfast.lock.v1.AcquireRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	8,  // 27: holdfast.lock.v1.AcquireRequest.claims:type_name -> holdfast.lock.v1.Claim
+	31, // 28: holdfast.lock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	0,  // 29: holdfast.lock.v1.AcquireRequest.kind:type_name -> holdfast.lock.v1.Kind
+	1,  // 30: holdfast.lock.v1.AcquireRequest.mode:type_name -> holdfast.lock.v1.Mode
+	5,  // 31: holdfast.lock.v1.AcquireResponse.lease:type_name -> holdfast.lock.v1.Lease
+	10, // 32: holdfast.lock.v1.AcquireResponse.current:type_name -> holdfast.lock.v1.LockState
+	4,  // 33: holdfast.lock.v1.AcquireResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	9,  // 34: holdfast.lock.v1.AcquireResponse.delayed:type_name -> holdfast.lock.v1.KeyDelay
+	4,  // 35: holdfast.lock.v1.ReleaseRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	4,  // 36: holdfast.lock.v1.ReleaseResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	31, // 37: holdfast.lock.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	4,  // 38: holdfast.lock.v1.ExtendRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	5,  // 39: holdfast.lock.v1.ExtendResponse.lease:type_name -> holdfast.lock.v1.Lease
+	4,  // 40: holdfast.lock.v1.ExtendResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	19, // 41: holdfast.lock.v1.ExtendBatchRequest.items:type_name -> holdfast.lock.v1.ExtendBatchItem
+	4,  // 42: holdfast.lock.v1.ExtendBatchRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	31, // 43: holdfast.lock.v1.ExtendBatchItem.ttl:type_name -> google.protobuf.Duration
+	21, // 44: holdfast.lock.v1.ExtendBatchResponse.results:type_name -> holdfast.lock.v1.ExtendBatchResult
+	4,  // 45: holdfast.lock.v1.ExtendBatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	5,  // 46: holdfast.lock.v1.ExtendBatchResult.lease:type_name -> holdfast.lock.v1.Lease
+	22, // 47: holdfast.lock.v1.ExtendBatchResult.error:type_name -> holdfast.lock.v1.ItemError
+	10, // 48: holdfast.lock.v1.InspectResponse.state:type_name -> holdfast.lock.v1.LockState
+	4,  // 49: holdfast.lock.v1.InspectResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	9,  // 50: holdfast.lock.v1.InspectResponse.delayed:type_name -> holdfast.lock.v1.KeyDelay
+	10, // 51: holdfast.lock.v1.ListResponse.locks:type_name -> holdfast.lock.v1.LockState
+	4,  // 52: holdfast.lock.v1.ListResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	3,  // 53: holdfast.lock.v1.WatchResponse.type:type_name -> holdfast.lock.v1.EventType
+	10, // 54: holdfast.lock.v1.WatchResponse.state:type_name -> holdfast.lock.v1.LockState
+	4,  // 55: holdfast.lock.v1.WatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	11, // 56: holdfast.lock.v1.GetServerInfoResponse.backend:type_name -> holdfast.lock.v1.BackendInfo
+	4,  // 57: holdfast.lock.v1.GetServerInfoResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	31, // 58: holdfast.lock.v1.GetServerInfoResponse.max_clock_offset:type_name -> google.protobuf.Duration
+	31, // 59: holdfast.lock.v1.GetServerInfoResponse.max_wait:type_name -> google.protobuf.Duration
+	12, // 60: holdfast.lock.v1.LockService.Acquire:input_type -> holdfast.lock.v1.AcquireRequest
+	14, // 61: holdfast.lock.v1.LockService.Release:input_type -> holdfast.lock.v1.ReleaseRequest
+	16, // 62: holdfast.lock.v1.LockService.Extend:input_type -> holdfast.lock.v1.ExtendRequest
+	18, // 63: holdfast.lock.v1.LockService.ExtendBatch:input_type -> holdfast.lock.v1.ExtendBatchRequest
+	23, // 64: holdfast.lock.v1.LockService.Inspect:input_type -> holdfast.lock.v1.InspectRequest
+	25, // 65: holdfast.lock.v1.LockService.List:input_type -> holdfast.lock.v1.ListRequest
+	27, // 66: holdfast.lock.v1.LockService.Watch:input_type -> holdfast.lock.v1.WatchRequest
+	29, // 67: holdfast.lock.v1.LockService.GetServerInfo:input_type -> holdfast.lock.v1.GetServerInfoRequest
+	13, // 68: holdfast.lock.v1.LockService.Acquire:output_type -> holdfast.lock.v1.AcquireResponse
+	15, // 69: holdfast.lock.v1.LockService.Release:output_type -> holdfast.lock.v1.ReleaseResponse
+	17, // 70: holdfast.lock.v1.LockService.Extend:output_type -> holdfast.lock.v1.ExtendResponse
+	20, // 71: holdfast.lock.v1.LockService.ExtendBatch:output_type -> holdfast.lock.v1.ExtendBatchResponse
+	24, // 72: holdfast.lock.v1.LockService.Inspect:output_type -> holdfast.lock.v1.InspectResponse
+	26, // 73: holdfast.lock.v1.LockService.List:output_type -> holdfast.lock.v1.ListResponse
+	28, // 74: holdfast.lock.v1.LockService.Watch:output_type -> holdfast.lock.v1.WatchResponse
+	30, // 75: holdfast.lock.v1.LockService.GetServerInfo:output_type -> holdfast.lock.v1.GetServerInfoResponse
+	68, // [68:76] is the sub-list for method output_type
+	60, // [60:68] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_holdfast_lock_v1_lock_proto_init() }
@@ -2309,7 +2738,7 @@ func file_holdfast_lock_v1_lock_proto_init() {
 	if File_holdfast_lock_v1_lock_proto != nil {
 		return
 	}
-	file_holdfast_lock_v1_lock_proto_msgTypes[22].OneofWrappers = []any{
+	file_holdfast_lock_v1_lock_proto_msgTypes[23].OneofWrappers = []any{
 		(*WatchRequest_Key)(nil),
 		(*WatchRequest_Prefix)(nil),
 	}
@@ -2318,8 +2747,8 @@ func file_holdfast_lock_v1_lock_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_holdfast_lock_v1_lock_proto_rawDesc), len(file_holdfast_lock_v1_lock_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   26,
+			NumEnums:      4,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -11,6 +11,19 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    KIND_UNSPECIFIED: _ClassVar[Kind]
+    KIND_MUTEX: _ClassVar[Kind]
+    KIND_SEMAPHORE: _ClassVar[Kind]
+    KIND_RWLOCK: _ClassVar[Kind]
+
+class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODE_UNSPECIFIED: _ClassVar[Mode]
+    MODE_SHARED: _ClassVar[Mode]
+    MODE_EXCLUSIVE: _ClassVar[Mode]
+
 class Capability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CAPABILITY_UNSPECIFIED: _ClassVar[Capability]
@@ -25,6 +38,13 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_RELEASED: _ClassVar[EventType]
     EVENT_TYPE_EXPIRED: _ClassVar[EventType]
     EVENT_TYPE_SYNCED: _ClassVar[EventType]
+KIND_UNSPECIFIED: Kind
+KIND_MUTEX: Kind
+KIND_SEMAPHORE: Kind
+KIND_RWLOCK: Kind
+MODE_UNSPECIFIED: Mode
+MODE_SHARED: Mode
+MODE_EXCLUSIVE: Mode
 CAPABILITY_UNSPECIFIED: Capability
 CAPABILITY_MULTI_KEY: Capability
 CAPABILITY_REQUEST_ID: Capability
@@ -44,7 +64,7 @@ class HlcTimestamp(_message.Message):
     def __init__(self, wall_time_ns: _Optional[int] = ..., logical: _Optional[int] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("key", "owner_token", "fencing_token", "ttl", "expires_at", "stamp", "keys", "lock_delay")
+    __slots__ = ("key", "owner_token", "fencing_token", "ttl", "expires_at", "stamp", "keys", "lock_delay", "kind", "limit", "permits", "mode")
     KEY_FIELD_NUMBER: _ClassVar[int]
     OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +73,10 @@ class Lease(_message.Message):
     STAMP_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     key: str
     owner_token: str
     fencing_token: int
@@ -61,7 +85,29 @@ class Lease(_message.Message):
     stamp: HlcTimestamp
     keys: _containers.RepeatedCompositeFieldContainer[LeasedKey]
     lock_delay: _duration_pb2.Duration
-    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., fencing_token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., keys: _Optional[_Iterable[_Union[LeasedKey, _Mapping]]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    kind: Kind
+    limit: int
+    permits: int
+    mode: Mode
+    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., fencing_token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., keys: _Optional[_Iterable[_Union[LeasedKey, _Mapping]]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., kind: _Optional[_Union[Kind, str]] = ..., limit: _Optional[int] = ..., permits: _Optional[int] = ..., mode: _Optional[_Union[Mode, str]] = ...) -> None: ...
+
+class Grant(_message.Message):
+    __slots__ = ("fencing_token", "holder", "expires_at", "stamp", "permits", "mode", "lock_delay")
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    STAMP_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
+    fencing_token: int
+    holder: str
+    expires_at: _timestamp_pb2.Timestamp
+    stamp: HlcTimestamp
+    permits: int
+    mode: Mode
+    lock_delay: _duration_pb2.Duration
+    def __init__(self, fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., permits: _Optional[int] = ..., mode: _Optional[_Union[Mode, str]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LeasedKey(_message.Message):
     __slots__ = ("key", "fencing_token")
@@ -88,7 +134,7 @@ class KeyDelay(_message.Message):
     def __init__(self, key: _Optional[str] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., remaining: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LockState(_message.Message):
-    __slots__ = ("key", "fencing_token", "holder", "expires_at", "stamp", "waiters", "lock_delay")
+    __slots__ = ("key", "fencing_token", "holder", "expires_at", "stamp", "waiters", "lock_delay", "kind", "limit", "permits_in_use", "holders")
     KEY_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +142,10 @@ class LockState(_message.Message):
     STAMP_FIELD_NUMBER: _ClassVar[int]
     WAITERS_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_IN_USE_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_FIELD_NUMBER: _ClassVar[int]
     key: str
     fencing_token: int
     holder: str
@@ -103,10 +153,14 @@ class LockState(_message.Message):
     stamp: HlcTimestamp
     waiters: int
     lock_delay: _duration_pb2.Duration
-    def __init__(self, key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., waiters: _Optional[int] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    kind: Kind
+    limit: int
+    permits_in_use: int
+    holders: _containers.RepeatedCompositeFieldContainer[Grant]
+    def __init__(self, key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., waiters: _Optional[int] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., kind: _Optional[_Union[Kind, str]] = ..., limit: _Optional[int] = ..., permits_in_use: _Optional[int] = ..., holders: _Optional[_Iterable[_Union[Grant, _Mapping]]] = ...) -> None: ...
 
 class BackendInfo(_message.Message):
-    __slots__ = ("name", "version", "shared", "durable", "ttl_granularity", "min_ttl", "max_ttl", "fair", "capabilities", "max_keys", "max_lock_delay")
+    __slots__ = ("name", "version", "shared", "durable", "ttl_granularity", "min_ttl", "max_ttl", "fair", "capabilities", "max_keys", "max_lock_delay", "kinds", "max_limit", "rwlock_readers")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SHARED_FIELD_NUMBER: _ClassVar[int]
@@ -118,6 +172,9 @@ class BackendInfo(_message.Message):
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     MAX_KEYS_FIELD_NUMBER: _ClassVar[int]
     MAX_LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
+    KINDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RWLOCK_READERS_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     shared: bool
@@ -129,10 +186,13 @@ class BackendInfo(_message.Message):
     capabilities: _containers.RepeatedScalarFieldContainer[Capability]
     max_keys: int
     max_lock_delay: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., shared: _Optional[bool] = ..., durable: _Optional[bool] = ..., ttl_granularity: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., min_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fair: _Optional[bool] = ..., capabilities: _Optional[_Iterable[_Union[Capability, str]]] = ..., max_keys: _Optional[int] = ..., max_lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    kinds: _containers.RepeatedScalarFieldContainer[Kind]
+    max_limit: int
+    rwlock_readers: int
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., shared: _Optional[bool] = ..., durable: _Optional[bool] = ..., ttl_granularity: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., min_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fair: _Optional[bool] = ..., capabilities: _Optional[_Iterable[_Union[Capability, str]]] = ..., max_keys: _Optional[int] = ..., max_lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., kinds: _Optional[_Iterable[_Union[Kind, str]]] = ..., max_limit: _Optional[int] = ..., rwlock_readers: _Optional[int] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("key", "ttl", "wait", "holder", "client_stamp", "claims", "request_id", "lock_delay")
+    __slots__ = ("key", "ttl", "wait", "holder", "client_stamp", "claims", "request_id", "lock_delay", "kind", "limit", "permits", "mode")
     KEY_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
@@ -141,6 +201,10 @@ class AcquireRequest(_message.Message):
     CLAIMS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     key: str
     ttl: _duration_pb2.Duration
     wait: _duration_pb2.Duration
@@ -149,7 +213,11 @@ class AcquireRequest(_message.Message):
     claims: _containers.RepeatedCompositeFieldContainer[Claim]
     request_id: str
     lock_delay: _duration_pb2.Duration
-    def __init__(self, key: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., holder: _Optional[str] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., claims: _Optional[_Iterable[_Union[Claim, _Mapping]]] = ..., request_id: _Optional[str] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    kind: Kind
+    limit: int
+    permits: int
+    mode: Mode
+    def __init__(self, key: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., holder: _Optional[str] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., claims: _Optional[_Iterable[_Union[Claim, _Mapping]]] = ..., request_id: _Optional[str] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., kind: _Optional[_Union[Kind, str]] = ..., limit: _Optional[int] = ..., permits: _Optional[int] = ..., mode: _Optional[_Union[Mode, str]] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("acquired", "lease", "current", "server_stamp", "delayed")

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file holdfast/lock/v1/lock.proto.
  */
 export const file_holdfast_lock_v1_lock: GenFile = /*@__PURE__*/
-  fileDesc("Chtob2xkZmFzdC9sb2NrL3YxL2xvY2sucHJvdG8SEGhvbGRmYXN0LmxvY2sudjEiNQoMSGxjVGltZXN0YW1wEhQKDHdhbGxfdGltZV9ucxgBIAEoAxIPCgdsb2dpY2FsGAIgASgNIqECCgVMZWFzZRILCgNrZXkYASABKAkSEwoLb3duZXJfdG9rZW4YAiABKAkSFQoNZmVuY2luZ190b2tlbhgDIAEoBBImCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIpCgRrZXlzGAcgAygLMhsuaG9sZGZhc3QubG9jay52MS5MZWFzZWRLZXkSLQoKbG9ja19kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIvCglMZWFzZWRLZXkSCwoDa2V5GAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQiFAoFQ2xhaW0SCwoDa2V5GAEgASgJInAKCEtleURlbGF5EgsKA2tleRgBIAEoCRIpCgV1bnRpbBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoJcmVtYWluaW5nGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIt4BCglMb2NrU3RhdGUSCwoDa2V5GAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQSDgoGaG9sZGVyGAMgASgJEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KBXN0YW1wGAUgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASDwoHd2FpdGVycxgGIAEoDRItCgpsb2NrX2RlbGF5GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIuACCgtCYWNrZW5kSW5mbxIMCgRuYW1lGAEgASgJEg8KB3ZlcnNpb24YAiABKAkSDgoGc2hhcmVkGAMgASgIEg8KB2R1cmFibGUYBCABKAgSMgoPdHRsX2dyYW51bGFyaXR5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEioKB21pbl90dGwYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWF4X3R0bBgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIMCgRmYWlyGAggASgIEjIKDGNhcGFiaWxpdGllcxgJIAMoDjIcLmhvbGRmYXN0LmxvY2sudjEuQ2FwYWJpbGl0eRIQCghtYXhfa2V5cxgKIAEoDRIxCg5tYXhfbG9ja19kZWxheRgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKgAgoOQWNxdWlyZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKA3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBmhvbGRlchgEIAEoCRI0CgxjbGllbnRfc3RhbXAYBSABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBInCgZjbGFpbXMYBiADKAsyFy5ob2xkZmFzdC5sb2NrLnYxLkNsYWltEhIKCnJlcXVlc3RfaWQYByABKAkSLQoKbG9ja19kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiLcAQoPQWNxdWlyZVJlc3BvbnNlEhAKCGFjcXVpcmVkGAEgASgIEiYKBWxlYXNlGAIgASgLMhcuaG9sZGZhc3QubG9jay52MS5MZWFzZRIsCgdjdXJyZW50GAMgASgLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSNAoMc2VydmVyX3N0YW1wGAQgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASKwoHZGVsYXllZBgFIAEoCzIaLmhvbGRmYXN0LmxvY2sudjEuS2V5RGVsYXkiigEKDlJlbGVhc2VSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRI0CgxjbGllbnRfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIMCgRrZXlzGAQgAygJEhIKCnJlcXVlc3RfaWQYBSABKAkiWQoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIEjQKDHNlcnZlcl9zdGFtcBgCIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIrEBCg1FeHRlbmRSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRImCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNAoMY2xpZW50X3N0YW1wGAQgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASDAoEa2V5cxgFIAMoCRISCgpyZXF1ZXN0X2lkGAYgASgJIoABCg5FeHRlbmRSZXNwb25zZRIQCghleHRlbmRlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USNAoMc2VydmVyX3N0YW1wGAMgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAifAoSRXh0ZW5kQmF0Y2hSZXF1ZXN0EjAKBWl0ZW1zGAEgAygLMiEuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaEl0ZW0SNAoMY2xpZW50X3N0YW1wGAIgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAibwoPRXh0ZW5kQmF0Y2hJdGVtEgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRImCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKcmVxdWVzdF9pZBgEIAEoCSKBAQoTRXh0ZW5kQmF0Y2hSZXNwb25zZRI0CgdyZXN1bHRzGAEgAygLMiMuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaFJlc3VsdBI0CgxzZXJ2ZXJfc3RhbXAYAiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCJ5ChFFeHRlbmRCYXRjaFJlc3VsdBIQCghleHRlbmRlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USKgoFZXJyb3IYAyABKAsyGy5ob2xkZmFzdC5sb2NrLnYxLkl0ZW1FcnJvciIqCglJdGVtRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIh0KDkluc3BlY3RSZXF1ZXN0EgsKA2tleRgBIAEoCSKuAQoPSW5zcGVjdFJlc3BvbnNlEgwKBGhlbGQYASABKAgSKgoFc3RhdGUYAiABKAsyGy5ob2xkZmFzdC5sb2NrLnYxLkxvY2tTdGF0ZRI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIrCgdkZWxheWVkGAQgASgLMhouaG9sZGZhc3QubG9jay52MS5LZXlEZWxheSJECgtMaXN0UmVxdWVzdBIOCgZwcmVmaXgYASABKAkSEQoJcGFnZV9zaXplGAIgASgNEhIKCnBhZ2VfdG9rZW4YAyABKAkiiQEKDExpc3RSZXNwb25zZRIqCgVsb2NrcxgBIAMoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCI5CgxXYXRjaFJlcXVlc3QSDQoDa2V5GAEgASgJSAASEAoGcHJlZml4GAIgASgJSABCCAoGdGFyZ2V0IpwBCg1XYXRjaFJlc3BvbnNlEikKBHR5cGUYASABKA4yGy5ob2xkZmFzdC5sb2NrLnYxLkV2ZW50VHlwZRIqCgVzdGF0ZRgCIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IvABChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIuCgdiYWNrZW5kGAIgASgLMh0uaG9sZGZhc3QubG9jay52MS5CYWNrZW5kSW5mbxI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIzChBtYXhfY2xvY2tfb2Zmc2V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEisKCG1heF93YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uKngKCkNhcGFiaWxpdHkSGgoWQ0FQQUJJTElUWV9VTlNQRUNJRklFRBAAEhgKFENBUEFCSUxJVFlfTVVMVElfS0VZEAESGQoVQ0FQQUJJTElUWV9SRVFVRVNUX0lEEAISGQoVQ0FQQUJJTElUWV9MT0NLX0RFTEFZEAMqiAEKCUV2ZW50VHlwZRIaChZFVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASFwoTRVZFTlRfVFlQRV9BQ1FVSVJFRBABEhcKE0VWRU5UX1RZUEVfUkVMRUFTRUQQAhIWChJFVkVOVF9UWVBFX0VYUElSRUQQAxIVChFFVkVOVF9UWVBFX1NZTkNFRBAEMqoFCgtMb2NrU2VydmljZRJOCgdBY3F1aXJlEiAuaG9sZGZhc3QubG9jay52MS5BY3F1aXJlUmVxdWVzdBohLmhvbGRmYXN0LmxvY2sudjEuQWNxdWlyZVJlc3BvbnNlEk4KB1JlbGVhc2USIC5ob2xkZmFzdC5sb2NrLnYxLlJlbGVhc2VSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5SZWxlYXNlUmVzcG9uc2USSwoGRXh0ZW5kEh8uaG9sZGZhc3QubG9jay52MS5FeHRlbmRSZXF1ZXN0GiAuaG9sZGZhc3QubG9jay52MS5FeHRlbmRSZXNwb25zZRJaCgtFeHRlbmRCYXRjaBIkLmhvbGRmYXN0LmxvY2sudjEuRXh0ZW5kQmF0Y2hSZXF1ZXN0GiUuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaFJlc3BvbnNlElMKB0luc3BlY3QSIC5ob2xkZmFzdC5sb2NrLnYxLkluc3BlY3RSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5JbnNwZWN0UmVzcG9uc2UiA5ACARJKCgRMaXN0Eh0uaG9sZGZhc3QubG9jay52MS5MaXN0UmVxdWVzdBoeLmhvbGRmYXN0LmxvY2sudjEuTGlzdFJlc3BvbnNlIgOQAgESSgoFV2F0Y2gSHi5ob2xkZmFzdC5sb2NrLnYxLldhdGNoUmVxdWVzdBofLmhvbGRmYXN0LmxvY2sudjEuV2F0Y2hSZXNwb25zZTABEmUKDUdldFNlcnZlckluZm8SJi5ob2xkZmFzdC5sb2NrLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0GicuaG9sZGZhc3QubG9jay52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2UiA5ACAUI8WjpnaXRodWIuY29tL2hvbGRmYXN0L2hvbGRmYXN0L3Byb3RvL2hvbGRmYXN0L2xvY2svdjE7bG9ja3YxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chtob2xkZmFzdC9sb2NrL3YxL2xvY2sucHJvdG8SEGhvbGRmYXN0LmxvY2sudjEiNQoMSGxjVGltZXN0YW1wEhQKDHdhbGxfdGltZV9ucxgBIAEoAxIPCgdsb2dpY2FsGAIgASgNIo0DCgVMZWFzZRILCgNrZXkYASABKAkSEwoLb3duZXJfdG9rZW4YAiABKAkSFQoNZmVuY2luZ190b2tlbhgDIAEoBBImCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIpCgRrZXlzGAcgAygLMhsuaG9sZGZhc3QubG9jay52MS5MZWFzZWRLZXkSLQoKbG9ja19kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIkCgRraW5kGAkgASgOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEg0KBWxpbWl0GAogASgNEg8KB3Blcm1pdHMYCyABKA0SJAoEbW9kZRgMIAEoDjIWLmhvbGRmYXN0LmxvY2sudjEuTW9kZSLzAQoFR3JhbnQSFQoNZmVuY2luZ190b2tlbhgBIAEoBBIOCgZob2xkZXIYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBCABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIPCgdwZXJtaXRzGAUgASgNEiQKBG1vZGUYBiABKA4yFi5ob2xkZmFzdC5sb2NrLnYxLk1vZGUSLQoKbG9ja19kZWxheRgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIvCglMZWFzZWRLZXkSCwoDa2V5GAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQiFAoFQ2xhaW0SCwoDa2V5GAEgASgJInAKCEtleURlbGF5EgsKA2tleRgBIAEoCRIpCgV1bnRpbBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoJcmVtYWluaW5nGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uItUCCglMb2NrU3RhdGUSCwoDa2V5GAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQSDgoGaG9sZGVyGAMgASgJEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KBXN0YW1wGAUgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASDwoHd2FpdGVycxgGIAEoDRItCgpsb2NrX2RlbGF5GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiQKBGtpbmQYCCABKA4yFi5ob2xkZmFzdC5sb2NrLnYxLktpbmQSDQoFbGltaXQYCSABKA0SFgoOcGVybWl0c19pbl91c2UYCiABKA0SKAoHaG9sZGVycxgLIAMoCzIXLmhvbGRmYXN0LmxvY2sudjEuR3JhbnQisgMKC0JhY2tlbmRJbmZvEgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIOCgZzaGFyZWQYAyABKAgSDwoHZHVyYWJsZRgEIAEoCBIyCg90dGxfZ3JhbnVsYXJpdHkYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWluX3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgdtYXhfdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBGZhaXIYCCABKAgSMgoMY2FwYWJpbGl0aWVzGAkgAygOMhwuaG9sZGZhc3QubG9jay52MS5DYXBhYmlsaXR5EhAKCG1heF9rZXlzGAogASgNEjEKDm1heF9sb2NrX2RlbGF5GAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiUKBWtpbmRzGAwgAygOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEhEKCW1heF9saW1pdBgNIAEoDRIWCg5yd2xvY2tfcmVhZGVycxgOIAEoDSKMAwoOQWNxdWlyZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKA3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBmhvbGRlchgEIAEoCRI0CgxjbGllbnRfc3RhbXAYBSABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBInCgZjbGFpbXMYBiADKAsyFy5ob2xkZmFzdC5sb2NrLnYxLkNsYWltEhIKCnJlcXVlc3RfaWQYByABKAkSLQoKbG9ja19kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIkCgRraW5kGAkgASgOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEg0KBWxpbWl0GAogASgNEg8KB3Blcm1pdHMYCyABKA0SJAoEbW9kZRgMIAEoDjIWLmhvbGRmYXN0LmxvY2sudjEuTW9kZSLcAQoPQWNxdWlyZVJlc3BvbnNlEhAKCGFjcXVpcmVkGAEgASgIEiYKBWxlYXNlGAIgASgLMhcuaG9sZGZhc3QubG9jay52MS5MZWFzZRIsCgdjdXJyZW50GAMgASgLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSNAoMc2VydmVyX3N0YW1wGAQgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASKwoHZGVsYXllZBgFIAEoCzIaLmhvbGRmYXN0LmxvY2sudjEuS2V5RGVsYXkiigEKDlJlbGVhc2VSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRI0CgxjbGllbnRfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIMCgRrZXlzGAQgAygJEhIKCnJlcXVlc3RfaWQYBSABKAkiWQoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIEjQKDHNlcnZlcl9zdGFtcBgCIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIrEBCg1FeHRlbmRSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRImCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNAoMY2xpZW50X3N0YW1wGAQgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASDAoEa2V5cxgFIAMoCRISCgpyZXF1ZXN0X2lkGAYgASgJIoABCg5FeHRlbmRSZXNwb25zZRIQCghleHRlbmRlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USNAoMc2VydmVyX3N0YW1wGAMgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAifAoSRXh0ZW5kQmF0Y2hSZXF1ZXN0EjAKBWl0ZW1zGAEgAygLMiEuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaEl0ZW0SNAoMY2xpZW50X3N0YW1wGAIgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAibwoPRXh0ZW5kQmF0Y2hJdGVtEgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRImCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKcmVxdWVzdF9pZBgEIAEoCSKBAQoTRXh0ZW5kQmF0Y2hSZXNwb25zZRI0CgdyZXN1bHRzGAEgAygLMiMuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaFJlc3VsdBI0CgxzZXJ2ZXJfc3RhbXAYAiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCJ5ChFFeHRlbmRCYXRjaFJlc3VsdBIQCghleHRlbmRlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USKgoFZXJyb3IYAyABKAsyGy5ob2xkZmFzdC5sb2NrLnYxLkl0ZW1FcnJvciIqCglJdGVtRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIh0KDkluc3BlY3RSZXF1ZXN0EgsKA2tleRgBIAEoCSKuAQoPSW5zcGVjdFJlc3BvbnNlEgwKBGhlbGQYASABKAgSKgoFc3RhdGUYAiABKAsyGy5ob2xkZmFzdC5sb2NrLnYxLkxvY2tTdGF0ZRI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIrCgdkZWxheWVkGAQgASgLMhouaG9sZGZhc3QubG9jay52MS5LZXlEZWxheSJECgtMaXN0UmVxdWVzdBIOCgZwcmVmaXgYASABKAkSEQoJcGFnZV9zaXplGAIgASgNEhIKCnBhZ2VfdG9rZW4YAyABKAkiiQEKDExpc3RSZXNwb25zZRIqCgVsb2NrcxgBIAMoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCI5CgxXYXRjaFJlcXVlc3QSDQoDa2V5GAEgASgJSAASEAoGcHJlZml4GAIgASgJSABCCAoGdGFyZ2V0IpwBCg1XYXRjaFJlc3BvbnNlEikKBHR5cGUYASABKA4yGy5ob2xkZmFzdC5sb2NrLnYxLkV2ZW50VHlwZRIqCgVzdGF0ZRgCIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IvABChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIuCgdiYWNrZW5kGAIgASgLMh0uaG9sZGZhc3QubG9jay52MS5CYWNrZW5kSW5mbxI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIzChBtYXhfY2xvY2tfb2Zmc2V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEisKCG1heF93YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uKlEKBEtpbmQSFAoQS0lORF9VTlNQRUNJRklFRBAAEg4KCktJTkRfTVVURVgQARISCg5LSU5EX1NFTUFQSE9SRRACEg8KC0tJTkRfUldMT0NLEAMqQQoETW9kZRIUChBNT0RFX1VOU1BFQ0lGSUVEEAASDwoLTU9ERV9TSEFSRUQQARISCg5NT0RFX0VYQ0xVU0lWRRACKngKCkNhcGFiaWxpdHkSGgoWQ0FQQUJJTElUWV9VTlNQRUNJRklFRBAAEhgKFENBUEFCSUxJVFlfTVVMVElfS0VZEAESGQoVQ0FQQUJJTElUWV9SRVFVRVNUX0lEEAISGQoVQ0FQQUJJTElUWV9MT0NLX0RFTEFZEAMqiAEKCUV2ZW50VHlwZRIaChZFVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASFwoTRVZFTlRfVFlQRV9BQ1FVSVJFRBABEhcKE0VWRU5UX1RZUEVfUkVMRUFTRUQQAhIWChJFVkVOVF9UWVBFX0VYUElSRUQQAxIVChFFVkVOVF9UWVBFX1NZTkNFRBAEMqoFCgtMb2NrU2VydmljZRJOCgdBY3F1aXJlEiAuaG9sZGZhc3QubG9jay52MS5BY3F1aXJlUmVxdWVzdBohLmhvbGRmYXN0LmxvY2sudjEuQWNxdWlyZVJlc3BvbnNlEk4KB1JlbGVhc2USIC5ob2xkZmFzdC5sb2NrLnYxLlJlbGVhc2VSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5SZWxlYXNlUmVzcG9uc2USSwoGRXh0ZW5kEh8uaG9sZGZhc3QubG9jay52MS5FeHRlbmRSZXF1ZXN0GiAuaG9sZGZhc3QubG9jay52MS5FeHRlbmRSZXNwb25zZRJaCgtFeHRlbmRCYXRjaBIkLmhvbGRmYXN0LmxvY2sudjEuRXh0ZW5kQmF0Y2hSZXF1ZXN0GiUuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaFJlc3BvbnNlElMKB0luc3BlY3QSIC5ob2xkZmFzdC5sb2NrLnYxLkluc3BlY3RSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5JbnNwZWN0UmVzcG9uc2UiA5ACARJKCgRMaXN0Eh0uaG9sZGZhc3QubG9jay52MS5MaXN0UmVxdWVzdBoeLmhvbGRmYXN0LmxvY2sudjEuTGlzdFJlc3BvbnNlIgOQAgESSgoFV2F0Y2gSHi5ob2xkZmFzdC5sb2NrLnYxLldhdGNoUmVxdWVzdBofLmhvbGRmYXN0LmxvY2sudjEuV2F0Y2hSZXNwb25zZTABEmUKDUdldFNlcnZlckluZm8SJi5ob2xkZmFzdC5sb2NrLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0GicuaG9sZGZhc3QubG9jay52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2UiA5ACAUI8WjpnaXRodWIuY29tL2hvbGRmYXN0L2hvbGRmYXN0L3Byb3RvL2hvbGRmYXN0L2xvY2svdjE7bG9ja3YxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * HlcTimestamp is a Hybrid Logical Clock reading (Kulkarni et al. 2014):
@@ -113,6 +113,34 @@ export type Lease = Message<"holdfast.lock.v1.Lease"> & {
    * @generated from field: google.protobuf.Duration lock_delay = 8;
    */
   lockDelay?: Duration | undefined;
+
+  /**
+   * How the key is held (KIND_MUTEX for every lease taken without a kind)
+   * and its capacity (see AcquireRequest.kind).
+   *
+   * @generated from field: holdfast.lock.v1.Kind kind = 9;
+   */
+  kind: Kind;
+
+  /**
+   * @generated from field: uint32 limit = 10;
+   */
+  limit: number;
+
+  /**
+   * The share of limit this lease holds: 1 for a mutex and a shared rwlock
+   * lease, limit for an exclusive one, the permits asked for on a semaphore.
+   *
+   * @generated from field: uint32 permits = 11;
+   */
+  permits: number;
+
+  /**
+   * For KIND_RWLOCK: MODE_SHARED or MODE_EXCLUSIVE; unset otherwise.
+   *
+   * @generated from field: holdfast.lock.v1.Mode mode = 12;
+   */
+  mode: Mode;
 };
 
 /**
@@ -121,6 +149,68 @@ export type Lease = Message<"holdfast.lock.v1.Lease"> & {
  */
 export const LeaseSchema: GenMessage<Lease> = /*@__PURE__*/
   messageDesc(file_holdfast_lock_v1_lock, 1);
+
+/**
+ * Grant is one lease held on a key, as others see it: never with its owner
+ * token.
+ *
+ * @generated from message holdfast.lock.v1.Grant
+ */
+export type Grant = Message<"holdfast.lock.v1.Grant"> & {
+  /**
+   * Strictly increasing per key over every grant of the key.
+   *
+   * @generated from field: uint64 fencing_token = 1;
+   */
+  fencingToken: bigint;
+
+  /**
+   * Free-text label the holder gave at Acquire.
+   *
+   * @generated from field: string holder = 2;
+   */
+  holder: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp expires_at = 3;
+   */
+  expiresAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: holdfast.lock.v1.HlcTimestamp stamp = 4;
+   */
+  stamp?: HlcTimestamp | undefined;
+
+  /**
+   * The share of the key's limit this lease holds (see Lease.permits).
+   *
+   * @generated from field: uint32 permits = 5;
+   */
+  permits: number;
+
+  /**
+   * For KIND_RWLOCK: MODE_SHARED or MODE_EXCLUSIVE; unset otherwise.
+   *
+   * @generated from field: holdfast.lock.v1.Mode mode = 6;
+   */
+  mode: Mode;
+
+  /**
+   * The lock-delay that follows this lease if it expires (mutex only).
+   *
+   * Field 8 is kept for the lease's value (leader election).
+   *
+   * @generated from field: google.protobuf.Duration lock_delay = 7;
+   */
+  lockDelay?: Duration | undefined;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.Grant.
+ * Use `create(GrantSchema)` to create a new message.
+ */
+export const GrantSchema: GenMessage<Grant> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 2);
 
 /**
  * LeasedKey is one key of a multi-key lease.
@@ -146,7 +236,7 @@ export type LeasedKey = Message<"holdfast.lock.v1.LeasedKey"> & {
  * Use `create(LeasedKeySchema)` to create a new message.
  */
 export const LeasedKeySchema: GenMessage<LeasedKey> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 2);
+  messageDesc(file_holdfast_lock_v1_lock, 3);
 
 /**
  * Claim is one key an Acquire takes. It is a message so that a claim can
@@ -169,7 +259,7 @@ export type Claim = Message<"holdfast.lock.v1.Claim"> & {
  * Use `create(ClaimSchema)` to create a new message.
  */
 export const ClaimSchema: GenMessage<Claim> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 3);
+  messageDesc(file_holdfast_lock_v1_lock, 4);
 
 /**
  * KeyDelay is a key that nobody holds but that refuses new holders for a
@@ -204,7 +294,7 @@ export type KeyDelay = Message<"holdfast.lock.v1.KeyDelay"> & {
  * Use `create(KeyDelaySchema)` to create a new message.
  */
 export const KeyDelaySchema: GenMessage<KeyDelay> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 4);
+  messageDesc(file_holdfast_lock_v1_lock, 5);
 
 /**
  * LockState describes a held lock. It never carries an owner token.
@@ -252,6 +342,37 @@ export type LockState = Message<"holdfast.lock.v1.LockState"> & {
    * @generated from field: google.protobuf.Duration lock_delay = 7;
    */
   lockDelay?: Duration | undefined;
+
+  /**
+   * The key's kind and limit (see Kind), and the permits its holders hold
+   * (at most limit; 1 for a held mutex).
+   *
+   * @generated from field: holdfast.lock.v1.Kind kind = 8;
+   */
+  kind: Kind;
+
+  /**
+   * @generated from field: uint32 limit = 9;
+   */
+  limit: number;
+
+  /**
+   * @generated from field: uint32 permits_in_use = 10;
+   */
+  permitsInUse: number;
+
+  /**
+   * Every lease held on the key, in fencing-token order: one for a mutex
+   * (the same as the fields above), each permit holder, reader or writer
+   * otherwise. For a key of another kind than a mutex, the single-holder
+   * fields above (fencing_token, holder, expires_at, stamp, lock_delay)
+   * describe the lease that ends first: the one a waiter waits for. In a
+   * WatchResponse, holders is the one lease the event is about (the fields
+   * above describe it too) and permits_in_use is set when known.
+   *
+   * @generated from field: repeated holdfast.lock.v1.Grant holders = 11;
+   */
+  holders: Grant[];
 };
 
 /**
@@ -259,7 +380,7 @@ export type LockState = Message<"holdfast.lock.v1.LockState"> & {
  * Use `create(LockStateSchema)` to create a new message.
  */
 export const LockStateSchema: GenMessage<LockState> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 5);
+  messageDesc(file_holdfast_lock_v1_lock, 6);
 
 /**
  * BackendInfo states what the backend promises.
@@ -342,6 +463,30 @@ export type BackendInfo = Message<"holdfast.lock.v1.BackendInfo"> & {
    * @generated from field: google.protobuf.Duration max_lock_delay = 11;
    */
   maxLockDelay?: Duration | undefined;
+
+  /**
+   * The kinds of key the backend keeps; always KIND_MUTEX. An Acquire of
+   * another kind is answered unimplemented, naming the backend and the kind.
+   *
+   * @generated from field: repeated holdfast.lock.v1.Kind kinds = 12;
+   */
+  kinds: Kind[];
+
+  /**
+   * The largest limit a KIND_SEMAPHORE key may have (0 without
+   * KIND_SEMAPHORE).
+   *
+   * @generated from field: uint32 max_limit = 13;
+   */
+  maxLimit: number;
+
+  /**
+   * The limit of every KIND_RWLOCK key: the most readers that share one
+   * (0 without KIND_RWLOCK).
+   *
+   * @generated from field: uint32 rwlock_readers = 14;
+   */
+  rwlockReaders: number;
 };
 
 /**
@@ -349,7 +494,7 @@ export type BackendInfo = Message<"holdfast.lock.v1.BackendInfo"> & {
  * Use `create(BackendInfoSchema)` to create a new message.
  */
 export const BackendInfoSchema: GenMessage<BackendInfo> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 6);
+  messageDesc(file_holdfast_lock_v1_lock, 7);
 
 /**
  * @generated from message holdfast.lock.v1.AcquireRequest
@@ -426,11 +571,48 @@ export type AcquireRequest = Message<"holdfast.lock.v1.AcquireRequest"> & {
    * its keys refuse new holders for lock_delay, so that a stalled holder's
    * writes in flight drain before the next holder starts. Waiters wait
    * through it. 0 (or unset) to max_lock_delay (BackendInfo); needs
-   * CAPABILITY_LOCK_DELAY.
+   * CAPABILITY_LOCK_DELAY. Mutex keys only.
    *
    * @generated from field: google.protobuf.Duration lock_delay = 8;
    */
   lockDelay?: Duration | undefined;
+
+  /**
+   * How the key is held (see Kind); unset is a mutex. Anything but a mutex
+   * takes key (not claims: sets of keys are mutexes) and needs the kind in
+   * BackendInfo.kinds (otherwise unimplemented).
+   *
+   *   - KIND_MUTEX: limit and permits 0 or 1, mode unset.
+   *   - KIND_SEMAPHORE: limit 1 to BackendInfo.max_limit (required),
+   *     permits 0 (meaning 1) to limit, mode unset.
+   *   - KIND_RWLOCK: mode MODE_SHARED or MODE_EXCLUSIVE (required), limit 0
+   *     or BackendInfo.rwlock_readers, permits 0.
+   *
+   * A request outside these is refused with invalid_argument naming the
+   * field and its bound; one whose kind or limit differs from the key's is
+   * refused with failed_precondition naming both. Waiting is strictly in
+   * arrival order within a server: the first waiter is served first, and a
+   * later one that would fit does not overtake it (so large requests and
+   * writers are not starved, and readers behind a writer wait for it).
+   *
+   * @generated from field: holdfast.lock.v1.Kind kind = 9;
+   */
+  kind: Kind;
+
+  /**
+   * @generated from field: uint32 limit = 10;
+   */
+  limit: number;
+
+  /**
+   * @generated from field: uint32 permits = 11;
+   */
+  permits: number;
+
+  /**
+   * @generated from field: holdfast.lock.v1.Mode mode = 12;
+   */
+  mode: Mode;
 };
 
 /**
@@ -438,7 +620,7 @@ export type AcquireRequest = Message<"holdfast.lock.v1.AcquireRequest"> & {
  * Use `create(AcquireRequestSchema)` to create a new message.
  */
 export const AcquireRequestSchema: GenMessage<AcquireRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 7);
+  messageDesc(file_holdfast_lock_v1_lock, 8);
 
 /**
  * @generated from message holdfast.lock.v1.AcquireResponse
@@ -482,7 +664,7 @@ export type AcquireResponse = Message<"holdfast.lock.v1.AcquireResponse"> & {
  * Use `create(AcquireResponseSchema)` to create a new message.
  */
 export const AcquireResponseSchema: GenMessage<AcquireResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 8);
+  messageDesc(file_holdfast_lock_v1_lock, 9);
 
 /**
  * @generated from message holdfast.lock.v1.ReleaseRequest
@@ -530,7 +712,7 @@ export type ReleaseRequest = Message<"holdfast.lock.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 9);
+  messageDesc(file_holdfast_lock_v1_lock, 10);
 
 /**
  * @generated from message holdfast.lock.v1.ReleaseResponse
@@ -555,7 +737,7 @@ export type ReleaseResponse = Message<"holdfast.lock.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 10);
+  messageDesc(file_holdfast_lock_v1_lock, 11);
 
 /**
  * @generated from message holdfast.lock.v1.ExtendRequest
@@ -606,7 +788,7 @@ export type ExtendRequest = Message<"holdfast.lock.v1.ExtendRequest"> & {
  * Use `create(ExtendRequestSchema)` to create a new message.
  */
 export const ExtendRequestSchema: GenMessage<ExtendRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 11);
+  messageDesc(file_holdfast_lock_v1_lock, 12);
 
 /**
  * @generated from message holdfast.lock.v1.ExtendResponse
@@ -637,7 +819,7 @@ export type ExtendResponse = Message<"holdfast.lock.v1.ExtendResponse"> & {
  * Use `create(ExtendResponseSchema)` to create a new message.
  */
 export const ExtendResponseSchema: GenMessage<ExtendResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 12);
+  messageDesc(file_holdfast_lock_v1_lock, 13);
 
 /**
  * @generated from message holdfast.lock.v1.ExtendBatchRequest
@@ -662,7 +844,7 @@ export type ExtendBatchRequest = Message<"holdfast.lock.v1.ExtendBatchRequest"> 
  * Use `create(ExtendBatchRequestSchema)` to create a new message.
  */
 export const ExtendBatchRequestSchema: GenMessage<ExtendBatchRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 13);
+  messageDesc(file_holdfast_lock_v1_lock, 14);
 
 /**
  * ExtendBatchItem is one single-key lease to renew: the fields of an
@@ -703,7 +885,7 @@ export type ExtendBatchItem = Message<"holdfast.lock.v1.ExtendBatchItem"> & {
  * Use `create(ExtendBatchItemSchema)` to create a new message.
  */
 export const ExtendBatchItemSchema: GenMessage<ExtendBatchItem> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 14);
+  messageDesc(file_holdfast_lock_v1_lock, 15);
 
 /**
  * @generated from message holdfast.lock.v1.ExtendBatchResponse
@@ -727,7 +909,7 @@ export type ExtendBatchResponse = Message<"holdfast.lock.v1.ExtendBatchResponse"
  * Use `create(ExtendBatchResponseSchema)` to create a new message.
  */
 export const ExtendBatchResponseSchema: GenMessage<ExtendBatchResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 15);
+  messageDesc(file_holdfast_lock_v1_lock, 16);
 
 /**
  * @generated from message holdfast.lock.v1.ExtendBatchResult
@@ -763,7 +945,7 @@ export type ExtendBatchResult = Message<"holdfast.lock.v1.ExtendBatchResult"> & 
  * Use `create(ExtendBatchResultSchema)` to create a new message.
  */
 export const ExtendBatchResultSchema: GenMessage<ExtendBatchResult> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 16);
+  messageDesc(file_holdfast_lock_v1_lock, 17);
 
 /**
  * ItemError is why one item of a batch was not decided.
@@ -789,7 +971,7 @@ export type ItemError = Message<"holdfast.lock.v1.ItemError"> & {
  * Use `create(ItemErrorSchema)` to create a new message.
  */
 export const ItemErrorSchema: GenMessage<ItemError> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 17);
+  messageDesc(file_holdfast_lock_v1_lock, 18);
 
 /**
  * @generated from message holdfast.lock.v1.InspectRequest
@@ -806,7 +988,7 @@ export type InspectRequest = Message<"holdfast.lock.v1.InspectRequest"> & {
  * Use `create(InspectRequestSchema)` to create a new message.
  */
 export const InspectRequestSchema: GenMessage<InspectRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 18);
+  messageDesc(file_holdfast_lock_v1_lock, 19);
 
 /**
  * @generated from message holdfast.lock.v1.InspectResponse
@@ -842,7 +1024,7 @@ export type InspectResponse = Message<"holdfast.lock.v1.InspectResponse"> & {
  * Use `create(InspectResponseSchema)` to create a new message.
  */
 export const InspectResponseSchema: GenMessage<InspectResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 19);
+  messageDesc(file_holdfast_lock_v1_lock, 20);
 
 /**
  * @generated from message holdfast.lock.v1.ListRequest
@@ -857,7 +1039,10 @@ export type ListRequest = Message<"holdfast.lock.v1.ListRequest"> & {
 
   /**
    * At most this many locks per page; 0 means the server's default (100),
-   * and the server caps it at 1000.
+   * and the server caps it at 1000. A key held by several leases (a
+   * semaphore, an rwlock) counts as many as its holders, and its holders
+   * are never split across pages: a page may hold fewer keys, and one key
+   * may take it past page_size.
    *
    * @generated from field: uint32 page_size = 2;
    */
@@ -876,7 +1061,7 @@ export type ListRequest = Message<"holdfast.lock.v1.ListRequest"> & {
  * Use `create(ListRequestSchema)` to create a new message.
  */
 export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 20);
+  messageDesc(file_holdfast_lock_v1_lock, 21);
 
 /**
  * @generated from message holdfast.lock.v1.ListResponse
@@ -905,7 +1090,7 @@ export type ListResponse = Message<"holdfast.lock.v1.ListResponse"> & {
  * Use `create(ListResponseSchema)` to create a new message.
  */
 export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 21);
+  messageDesc(file_holdfast_lock_v1_lock, 22);
 
 /**
  * @generated from message holdfast.lock.v1.WatchRequest
@@ -938,7 +1123,7 @@ export type WatchRequest = Message<"holdfast.lock.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 22);
+  messageDesc(file_holdfast_lock_v1_lock, 23);
 
 /**
  * @generated from message holdfast.lock.v1.WatchResponse
@@ -968,7 +1153,7 @@ export type WatchResponse = Message<"holdfast.lock.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 23);
+  messageDesc(file_holdfast_lock_v1_lock, 24);
 
 /**
  * @generated from message holdfast.lock.v1.GetServerInfoRequest
@@ -981,7 +1166,7 @@ export type GetServerInfoRequest = Message<"holdfast.lock.v1.GetServerInfoReques
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 24);
+  messageDesc(file_holdfast_lock_v1_lock, 25);
 
 /**
  * @generated from message holdfast.lock.v1.GetServerInfoResponse
@@ -1024,7 +1209,90 @@ export type GetServerInfoResponse = Message<"holdfast.lock.v1.GetServerInfoRespo
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 25);
+  messageDesc(file_holdfast_lock_v1_lock, 26);
+
+/**
+ * Kind is how a key is held. A key has one kind and one limit (capacity),
+ * fixed by its first grant and kept as long as its fencing counter: a
+ * request that names another kind or limit for it is refused with
+ * failed_precondition naming both. Every grant of every kind is a lease
+ * (its own owner token, TTL and stamp) and holds permits of the limit; the
+ * store grants only while the permits held plus the request's fit within
+ * the limit, so the three kinds are one rule with different weights.
+ *
+ * @generated from enum holdfast.lock.v1.Kind
+ */
+export enum Kind {
+  /**
+   * In a request: a mutex (what every request before kinds meant). Never
+   * in an answer: the server says KIND_MUTEX.
+   *
+   * @generated from enum value: KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * One holder at a time: limit 1, every lease 1 permit.
+   *
+   * @generated from enum value: KIND_MUTEX = 1;
+   */
+  MUTEX = 1,
+
+  /**
+   * Up to limit permits (1 to BackendInfo.max_limit), a lease takes 1 to
+   * limit of them.
+   *
+   * @generated from enum value: KIND_SEMAPHORE = 2;
+   */
+  SEMAPHORE = 2,
+
+  /**
+   * Readers share the key, a writer holds it alone: limit is the fixed
+   * reader capacity (BackendInfo.rwlock_readers), a shared lease takes 1
+   * permit and an exclusive lease all of them.
+   *
+   * @generated from enum value: KIND_RWLOCK = 3;
+   */
+  RWLOCK = 3,
+}
+
+/**
+ * Describes the enum holdfast.lock.v1.Kind.
+ */
+export const KindSchema: GenEnum<Kind> = /*@__PURE__*/
+  enumDesc(file_holdfast_lock_v1_lock, 0);
+
+/**
+ * Mode is how an rwlock lease holds its key.
+ *
+ * @generated from enum holdfast.lock.v1.Mode
+ */
+export enum Mode {
+  /**
+   * @generated from enum value: MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * With other shared leases, never with an exclusive one (a reader).
+   *
+   * @generated from enum value: MODE_SHARED = 1;
+   */
+  SHARED = 1,
+
+  /**
+   * Alone (a writer).
+   *
+   * @generated from enum value: MODE_EXCLUSIVE = 2;
+   */
+  EXCLUSIVE = 2,
+}
+
+/**
+ * Describes the enum holdfast.lock.v1.Mode.
+ */
+export const ModeSchema: GenEnum<Mode> = /*@__PURE__*/
+  enumDesc(file_holdfast_lock_v1_lock, 1);
 
 /**
  * Capability is something a backend does beyond single-key leases.
@@ -1065,7 +1333,7 @@ export enum Capability {
  * Describes the enum holdfast.lock.v1.Capability.
  */
 export const CapabilitySchema: GenEnum<Capability> = /*@__PURE__*/
-  enumDesc(file_holdfast_lock_v1_lock, 0);
+  enumDesc(file_holdfast_lock_v1_lock, 2);
 
 /**
  * EventType says what happened to a lock.
@@ -1105,7 +1373,7 @@ export enum EventType {
  * Describes the enum holdfast.lock.v1.EventType.
  */
 export const EventTypeSchema: GenEnum<EventType> = /*@__PURE__*/
-  enumDesc(file_holdfast_lock_v1_lock, 1);
+  enumDesc(file_holdfast_lock_v1_lock, 3);
 
 /**
  * LockService grants, renews, releases and reports leases.
