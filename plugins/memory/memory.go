@@ -414,6 +414,15 @@ func (b *Backend) remove(e *entry) {
 	b.ordered.Delete(e.key)
 }
 
+// poolOf is key's live pool on an open backend (nil: none, or closed:
+// the set path answers then). b.mu must be held.
+func (b *Backend) poolOf(key string) *pool {
+	if b.closed {
+		return nil
+	}
+	return b.livePool(key, time.Now())
+}
+
 // livePool returns key's pool with its unexpired grants, expiring stale
 // ones on the way (nil: no pool, or it went with them). b.mu must be held.
 func (b *Backend) livePool(key string, now time.Time) *pool {
@@ -676,7 +685,7 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 		return false, err
 	}
 	b.mu.Lock()
-	if p := b.livePool(req.Key, time.Now()); p != nil && !b.closed {
+	if p := b.poolOf(req.Key); p != nil {
 		defer b.mu.Unlock()
 		return b.releaseGrant(p, req, time.Now())
 	}
@@ -779,7 +788,7 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 		return backend.ExtendResult{}, err
 	}
 	b.mu.Lock()
-	if p := b.livePool(req.Key, time.Now()); p != nil && !b.closed {
+	if p := b.poolOf(req.Key); p != nil {
 		defer b.mu.Unlock()
 		return b.extendGrant(p, req, time.Now())
 	}

@@ -561,3 +561,65 @@ func TestExpireEndsALeaseNow(t *testing.T) {
 		t.Fatalf("Watch returned %v, want context.Canceled", err)
 	}
 }
+
+func grant(t *testing.T, b *Backend, key, token string, limit, permits int, ttl time.Duration) backend.AcquireResult {
+	t.Helper()
+	res, err := b.Acquire(context.Background(), backend.AcquireRequest{Key: key, OwnerToken: token, TTL: ttl,
+		Kind: backend.KindSemaphore, Limit: limit, Permits: permits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// A semaphore's pool goes with its last grant, released or expired, and
+// leaves nothing behind: not in the map, the index or the heap.
+func TestPoolsDoNotOutliveTheirGrants(t *testing.T) {
+	b := newBackend(t)
+	ctx := context.Background()
+	for i := range 200 {
+		key := fmt.Sprintf("sem-%d", i)
+		for _, tok := range []string{"a", "b"} {
+			if !grant(t, b, key, tok, 2, 1, time.Minute).Acquired {
+				t.Fatalf("%s: grant %s refused", key, tok)
+			}
+		}
+		for _, tok := range []string{"a", "b"} {
+			if ok, err := b.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: tok}); err != nil || !ok {
+				t.Fatalf("%s: release %s: %v %v", key, tok, ok, err)
+			}
+		}
+		grant(t, b, fmt.Sprintf("exp-%d", i), "t", 3, 2, time.Millisecond)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		b.mu.Lock()
+		n, h, o := len(b.pools), len(b.expiries), b.ordered.Len()
+		b.mu.Unlock()
+		if n == 0 && h == 0 && o == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pools, %d heap entries, %d index keys left", n, h, o)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Expire ends every grant of a semaphore, each with its own event.
+func TestExpireEndsEveryGrantOfAPool(t *testing.T) {
+	b := newBackend(t)
+	a, c := grant(t, b, "s", "a", 3, 1, time.Hour), grant(t, b, "s", "c", 3, 2, time.Hour)
+	if !a.Acquired || !c.Acquired || a.Record.FencingToken >= c.Record.FencingToken {
+		t.Fatalf("grants %+v %+v", a, c)
+	}
+	if !b.Expire("s") {
+		t.Fatal("Expire of a held semaphore reported none")
+	}
+	if _, held, _ := b.Get(context.Background(), "s"); held {
+		t.Fatal("the semaphore is still held after Expire")
+	}
+	if res := grant(t, b, "s", "d", 3, 3, time.Hour); !res.Acquired || res.Record.InUse != 3 {
+		t.Fatalf("a grant of the whole limit after Expire: %+v", res)
+	}
+}

@@ -461,3 +461,38 @@ func TestSetsCountEveryKey(t *testing.T) {
 		t.Fatalf("a set of 3 within the bound: %v %v", r, err)
 	}
 }
+
+// Each lease of a semaphore counts as a lock, and leaves the count with its
+// own release: several leases on one key are not one lock.
+func TestSemaphoreLeasesCountEach(t *testing.T) {
+	lim := limits.New(limits.Config{MaxLocksPerClient: 3})
+	client := start(t, lim)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a := client("")
+	sem := func() *lockv1.AcquireRequest {
+		return &lockv1.AcquireRequest{Key: "sem", Ttl: durationpb.New(time.Minute), Kind: lockv1.Kind_KIND_SEMAPHORE, Limit: 5}
+	}
+	var leases []*lockv1.Lease
+	for range 3 {
+		r, err := a.Acquire(ctx, sem())
+		if err != nil || !r.GetAcquired() {
+			t.Fatal(r, err)
+		}
+		leases = append(leases, r.GetLease())
+	}
+	if n := lim.Locks(); n != 3 {
+		t.Fatalf("%d locks counted for 3 leases of one semaphore, want 3", n)
+	}
+	_, err := a.Acquire(ctx, sem())
+	wantExhausted(t, "a fourth lease of the semaphore", err, "acquire: 3 locks held or being acquired by this client address (127.0.0.1)")
+	if r, err := a.Extend(ctx, &lockv1.ExtendRequest{Key: "sem", OwnerToken: leases[1].GetOwnerToken(), Ttl: durationpb.New(time.Minute)}); err != nil || !r.GetExtended() {
+		t.Fatalf("extend: %v %v", r, err)
+	}
+	if _, err := a.Release(ctx, &lockv1.ReleaseRequest{Key: "sem", OwnerToken: leases[0].GetOwnerToken()}); err != nil {
+		t.Fatal(err)
+	}
+	if n := lim.Locks(); n != 2 {
+		t.Fatalf("%d locks counted after one lease's release, want 2", n)
+	}
+}
