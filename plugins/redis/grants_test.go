@@ -3,11 +3,11 @@ package redis_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/harness"
 	"github.com/holdfast/holdfast/plugins/redis/redistest"
 	"github.com/holdfast/holdfast/proto/hlc"
 )
@@ -27,54 +27,32 @@ func grant(t *testing.T, b backend.Backend, key, tok string, kind backend.Kind, 
 	return res
 }
 
-// Racers through two backends (two connection pools, as two servers) race for permits of a limit-3 semaphore, round
-// after round: nobody releases during a round, so exactly three win it (a
-// refusal saw three held), and a resource fenced by the winners' tokens
-// sees every token once.
+// Racers through two backends (two connection pools, as two servers) race
+// for permits of a limit-3 semaphore (harness.RacePermits: exactly three
+// granted per round, each fencing token once).
 func TestGrantRacersNeverExceedLimit(t *testing.T) {
 	addr := redistest.Addr(t)
 	prefix := "t" + token()[:8] + ":"
 	bs := []backend.Backend{open(t, addr, "key_prefix", prefix), open(t, addr, "key_prefix", prefix)}
-	const limit, racers, rounds = 3, 12, 8
-	seen := map[uint64]bool{}
-	for round := range rounds {
-		results := make([]backend.AcquireResult, racers)
-		reqs := make([]backend.AcquireRequest, racers)
-		errs := make([]error, racers)
-		var wg sync.WaitGroup
-		for i := range racers {
-			reqs[i] = grantReq("sem", token(), backend.KindSemaphore, limit, 1, time.Minute)
-			wg.Go(func() { results[i], errs[i] = bs[i%2].Acquire(context.Background(), reqs[i]) })
+	racePermits(t, bs)
+}
+
+// racePermits races 12 callers, alternating between bs, for one permit each
+// of a limit-3 semaphore, for 8 rounds.
+func racePermits(t *testing.T, bs []backend.Backend) {
+	const limit, racers = 3, 12
+	reqs := make([]backend.AcquireRequest, racers)
+	harness.RacePermits(t, limit, racers, 8, func(i int) (harness.PermitTry, error) {
+		reqs[i] = grantReq("sem", token(), backend.KindSemaphore, limit, 1, time.Minute)
+		res, err := bs[i%len(bs)].Acquire(context.Background(), reqs[i])
+		return harness.PermitTry{Granted: res.Acquired, Fence: res.Record.FencingToken, InUse: res.Record.InUse}, err
+	}, func(i int) error {
+		ok, err := bs[i%len(bs)].Release(context.Background(), backend.ReleaseRequest{Key: "sem", OwnerToken: reqs[i].OwnerToken})
+		if err == nil && !ok {
+			err = errors.New("a granted permit was not released")
 		}
-		wg.Wait()
-		won := 0
-		for i, r := range results {
-			if errs[i] != nil {
-				t.Fatalf("round %d: %v", round, errs[i])
-			}
-			if !r.Acquired {
-				if r.Record.InUse != limit {
-					t.Fatalf("round %d: refused with %d permits in use of %d", round, r.Record.InUse, limit)
-				}
-				continue
-			}
-			if won++; won > limit || seen[r.Record.FencingToken] {
-				t.Fatalf("round %d: winner %d with fencing token %d (seen before: %v)", round, won, r.Record.FencingToken, seen[r.Record.FencingToken])
-			}
-			seen[r.Record.FencingToken] = true
-		}
-		if won != limit {
-			t.Fatalf("round %d: %d winners of %d racers for %d permits", round, won, racers, limit)
-		}
-		for i, r := range results {
-			if !r.Acquired {
-				continue
-			}
-			if ok, err := bs[i%2].Release(context.Background(), backend.ReleaseRequest{Key: "sem", OwnerToken: reqs[i].OwnerToken}); err != nil || !ok {
-				t.Fatalf("round %d: a winner's release: %v %v", round, ok, err)
-			}
-		}
-	}
+		return err
+	})
 }
 
 func TestGrantKindAndLimitAreKept(t *testing.T) {
@@ -131,106 +109,6 @@ func TestGrantKindAndLimitAreKept(t *testing.T) {
 	}
 }
 
-// One grant's expiry frees its permits and nobody else's, and Watch says
-// so with that grant's fencing token.
-func TestGrantExpiryFreesOnlyItsPermits(t *testing.T) {
-	b := open(t, redistest.Addr(t))
-	w := watch(t, b, "e/")
-	short := grant(t, b, "e/k", token(), backend.KindSemaphore, 3, 2, 150*time.Millisecond)
-	long := grant(t, b, "e/k", token(), backend.KindSemaphore, 3, 1, time.Minute)
-	if !short.Acquired || !long.Acquired || long.Record.InUse != 3 || long.Record.FencingToken <= short.Record.FencingToken {
-		t.Fatalf("grants: %+v / %+v", short, long)
-	}
-	for _, want := range []backend.Grant{{FencingToken: short.Record.FencingToken, Permits: 2}, {FencingToken: long.Record.FencingToken, Permits: 1}} {
-		e := w.next(t)
-		if e.Type != backend.EventAcquired || e.Record.FencingToken != want.FencingToken || e.Record.Permits != want.Permits ||
-			e.Record.Kind != backend.KindSemaphore || e.Record.Limit != 3 {
-			t.Fatalf("event %v %+v, want acquired %+v", e.Type, e.Record, want)
-		}
-	}
-	if r := grant(t, b, "e/k", token(), backend.KindSemaphore, 3, 1, time.Minute); r.Acquired || r.Record.InUse != 3 ||
-		r.Record.FencingToken != short.Record.FencingToken {
-		t.Fatalf("a fourth permit: %+v, want refused naming the grant that ends first", r)
-	}
-	e := w.next(t)
-	if e.Type != backend.EventExpired || e.Record.Key != "e/k" || e.Record.FencingToken != short.Record.FencingToken ||
-		e.Record.Permits != 2 || e.Record.Kind != backend.KindSemaphore {
-		t.Fatalf("event %v %+v, want the short grant's expiry", e.Type, e.Record)
-	}
-	if r := grant(t, b, "e/k", token(), backend.KindSemaphore, 3, 3, time.Minute); r.Acquired {
-		t.Fatalf("three permits beside a live one: %+v", r)
-	}
-	r := grant(t, b, "e/k", token(), backend.KindSemaphore, 3, 2, time.Minute)
-	if !r.Acquired || r.Record.InUse != 3 || len(r.Record.Holders) != 2 || r.Record.Holders[0].FencingToken != long.Record.FencingToken {
-		t.Fatalf("two permits after the expiry: %+v", r)
-	}
-}
-
-func TestGrantReleaseAndExtendTouchOnlyTheirGrant(t *testing.T) {
-	b := open(t, redistest.Addr(t))
-	ctx := ctxT(t)
-	ta, tb := token(), token()
-	a := grant(t, b, "r", ta, backend.KindSemaphore, 2, 1, time.Minute)
-	bb := grant(t, b, "r", tb, backend.KindSemaphore, 2, 1, 2*time.Second)
-	ext, err := b.Extend(ctx, backend.ExtendRequest{Key: "r", OwnerToken: tb, TTL: time.Hour})
-	if err != nil || !ext.Extended || ext.Record.FencingToken != bb.Record.FencingToken || ext.Record.Remaining < 59*time.Minute ||
-		ext.Record.Stamp != bb.Record.Stamp {
-		t.Fatalf("extend b: %+v %v", ext, err)
-	}
-	rec, held, err := b.Get(ctx, "r")
-	if err != nil || !held || len(rec.Holders) != 2 || rec.Holders[0].Remaining > time.Minute || rec.Holders[1].Remaining < 59*time.Minute {
-		t.Fatalf("get after extending b: %+v %v", rec, err)
-	}
-	if rec.FencingToken != a.Record.FencingToken {
-		t.Fatalf("get describes fence %d, want a's (%d), which ends first", rec.FencingToken, a.Record.FencingToken)
-	}
-	for _, stale := range []string{"", token()} {
-		if ok, _ := b.Release(ctx, backend.ReleaseRequest{Key: "r", OwnerToken: stale}); ok {
-			t.Fatalf("release with token %q succeeded", stale)
-		}
-		if r, _ := b.Extend(ctx, backend.ExtendRequest{Key: "r", OwnerToken: stale, TTL: time.Minute}); r.Extended {
-			t.Fatalf("extend with token %q succeeded", stale)
-		}
-	}
-	if ok, err := b.Release(ctx, backend.ReleaseRequest{Key: "r", OwnerToken: ta}); err != nil || !ok {
-		t.Fatal(ok, err)
-	}
-	if ok, _ := b.Release(ctx, backend.ReleaseRequest{Key: "r", OwnerToken: ta}); ok {
-		t.Fatal("a second release of a's token succeeded")
-	}
-	if r, _ := b.Extend(ctx, backend.ExtendRequest{Key: "r", OwnerToken: ta, TTL: time.Minute}); r.Extended {
-		t.Fatal("extend after release resurrected a's grant")
-	}
-	rec, held, err = b.Get(ctx, "r")
-	if err != nil || !held || rec.InUse != 1 || len(rec.Holders) != 1 || rec.Holders[0].FencingToken != bb.Record.FencingToken {
-		t.Fatalf("get after releasing a: %+v %v", rec, err)
-	}
-}
-
-// Fencing tokens and stamps strictly increase along a key's grants, even
-// when the engine proposes a stamp in the past.
-func TestGrantFencingAndStampsChain(t *testing.T) {
-	b := open(t, redistest.Addr(t))
-	var last backend.Record
-	for i := range 6 {
-		req := grantReq("c", token(), backend.KindSemaphore, 2, 1, time.Minute)
-		if i%2 == 1 {
-			req.Stamp = hlc.Timestamp{WallTime: 1}
-		}
-		r, err := b.Acquire(ctxT(t), req)
-		if err != nil || !r.Acquired {
-			t.Fatalf("grant %d: %+v %v", i, r, err)
-		}
-		if r.Record.FencingToken <= last.FencingToken || i > 0 && !last.Stamp.Before(r.Record.Stamp) {
-			t.Fatalf("grant %d: fence %d stamp %v after fence %d stamp %v", i, r.Record.FencingToken, r.Record.Stamp, last.FencingToken, last.Stamp)
-		}
-		last = r.Record
-		if ok, err := b.Release(ctxT(t), backend.ReleaseRequest{Key: "c", OwnerToken: req.OwnerToken, Stamp: req.Stamp}); err != nil || !ok {
-			t.Fatal(ok, err)
-		}
-	}
-}
-
 func TestGrantRequestIdentity(t *testing.T) {
 	b := open(t, redistest.Addr(t))
 	ctx := ctxT(t)
@@ -259,52 +137,3 @@ func TestGrantRequestIdentity(t *testing.T) {
 	}
 }
 
-// An rwlock is a semaphore of RWLockReaders: readers share it, a writer
-// takes all of it.
-func TestRWLockReadersAndWriter(t *testing.T) {
-	b := open(t, redistest.Addr(t))
-	ctx := ctxT(t)
-	const all = backend.RWLockReaders
-	var readers []string
-	for range 3 {
-		tok := token()
-		if r := grant(t, b, "rw", tok, backend.KindRWLock, all, 1, time.Minute); !r.Acquired {
-			t.Fatalf("reader: %+v", r)
-		}
-		readers = append(readers, tok)
-	}
-	if r := grant(t, b, "rw", token(), backend.KindRWLock, all, all, time.Minute); r.Acquired || len(r.Record.Holders) != 3 {
-		t.Fatalf("writer beside readers: %+v", r)
-	}
-	for _, tok := range readers {
-		if ok, err := b.Release(ctx, backend.ReleaseRequest{Key: "rw", OwnerToken: tok}); err != nil || !ok {
-			t.Fatal(ok, err)
-		}
-	}
-	w := grant(t, b, "rw", token(), backend.KindRWLock, all, all, time.Minute)
-	if !w.Acquired || w.Record.InUse != all || w.Record.Permits != all {
-		t.Fatalf("writer alone: %+v", w)
-	}
-	if r := grant(t, b, "rw", token(), backend.KindRWLock, all, 1, time.Minute); r.Acquired || r.Record.FencingToken != w.Record.FencingToken {
-		t.Fatalf("reader beside a writer: %+v", r)
-	}
-}
-
-// List shows every grant; a page counts grants, never splitting a key's.
-func TestListCountsGrants(t *testing.T) {
-	b := open(t, redistest.Addr(t))
-	acquire(t, b, "l/a", token(), time.Minute)
-	for range 3 {
-		grant(t, b, "l/b", token(), backend.KindSemaphore, 5, 1, time.Minute)
-	}
-	acquire(t, b, "l/c", token(), time.Minute)
-	page, err := b.List(ctxT(t), backend.ListRequest{Prefix: "l/", PageSize: 2})
-	if err != nil || len(page.Records) != 2 || page.Records[1].Key != "l/b" || len(page.Records[1].Holders) != 3 ||
-		page.Records[1].InUse != 3 || page.NextPageToken == "" {
-		t.Fatalf("first page: %+v %v", page, err)
-	}
-	page, err = b.List(ctxT(t), backend.ListRequest{Prefix: "l/", PageSize: 2, PageToken: page.NextPageToken})
-	if err != nil || len(page.Records) != 1 || page.Records[0].Key != "l/c" || page.NextPageToken != "" {
-		t.Fatalf("second page: %+v %v", page, err)
-	}
-}
