@@ -67,9 +67,16 @@ local function state(code, ts, tus, nowus, replayed, replay, kind, limit, gs, us
   end
   return out
 end
+-- pexpireAtLeast makes k live for at least ms more: a key without a TTL
+-- gets one only when fresh (the meta hash of a new key; an old one without
+-- a TTL is kept forever, meta_retention=0).
 local function pexpireAtLeast(k, ms, fresh)
   local p = redis.call('PTTL', k)
   if fresh or (p >= 0 and p < ms) then redis.call('PEXPIRE', k, ms) end
+end
+-- keepGrants makes the grants hash live as long as its latest grant.
+local function keepGrants(ms)
+  if redis.call('PTTL', grantsk()) < ms then redis.call('PEXPIRE', grantsk(), ms) end
 end
 local function keepMeta(meta, ms, fresh, retain)
   if retain > 0 then pexpireAtLeast(meta, ms, fresh) else redis.call('PERSIST', meta) end
@@ -120,7 +127,7 @@ if before(ps, pn, pl, ns, nn, nl) then ps, pn, pl = ns, nn, nl end
 local f = math.max((tonumber(m[1]) or 0) + 1, nowus)
 local g = {f, permits, nowus + ttl * 1000, ttl, ps, pn, pl, holder, rid, rfp, replay, 0}
 redis.call('HSET', grantsk(), token, cmsgpack.pack(g))
-pexpireAtLeast(grantsk(), ttl, false)
+keepGrants(ttl)
 redis.call('SET', gsentinel(g), '', 'PX', ttl)
 redis.call('HSET', meta, 'f', fmt(f), 'h', holder, 'ss', fmt(ps), 'sn', fmt(pn), 'sl', fmt(pl), 'k', kind, 'n', fmt(limit))
 local retain = tonumber(ARGV[7])
@@ -182,7 +189,7 @@ local function extendGrant()
   g[3], g[4] = nowus + ttl * 1000, ttl
   if rid ~= '' then g[9], g[10] = rid, rfp end
   redis.call('HSET', grantsk(), token, cmsgpack.pack(g))
-  pexpireAtLeast(grantsk(), ttl, false)
+  keepGrants(ttl)
   redis.call('SET', gsentinel(g), '', 'PX', ttl)
   local meta, retain = KEYS[2], tonumber(ARGV[6])
   remember(meta, fmt(g[1]), g[8], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))

@@ -3,8 +3,11 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/harness"
@@ -137,3 +140,25 @@ func TestGrantRequestIdentity(t *testing.T) {
 	}
 }
 
+// The grants hash and a grant's expiry key live no longer than the key's
+// latest grant: nothing of a semaphore is left behind but its meta hash.
+func TestGrantKeysExpireWithTheirGrants(t *testing.T) {
+	addr := redistest.Addr(t)
+	prefix := "x" + token()[:8] + ":"
+	b := open(t, addr, "key_prefix", prefix)
+	grant(t, b, "k", token(), backend.KindSemaphore, 3, 1, 200*time.Millisecond)
+	grant(t, b, "k", token(), backend.KindSemaphore, 3, 1, time.Second)
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer func() { _ = c.Close() }()
+	ctx := ctxT(t)
+	keys, err := c.Keys(ctx, prefix+"*").Result()
+	if err != nil || len(keys) != 4 { // meta, grants, two expiry keys
+		t.Fatalf("keys %q, %v", keys, err)
+	}
+	for _, k := range keys {
+		ttl, err := c.PTTL(ctx, k).Result()
+		if err != nil || ttl <= 0 || strings.HasSuffix(k, ":grants") && ttl < 900*time.Millisecond {
+			t.Fatalf("%s: PTTL %s, %v", k, ttl, err)
+		}
+	}
+}
