@@ -232,6 +232,7 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		MaxKeys:        MaxKeys,
 		RequestIDs:     true,
 		MaxLockDelay:   MaxLockDelay,
+		Kinds:          Kinds,
 	}, nil
 }
 
