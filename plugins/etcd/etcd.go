@@ -62,6 +62,7 @@ type Backend struct {
 	delays string
 
 	q         queueState
+	gates     grantGates // grants.go
 	revoke    chan clientv3.LeaseID
 	pool      *leasePool
 	closeOnce sync.Once

@@ -7,9 +7,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -163,7 +163,13 @@ func (b *Backend) acquireGrant(ctx context.Context, req backend.AcquireRequest) 
 	if err != nil {
 		return backend.AcquireResult{}, wrap(ctx, "acquire: lease", err)
 	}
+	leave, err := b.gates.enter(cctx, req.Key)
+	if err != nil {
+		b.pool.put(leaseID, int64(granted/time.Second), start)
+		return backend.AcquireResult{}, wrap(ctx, "acquire", err)
+	}
 	res, attached, err := b.grantOn(cctx, ctx, req, leaseID, start.Add(granted), granted)
+	leave()
 	switch {
 	case err != nil:
 		b.revokeLater(leaseID) // unknown outcome: a grant on it would be held by a token nobody has
@@ -312,21 +318,18 @@ attempts:
 				fence, req.Holder, expires, max(0, time.Until(expires)), stored, req.Permits
 			return backend.AcquireResult{Acquired: true, Record: rec}, true, nil
 		}
-		// Another grant won the race: decide again on what the else branch
-		// read, after a short random pause so that racers spread out.
+		// Another grant won the race: decide again, at once, on what the
+		// else branch read at the failed transaction's revision (a pause
+		// would only widen the window in which the next grant can win).
 		cur = &clientv3.TxnResponse{Header: resp.Header, Responses: resp.Responses}
-		select {
-		case <-time.After(rand.N(time.Duration(min(attempt, 8)) * time.Millisecond)):
-		case <-cctx.Done():
-			return backend.AcquireResult{}, false, wrap(parent, "acquire", cctx.Err())
-		}
 	}
 }
 
-// maxGrantAttempts bounds the optimistic retries of one grant: every grant
-// that commits meanwhile makes the others decide again, so racers for a
-// busy semaphore retry more often than a mutex's (whose losers just fail).
-const maxGrantAttempts = 64
+// maxGrantAttempts bounds the optimistic retries of one grant (call_timeout
+// bounds them too): every grant that commits meanwhile makes the others
+// decide again, so racers for a busy semaphore retry more often than a
+// mutex's, whose losers just fail.
+const maxGrantAttempts = 256
 
 // releaseGrantOps is the else branch of a Release's transaction: if the
 // token holds a grant of key, delete it and write the stamp key (raised to
@@ -435,4 +438,49 @@ func getGrants(key string, meta, grants []*mvccpb.KeyValue) (backend.Record, boo
 func grantEvent(typ backend.EventType, key string, kv *mvccpb.KeyValue) (backend.Event, error) {
 	rec, err := decodeRecord(key, kv)
 	return backend.Event{Type: typ, Record: rec}, err
+}
+
+// grantGates lets one grant attempt per key at a time through this process:
+// attempts of one plugin on one key would otherwise all decide on one
+// revision and all but one lose the race (each a raft write for nothing),
+// so a busy semaphore starved its racers. Attempts from other processes
+// still race optimistically. A gate is dropped when nobody waits at it.
+type grantGates struct {
+	mu    sync.Mutex
+	gates map[string]*grantGate
+}
+
+type grantGate struct {
+	ch   chan struct{} // one slot: the attempt that holds the gate
+	refs int           // holders and waiters
+}
+
+// enter waits for key's gate (or for ctx) and returns the function that
+// leaves it.
+func (g *grantGates) enter(ctx context.Context, key string) (leave func(), err error) {
+	g.mu.Lock()
+	if g.gates == nil {
+		g.gates = map[string]*grantGate{}
+	}
+	gt := g.gates[key]
+	if gt == nil {
+		gt = &grantGate{ch: make(chan struct{}, 1)}
+		g.gates[key] = gt
+	}
+	gt.refs++
+	g.mu.Unlock()
+	drop := func() {
+		g.mu.Lock()
+		if gt.refs--; gt.refs == 0 {
+			delete(g.gates, key)
+		}
+		g.mu.Unlock()
+	}
+	select {
+	case gt.ch <- struct{}{}:
+		return func() { <-gt.ch; drop() }, nil
+	case <-ctx.Done():
+		drop()
+		return nil, ctx.Err()
+	}
 }
