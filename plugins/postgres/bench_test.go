@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,12 +32,13 @@ import (
 // (README.md, Limits, has the figures.)
 
 // runConcurrent runs b.N operations split over conc workers and reports
-// ops/s.
+// ops/s and latency percentiles.
 func runConcurrent(b *testing.B, conc int, op func(ctx context.Context, worker, i int) error) {
 	ctx := context.Background()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, conc)
+	lat := make([][]time.Duration, conc)
 	b.ResetTimer()
 	start := time.Now()
 	for w := range conc {
@@ -46,10 +48,12 @@ func runConcurrent(b *testing.B, conc int, op func(ctx context.Context, worker, 
 				if i >= b.N {
 					return
 				}
+				t0 := time.Now()
 				if err := op(ctx, w, i); err != nil {
 					errs <- err
 					return
 				}
+				lat[w] = append(lat[w], time.Since(t0))
 			}
 		})
 	}
@@ -59,6 +63,12 @@ func runConcurrent(b *testing.B, conc int, op func(ctx context.Context, worker, 
 	close(errs)
 	for err := range errs {
 		b.Fatal(err)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) > 0 {
+		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
 }
@@ -120,7 +130,12 @@ func BenchmarkAcquireRelease(b *testing.B) {
 //
 //	go test -run '^$' -bench HotKeyGrants -benchtime 3s ./plugins/postgres
 func BenchmarkHotKeyGrants(b *testing.B) {
-	be := open(b, nil)
+	for _, notify := range []string{postgres.NotifyAll, postgres.NotifyContended} {
+		b.Run("notify="+notify, func(b *testing.B) { hotKeyGrants(b, open(b, map[string]string{"notify": notify})) })
+	}
+}
+
+func hotKeyGrants(b *testing.B, be backend.Backend) {
 	for _, c := range []struct {
 		name  string
 		kind  backend.Kind
