@@ -57,9 +57,7 @@ var _ = describeBackend("semaphore", Label("semaphore"), func(sc *BackendContext
 			Expect(rec.Holders).To(HaveLen(counter.holders), "round %d: Get reports %d holders, %d won", round, len(rec.Holders), counter.holders)
 			for i, res := range results {
 				if res.res.Acquired {
-					ok, err := sc.Backend.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: reqs[i].OwnerToken, Stamp: sc.Stamp()})
-					Expect(err).NotTo(HaveOccurred())
-					Expect(ok).To(BeTrue(), "round %d: a winner's release", round)
+					sc.MustRelease(ctx, key, reqs[i].OwnerToken)
 				}
 			}
 		}
@@ -75,9 +73,7 @@ var _ = describeBackend("semaphore", Label("semaphore"), func(sc *BackendContext
 				// Free room first: grants and releases interleave.
 				old := held[0]
 				held = held[1:]
-				ok, err := sc.Backend.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: old.OwnerToken, Stamp: sc.Stamp()})
-				Expect(err).NotTo(HaveOccurred())
-				Expect(ok).To(BeTrue())
+				sc.MustRelease(ctx, key, old.OwnerToken)
 			}
 			rec := sc.MustGrant(ctx, req)
 			held = append(held, req)
@@ -92,9 +88,7 @@ var _ = describeBackend("semaphore", Label("semaphore"), func(sc *BackendContext
 			for len(held) > 1 && i%2 == 1 {
 				old := held[0]
 				held = held[1:]
-				ok, err := sc.Backend.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: old.OwnerToken, Stamp: sc.Stamp()})
-				Expect(err).NotTo(HaveOccurred())
-				Expect(ok).To(BeTrue())
+				sc.MustRelease(ctx, key, old.OwnerToken)
 			}
 		}
 	}, SpecTimeout(30*time.Second))
@@ -204,9 +198,7 @@ var _ = describeBackend("semaphore", Label("semaphore"), func(sc *BackendContext
 		rec, _, err := sc.Backend.Get(ctx, key)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(rec.InUse).To(Equal(3))
-		ok, err = sc.Backend.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: long.OwnerToken, Stamp: sc.Stamp()})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(ok).To(BeTrue())
+		sc.MustRelease(ctx, key, long.OwnerToken)
 		rec, _, err = sc.Backend.Get(ctx, key)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(rec.InUse).To(Equal(2), "a release freed other grants' permits")
@@ -236,9 +228,7 @@ var _ = describeBackend("semaphore", Label("semaphore"), func(sc *BackendContext
 		a := sc.Grant(key, backend.KindSemaphore, 2, 1, sc.LongTTL())
 		b := sc.Grant(key, backend.KindSemaphore, 2, 1, sc.TTL())
 		ra, rb := sc.MustGrant(ctx, a), sc.MustGrant(ctx, b)
-		ok, err := sc.Backend.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: a.OwnerToken, Stamp: sc.Stamp()})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(ok).To(BeTrue())
+		sc.MustRelease(ctx, key, a.OwnerToken)
 		want := []struct {
 			t     backend.EventType
 			fence uint64
@@ -279,9 +269,7 @@ var _ = describeBackend("rwlock", Label("rwlock"), func(sc *BackendContext) {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Acquired).To(BeFalse(), "a writer was granted beside two readers")
 		for _, r := range []backend.AcquireRequest{r1, r2} {
-			ok, err := sc.Backend.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: r.OwnerToken, Stamp: sc.Stamp()})
-			Expect(err).NotTo(HaveOccurred())
-			Expect(ok).To(BeTrue())
+			sc.MustRelease(ctx, key, r.OwnerToken)
 		}
 		rec := sc.MustGrant(ctx, w)
 		Expect(rec.Permits).To(Equal(backend.RWLockReaders))
@@ -330,9 +318,7 @@ var _ = describeBackend("rwlock", Label("rwlock"), func(sc *BackendContext) {
 			}
 			for i, res := range results {
 				if res.res.Acquired {
-					ok, err := sc.Backend.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: reqs[i].OwnerToken, Stamp: sc.Stamp()})
-					Expect(err).NotTo(HaveOccurred())
-					Expect(ok).To(BeTrue())
+					sc.MustRelease(ctx, key, reqs[i].OwnerToken)
 				}
 			}
 		}
@@ -415,4 +401,13 @@ func (c *fencedCounter) leave(permits int) {
 	defer c.mu.Unlock()
 	c.inUse -= permits
 	c.holders--
+}
+
+// MustRelease releases key's lease held by token and fails the spec
+// unless it was released.
+func (sc *BackendContext) MustRelease(ctx context.Context, key, token string) {
+	GinkgoHelper()
+	ok, err := sc.Backend.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: token, Stamp: sc.Stamp()})
+	Expect(err).NotTo(HaveOccurred(), "Release %q", key)
+	Expect(ok).To(BeTrue(), "the release of a lease held on %q answered false", key)
 }

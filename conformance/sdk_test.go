@@ -405,6 +405,7 @@ func TestSuiteCatchesBrokenSDKs(t *testing.T) {
 		{"hides-loss", "watchdog", "watchdog poisons a guard within its TTL when its server stops answering"},
 		{"forgets-clock", "stamps", "stamps carries what the SDK clock observed into the next acquisition"},
 		{"rounds-tokens", "fencing", "fencing validates writes"},
+		{"ignores-permits", "semaphore", "semaphore grants permits up to the limit at once and no further"},
 	}
 	for _, c := range cases {
 		t.Run(c.bug, func(t *testing.T) {

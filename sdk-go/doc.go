@@ -35,6 +35,18 @@
 // Client.RunScheduled does so for a scheduled job that must run on one
 // server at a time.
 //
+// # Semaphores and read-write locks
+//
+// Client.Semaphore(key, limit) and Client.RWLock(key).Read() / .Write()
+// describe grants with the same Lock builder and Guard: a semaphore lets
+// up to limit permits be held at once (Lock.Permits, default 1), a
+// read-write lock lets readers share a key and a writer hold it alone.
+// Each grant is a lease of its own (owner token, fencing token, watchdog,
+// poisoning); the server fixes a key's kind and limit at its first grant
+// and refuses a mismatch with failed_precondition. Guard.Kind, Limit,
+// Permits and Mode say what a grant holds; LockState.Holders lists every
+// lease on a key.
+//
 // # Defaults
 //
 // The SDK behaves as the TypeScript and Python SDKs do

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -80,6 +81,14 @@ func (e *NotAcquiredError) Error() string {
 		fmt.Fprintf(&b, "holdfast: lock %q not acquired", e.Key)
 	}
 	switch {
+	case e.Current != nil && e.Current.Kind == KindSemaphore:
+		fmt.Fprintf(&b, ": semaphore with %d of %d permits in use by %d holders", e.Current.PermitsInUse, e.Current.Limit, len(e.Current.Holders))
+	case e.Current != nil && e.Current.Kind == KindRWLock:
+		if i := slices.IndexFunc(e.Current.Holders, func(g Grant) bool { return g.Mode == ModeExclusive }); i >= 0 {
+			fmt.Fprintf(&b, ": written by %q (fencing token %d)", e.Current.Holders[i].Holder, e.Current.Holders[i].FencingToken)
+		} else {
+			fmt.Fprintf(&b, ": read by %d holders", len(e.Current.Holders))
+		}
 	case e.Current != nil && e.Keys != nil:
 		fmt.Fprintf(&b, ": %q held by %q (fencing token %d)", e.Current.Key, e.Current.Holder, e.Current.FencingToken)
 	case e.Current != nil:

@@ -42,6 +42,7 @@ type Guard struct {
 	holder  string
 	fencing uint64 // of key
 	stamp   hlc.Timestamp
+	grant   grant // what the lease holds of its key: kind, limit, permits, mode
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -68,9 +69,10 @@ type Guard struct {
 	err       error       // nil while held; *LeaseLostError or ErrReleased after
 }
 
-func newGuard(c *Client, holder string, lease *lockv1.Lease, sent time.Time, ttl time.Duration) *Guard {
+func newGuard(c *Client, holder string, lease *lockv1.Lease, gr grant, sent time.Time, ttl time.Duration) *Guard {
 	g := &Guard{
 		c:            c,
+		grant:        gr,
 		key:          lease.GetKey(),
 		owner:        lease.GetOwnerToken(),
 		holder:       holder,
@@ -194,6 +196,23 @@ func (g *Guard) Keys() []string {
 	}
 	return slices.Clone(g.keys)
 }
+
+// Kind is what the key is: KindMutex (Client.Lock), KindSemaphore or
+// KindRWLock.
+func (g *Guard) Kind() Kind { return g.grant.kind }
+
+// Limit is the key's limit: a semaphore's, 1 for a mutex, the server's
+// reader capacity for a read-write lock (BackendInfo.RWLockReaders).
+func (g *Guard) Limit() int { return g.grant.limit }
+
+// Permits is the share of the key's limit the lease holds: a semaphore
+// grant's permits, 1 for a mutex or a reader, the whole limit for a
+// writer.
+func (g *Guard) Permits() int { return g.grant.permits }
+
+// Mode is ModeShared for a read-write lock's reader, ModeExclusive for
+// everything else.
+func (g *Guard) Mode() Mode { return g.grant.mode }
 
 // Holder is the holder label the lease was taken with.
 func (g *Guard) Holder() string { return g.holder }
@@ -694,6 +713,12 @@ func (g *Guard) closeForClient(ctx context.Context) error {
 func (g *Guard) String() string {
 	if g.keys != nil {
 		return fmt.Sprintf("holdfast.Guard(%q, fencing tokens %d)", g.keys, g.fences)
+	}
+	switch g.grant.kind {
+	case KindSemaphore:
+		return fmt.Sprintf("holdfast.Guard(%q, semaphore, %d of %d permits, fencing token %d)", g.key, g.grant.permits, g.grant.limit, g.fencing)
+	case KindRWLock:
+		return fmt.Sprintf("holdfast.Guard(%q, rwlock, %s, fencing token %d)", g.key, g.grant.mode, g.fencing)
 	}
 	return fmt.Sprintf("holdfast.Guard(%q, fencing token %d)", g.key, g.fencing)
 }

@@ -34,6 +34,22 @@ func inspect(t *testing.T, c *Client, key string) (LockState, bool) {
 	return st, held
 }
 
+// awaitWaiters polls until the server reports n callers queued on key.
+func awaitWaiters(t *testing.T, c *Client, key string, n uint32) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, _ := inspect(t, c, key)
+		if st.Waiters == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters on %q after 10s, want %d", st.Waiters, key, n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 func TestServerInfoAndProtocols(t *testing.T) {
 	s := startServer(t, "127.0.0.1:0")
 	for _, p := range []Protocol{ProtocolConnect, ProtocolGRPC, ProtocolGRPCWeb} {
@@ -293,17 +309,7 @@ func TestWaiterAcquiresSoonAfterRelease(t *testing.T) {
 		got <- result{g, time.Now(), err}
 	}()
 	// Release once b is queued on the server.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st, _ := inspect(t, a, "queue")
-		if st.Waiters > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("waiter never queued")
-		}
-		time.Sleep(5 * time.Millisecond) // poll with a deadline
-	}
+	awaitWaiters(t, a, "queue", 1)
 	released := time.Now()
 	if err := ga.Unlock(t.Context()); err != nil {
 		t.Fatal(err)

@@ -31,6 +31,14 @@ type Lock struct {
 	waitSet   bool
 	holder    string
 	lockDelay time.Duration
+
+	// A semaphore or read-write lock grant (primitives.go); the zero
+	// values are a lock.
+	kind       Kind
+	limit      int
+	permits    int
+	permitsSet bool
+	mode       Mode
 }
 
 // Lock starts describing a lock on key (and on every key of more, taken
@@ -90,7 +98,7 @@ func (l Lock) check() error {
 	if l.lockDelay < 0 {
 		return invalidArgument("lock_delay: %s is negative; 0 is none", l.lockDelay)
 	}
-	return nil
+	return l.checkKind()
 }
 
 // notAcquired is the error for a lock that stayed held.
@@ -323,6 +331,7 @@ func (l Lock) send(ctx context.Context, wait time.Duration, rid string) (*lockv1
 	if l.lockDelay > 0 {
 		req.LockDelay = durationpb.New(l.lockDelay)
 	}
+	l.fill(req)
 	// The lease starts on the server some time after this moment; counting
 	// from here keeps the local expiry on the safe side.
 	sent := time.Now()
@@ -346,7 +355,15 @@ func (l Lock) take(ctx context.Context, resp *lockv1.AcquireResponse, sent time.
 	if lease.GetOwnerToken() == "" || (len(l.more) > 0) != (len(lease.GetKeys()) > 0) {
 		return nil, nil, nil, &rpcError{op: "Acquire", code: "internal", message: "acquired=true without a lease, owner token and its keys", kind: ErrServer}
 	}
-	g := newGuard(l.c, l.holder, lease, sent, l.ttl)
+	gr, err := l.grantOf(lease)
+	if err != nil {
+		// Not what was asked for: give it straight back.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeReleaseTimeout)
+		defer cancel()
+		_, _ = l.c.rpc.Release(rctx, &lockv1.ReleaseRequest{Key: lease.GetKey(), OwnerToken: lease.GetOwnerToken(), ClientStamp: l.c.stamp(), RequestId: newRequestID()})
+		return nil, nil, nil, err
+	}
+	g := newGuard(l.c, l.holder, lease, gr, sent, l.ttl)
 	if ok, err := g.confirm(ctx, sent); !ok {
 		return nil, nil, nil, err
 	}

@@ -109,6 +109,59 @@ func scheduledJob(ctx context.Context, client *holdfast.Client, writeReport func
 	return ran, err
 }
 
+func encodeWithSemaphore(ctx context.Context, client *holdfast.Client, encode func(context.Context, uint64) error) error {
+	// At most 3 encoders at once across every process; a big job takes 2 of the 3 slots.
+	encoders := client.Semaphore("encoders", 3).Permits(2).TTL(time.Minute)
+	return holdfast.WithLock(ctx, encoders, func(ctx context.Context) error {
+		g, _ := holdfast.GuardFromContext(ctx)
+		token, err := g.FencingToken() // every grant has its own, increasing over all grants of the key
+		if err != nil {
+			return err
+		}
+		return encode(ctx, token)
+	}) // a limit other than the key's: holdfast.ErrorCode(err) == "failed_precondition"
+}
+
+func readThenWrite(ctx context.Context, client *holdfast.Client) error {
+	routes := client.RWLock("config/routes")
+	r, err := routes.Read().TTL(30 * time.Second).Lock(ctx) // with other readers, never with a writer
+	if err != nil {
+		return err
+	}
+	if err := r.Unlock(ctx); err != nil {
+		return err
+	}
+	w, err := routes.Write().Wait(10 * time.Second).Lock(ctx) // alone; waits behind earlier waiters
+	if err != nil {
+		return err
+	}
+	return w.Unlock(ctx)
+}
+
+func TestREADMESemaphoreAndRWLock(t *testing.T) {
+	addr, _ := holdfast.StartTestServer(t)
+	client, err := holdfast.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	var token uint64
+	err = encodeWithSemaphore(t.Context(), client, func(ctx context.Context, tok uint64) error {
+		g, ok := holdfast.GuardFromContext(ctx)
+		if !ok || g.Kind() != holdfast.KindSemaphore || g.Permits() != 2 {
+			t.Errorf("the work's guard: %v %v", g, ok)
+		}
+		token = tok
+		return nil
+	})
+	if err != nil || token == 0 {
+		t.Fatalf("semaphore: %v (token %d)", err, token)
+	}
+	if err := readThenWrite(t.Context(), client); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestREADMEQuickStart(t *testing.T) {
 	addr, _ := holdfast.StartTestServer(t)
 	var token uint64

@@ -27,6 +27,35 @@ type LockState struct {
 	Waiters uint32
 	// LockDelay is the lock-delay that follows this lease if it expires.
 	LockDelay time.Duration
+	// Kind and Limit are the key's (KindMutex and 1 for a lock);
+	// PermitsInUse is the permits its holders hold together.
+	Kind         Kind
+	Limit        int
+	PermitsInUse int
+	// Holders is every lease held on the key, in fencing-token order: one
+	// for a mutex (the same as the fields above). For a semaphore or a
+	// read-write lock, the fields above describe the lease that ends
+	// first (in a watch event: the lease the event is about).
+	Holders []Grant
+}
+
+// Grant is one lease held on a key, as anyone may see it (never with its
+// owner token).
+type Grant struct {
+	FencingToken uint64
+	Holder       string
+	// ExpiresAt is the server's view of the expiry; informational.
+	ExpiresAt time.Time
+	Stamp     hlc.Timestamp
+	// Permits is the share of the key's limit the lease holds: a
+	// semaphore grant's permits, 1 for a mutex or a reader, the limit for
+	// a writer.
+	Permits int
+	// Mode is ModeShared for a read-write lock's reader.
+	Mode Mode
+	// LockDelay is the lock-delay that follows the lease if it expires
+	// (mutex only).
+	LockDelay time.Duration
 }
 
 // KeyDelay is a key nobody holds that refuses new holders for a while: the
@@ -71,7 +100,18 @@ type BackendInfo struct {
 	RequestIDs bool
 	// MaxLockDelay is the longest LockDelay accepted (0: none).
 	MaxLockDelay time.Duration
+	// Kinds are the kinds of key the backend keeps: always KindMutex, and
+	// KindSemaphore, KindRWLock when it keeps those.
+	Kinds []Kind
+	// MaxLimit is the largest semaphore limit (0: no semaphores).
+	MaxLimit int
+	// RWLockReaders is a read-write lock's limit, the most readers at once
+	// (0: no read-write locks).
+	RWLockReaders int
 }
+
+// Keeps reports whether the backend keeps keys of kind k.
+func (b BackendInfo) Keeps(k Kind) bool { return k == KindMutex || slices.Contains(b.Kinds, k) }
 
 // ServerInfo is what Client.ServerInfo reports.
 type ServerInfo struct {
@@ -137,11 +177,41 @@ func lockStateFromProto(p *lockv1.LockState) LockState {
 		Stamp:        hlc.FromProto(p.GetStamp()),
 		Waiters:      p.GetWaiters(),
 		LockDelay:    p.GetLockDelay().AsDuration(),
+		Kind:         kindFromProto(p.GetKind()),
+		Limit:        int(max(p.GetLimit(), 1)),
+		PermitsInUse: int(p.GetPermitsInUse()),
 	}
 	if p.GetExpiresAt() != nil {
 		s.ExpiresAt = p.GetExpiresAt().AsTime()
 	}
+	for _, h := range p.GetHolders() {
+		s.Holders = append(s.Holders, grantFromProto(h))
+	}
+	if len(s.Holders) == 0 && s.FencingToken != 0 {
+		// A server older than kinds lists no holders: the one it has.
+		s.Holders = []Grant{{FencingToken: s.FencingToken, Holder: s.Holder, ExpiresAt: s.ExpiresAt, Stamp: s.Stamp, Permits: 1, LockDelay: s.LockDelay}}
+	}
+	if s.PermitsInUse == 0 {
+		for _, h := range s.Holders {
+			s.PermitsInUse += h.Permits
+		}
+	}
 	return s
+}
+
+func grantFromProto(p *lockv1.Grant) Grant {
+	g := Grant{
+		FencingToken: p.GetFencingToken(),
+		Holder:       p.GetHolder(),
+		Stamp:        hlc.FromProto(p.GetStamp()),
+		Permits:      int(max(p.GetPermits(), 1)),
+		Mode:         modeFromProto(p.GetMode()),
+		LockDelay:    p.GetLockDelay().AsDuration(),
+	}
+	if p.GetExpiresAt() != nil {
+		g.ExpiresAt = p.GetExpiresAt().AsTime()
+	}
+	return g
 }
 
 func backendInfoFromProto(p *lockv1.BackendInfo) BackendInfo {
@@ -160,7 +230,22 @@ func backendInfoFromProto(p *lockv1.BackendInfo) BackendInfo {
 		MaxKeys:        int(max(p.GetMaxKeys(), 1)),
 		RequestIDs:     slices.Contains(p.GetCapabilities(), lockv1.Capability_CAPABILITY_REQUEST_ID),
 		MaxLockDelay:   p.GetMaxLockDelay().AsDuration(),
+		Kinds:          kindsFromProto(p.GetKinds()),
+		MaxLimit:       int(p.GetMaxLimit()),
+		RWLockReaders:  int(p.GetRwlockReaders()),
 	}
+}
+
+// kindsFromProto lists the kinds a backend keeps; a server older than
+// kinds keeps mutexes only.
+func kindsFromProto(ks []lockv1.Kind) []Kind {
+	out := []Kind{KindMutex}
+	for _, k := range ks {
+		if k := kindFromProto(k); !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // newRequestID draws a request id: 128 random bits, base64url. One is sent

@@ -84,6 +84,23 @@ const (
 	// CapRequestIDs: the SDK sends a request id on every Acquire, Extend
 	// and Release, the same on each retry of one call.
 	CapRequestIDs = "request_ids"
+	// CapSemaphore: lock takes kind "semaphore" with limit and permits.
+	CapSemaphore = "semaphore"
+	// CapRWLock: lock takes kind "rwlock" with mode.
+	CapRWLock = "rwlock"
+)
+
+// Lock kinds (lock's kind argument, the kind lock answers).
+const (
+	LockKindMutex     = "mutex"
+	LockKindSemaphore = "semaphore"
+	LockKindRWLock    = "rwlock"
+)
+
+// Grant modes (lock's mode argument for an rwlock, the mode lock answers).
+const (
+	ModeShared    = "shared"
+	ModeExclusive = "exclusive"
 )
 
 // Events an adapter emits: lease_lost when a guard is poisoned, lease_event
@@ -309,6 +326,18 @@ type LockArgs struct {
 	WaitUnset bool   `json:"wait_unset,omitempty"`
 	Holder    string `json:"holder,omitempty"`
 	Try       bool   `json:"try,omitempty"`
+	// Kind is LockKindMutex (when empty), LockKindSemaphore or
+	// LockKindRWLock: which of the SDK's builders takes the lock.
+	Kind string `json:"kind,omitempty"`
+	// Limit is a semaphore's limit, passed to the SDK as is (0 included:
+	// the SDK must refuse it).
+	Limit int `json:"limit,omitempty"`
+	// Permits, when set, is passed to the SDK's permits setter as is; nil
+	// leaves the SDK's default (1).
+	Permits *int `json:"permits,omitempty"`
+	// Mode is an rwlock grant's: ModeShared (read) or ModeExclusive
+	// (write).
+	Mode string `json:"mode,omitempty"`
 }
 
 // RunIfFreeArgs runs a function under a lock only if the key is free (run_if_free).
@@ -359,6 +388,13 @@ type LockResult struct {
 	Guard        string `json:"guard"`
 	FencingToken U64    `json:"fencing_token"`
 	Stamp        Stamp  `json:"stamp"`
+	// What the guard's accessors say it holds (kind, limit, permits,
+	// mode); an adapter that claims neither semaphore nor rwlock may leave
+	// them out.
+	Kind    string `json:"kind,omitempty"`
+	Limit   int    `json:"limit,omitempty"`
+	Permits int    `json:"permits,omitempty"`
+	Mode    string `json:"mode,omitempty"`
 }
 
 // GuardArgs names a guard (unlock, extend, fencing_token, guard_state);
@@ -425,6 +461,21 @@ type LockState struct {
 	Holder       string `json:"holder"`
 	Stamp        Stamp  `json:"stamp"`
 	Waiters      uint32 `json:"waiters"`
+	// The key's kind and limit and the permits its holders hold, and every
+	// lease held on it (adapters claiming semaphore or rwlock).
+	Kind         string   `json:"kind,omitempty"`
+	Limit        int      `json:"limit,omitempty"`
+	PermitsInUse int      `json:"permits_in_use,omitempty"`
+	Holders      []Holder `json:"holders,omitempty"`
+}
+
+// Holder is one lease held on a key (LockState.Holders).
+type Holder struct {
+	FencingToken U64    `json:"fencing_token"`
+	Holder       string `json:"holder"`
+	Permits      int    `json:"permits"`
+	Mode         string `json:"mode"`
+	Stamp        Stamp  `json:"stamp"`
 }
 
 // InspectResult answers inspect.

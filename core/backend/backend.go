@@ -96,11 +96,14 @@
 //     grants is; a released key keeps the Request of its last Release.
 //   - The waiting order is the engine's (or, for a FairBackend, the
 //     queue's): a backend grants whoever asks while the request fits.
+//   - AcquireRequest.CheckGrant refuses, with ErrInvalidArgument naming the
+//     field, a grant request outside these bounds (the engine sends none).
 package backend
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -341,6 +344,25 @@ type AcquireRequest struct {
 	Kind    Kind
 	Limit   int
 	Permits int
+}
+
+// CheckGrant refuses a grant request (Kind other than KindMutex) that no
+// backend keeping kinds should take: a Kind not among kinds, a Limit outside
+// 1 to MaxLimit, Permits outside 1 to Limit, or a LockDelay. The error
+// wraps ErrInvalidArgument and names the field. The engine never sends such
+// a request; a backend checks anyway, as it checks TTLs.
+func (r AcquireRequest) CheckGrant(kinds []Kind) error {
+	switch {
+	case r.Kind == KindMutex || !slices.Contains(kinds, r.Kind):
+		return fmt.Errorf("%w: kind %s is not one this backend keeps as a grant (it keeps %v)", ErrInvalidArgument, r.Kind, kinds)
+	case r.Limit < 1 || r.Limit > MaxLimit:
+		return fmt.Errorf("%w: limit %d is outside 1 to %d", ErrInvalidArgument, r.Limit, MaxLimit)
+	case r.Permits < 1 || r.Permits > r.Limit:
+		return fmt.Errorf("%w: permits %d is outside 1 to the limit %d", ErrInvalidArgument, r.Permits, r.Limit)
+	case r.LockDelay != 0:
+		return fmt.Errorf("%w: lock_delay applies to mutexes only, not to a %s", ErrInvalidArgument, r.Kind)
+	}
+	return nil
 }
 
 // AcquireResult is the new lock (Acquired) or the current holder.

@@ -1,10 +1,12 @@
 package backend_test
 
 import (
+	"errors"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/proto/hlc"
@@ -51,5 +53,32 @@ func TestNextStamp(t *testing.T) {
 	}
 	if got := backend.NextStamp(hlc.Timestamp{}, hlc.Timestamp{WallTime: 1}); got != (hlc.Timestamp{WallTime: 1}) {
 		t.Errorf("a first stamp: %v, want the proposal", got)
+	}
+}
+
+func TestCheckGrant(t *testing.T) {
+	kinds := []backend.Kind{backend.KindSemaphore}
+	ok := backend.AcquireRequest{Kind: backend.KindSemaphore, Limit: 3, Permits: 3}
+	if err := ok.CheckGrant(kinds); err != nil {
+		t.Fatalf("a good grant: %v", err)
+	}
+	for _, c := range []struct {
+		edit  func(*backend.AcquireRequest)
+		field string
+	}{
+		{func(r *backend.AcquireRequest) { r.Kind = backend.KindRWLock }, "kind"},
+		{func(r *backend.AcquireRequest) { r.Kind = backend.KindMutex }, "kind"},
+		{func(r *backend.AcquireRequest) { r.Limit = 0 }, "limit"},
+		{func(r *backend.AcquireRequest) { r.Limit, r.Permits = backend.MaxLimit+1, 1 }, "limit"},
+		{func(r *backend.AcquireRequest) { r.Permits = 0 }, "permits"},
+		{func(r *backend.AcquireRequest) { r.Permits = 4 }, "permits"},
+		{func(r *backend.AcquireRequest) { r.LockDelay = time.Second }, "lock_delay"},
+	} {
+		req := ok
+		c.edit(&req)
+		err := req.CheckGrant(kinds)
+		if !errors.Is(err, backend.ErrInvalidArgument) || !strings.HasPrefix(strings.TrimPrefix(err.Error(), "invalid argument: "), c.field) {
+			t.Errorf("%+v: %v, want ErrInvalidArgument naming %s", req, err, c.field)
+		}
 	}
 }

@@ -38,6 +38,10 @@
 // this server's, says whose turn it is (see fairTurns). Both kinds of
 // backend wait in one loop, acquireWaiting.
 //
+// Semaphores and read-write locks wait the same way, strictly in arrival
+// order; a winner on such a key leaves the queue at once, so the next head
+// tries beside it (see kinds.go).
+//
 // A waiter never waits longer than its wait nor past its caller's deadline,
 // and it is never told "acquired" for a lease nobody will use: the backend
 // call runs detached from the caller's cancellation (so its outcome is
@@ -405,10 +409,12 @@ func (e *Engine) acquireSpec(req *lockv1.AcquireRequest) (*acquireSpec, error) {
 	if err := checkText("holder", req.GetHolder(), MaxHolderBytes); err != nil {
 		return nil, err
 	}
-	if s.lockDelay, err = e.checkLockDelay(req.GetLockDelay()); err != nil {
+	// The kind first: a lock_delay on a semaphore is refused for what it
+	// is, whether or not the backend keeps lock-delays.
+	if s.shape, err = e.checkShape(req, ks); err != nil {
 		return nil, err
 	}
-	if s.shape, err = e.checkShape(req, ks); err != nil {
+	if s.lockDelay, err = e.checkLockDelay(req.GetLockDelay()); err != nil {
 		return nil, err
 	}
 	if s.rid, err = checkRequestID(req.GetRequestId()); err != nil {

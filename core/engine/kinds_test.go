@@ -28,6 +28,9 @@ type kinded struct {
 func (k *kinded) Info(ctx context.Context) (backend.Info, error) {
 	info, err := k.Backend.Info(ctx)
 	info.Kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock}
+	// No lock-delay: a lock_delay on a semaphore must be refused for what it
+	// is, not for the missing capability.
+	info.MaxLockDelay = 0
 	return info, err
 }
 

@@ -120,6 +120,9 @@ const (
 	MaxLockDelay = time.Minute
 )
 
+// kinds are the kinds of key kept beside the mutex.
+var kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock}
+
 // watchBuffer is how many undelivered events one watcher may have before its
 // watch is ended.
 const watchBuffer = 1024
@@ -320,7 +323,7 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		MaxKeys:        MaxKeys,
 		RequestIDs:     true,
 		MaxLockDelay:   MaxLockDelay,
-		Kinds:          []backend.Kind{backend.KindSemaphore, backend.KindRWLock},
+		Kinds:          kinds,
 	}, nil
 }
 
@@ -551,20 +554,6 @@ func (b *Backend) AcquireSet(_ context.Context, req backend.AcquireSetRequest) (
 	return res, nil
 }
 
-func checkShape(req backend.AcquireRequest) error {
-	switch {
-	case req.Kind != backend.KindSemaphore && req.Kind != backend.KindRWLock:
-		return fmt.Errorf("%w: kind %d is not one the memory backend keeps", backend.ErrInvalidArgument, req.Kind)
-	case req.Limit < 1 || req.Limit > backend.MaxLimit:
-		return fmt.Errorf("%w: limit %d is outside [1, %d]", backend.ErrInvalidArgument, req.Limit, backend.MaxLimit)
-	case req.Permits < 1 || req.Permits > req.Limit:
-		return fmt.Errorf("%w: permits %d is outside [1, limit %d]", backend.ErrInvalidArgument, req.Permits, req.Limit)
-	case req.LockDelay != 0:
-		return fmt.Errorf("%w: lock_delay applies to mutexes only", backend.ErrInvalidArgument)
-	}
-	return nil
-}
-
 // acquireGrant grants req.Permits of key's pool, under the mutex, if the
 // pool's kind and limit are the request's (or there is no pool) and the
 // permits fit; otherwise it reports the blocker: a mutex holding the key, a
@@ -579,7 +568,7 @@ func (b *Backend) acquireGrant(req backend.AcquireRequest) (backend.AcquireResul
 	if err := checkTTL(req.TTL); err != nil {
 		return backend.AcquireResult{}, err
 	}
-	if err := checkShape(req); err != nil {
+	if err := req.CheckGrant(kinds); err != nil {
 		return backend.AcquireResult{}, err
 	}
 	b.mu.Lock()

@@ -105,11 +105,12 @@ func (s *Server) Client(opts ...holdfast.Option) *holdfast.Client {
 	return c
 }
 
-// ExpireLease ends the lease held on key now, as if its TTL had run out:
-// waiters wake, anyone may take the key, and the holder's next renewal is
-// refused, which poisons its guard (Done closes, the context is cancelled
-// with a lease-lost cause of reason "rejected"). It reports whether a lease
-// was held.
+// ExpireLease ends the lease held on key now (every grant, for a
+// semaphore or read-write lock key), as if its TTL had run out: waiters
+// wake, anyone may take the key, and the holder's next renewal is refused,
+// which poisons its guard (Done closes, the context is cancelled with a
+// lease-lost cause of reason "rejected"). It reports whether a lease was
+// held.
 func (s *Server) ExpireLease(key string) bool { return s.backend.Expire(key) }
 
 // SetUnavailable makes every call answer `unavailable` while on is true,

@@ -65,6 +65,40 @@ func TestExpireLeaseWakesWaitersAndPoisonsTheHolder(t *testing.T) {
 	}
 }
 
+// The in-process server keeps semaphores and read-write locks as the real
+// one does; ExpireLease ends every grant on a key.
+func TestSemaphoreAndExpireLease(t *testing.T) {
+	srv := holdfasttest.NewServer(t)
+	a, b := srv.Client(), srv.Client()
+	ga, err := a.Semaphore("s", 2).TTL(time.Minute).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, err := b.Semaphore("s", 2).TTL(time.Minute).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Semaphore("s", 2).TryLock(t.Context()); !errors.Is(err, holdfast.ErrNotAcquired) {
+		t.Fatalf("a third permit of a limit-2 semaphore: %v", err)
+	}
+	if !srv.ExpireLease("s") {
+		t.Fatal("ExpireLease found no lease")
+	}
+	for _, g := range []*holdfast.Guard{ga, gb} {
+		var lost *holdfast.LeaseLostError
+		if err := g.Extend(t.Context(), 0); !errors.As(err, &lost) || lost.Reason != holdfast.LossRejected {
+			t.Fatalf("Extend of a grant after ExpireLease: %v, want a rejected loss", err)
+		}
+	}
+	r, err := a.RWLock("s2").Read().TryLock(t.Context())
+	if err != nil || r.Mode() != holdfast.ModeShared {
+		t.Fatalf("a reader: %v %v", r, err)
+	}
+	if err := r.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestUnavailableAndUnreachable(t *testing.T) {
 	srv := holdfasttest.NewServer(t)
 	c := srv.Client(holdfast.WithRetryBudget(300 * time.Millisecond))

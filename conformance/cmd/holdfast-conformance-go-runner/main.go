@@ -294,7 +294,16 @@ func stamp(t hlc.Timestamp) sdkrunner.Stamp {
 }
 
 func lockState(st holdfast.LockState) sdkrunner.LockState {
-	return sdkrunner.LockState{Key: st.Key, FencingToken: sdkrunner.U64(st.FencingToken), Holder: st.Holder, Stamp: stamp(st.Stamp), Waiters: st.Waiters}
+	s := sdkrunner.LockState{
+		Key: st.Key, FencingToken: sdkrunner.U64(st.FencingToken), Holder: st.Holder, Stamp: stamp(st.Stamp), Waiters: st.Waiters,
+		Kind: st.Kind.String(), Limit: st.Limit, PermitsInUse: st.PermitsInUse,
+	}
+	for _, h := range st.Holders {
+		s.Holders = append(s.Holders, sdkrunner.Holder{
+			FencingToken: sdkrunner.U64(h.FencingToken), Holder: h.Holder, Permits: h.Permits, Mode: h.Mode.String(), Stamp: stamp(h.Stamp),
+		})
+	}
+	return s
 }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -309,6 +318,7 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 			Capabilities: []string{
 				sdkrunner.CapProtocolConnect, sdkrunner.CapProtocolGRPC, sdkrunner.CapProtocolGRPCWeb,
 				sdkrunner.CapClockUpdate, sdkrunner.CapLeaseLostEvent, sdkrunner.CapRequestIDs,
+				sdkrunner.CapSemaphore, sdkrunner.CapRWLock,
 			},
 			DurationUnit: sdkrunner.UnitNanoseconds,
 		}, nil
@@ -337,7 +347,10 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		if err != nil {
 			return nil, err
 		}
-		l := c.Lock(args.Key)
+		l, err := builder(c, args)
+		if err != nil {
+			return nil, err
+		}
 		if l, err = withTTL(l, args.TTLMs, args.TTLNative); err != nil {
 			return nil, err
 		}
@@ -366,7 +379,10 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		a.tokens[tok] = id
 		a.mu.Unlock()
 		a.watch(id, g)
-		return sdkrunner.LockResult{Guard: id, FencingToken: sdkrunner.U64(tok), Stamp: stamp(g.Stamp())}, nil
+		return sdkrunner.LockResult{
+			Guard: id, FencingToken: sdkrunner.U64(tok), Stamp: stamp(g.Stamp()),
+			Kind: g.Kind().String(), Limit: g.Limit(), Permits: g.Permits(), Mode: g.Mode().String(),
+		}, nil
 
 	case sdkrunner.CmdUnlock, sdkrunner.CmdExtend, sdkrunner.CmdFencingToken, sdkrunner.CmdGuardState:
 		args, err := decode[sdkrunner.GuardArgs](req)
@@ -489,6 +505,34 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		return sdkrunner.ServerInfoResult{Version: info.Version, Backend: info.Backend.Name}, nil
 	}
 	return nil, &sdkrunner.Error{Kind: sdkrunner.KindUnsupported, Message: "unknown command " + strconv.Quote(req.Cmd)}
+}
+
+// builder is the SDK builder lock's kind names: Client.Lock,
+// Client.Semaphore (with Permits when given, as given) or Client.RWLock's
+// Read or Write.
+func builder(c *holdfast.Client, args sdkrunner.LockArgs) (holdfast.Lock, error) {
+	var l holdfast.Lock
+	switch args.Kind {
+	case "", sdkrunner.LockKindMutex:
+		l = c.Lock(args.Key)
+	case sdkrunner.LockKindSemaphore:
+		l = c.Semaphore(args.Key, args.Limit)
+	case sdkrunner.LockKindRWLock:
+		switch args.Mode {
+		case sdkrunner.ModeShared:
+			l = c.RWLock(args.Key).Read()
+		case sdkrunner.ModeExclusive:
+			l = c.RWLock(args.Key).Write()
+		default:
+			return l, badCommand("lock: an rwlock needs mode %q or %q, not %q", sdkrunner.ModeShared, sdkrunner.ModeExclusive, args.Mode)
+		}
+	default:
+		return l, badCommand("lock: unknown kind %q", args.Kind)
+	}
+	if args.Permits != nil {
+		l = l.Permits(*args.Permits)
+	}
+	return l, nil
 }
 
 // withTTL sets the lock's TTL from ttl_ms, or from ttl_native: a number of

@@ -16,6 +16,10 @@
 //     so causality through the client's clock is lost.
 //   - rounds-tokens: validate_write compares tokens as float64, as a
 //     JavaScript number would.
+//   - ignores-permits: a semaphore grant always takes the default single
+//     permit, whatever was asked, while the guard reports the permits
+//     asked for: its holder believes it holds more of the semaphore than
+//     the server counts, so the semaphore's limit is exceeded in fact.
 package main
 
 import (
@@ -32,7 +36,7 @@ import (
 
 func main() {
 	if len(os.Args) < 3 {
-		fmt.Fprintln(os.Stderr, "usage: brokenadapter silent-unlock|hides-loss|forgets-clock|rounds-tokens ADAPTER [ARGS...]")
+		fmt.Fprintln(os.Stderr, "usage: brokenadapter silent-unlock|hides-loss|forgets-clock|rounds-tokens|ignores-permits ADAPTER [ARGS...]")
 		os.Exit(2)
 	}
 	bug := os.Args[1]
@@ -136,6 +140,19 @@ func (p *proxy) toAdapter(req sdkrunner.Request) (sdkrunner.Request, bool) {
 			return req, false
 		}
 	}
+	if p.bug == "ignores-permits" && req.Cmd == sdkrunner.CmdLock {
+		// Kept as asked in pending (the answer reports it); sent without.
+		var a map[string]json.RawMessage
+		if json.Unmarshal(req.Args, &a) == nil && a["permits"] != nil {
+			delete(a, "permits")
+			fwd := req
+			fwd.Args, _ = json.Marshal(a)
+			p.mu.Lock()
+			p.pending[req.ID] = req
+			p.mu.Unlock()
+			return fwd, true
+		}
+	}
 	p.mu.Lock()
 	p.pending[req.ID] = req
 	p.mu.Unlock()
@@ -166,6 +183,13 @@ func (p *proxy) fromAdapter(m map[string]json.RawMessage) {
 			p.mu.Lock()
 			p.tokens[res.Guard] = strconv.FormatUint(uint64(res.FencingToken), 10)
 			p.mu.Unlock()
+		}
+	case p.bug == "ignores-permits" && req.Cmd == sdkrunner.CmdLock && m["result"] != nil:
+		var a sdkrunner.LockArgs
+		var res map[string]json.RawMessage
+		if json.Unmarshal(req.Args, &a) == nil && a.Permits != nil && json.Unmarshal(m["result"], &res) == nil {
+			res["permits"], _ = json.Marshal(*a.Permits)
+			m["result"], _ = json.Marshal(res)
 		}
 	case p.bug == "hides-loss" && (req.Cmd == sdkrunner.CmdUnlock || req.Cmd == sdkrunner.CmdExtend):
 		// The silent watchdog also answers its holder's calls kindly.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/holdfast/holdfast/core/backend"
 	backendv1 "github.com/holdfast/holdfast/proto/holdfast/backend/v1"
@@ -44,21 +45,10 @@ func fromRecord(op string, p *backendv1.Record, key string) (backend.Record, err
 		Holder:       p.GetHolder(),
 		Stamp:        FromStamp(p.GetStamp()),
 	}
-	if d := p.GetRemaining(); d != nil {
-		if err := d.CheckValid(); err != nil {
-			return backend.Record{}, errMalformed(op, "remaining: %v", err)
-		}
-		// A holder past its expiry (clock skew between the plugin and its
-		// store) has nothing left, not a negative time.
-		r.Remaining = max(d.AsDuration(), 0)
-	}
-	if t := p.GetExpiresAt(); t != nil {
-		if err := t.CheckValid(); err != nil {
-			return backend.Record{}, errMalformed(op, "expires_at: %v", err)
-		}
-		r.ExpiresAt = t.AsTime()
-	}
 	var err error
+	if r.Remaining, r.ExpiresAt, err = leaseTimes(op, "", p.GetRemaining(), p.GetExpiresAt()); err != nil {
+		return backend.Record{}, err
+	}
 	if r.LockDelay, err = nonNegative(op, "lock_delay", p.GetLockDelay()); err != nil {
 		return backend.Record{}, err
 	}
@@ -107,19 +97,33 @@ func fromGrant(op string, p *backendv1.Grant) (backend.Grant, error) {
 		Stamp:        FromStamp(p.GetStamp()),
 		Permits:      int(max(p.GetPermits(), 1)),
 	}
-	if d := p.GetRemaining(); d != nil {
-		if err := d.CheckValid(); err != nil {
-			return backend.Grant{}, errMalformed(op, "holder's remaining: %v", err)
-		}
-		g.Remaining = max(d.AsDuration(), 0)
-	}
-	if t := p.GetExpiresAt(); t != nil {
-		if err := t.CheckValid(); err != nil {
-			return backend.Grant{}, errMalformed(op, "holder's expires_at: %v", err)
-		}
-		g.ExpiresAt = t.AsTime()
+	var err error
+	if g.Remaining, g.ExpiresAt, err = leaseTimes(op, "holder's ", p.GetRemaining(), p.GetExpiresAt()); err != nil {
+		return backend.Grant{}, err
 	}
 	return g, nil
+}
+
+// leaseTimes decodes a lease's remaining time and expiry (unset: zero);
+// what prefixes the field names in messages.
+func leaseTimes(op, what string, d *durationpb.Duration, t *timestamppb.Timestamp) (time.Duration, time.Time, error) {
+	var remaining time.Duration
+	var expires time.Time
+	if d != nil {
+		if err := d.CheckValid(); err != nil {
+			return 0, time.Time{}, errMalformed(op, "%sremaining: %v", what, err)
+		}
+		// A holder past its expiry (clock skew between the plugin and its
+		// store) has nothing left, not a negative time.
+		remaining = max(d.AsDuration(), 0)
+	}
+	if t != nil {
+		if err := t.CheckValid(); err != nil {
+			return 0, time.Time{}, errMalformed(op, "%sexpires_at: %v", what, err)
+		}
+		expires = t.AsTime()
+	}
+	return remaining, expires, nil
 }
 
 // nonNegative converts a duration of an answer that must not be negative

@@ -24,13 +24,7 @@ const releaseTimeout = 5 * time.Second
 
 func newLock(stdout, stderr io.Writer) *cobra.Command {
 	var (
-		o         clientOptions
-		ttl       time.Duration
-		wait      time.Duration
-		noWait    bool
-		grace     time.Duration
-		holder    string
-		quiet     bool
+		r         lockRun
 		lockDelay time.Duration
 	)
 	cmd := &cobra.Command{
@@ -83,39 +77,54 @@ not be started, 1 any other error.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.resolve(cmd); err != nil {
-				return err
-			}
-			if wait < 0 {
-				return fmt.Errorf("--wait %s: must not be negative", wait)
-			}
-			if holder == "" {
-				holder = defaultHolder()
-			}
 			if lockDelay < 0 {
 				return fmt.Errorf("--lock-delay %s: must not be negative", lockDelay)
 			}
-			n := cmd.ArgsLenAtDash()
-			r := lockRun{o: &o, keys: args[:n], argv: args[n:], ttl: ttl, wait: wait, noWait: noWait,
-				grace: grace, holder: holder, quiet: quiet, lockDelay: lockDelay, stdout: stdout, stderr: stderr}
-			return r.run(cmd.Context())
+			r.lockDelay = lockDelay
+			return r.start(cmd, args)
 		},
 	}
-	addClientFlags(cmd, &o)
-	f := cmd.Flags()
-	f.DurationVar(&ttl, "ttl", 30*time.Second, "lease length; renewed at about a third of it while CMD runs")
-	f.DurationVar(&wait, "wait", 0, "give up (exit 3) after queueing this long (0: wait until acquired or interrupted)")
-	f.BoolVarP(&noWait, "no-wait", "n", false, "try once; exit 3 at once when someone else holds the lock")
-	f.DurationVar(&grace, "grace", 10*time.Second, "after a lost lease, time between SIGTERM and SIGKILL")
-	f.StringVar(&holder, "holder", "", "label others see for this lease in inspect, list, watch (default HOSTNAME:PID)")
-	_ = f.MarkHidden("output") // lock prints nothing of its own
-	f.BoolVarP(&quiet, "quiet", "q", false, "say nothing on stderr about acquiring and releasing")
-	f.DurationVar(&lockDelay, "lock-delay", 0, "if the lease is lost (it expires; not when released), its keys refuse new holders for this long")
+	r.addFlags(cmd, stdout, stderr)
+	cmd.Flags().DurationVar(&lockDelay, "lock-delay", 0, "if the lease is lost (it expires; not when released), its keys refuse new holders for this long")
 	return cmd
 }
 
+// addFlags gives cmd the flags every command that runs CMD under a lease
+// takes (lock, semaphore, rwlock), bound to r.
+func (r *lockRun) addFlags(cmd *cobra.Command, stdout, stderr io.Writer) {
+	r.o, r.stdout, r.stderr = &clientOptions{}, stdout, stderr
+	addClientFlags(cmd, r.o)
+	f := cmd.Flags()
+	f.DurationVar(&r.ttl, "ttl", 30*time.Second, "lease length; renewed at about a third of it while CMD runs")
+	f.DurationVar(&r.wait, "wait", 0, "give up (exit 3) after queueing this long (0: wait until acquired or interrupted)")
+	f.BoolVarP(&r.noWait, "no-wait", "n", false, "try once; exit 3 at once when the lease cannot be granted now")
+	f.DurationVar(&r.grace, "grace", 10*time.Second, "after a lost lease, time between SIGTERM and SIGKILL")
+	f.StringVar(&r.holder, "holder", "", "label others see for this lease in inspect, list, watch (default HOSTNAME:PID)")
+	_ = f.MarkHidden("output") // these commands print nothing of their own
+	f.BoolVarP(&r.quiet, "quiet", "q", false, "say nothing on stderr about acquiring and releasing")
+}
+
+// start checks the flags and runs CMD: args are the keys, "--", then CMD.
+func (r *lockRun) start(cmd *cobra.Command, args []string) error {
+	if err := r.o.resolve(cmd); err != nil {
+		return err
+	}
+	if r.wait < 0 {
+		return fmt.Errorf("--wait %s: must not be negative", r.wait)
+	}
+	if r.holder == "" {
+		r.holder = defaultHolder()
+	}
+	n := cmd.ArgsLenAtDash()
+	r.keys, r.argv = args[:n], args[n:]
+	return r.run(cmd.Context())
+}
+
 type lockRun struct {
-	o              *clientOptions
+	o *clientOptions
+	// builder makes the lock to take (nil: the lock on keys, with
+	// lockDelay); TTL and wait are set on it.
+	builder        func(c *holdfast.Client) holdfast.Lock
 	keys           []string
 	argv           []string
 	ttl, wait      time.Duration
@@ -262,7 +271,11 @@ func (r *lockRun) acquire(ctx context.Context, c *holdfast.Client, sigs <-chan o
 	if _, err := c.ServerInfo(ctx); err != nil {
 		return nil, r.o.callError(err)
 	}
-	l := c.Lock(r.keys[0], r.keys[1:]...).TTL(r.ttl).LockDelay(r.lockDelay)
+	l := c.Lock(r.keys[0], r.keys[1:]...).LockDelay(r.lockDelay)
+	if r.builder != nil {
+		l = r.builder(c)
+	}
+	l = l.TTL(r.ttl)
 	if r.wait > 0 {
 		l = l.Wait(r.wait) // without a Wait, Lock queues until acquired or interrupted
 	}
@@ -302,6 +315,8 @@ func (r *lockRun) acquire(ctx context.Context, c *holdfast.Client, sigs <-chan o
 				msg += " within " + r.wait.String()
 			}
 			switch {
+			case na.Current != nil && na.Current.Kind != holdfast.KindMutex:
+				msg += fmt.Sprintf(": %d of its %d permits held by %d holder(s)", na.Current.PermitsInUse, na.Current.Limit, len(na.Current.Holders))
 			case na.Current != nil && len(r.keys) > 1:
 				msg += fmt.Sprintf(": %q held by %q (fencing token %d)", na.Current.Key, na.Current.Holder, na.Current.FencingToken)
 			case na.Current != nil:

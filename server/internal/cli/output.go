@@ -36,12 +36,43 @@ type stateJSON struct {
 	Waiters      uint32     `json:"waiters"`
 	Stamp        stampJSON  `json:"stamp"`
 	LockDelay    string     `json:"lockDelay,omitempty"`
+	// Set for a semaphore or an rwlock only (a mutex's JSON is what it
+	// was): the key's kind and limit, and every holder.
+	Kind         string      `json:"kind,omitempty"`
+	Limit        int         `json:"limit,omitempty"`
+	PermitsInUse int         `json:"permitsInUse,omitempty"`
+	Holders      []grantJSON `json:"holders,omitempty"`
+}
+
+// grantJSON is one holder of a semaphore or an rwlock.
+type grantJSON struct {
+	FencingToken uint64     `json:"fencingToken,string"`
+	Holder       string     `json:"holder"`
+	Permits      int        `json:"permits"`
+	Mode         string     `json:"mode,omitempty"` // rwlock: shared or exclusive
+	ExpiresAt    *time.Time `json:"expiresAt,omitempty"`
+	ExpiresIn    string     `json:"expiresIn,omitempty"`
+	Stamp        stampJSON  `json:"stamp"`
 }
 
 func stateOf(s holdfast.LockState) stateJSON {
 	j := stateJSON{Key: s.Key, FencingToken: s.FencingToken, Holder: s.Holder, Waiters: s.Waiters, Stamp: stampOf(s.Stamp)}
 	if s.LockDelay > 0 {
 		j.LockDelay = s.LockDelay.String()
+	}
+	if s.Kind != holdfast.KindMutex {
+		j.Kind, j.Limit, j.PermitsInUse = s.Kind.String(), s.Limit, s.PermitsInUse
+		for _, h := range s.Holders {
+			g := grantJSON{FencingToken: h.FencingToken, Holder: h.Holder, Permits: h.Permits, Stamp: stampOf(h.Stamp)}
+			if s.Kind == holdfast.KindRWLock {
+				g.Mode = h.Mode.String()
+			}
+			if !h.ExpiresAt.IsZero() {
+				t := h.ExpiresAt.UTC()
+				g.ExpiresAt, g.ExpiresIn = &t, left(h.ExpiresAt)
+			}
+			j.Holders = append(j.Holders, g)
+		}
 	}
 	if !s.ExpiresAt.IsZero() {
 		t := s.ExpiresAt.UTC()

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -66,6 +67,17 @@ Exit status: 0 (held or not), 69 server unreachable, 1 any other error.`,
 				"expires at", fmtTime(out.State.ExpiresAt), "waiters", st.Waiters}
 			if st.LockDelay > 0 {
 				pairs = append(pairs, "lock-delay", st.LockDelay.String()+" (if it expires)")
+			}
+			if st.Kind != holdfast.KindMutex {
+				// The fields above are the holder whose lease ends first.
+				pairs = append(pairs, "kind", st.Kind.String(), "permits in use", fmt.Sprintf("%d of %d", st.PermitsInUse, st.Limit))
+				for i, h := range out.State.Holders {
+					what := fmt.Sprintf("%q, %d permit(s)", h.Holder, h.Permits)
+					if h.Mode != "" {
+						what = fmt.Sprintf("%q, %s", h.Holder, h.Mode)
+					}
+					pairs = append(pairs, fmt.Sprintf("holder %d", i+1), fmt.Sprintf("%s, fencing token %d, expires in %s", what, h.FencingToken, orDash(h.ExpiresIn)))
+				}
 			}
 			return kv(stdout, pairs...)
 		},
@@ -212,7 +224,8 @@ func newInfo(stdout io.Writer) *cobra.Command {
 		Long: `Info shows the server's version and its backend's promises: whether the
 backend is shared (several servers see the same locks; a memory backend is
 not), durable (locks survive a backend restart), fair across servers, its
-TTL granularity and range, and the server's maximum client clock offset.
+TTL granularity and range, the kinds of key it keeps (mutex, semaphore,
+rwlock), and the server's maximum client clock offset.
 
 Exit status: 0, 69 server unreachable, 1 any other error.`,
 		Example: `  holdfast info
@@ -233,6 +246,10 @@ Exit status: 0, 69 server unreachable, 1 any other error.`,
 				return o.callError(err)
 			}
 			b := info.Backend
+			kinds := make([]string, len(b.Kinds))
+			for i, k := range b.Kinds {
+				kinds[i] = k.String()
+			}
 			if o.output == "json" {
 				return printJSON(stdout, map[string]any{
 					"server":         o.server,
@@ -242,6 +259,7 @@ Exit status: 0, 69 server unreachable, 1 any other error.`,
 						"name": b.Name, "version": b.Version, "shared": b.Shared, "durable": b.Durable,
 						"fair": b.Fair, "ttlGranularity": b.TTLGranularity.String(),
 						"minTtl": b.MinTTL.String(), "maxTtl": b.MaxTTL.String(),
+						"kinds": kinds, "maxLimit": b.MaxLimit,
 					},
 				})
 			}
@@ -254,6 +272,7 @@ Exit status: 0, 69 server unreachable, 1 any other error.`,
 				"fair", b.Fair,
 				"ttl granularity", b.TTLGranularity,
 				"ttl range", fmt.Sprintf("%s .. %s", b.MinTTL, b.MaxTTL),
+				"kinds", strings.Join(kinds, ", "),
 				"max clock offset", info.MaxClockOffset,
 			)
 		},

@@ -17,7 +17,7 @@
 //	holdfast_lock_delay_refusals_total                 Acquires answered not acquired because a key was in its lock-delay
 //	holdfast_grants_total{kind,mode}                   leases granted, by kind (mutex | semaphore | rwlock) and rwlock mode (shared | exclusive; "" otherwise)
 //	holdfast_waiters                                   callers queued on this server (all keys)
-//	holdfast_locks_held                                locks held in the backend (counted by List at scrape)
+//	holdfast_locks_held                                leases held in the backend (counted by List at scrape; each holder of a semaphore or rwlock counts)
 //	holdfast_rpc_duration_seconds{method,code}         histogram, unary RPCs (Acquire includes its wait)
 //	holdfast_rpc_streams{method}                       open server streams (Watch)
 //	holdfast_backend_up                                1 while the plugin runs and answers its liveness ping
@@ -324,7 +324,9 @@ func (c *heldCollector) countLocks() (int, bool) {
 		if err != nil {
 			return 0, false
 		}
-		n += len(page.Records)
+		for _, r := range page.Records {
+			n += max(len(r.Holders), 1) // each lease of a semaphore or rwlock
+		}
 		if page.NextPageToken == "" {
 			break
 		}

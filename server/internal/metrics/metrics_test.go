@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/plugins/memory"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -67,9 +68,17 @@ func TestServeAndScrapeTimeSeries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A semaphore of two holders: two leases held.
+	for _, tok := range []string{"s1", "s2"} {
+		res, err := b.Acquire(ctx, backend.AcquireRequest{Key: "sem", OwnerToken: tok, TTL: time.Minute, Kind: backend.KindSemaphore, Limit: 3, Permits: 1})
+		if err != nil || !res.Acquired {
+			t.Fatal(res, err)
+		}
+	}
 	m := New()
 	m.Track(Sources{Version: "v1", BackendName: "memory", Engine: e, Backend: b, Plugin: plugin{}})
 	m.AcquireDone(true, true, 20*time.Millisecond)
+	m.Granted(backend.KindRWLock, lockv1.Mode_MODE_SHARED)
 	m.ReleaseDone(false)
 	m.PluginCall("Get", time.Millisecond, errors.New("boom"))
 	srv, err := Serve("127.0.0.1:0", m, slog.New(slog.DiscardHandler))
@@ -84,7 +93,9 @@ func TestServeAndScrapeTimeSeries(t *testing.T) {
 
 	body := get(t, "http://"+srv.Addr().String()+"/metrics")
 	for _, want := range []string{
-		"holdfast_locks_held 2\n",
+		"holdfast_locks_held 4\n",
+		`holdfast_grants_total{kind="rwlock",mode="shared"} 1` + "\n",
+		`holdfast_grants_total{kind="semaphore",mode=""} 0` + "\n",
 		`holdfast_acquisitions_total{outcome="acquired"} 1` + "\n",
 		`holdfast_acquisitions_total{outcome="contended"} 0` + "\n",
 		`holdfast_acquire_wait_seconds_bucket{outcome="acquired",le="0.025"} 1` + "\n",
