@@ -90,22 +90,6 @@ func kindByName(name string) (backend.Kind, bool) {
 	return 0, false
 }
 
-// checkGrant refuses a grant request outside what the engine sends; the
-// engine validates first, so this guards the store against other callers.
-func checkGrant(req backend.AcquireRequest) error {
-	if !slices.Contains(Kinds, req.Kind) {
-		return fmt.Errorf("etcd: kind %s is not one of %v: %w", req.Kind, Kinds, backend.ErrInvalidArgument)
-	}
-	if req.Limit < 1 || req.Limit > backend.MaxLimit || req.Permits < 1 || req.Permits > req.Limit {
-		return fmt.Errorf("etcd: limit %d, permits %d: want 1 <= permits <= limit <= %d: %w",
-			req.Limit, req.Permits, backend.MaxLimit, backend.ErrInvalidArgument)
-	}
-	if req.LockDelay != 0 {
-		return fmt.Errorf("etcd: lock_delay on a %s key (mutex keys only): %w", req.Kind, backend.ErrInvalidArgument)
-	}
-	return nil
-}
-
 // grantsRecord is the record of key from its grants' kvs: every grant in
 // fencing-token order, and in the record's own fields the grant the call
 // is about (about, a CreateRevision) or else the one that ends first.
@@ -148,7 +132,7 @@ func readMeta(kv *mvccpb.KeyValue) (backend.Kind, int, error) {
 // acquireGrant takes a lease of the TTL and runs the grant transaction
 // (see above) until it commits or the answer is known.
 func (b *Backend) acquireGrant(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
-	if err := checkGrant(req); err != nil {
+	if err := req.CheckGrant(Kinds); err != nil {
 		return backend.AcquireResult{}, err
 	}
 	cctx, cancel := b.call(ctx)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -300,21 +299,6 @@ func kindByName(name string) (backend.Kind, bool) {
 	return 0, false
 }
 
-// checkGrant refuses a grant request outside what the engine sends; the
-// engine validates first, so this guards the store against other callers.
-func checkGrant(req backend.AcquireRequest) error {
-	if !slices.Contains(Kinds, req.Kind) {
-		return fmt.Errorf("%w: kind %s: the postgres backend keeps %v", backend.ErrInvalidArgument, req.Kind, Kinds)
-	}
-	if req.Limit < 1 || req.Limit > backend.MaxLimit {
-		return fmt.Errorf("%w: limit %d is outside [1, %d]", backend.ErrInvalidArgument, req.Limit, backend.MaxLimit)
-	}
-	if req.Permits < 1 || req.Permits > req.Limit {
-		return fmt.Errorf("%w: permits %d is outside [1, limit %d]", backend.ErrInvalidArgument, req.Permits, req.Limit)
-	}
-	return checkNoDelay(req.LockDelay)
-}
-
 // stateRow is one row of a grant function: the call's answer (code, the
 // key's kind and limit, the fencing token of the grant the call is about,
 // a replay) and, unless fencing is NULL, one live grant.
@@ -392,7 +376,7 @@ func stateRecord(key string, rows []stateRow) (backend.Record, error) {
 // acquireGrant is Acquire of a semaphore or rwlock grant: one call of
 // grant_acquire, one atomic step in the database.
 func (b *Backend) acquireGrant(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
-	if err := checkGrant(req); err != nil {
+	if err := req.CheckGrant(Kinds); err != nil {
 		return backend.AcquireResult{}, err
 	}
 	ctx, done, err := b.call(ctx)

@@ -32,24 +32,6 @@ func kindByName(name string) (backend.Kind, bool) {
 	return 0, false
 }
 
-// checkGrant refuses a grant request outside what the engine sends; the
-// engine validates first, so this guards the store against other callers.
-func checkGrant(req backend.AcquireRequest) error {
-	if !slices.Contains(Kinds, req.Kind) {
-		return fmt.Errorf("%w: kind %s: the redis backend keeps %v", backend.ErrInvalidArgument, req.Kind, Kinds)
-	}
-	if req.Limit < 1 || req.Limit > backend.MaxLimit {
-		return fmt.Errorf("%w: limit %d is outside [1, %d]", backend.ErrInvalidArgument, req.Limit, backend.MaxLimit)
-	}
-	if req.Permits < 1 || req.Permits > req.Limit {
-		return fmt.Errorf("%w: permits %d is outside [1, limit %d]", backend.ErrInvalidArgument, req.Permits, req.Limit)
-	}
-	if req.LockDelay != 0 {
-		return fmt.Errorf("%w: lock_delay: a %s key has none (mutex keys only)", backend.ErrInvalidArgument, req.Kind)
-	}
-	return nil
-}
-
 // acquireGrant runs the grant script: one atomic step that drops the key's
 // expired grants, sums the permits of the live ones and grants only if the
 // request's fit within the limit.
@@ -60,7 +42,7 @@ func (b *Backend) acquireGrant(ctx context.Context, req backend.AcquireRequest) 
 	if err := b.checkTTL(req.TTL); err != nil {
 		return backend.AcquireResult{}, err
 	}
-	if err := checkGrant(req); err != nil {
+	if err := req.CheckGrant(Kinds); err != nil {
 		return backend.AcquireResult{}, err
 	}
 	s, n, l := splitStamp(req.Stamp)
