@@ -143,17 +143,18 @@ func (b *Backend) acquireGrant(ctx context.Context, req backend.AcquireRequest) 
 			return backend.AcquireResult{}, err
 		}
 	}
+	leave, err := b.gates.enter(cctx, req.Key)
+	if err != nil {
+		return backend.AcquireResult{}, wrap(ctx, "acquire", err)
+	}
+	defer leave()
+	// The lease's TTL runs from here: after the wait at the gate, so that
+	// the grant is held for its whole TTL from its transaction.
 	leaseID, granted, start, err := b.lease(cctx, ttlSeconds(req.TTL))
 	if err != nil {
 		return backend.AcquireResult{}, wrap(ctx, "acquire: lease", err)
 	}
-	leave, err := b.gates.enter(cctx, req.Key)
-	if err != nil {
-		b.pool.put(leaseID, int64(granted/time.Second), start)
-		return backend.AcquireResult{}, wrap(ctx, "acquire", err)
-	}
 	res, attached, err := b.grantOn(cctx, ctx, req, leaseID, start.Add(granted), granted)
-	leave()
 	switch {
 	case err != nil:
 		b.revokeLater(leaseID) // unknown outcome: a grant on it would be held by a token nobody has
