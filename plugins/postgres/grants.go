@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -407,6 +408,7 @@ func (b *Backend) acquireGrant(ctx context.Context, req backend.AcquireRequest) 
 	acquired := rows[0].code == 1
 	if acquired {
 		b.scheduled(rec.Remaining)
+		b.hints.add(req.Key)
 	}
 	return backend.AcquireResult{Acquired: acquired, Record: rec, Replayed: rows[0].replayed, Replay: rows[0].replay}, nil
 }
@@ -535,4 +537,42 @@ func (b *Backend) listGrants(ctx context.Context, prefix, after string, limit in
 		i = j
 	}
 	return recs, more, nil
+}
+
+// maxHints bounds the keys grantHints remembers.
+const maxHints = 4096
+
+// grantHints remembers keys this plugin granted on, so that their Release
+// and Extend try the grant functions first. A hint only orders two
+// attempts that give the same answer either way; a stale one (the key is a
+// mutex again, after its row was swept) costs a round trip. At maxHints an
+// arbitrary hint makes room.
+type grantHints struct {
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+func (h *grantHints) add(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.keys == nil {
+		h.keys = map[string]struct{}{}
+	}
+	if _, ok := h.keys[key]; ok {
+		return
+	}
+	if len(h.keys) >= maxHints {
+		for k := range h.keys {
+			delete(h.keys, k)
+			break
+		}
+	}
+	h.keys[key] = struct{}{}
+}
+
+func (h *grantHints) has(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.keys[key]
+	return ok
 }

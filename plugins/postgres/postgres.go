@@ -332,6 +332,7 @@ type Backend struct {
 	sql      statements
 	sets     setStatements
 	grants   grantStatements
+	hints    grantHints // keys this plugin granted on (grants.go)
 	mark     bool  // a failed Acquire marks the row contended (notify=contended)
 	instance int64 // this plugin process, stored in acquired_by
 
@@ -739,10 +740,19 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 	if err := checkKey(req.Key); err != nil {
 		return false, err
 	}
+	// A key this plugin granted on most likely holds grants: try its grant
+	// first (the answer is the same in either order, a key being of one
+	// kind at a time; the order saves a round trip).
+	grantFirst := b.hints.has(req.Key)
+	if grantFirst {
+		if ok, err := b.releaseGrant(ctx, req); ok || err != nil {
+			return ok, err
+		}
+	}
 	if req.Request.ID != "" {
 		ok, err := b.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken,
 			Stamp: req.Stamp, Request: req.Request, Abandon: req.Abandon})
-		if ok || err != nil {
+		if ok || err != nil || grantFirst {
 			return ok, err
 		}
 		return b.releaseGrant(ctx, req)
@@ -760,8 +770,8 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 	if err != nil {
 		return false, b.wrap(ctx, "release "+strconv.Quote(req.Key), err)
 	}
-	if tag.RowsAffected() == 1 {
-		return true, nil
+	if tag.RowsAffected() == 1 || grantFirst {
+		return tag.RowsAffected() == 1, nil
 	}
 	// Not a mutex lock of this owner: perhaps one of the key's grants.
 	return b.releaseGrant(ctx, req)
@@ -778,6 +788,12 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 	if req.OwnerToken == "" {
 		return backend.ExtendResult{}, nil
 	}
+	grantFirst := b.hints.has(req.Key) // as in Release
+	if grantFirst {
+		if res, err := b.extendGrant(ctx, req); res.Extended || err != nil {
+			return res, err
+		}
+	}
 	if req.Request.ID != "" {
 		res, err := b.ExtendSet(ctx, backend.ExtendSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken,
 			TTL: req.TTL, Stamp: req.Stamp, Request: req.Request})
@@ -785,6 +801,9 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 			return backend.ExtendResult{}, err
 		}
 		if !res.Extended {
+			if grantFirst {
+				return backend.ExtendResult{}, nil
+			}
 			return b.extendGrant(ctx, req)
 		}
 		return backend.ExtendResult{Extended: true, Record: res.Records[0]}, nil
@@ -796,6 +815,9 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 	defer done()
 	rec, err := scanRecord(b.pool.QueryRow(ctx, b.sql.extend, req.Key, digest(req.OwnerToken), micros(req.TTL)))
 	if errors.Is(err, pgx.ErrNoRows) {
+		if grantFirst {
+			return backend.ExtendResult{}, nil
+		}
 		// Not a mutex lock of this owner: perhaps one of the key's grants.
 		return b.extendGrant(ctx, req)
 	}
