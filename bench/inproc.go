@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -44,10 +45,10 @@ func engineOp(e *engine.Engine, prefix string) op {
 }
 
 // measureEngine measures the engine on b at every concurrency level.
-func measureEngine(ctx context.Context, name string, b backend.Backend, conc []int) ([]throughput, error) {
+func measureEngine(ctx context.Context, name string, b backend.Backend, conc []int, batch engine.BatchConfig) ([]throughput, error) {
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	e, err := engine.New(startCtx, b, engine.Config{})
+	e, err := engine.New(startCtx, b, engine.Config{Batch: batch})
 	if err != nil {
 		return nil, err
 	}
@@ -59,10 +60,12 @@ func measureEngine(ctx context.Context, name string, b backend.Backend, conc []i
 	return rows, nil
 }
 
-// measureLayers returns the in-process and plugin-hop rows.
+// measureLayers returns the in-process and plugin-hop rows: unbatched (the
+// floors are computed from them: the cost of the hop itself), and the hop
+// with the engine's batching across callers.
 func measureLayers(ctx context.Context, conc []int) ([]throughput, error) {
 	mem := memory.New()
-	inproc, err := measureEngine(ctx, "engine+memory in-process (no RPC)", mem, conc)
+	inproc, err := measureEngine(ctx, inprocRow, mem, conc, engine.BatchConfig{Off: true})
 	mem.Close()
 	if err != nil {
 		return nil, err
@@ -77,9 +80,13 @@ func measureLayers(ctx context.Context, conc []int) ([]throughput, error) {
 		return nil, err
 	}
 	defer h.Close()
-	hop, err := measureEngine(ctx, "engine+memory plugin (plugin hop, no HTTP)", h, conc)
+	hop, err := measureEngine(ctx, hopRow, h, conc, engine.BatchConfig{Off: true})
 	if err != nil {
 		return nil, err
 	}
-	return append(inproc, hop...), nil
+	batched, err := measureEngine(ctx, hopBatchRow, h, conc, engine.BatchConfig{})
+	if err != nil {
+		return nil, err
+	}
+	return slices.Concat(inproc, hop, batched), nil
 }

@@ -34,7 +34,7 @@ var (
 	duration    = flag.Duration("duration", 3*time.Second, "how long each uncontended row runs")
 	hotDuration = flag.Duration("hot-duration", 5*time.Second, "how long each hot-key row runs")
 	hotWorkers  = flag.Int("hot-workers", 8, "workers looping on the hot key")
-	concLevels  = flag.String("concurrency", "1,32", "comma-separated concurrency levels")
+	concLevels  = flag.String("concurrency", "1,32,128", "comma-separated concurrency levels")
 	backends    = flag.String("backends", "memory,etcd,redis,postgres", "holdfast backends to measure")
 	etcdAddr    = flag.String("etcd", "", "etcd endpoints (comma-separated); empty leaves etcd out")
 	redisAddr   = flag.String("redis", "", "Redis address; empty leaves Redis out")
@@ -56,15 +56,20 @@ var layerRows []throughput
 
 type report struct {
 	Throughput []throughput `json:"throughput"`
+	// Floors are the holdfast rows against what the architecture cannot
+	// avoid (floor.go).
+	Floors []floorRow `json:"floors"`
 	// PluginHopMicros is what the plugin hop adds to one backend call at
 	// concurrency 1: half the p50 difference between the engine calling
 	// the memory plugin process and the engine on the memory backend in
 	// process (an Acquire+Release makes two backend calls).
-	PluginHopMicros float64    `json:"plugin_hop_us_per_call,omitempty"`
-	HotKey          []hotKey   `json:"hot_key"`
-	Footprint       *footprint `json:"footprint,omitempty"`
-	Targets         []target   `json:"targets"`
-	Skipped         []string   `json:"skipped,omitempty"`
+	PluginHopMicros float64      `json:"plugin_hop_us_per_call,omitempty"`
+	HotKey          []hotKey     `json:"hot_key"`
+	Footprint       *footprint   `json:"footprint,omitempty"`
+	Renewal         []renewalRow `json:"renewal,omitempty"`
+	ListLoad        *listLoad    `json:"list_load,omitempty"`
+	Targets         []target     `json:"targets"`
+	Skipped         []string     `json:"skipped,omitempty"`
 }
 
 func main() {
@@ -129,6 +134,9 @@ func run(ctx context.Context) error {
 	}
 
 	for _, b := range strings.Split(*backends, ",") {
+		if strings.TrimSpace(b) == "" {
+			continue
+		}
 		skipped, err := benchBackend(ctx, strings.TrimSpace(b), conc, echoRows, &rep)
 		if err != nil {
 			return fmt.Errorf("%s: %w", b, err)
@@ -145,9 +153,24 @@ func run(ctx context.Context) error {
 		}
 		rep.Footprint = fp
 	}
+	if *renewalOn {
+		if rep.Renewal, err = measureRenewal(ctx); err != nil {
+			return err
+		}
+	}
+	if *listLoadOn {
+		if rep.ListLoad, err = measureListLoad(ctx); err != nil {
+			return fmt.Errorf("list-load: %w", err)
+		}
+	}
 
+	rep.Floors = floors(rep.Throughput)
 	rep.Targets = judge(rep)
 	printReport(rep)
+	printFloors(rep.Floors)
+	printEtcdMutex(rep.Throughput)
+	printRenewal(rep.Renewal)
+	printListLoad(rep.ListLoad)
 	printTargets(rep.Targets)
 	if *jsonOut != "" {
 		data, err := json.MarshalIndent(rep, "", "  ")
@@ -223,10 +246,9 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 	switch name {
 	case "memory":
 		peers = echoRows
-		layers := layerRows
-		extra = append(extra, layers...)
-		if len(layers) == 2*len(conc) && conc[0] == 1 {
-			rep.PluginHopMicros = (layers[len(conc)].P50 - layers[0].P50) / 2
+		extra = append(extra, layerRows...)
+		if in, hop := findRow(layerRows, inprocRow, 1), findRow(layerRows, hopRow, 1); in != nil && hop != nil {
+			rep.PluginHopMicros = (hop.P50 - in.P50) / 2
 		}
 	case "etcd":
 		cli, err := dialEtcd(*etcdAddr)

@@ -34,6 +34,7 @@ type process struct {
 	pluginPID   int
 	serverPprof string
 	pluginPprof string
+	metrics     string // the /metrics URL, with --metrics-addr
 }
 
 // logged reads what the server's log said (see process).
@@ -41,6 +42,20 @@ func (p *process) logged() (pluginPID int, serverPprof, pluginPprof string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.pluginPID, p.serverPprof, p.pluginPprof
+}
+
+// metricsURL is the server's /metrics URL, once it has logged it (waiting
+// up to 10s), or "" without --metrics-addr.
+func (p *process) metricsURL() string {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		p.mu.Lock()
+		url := p.metrics
+		p.mu.Unlock()
+		if url != "" {
+			return url
+		}
+	}
+	return ""
 }
 
 // scanLine picks facts out of one line of the server's text log and passes
@@ -51,6 +66,9 @@ func (p *process) scanLine(line string, w io.Writer) {
 	defer p.mu.Unlock()
 	if v := logField(line, "plugin_pid"); v != "" {
 		p.pluginPID, _ = strconv.Atoi(v)
+	}
+	if strings.Contains(line, "metrics serving") {
+		p.metrics = logField(line, "url")
 	}
 	if strings.Contains(line, "pprof serving") {
 		if logField(line, "plugin") != "" {

@@ -52,6 +52,93 @@ var _ = describeSDK("behaviour table: the guard and the watchdog", Label("sdk-be
 	}
 	defaultMargin := func(ttl time.Duration) time.Duration { return ttl/100 + 20*time.Millisecond }
 
+	renewalsOf := func(ctx SpecContext, c SDKClient, guard string) int {
+		GinkgoHelper()
+		st := c.GuardState(ctx, guard)
+		Expect(st.Renewals).NotTo(BeNil(), "guard_state must report renewals")
+		return *st.Renewals
+	}
+	keysFor := func(name string, n int) []string {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = sc.Key(fmt.Sprintf("%s-%d", name, i))
+		}
+		return keys
+	}
+
+	It("one watchdog per client: a client's guards due together are renewed in one call (ExtendBatch), so renewal calls grow with the clients, not with the leases", func(ctx SpecContext) {
+		c, p := proxied(ctx, sdkrunner.ConnectArgs{})
+		// Guards are renewed together when they fall due within a sixth of
+		// their TTL of each other. Their acquisitions, sent at once, end
+		// over a store's latency times n over its connection pool (200 ms
+		// and more on PostgreSQL on a loaded machine): a TTL of three times
+		// the usual keeps that spread well inside TTL/6.
+		ttl := 3 * sc.TTL()
+		const n = 20
+		start := time.Now()
+		gs := c.MustLockMany(ctx, keysFor("sdk-batch", n), ttl)
+		// Every guard renewed at least twice: two renewal periods or more.
+		Eventually(func() int {
+			least := -1
+			for _, g := range gs {
+				if r := renewalsOf(ctx, c, g.Guard); least < 0 || r < least {
+					least = r
+				}
+			}
+			return least
+		}).WithContext(ctx).WithTimeout(ttl+2*sc.Config.Slack).WithPolling(20*time.Millisecond).Should(BeNumerically(">=", 2), "the fewest renewals of %d guards", n)
+		elapsed := time.Since(start)
+		calls := len(arrivals(p, "Extend", faultproxy.Forwarded, start)) + len(arrivals(p, "ExtendBatch", faultproxy.Forwarded, start))
+		periods := int(elapsed/(ttl/3)) + 1
+		AddReportEntry("renewal calls for the client's guards", fmt.Sprintf("%d calls (%d Extend, %d ExtendBatch) for %d guards in %s (%d periods of TTL/3)",
+			calls, len(p.Requests("Extend")), len(p.Requests("ExtendBatch")), n, elapsed.Round(time.Millisecond), periods), ReportEntryVisibilityFailureOrVerbose)
+		// A watchdog per guard would make n calls a period; one per client
+		// makes one (the guards were taken together), a few at most.
+		Expect(calls).To(BeNumerically("<=", 3*periods), "renewal calls for %d guards over %d renewal periods", n, periods)
+		for _, g := range gs {
+			Expect(c.GuardState(ctx, g.Guard).State).To(Equal(sdkrunner.StateHeld))
+			Expect(c.Unlock(ctx, g.Guard)).To(Succeed())
+		}
+	}, SpecTimeout(time.Minute))
+
+	It("one watchdog per client: a renewal answered extended=false for one of the guards renewed together poisons that guard alone, reason rejected; the others keep their leases", func(ctx SpecContext) {
+		c, p := proxied(ctx, sdkrunner.ConnectArgs{})
+		ttl := sc.TTL()
+		gs := c.MustLockMany(ctx, keysFor("sdk-batch-reject", 5), ttl)
+		endLease(ctx, p, gs[2])
+		wctx, cancel := context.WithTimeout(ctx, ttl/3+sc.Config.Slack+2*time.Second)
+		defer cancel()
+		ev, err := sc.Adapter.LeaseLost(wctx, gs[2].Guard)
+		Expect(err).NotTo(HaveOccurred(), "no lease_lost event for the guard whose lease ended")
+		Expect(ev.Reason).To(Equal(sdkrunner.ReasonRejected))
+		before := make([]int, len(gs))
+		for i, g := range gs {
+			if i != 2 {
+				before[i] = renewalsOf(ctx, c, g.Guard)
+			}
+		}
+		for i, g := range gs {
+			if i == 2 {
+				continue
+			}
+			Eventually(func() int { return renewalsOf(ctx, c, g.Guard) }).WithContext(ctx).WithTimeout(ttl/3+2*sc.Config.Slack).WithPolling(20*time.Millisecond).
+				Should(BeNumerically(">", before[i]), "guard %d renewed again beside the rejected one", i)
+			Expect(c.GuardState(ctx, g.Guard).State).To(Equal(sdkrunner.StateHeld), "guard %d", i)
+		}
+		for _, e := range sc.Adapter.Events() {
+			for i, g := range gs {
+				if i != 2 && e.Event == "lease_lost" {
+					Expect(e.Guard).NotTo(Equal(g.Guard), "lease_lost event for guard %d, which held: %+v", i, e.Message)
+				}
+			}
+		}
+		for i, g := range gs {
+			if i != 2 {
+				Expect(c.Unlock(ctx, g.Guard)).To(Succeed())
+			}
+		}
+	}, SpecTimeout(time.Minute))
+
 	It("renewal cadence: the watchdog renews every TTL/3 after the last successful renewal was sent, and retries a failed renewal with the backoff", func(ctx SpecContext) {
 		c, p := proxied(ctx, sdkrunner.ConnectArgs{})
 		ttl := sc.TTL()

@@ -140,6 +140,17 @@ func (c SDKClient) MustLock(ctx context.Context, key string, ttl time.Duration) 
 	return res
 }
 
+// MustLockMany takes a guard on every key at once (lock_many) and fails the
+// spec unless every key was free.
+func (c SDKClient) MustLockMany(ctx context.Context, keys []string, ttl time.Duration) []sdkrunner.LockResult {
+	ginkgo.GinkgoHelper()
+	var res sdkrunner.LockManyResult
+	err := c.A.Call(ctx, sdkrunner.CmdLockMany, sdkrunner.LockManyArgs{Client: c.ID, Keys: keys, TTLMs: ttl.Milliseconds()}, &res)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "lock_many of %d keys", len(keys))
+	gomega.Expect(res.Guards).To(gomega.HaveLen(len(keys)), "lock_many: one guard per key")
+	return res.Guards
+}
+
 // Unlock releases a guard through the SDK.
 func (c SDKClient) Unlock(ctx context.Context, guard string) error {
 	return c.A.Call(ctx, sdkrunner.CmdUnlock, sdkrunner.GuardArgs{Guard: guard}, nil)

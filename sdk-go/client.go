@@ -36,6 +36,9 @@ type Client struct {
 	// delivered; Close waits for them.
 	events sync.WaitGroup
 
+	// renewer is the client's watchdog: it renews every guard.
+	renewer *renewer
+
 	mu      sync.Mutex
 	closed  bool
 	guards  map[*Guard]struct{}
@@ -83,6 +86,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if c.clock == nil {
 		c.clock = hlc.NewClock(nil, o.maxOffset)
 	}
+	c.renewer = newRenewer(c)
 	c.closing, c.cancelClosing = context.WithCancelCause(context.Background())
 	hc := o.httpClient
 	if hc == nil {
@@ -207,6 +211,7 @@ func (c *Client) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	c.renewer.close()
 	if c.transport != nil {
 		c.transport.CloseIdleConnections()
 	}

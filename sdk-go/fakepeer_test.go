@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -47,6 +48,19 @@ type fakePeer struct {
 	clientStamps []hlc.Timestamp
 	current      *lockv1.LockState
 	errCode      connect.Code
+
+	// ExtendBatch: served only when batch is set (else unimplemented, as an
+	// older server answers); batchMode applies to the whole call, rejectKeys
+	// answer extended=false and itemErrKeys an item error (while their count
+	// is above zero; -1: always).
+	batch       bool
+	batchMode   peerMode
+	batchSizes  []int
+	rejectKeys  map[string]bool
+	itemErrKeys map[string]int
+	// renewIDs are the request ids of every Extend and ExtendBatch item
+	// received, per key, in order.
+	renewIDs map[string][]string
 }
 
 type peerMode int
@@ -105,6 +119,8 @@ func (p *fakePeer) snapshot() fakePeer {
 		extendOK:    append([]time.Time(nil), p.extendOK...),
 		extendTTLs:  append([]time.Duration(nil), p.extendTTLs...),
 		releases:    p.releases,
+		batchSizes:  append([]int(nil), p.batchSizes...),
+		renewIDs:    maps.Clone(p.renewIDs),
 	}
 }
 
@@ -193,6 +209,7 @@ func (p *fakePeer) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lo
 func (p *fakePeer) Extend(ctx context.Context, req *lockv1.ExtendRequest) (*lockv1.ExtendResponse, error) {
 	p.mu.Lock()
 	p.extendRecv = append(p.extendRecv, time.Now())
+	p.renewed(req.GetKey(), req.GetRequestId())
 	p.record(callHeader(ctx), req.GetClientStamp())
 	mode := p.extendMode
 	p.mu.Unlock()
@@ -211,6 +228,52 @@ func (p *fakePeer) Extend(ctx context.Context, req *lockv1.ExtendRequest) (*lock
 		Lease:       &lockv1.Lease{Key: req.GetKey(), OwnerToken: req.GetOwnerToken(), Ttl: req.GetTtl()},
 		ServerStamp: p.clock.Now().ToProto(),
 	}, nil
+}
+
+func (p *fakePeer) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchRequest) (*lockv1.ExtendBatchResponse, error) {
+	p.mu.Lock()
+	if !p.batch {
+		p.mu.Unlock()
+		return nil, connect.NewError(connect.CodeUnimplemented, errString("an older server"))
+	}
+	p.batchSizes = append(p.batchSizes, len(req.GetItems()))
+	for _, it := range req.GetItems() {
+		p.renewed(it.GetKey(), it.GetRequestId())
+	}
+	p.record(callHeader(ctx), req.GetClientStamp())
+	mode := p.batchMode
+	p.mu.Unlock()
+	if handled, err := p.behave(ctx, mode); handled {
+		return nil, err
+	}
+	resp := &lockv1.ExtendBatchResponse{ServerStamp: p.clock.Now().ToProto()}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, it := range req.GetItems() {
+		var r *lockv1.ExtendBatchResult
+		switch n := p.itemErrKeys[it.GetKey()]; {
+		case p.rejectKeys[it.GetKey()]:
+			r = &lockv1.ExtendBatchResult{}
+		case n != 0:
+			if n > 0 {
+				p.itemErrKeys[it.GetKey()] = n - 1
+			}
+			r = &lockv1.ExtendBatchResult{Error: &lockv1.ItemError{Code: "unavailable", Message: "that part of the store is down"}}
+		default:
+			p.extendOK = append(p.extendOK, time.Now())
+			r = &lockv1.ExtendBatchResult{Extended: true, Lease: &lockv1.Lease{Key: it.GetKey(), OwnerToken: it.GetOwnerToken(), Ttl: it.GetTtl()}}
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	return resp, nil
+}
+
+// renewed records a renewal's request id. p.mu must be held.
+func (p *fakePeer) renewed(key, id string) {
+	if p.renewIDs == nil {
+		p.renewIDs = map[string][]string{}
+	}
+	p.renewIDs[key] = append(p.renewIDs[key], id)
 }
 
 func (p *fakePeer) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {

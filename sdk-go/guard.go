@@ -14,8 +14,10 @@ import (
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
-// Guard is a held lease. A watchdog goroutine renews it at about a third of
-// its TTL until Unlock, the loss of the lease, or Client.Close.
+// Guard is a held lease. The client's watchdog renews it at about a third of
+// its TTL until Unlock, the loss of the lease, or Client.Close, together
+// with the client's other guards that are due about then (one ExtendBatch
+// for all of them: see renewer.go), each with its own outcome.
 //
 // The guard measures its lease on the local monotonic clock, conservatively:
 // the lease ends TTL after the moment the last successful renewal (or the
@@ -53,11 +55,8 @@ type Guard struct {
 	// unlockSem serialises Unlock and Close.
 	unlockSem chan struct{}
 
-	// The watchdog: one goroutine, stopped by stopWatchdog, which closes
-	// watchdogDone as its one exit. kick reschedules it after Extend.
-	stopWatchdog context.CancelFunc
-	watchdogDone chan struct{}
-	kick         chan struct{}
+	// ren is the guard's place in the client's renewer (under its mutex).
+	ren renewal
 
 	mu        sync.Mutex
 	ttl       time.Duration
@@ -71,20 +70,18 @@ type Guard struct {
 
 func newGuard(c *Client, holder string, lease *lockv1.Lease, gr grant, sent time.Time, ttl time.Duration) *Guard {
 	g := &Guard{
-		c:            c,
-		grant:        gr,
-		key:          lease.GetKey(),
-		owner:        lease.GetOwnerToken(),
-		holder:       holder,
-		fencing:      lease.GetFencingToken(),
-		stamp:        hlc.FromProto(lease.GetStamp()),
-		sem:          make(chan struct{}, 1),
-		unlockSem:    make(chan struct{}, 1),
-		watchdogDone: make(chan struct{}),
-		kick:         make(chan struct{}, 1),
-		ttl:          ttl,
-		expiry:       c.localExpiry(sent, ttl),
-		lastSent:     sent,
+		c:         c,
+		grant:     gr,
+		key:       lease.GetKey(),
+		owner:     lease.GetOwnerToken(),
+		holder:    holder,
+		fencing:   lease.GetFencingToken(),
+		stamp:     hlc.FromProto(lease.GetStamp()),
+		sem:       make(chan struct{}, 1),
+		unlockSem: make(chan struct{}, 1),
+		ttl:       ttl,
+		expiry:    c.localExpiry(sent, ttl),
+		lastSent:  sent,
 	}
 	for _, k := range lease.GetKeys() {
 		g.keys = append(g.keys, k.GetKey())
@@ -153,12 +150,10 @@ func (g *Guard) confirm(ctx context.Context, sent time.Time) (ok bool, err error
 	return true, nil
 }
 
-// start arms the loss timer and launches the watchdog. base supplies the
-// values (not the cancellation) of the guard's context.
+// start arms the loss timer and hands the guard to the client's watchdog.
+// base supplies the values (not the cancellation) of the guard's context.
 func (g *Guard) start(base context.Context) {
 	g.ctx, g.cancel = context.WithCancelCause(context.WithValue(context.WithoutCancel(base), guardKey{}, g))
-	wctx, stop := context.WithCancel(context.Background())
-	g.stopWatchdog = stop
 	g.mu.Lock()
 	g.lossTimer = time.AfterFunc(time.Until(g.expiry), g.onLossTimer)
 	g.mu.Unlock()
@@ -173,7 +168,7 @@ func (g *Guard) start(base context.Context) {
 			g.c.emitEnd(g)
 		})
 	}
-	go g.watchdog(wctx)
+	g.c.renewer.add(g) // false once the client closes: the caller gives the lease back
 }
 
 type guardKey struct{}
@@ -461,108 +456,14 @@ func (g *Guard) Extend(ctx context.Context, ttl time.Duration) error {
 		}
 		return err
 	case res == extendOK:
-		select {
-		case g.kick <- struct{}{}:
-		default:
-		}
+		g.c.renewer.reschedule(g)
 	}
 	return answer
 }
 
-// nextRenewal is when the watchdog should renew: a third of the TTL after
-// the last successful renewal was sent.
-func (g *Guard) nextRenewal() time.Duration {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return time.Until(g.lastSent.Add(g.ttl / 3))
-}
-
-// watchdog is the guard's one goroutine. It exits when stopped (Unlock,
-// Close) or when the guard ends; closing watchdogDone is its one exit.
-func (g *Guard) watchdog(ctx context.Context) {
-	defer close(g.watchdogDone)
-	timer := time.NewTimer(g.nextRenewal())
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-g.ctx.Done():
-			return
-		case <-g.kick:
-			timer.Reset(g.nextRenewal())
-		case <-timer.C:
-			g.renew(ctx)
-			timer.Reset(g.nextRenewal())
-		}
-	}
-}
-
-// renew renews the lease once, retrying failed attempts with backoff until
-// one succeeds, the server rejects the token, the watchdog is stopped, or
-// the local expiry passes (the loss timer then poisons the guard). A
-// transient error never ends a lease that is still valid (consul#912).
-func (g *Guard) renew(ctx context.Context) {
-	g.mu.Lock()
-	since := g.lastSent
-	g.mu.Unlock()
-	rid := newRequestID() // one renewal, however many attempts
-	for attempt := 0; ; attempt++ {
-		g.mu.Lock()
-		if g.checkLocked() != nil || !g.lastSent.Equal(since) {
-			// Ended, or renewed meanwhile by an explicit Extend.
-			g.mu.Unlock()
-			return
-		}
-		ttl, expiry := g.ttl, g.expiry
-		g.mu.Unlock()
-		left := time.Until(expiry)
-		if left <= 0 {
-			continue // checkLocked poisons it now
-		}
-		// Each attempt is bounded by the lease itself and by a third of
-		// the TTL, so a hung connection leaves time for another attempt.
-		actx, cancel := context.WithTimeout(ctx, min(left, max(ttl/3, time.Millisecond), g.c.opts.requestTimeout))
-		err := g.acquireSem(actx)
-		if err == nil {
-			var res extendResult
-			res, err = g.extendRPC(actx, ttl, rid)
-			g.releaseSem()
-			if res != extendFailed {
-				cancel()
-				return
-			}
-			_, err = attemptError(ctx, actx, "Extend", err)
-		}
-		cancel()
-		if ctx.Err() != nil || g.ctx.Err() != nil {
-			return
-		}
-		g.mu.Lock()
-		// An attempt that the lease's own expiry cut short says only that
-		// time ran out: keep what the attempts before it learned (say,
-		// unavailable), which is what a LossExpired loss should report.
-		// On a loaded machine the last attempt often starts with a few ms
-		// left and is cut before the server's answer arrives.
-		if !errors.Is(err, context.DeadlineExceeded) || time.Now().Before(expiry) || g.lastErr == nil {
-			g.lastErr = err
-		}
-		expiry = g.expiry
-		g.mu.Unlock()
-		if left := time.Until(expiry); left > 0 {
-			g.c.emit(LeaseEvent{Type: LeaseRenewalFailed, Key: g.key, Keys: g.keys, FencingToken: g.fencing, Err: err, Remaining: left})
-		}
-		if !sleep(ctx, g.c.opts.backoff.delay(attempt), expiry) {
-			return
-		}
-	}
-}
-
-// stop stops the watchdog and waits for its exit.
-func (g *Guard) stop() {
-	g.stopWatchdog()
-	<-g.watchdogDone
-}
+// stop stops renewing the guard. A renewal of it in flight lets go of it
+// (its answer is ignored), so the release that follows goes at once.
+func (g *Guard) stop() { g.c.renewer.remove(g) }
 
 // Unlock stops the watchdog and releases the lease. It returns nil only when
 // the server confirmed the release. When the lease was already lost, or the

@@ -144,8 +144,7 @@ func TestStaleHolderCannotReleaseTheSuccessor(t *testing.T) {
 	if err := fence.Admit(tokA); err != nil {
 		t.Fatal(err)
 	}
-	ga.stopWatchdog() // as if a's process were paused: no more renewals
-	<-ga.watchdogDone
+	ga.stop() // as if a's process were paused: no more renewals
 	waitDone(t, ga, ttl+slack)
 	if lossOf(t, ga).Reason != LossExpired {
 		t.Fatal("want LossExpired")

@@ -38,6 +38,7 @@ const (
 	CmdCancel        = "cancel"
 	CmdList          = "list"
 	CmdServerInfo    = "server_info"
+	CmdLockMany      = "lock_many"
 )
 
 // Error kinds: the language-neutral names an adapter maps its SDK's errors
@@ -338,6 +339,20 @@ type LockArgs struct {
 	// Mode is an rwlock grant's: ModeShared (read) or ModeExclusive
 	// (write).
 	Mode string `json:"mode,omitempty"`
+}
+
+// LockManyArgs takes a guard on each key at once (lock_many): one attempt
+// each (wait 0), all started together, so the guards' renewals fall due
+// together.
+type LockManyArgs struct {
+	Client string   `json:"client"`
+	Keys   []string `json:"keys"`
+	TTLMs  int64    `json:"ttl_ms,omitempty"`
+}
+
+// LockManyResult answers lock_many: one guard per key, in the keys' order.
+type LockManyResult struct {
+	Guards []LockResult `json:"guards"`
 }
 
 // RunIfFreeArgs runs a function under a lock only if the key is free (run_if_free).

@@ -1,7 +1,8 @@
 // Package backend is the contract between holdfast and a lock backend: the
-// Backend interface (and FairBackend, for a store that keeps waiters in
-// order across servers), the plain types it speaks, the sentinel errors the
-// engine branches on, and NextStamp. It imports nothing but the standard
+// Backend interface (and two optional ones: FairBackend, for a store that
+// keeps waiters in order across servers, and BatchBackend, for a store that
+// can carry many independent calls in one write), the plain types it speaks,
+// the sentinel errors the engine branches on, and NextStamp. It imports nothing but the standard
 // library and proto/hlc, so a backend's own packages, and their tests, stay
 // free of the plugin transport.
 //

@@ -21,7 +21,7 @@ type outcome struct {
 func (e *Engine) acquireBackend(ctx context.Context, s *acquireSpec, token, waiterID string, replayOnly bool) (outcome, error) {
 	stamp := e.clock.Now()
 	if !s.keys.set() {
-		res, err := e.b.Acquire(ctx, backend.AcquireRequest{
+		res, err := e.calls.Acquire(ctx, backend.AcquireRequest{
 			Key: s.keys.keys[0], OwnerToken: token, TTL: s.ttl, Holder: s.holder, Stamp: stamp, WaiterID: waiterID,
 			Request: s.ident, Replay: s.rid.sealFor(s.ident, token), LockDelay: s.lockDelay, ReplayOnly: replayOnly,
 			Kind: s.shape.kind, Limit: s.shape.limit, Permits: s.shape.permits,

@@ -119,11 +119,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer is told of outcomes, for metrics (nil: nobody).
 	Observer Observer
+	// Batch tunes how concurrent calls are carried to a backend that
+	// batches (batch.go).
+	Batch BatchConfig
 }
 
 // Engine serves the lock API on one backend. It is safe for concurrent use.
 type Engine struct {
 	b     backend.Backend
+	calls *batcher // Acquire, Release and Extend on b, batched when b can
 	cfg   Config
 	clock *hlc.Clock
 	q     *waitq.Queues
@@ -197,6 +201,7 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 		deliver:   newDeliverers(),
 	}
 	e.closing, e.cancelAll = context.WithCancel(context.Background())
+	e.calls = newBatcher(e, cfg.Batch)
 	watchCtx, stop := context.WithCancel(context.Background())
 	e.stopWatch = stop
 	e.wg.Add(1)
@@ -351,6 +356,7 @@ func lease(ks keySet, recs []backend.Record, token string, ttl time.Duration) *l
 		setShape(l, recs[0])
 		return l
 	}
+	setShape(l, backend.Record{}) // sets of keys are mutexes
 	fence := make(map[string]uint64, len(recs))
 	for _, r := range recs {
 		fence[r.Key] = r.FencingToken
@@ -580,7 +586,7 @@ func (e *Engine) abandon(ctx context.Context, ks keySet, token string) {
 // releaseKeys makes the backend Release (or ReleaseSet) of ks.
 func (e *Engine) releaseKeys(ctx context.Context, ks keySet, token string, ident backend.Request, abandon bool) (bool, error) {
 	if !ks.set() {
-		return e.b.Release(ctx, backend.ReleaseRequest{Key: ks.keys[0], OwnerToken: token, Stamp: e.clock.Now(), Request: ident, Abandon: abandon})
+		return e.calls.Release(ctx, backend.ReleaseRequest{Key: ks.keys[0], OwnerToken: token, Stamp: e.clock.Now(), Request: ident, Abandon: abandon})
 	}
 	sb, _ := e.sets()
 	return sb.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: ks.keys, OwnerToken: token, Stamp: e.clock.Now(), Request: ident, Abandon: abandon})
@@ -590,7 +596,7 @@ func (e *Engine) releaseKeys(ctx context.Context, ks keySet, token string, ident
 // locks, in the order of ks.keys, when extended.
 func (e *Engine) extendKeys(ctx context.Context, ks keySet, token string, ttl time.Duration, ident backend.Request) ([]backend.Record, bool, error) {
 	if !ks.set() {
-		res, err := e.b.Extend(ctx, backend.ExtendRequest{Key: ks.keys[0], OwnerToken: token, TTL: ttl, Stamp: e.clock.Now(), Request: ident})
+		res, err := e.calls.Extend(ctx, backend.ExtendRequest{Key: ks.keys[0], OwnerToken: token, TTL: ttl, Stamp: e.clock.Now(), Request: ident})
 		return []backend.Record{res.Record}, res.Extended, err
 	}
 	sb, _ := e.sets()

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +16,9 @@ import (
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
-// kinded is the fake, mutex-only backend claiming every kind: a grant's
-// record carries the request's kind, limit and permits, and keptAs, when
-// set, is answered as the key's kept kind and limit (a refusal). It checks
-// no capacity: the engine's side of the contract is what is tested here;
-// the conformance suite tests stores.
+// kinded is the fake keeping kinds, without lock-delay; keptAs, when set,
+// is answered to every Acquire as the key's kept kind and limit (a
+// refusal).
 type kinded struct {
 	*fakebackend.Backend
 	keptAs *backend.Record
@@ -27,7 +26,6 @@ type kinded struct {
 
 func (k *kinded) Info(ctx context.Context) (backend.Info, error) {
 	info, err := k.Backend.Info(ctx)
-	info.Kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock}
 	// No lock-delay: a lock_delay on a semaphore must be refused for what it
 	// is, not for the missing capability.
 	info.MaxLockDelay = 0
@@ -40,14 +38,12 @@ func (k *kinded) Acquire(ctx context.Context, req backend.AcquireRequest) (backe
 		rec.Key = req.Key
 		return backend.AcquireResult{Record: rec}, nil
 	}
-	res, err := k.Backend.Acquire(ctx, req)
-	res.Record.Kind, res.Record.Limit, res.Record.Permits = req.Kind, req.Limit, req.Permits
-	return res, err
+	return k.Backend.Acquire(ctx, req)
 }
 
 func kindedEngine(t *testing.T, k *kinded) *engine.Engine {
 	t.Helper()
-	fake := fakebackend.New()
+	fake := fakebackend.New().KeepKinds()
 	k.Backend = fake
 	t.Cleanup(func() { fake.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -175,4 +171,115 @@ func TestKindMismatchIsFailedPrecondition(t *testing.T) {
 	if resp, err := e.Acquire(context.Background(), semaphore("jobs", 3, 1)); err != nil || !resp.GetAcquired() {
 		t.Fatalf("the key's own shape: %v %v", resp, err)
 	}
+}
+
+// kindsEngine starts an engine of mode m on a fresh fake keeping kinds;
+// c.newEngine starts another server on the same fake.
+func kindsEngine(t *testing.T, m mode) (*engine.Engine, *counting) {
+	t.Helper()
+	var c *counting
+	if m.fair {
+		f := fakebackend.NewFair()
+		f.Backend.KeepKinds()
+		c = &counting{Backend: f, fake: f.Backend, fair: f}
+	} else {
+		f := fakebackend.New().KeepKinds()
+		c = &counting{Backend: f, fake: f}
+	}
+	t.Cleanup(func() { c.fake.Close() })
+	return c.newEngine(t, engine.Config{}), c
+}
+
+// waitFor sends req with wait on its own goroutine; the answer comes on the
+// channel.
+func waitFor(e *engine.Engine, req *lockv1.AcquireRequest, wait time.Duration) <-chan *lockv1.AcquireResponse {
+	req.Wait = durationpb.New(wait)
+	out := make(chan *lockv1.AcquireResponse, 1)
+	go func() {
+		resp, _ := e.Acquire(context.Background(), req)
+		out <- resp
+	}()
+	return out
+}
+
+func granted(t *testing.T, what string, ch <-chan *lockv1.AcquireResponse) *lockv1.Lease {
+	t.Helper()
+	select {
+	case resp := <-ch:
+		if !resp.GetAcquired() {
+			t.Fatalf("%s: not acquired: %v", what, resp)
+		}
+		return resp.GetLease()
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: not granted within 10s", what)
+	}
+	return nil
+}
+
+func notYet(t *testing.T, what string, ch <-chan *lockv1.AcquireResponse) {
+	t.Helper()
+	select {
+	case resp := <-ch:
+		t.Fatalf("%s: answered %v", what, resp)
+	default:
+	}
+}
+
+// Waiters on a semaphore are served in arrival order: a later small request
+// that fits does not pass an earlier large one, on one server and, on a
+// fair backend, across servers.
+func TestSemaphoreWaitersInArrivalOrder(t *testing.T) {
+	eachMode(t, func(t *testing.T, m mode) {
+		e, c := kindsEngine(t, m)
+		second := e
+		if m.fair {
+			second = c.newEngine(t, engine.Config{})
+		}
+		ctx := context.Background()
+		first, err := e.Acquire(ctx, semaphore("k", 3, 2))
+		if err != nil || !first.GetAcquired() {
+			t.Fatal(first, err)
+		}
+		large := waitFor(second, semaphore("k", 3, 3), 20*time.Second)
+		eventually(t, "the large request queues", func() bool { return second.Waiters("k") == 1 })
+		if m.fair {
+			eventually(t, "the large request is in the store's queue", func() bool { return len(c.fair.Queue("k")) == 1 })
+		}
+		small := waitFor(e, semaphore("k", 3, 1), 20*time.Second)
+		if m.fair {
+			eventually(t, "the small request is in the store's queue", func() bool { return len(c.fair.Queue("k")) == 2 })
+		} else {
+			eventually(t, "the small request queues", func() bool { return e.Waiters("k") == 2 })
+		}
+		if resp, err := e.Acquire(ctx, semaphore("k", 3, 1)); err != nil || resp.GetAcquired() {
+			t.Fatalf("a try passed the waiters: %v %v", resp, err)
+		}
+		notYet(t, "the small request, before the large one", small)
+		release(t, e, first.GetLease())
+		l := granted(t, "the large request", large)
+		notYet(t, "the small request, beside 3 of 3", small)
+		release(t, second, l)
+		granted(t, "the small request", small)
+	})
+}
+
+// When room comes, the head is granted and then every waiter behind it that
+// fits, without waiting for another release.
+func TestSemaphoreServesEveryWaiterThatFits(t *testing.T) {
+	eachMode(t, func(t *testing.T, m mode) {
+		e, _ := kindsEngine(t, m)
+		full, err := e.Acquire(context.Background(), semaphore("k", 3, 3))
+		if err != nil || !full.GetAcquired() {
+			t.Fatal(full, err)
+		}
+		var waiters []<-chan *lockv1.AcquireResponse
+		for i := range 3 {
+			waiters = append(waiters, waitFor(e, semaphore("k", 3, 1), 20*time.Second))
+			eventually(t, "the waiter queues", func() bool { return e.Waiters("k") == i+1 })
+		}
+		release(t, e, full.GetLease())
+		for i, w := range waiters {
+			granted(t, fmt.Sprintf("waiter %d", i), w)
+		}
+	})
 }

@@ -69,6 +69,9 @@ func TestSetAllOrNothing(t *testing.T) {
 	if l.GetKey() != "" || l.GetFencingToken() != 0 {
 		t.Fatalf("a set's lease has key %q fencing %d, want them unset", l.GetKey(), l.GetFencingToken())
 	}
+	if l.GetKind() != lockv1.Kind_KIND_MUTEX || l.GetLimit() != 1 || l.GetPermits() != 1 {
+		t.Fatalf("a set's lease says %v limit %d permits %d, want a mutex's", l.GetKind(), l.GetLimit(), l.GetPermits())
+	}
 	for _, k := range l.GetKeys() {
 		in, _ := e.Inspect(ctx, &lockv1.InspectRequest{Key: k.GetKey()})
 		if !in.GetHeld() || in.GetState().GetFencingToken() != k.GetFencingToken() {

@@ -69,6 +69,7 @@ func (e *Engine) onEvent(ctx context.Context, ev backend.Event) {
 				e.log.Warn("backend info after resync", "err", err)
 			}
 			cancel()
+			e.calls.resynced()
 			e.log.Info("backend watch re-synced; waking every waiter")
 		}
 		// Events may have been missed while the watch was down. Wake

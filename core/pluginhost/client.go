@@ -220,6 +220,69 @@ func (h *Host) Watch(ctx context.Context, prefix string, send func(backend.Event
 	}
 }
 
+// batchCall runs one batch call on the current plugin, or answers
+// errors.ErrUnsupported at once when the plugin does not serve batches (its
+// Info said so, or it answers Unimplemented): the engine then makes the
+// calls one by one.
+func (h *Host) batchCall(ctx context.Context, op string, call func(context.Context, backendv1.BackendServiceClient) error) error {
+	g, err := h.current()
+	if err != nil {
+		return err
+	}
+	if !g.batch {
+		return fmt.Errorf("pluginhost: plugin %s: %s: %w", h.cfg.Name, op, errors.ErrUnsupported)
+	}
+	unimplemented := false
+	err = h.unary(ctx, op, func(ctx context.Context, c backendv1.BackendServiceClient) error {
+		err := call(ctx, c)
+		unimplemented = status.Code(err) == codes.Unimplemented
+		return err
+	})
+	if unimplemented {
+		return fmt.Errorf("pluginhost: plugin %s: %s: %w", h.cfg.Name, op, errors.ErrUnsupported)
+	}
+	return err
+}
+
+// AcquireBatch implements backend.BatchBackend.
+func (h *Host) AcquireBatch(ctx context.Context, reqs []backend.AcquireRequest) ([]backend.Outcome[backend.AcquireResult], error) {
+	var resp *backendv1.AcquireBatchResponse
+	err := h.batchCall(ctx, "AcquireBatch", func(ctx context.Context, c backendv1.BackendServiceClient) (err error) {
+		resp, err = c.AcquireBatch(ctx, wire.ToAcquireBatchRequest(reqs))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return wire.FromAcquireBatchResponse(resp, reqs, h.cfg.Name)
+}
+
+// ReleaseBatch implements backend.BatchBackend.
+func (h *Host) ReleaseBatch(ctx context.Context, reqs []backend.ReleaseRequest) ([]backend.Outcome[bool], error) {
+	var resp *backendv1.ReleaseBatchResponse
+	err := h.batchCall(ctx, "ReleaseBatch", func(ctx context.Context, c backendv1.BackendServiceClient) (err error) {
+		resp, err = c.ReleaseBatch(ctx, wire.ToReleaseBatchRequest(reqs))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return wire.FromReleaseBatchResponse(resp, reqs, h.cfg.Name)
+}
+
+// ExtendBatch implements backend.BatchBackend.
+func (h *Host) ExtendBatch(ctx context.Context, reqs []backend.ExtendRequest) ([]backend.Outcome[backend.ExtendResult], error) {
+	var resp *backendv1.ExtendBatchResponse
+	err := h.batchCall(ctx, "ExtendBatch", func(ctx context.Context, c backendv1.BackendServiceClient) (err error) {
+		resp, err = c.ExtendBatch(ctx, wire.ToExtendBatchRequest(reqs))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return wire.FromExtendBatchResponse(resp, reqs, h.cfg.Name)
+}
+
 // AcquireSet implements backend.SetBackend (a plugin without sets answers
 // unavailable; the engine calls it only when Info.MaxKeys > 1).
 func (h *Host) AcquireSet(ctx context.Context, req backend.AcquireSetRequest) (backend.AcquireSetResult, error) {

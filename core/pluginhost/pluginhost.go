@@ -147,6 +147,7 @@ var (
 	_ backend.Backend        = (*Host)(nil)
 	_ backend.FairBackend    = (*Host)(nil)
 	_ backend.FairSetBackend = (*Host)(nil)
+	_ backend.BatchBackend   = (*Host)(nil)
 	_ io.Closer              = (*Host)(nil)
 )
 
@@ -158,6 +159,7 @@ type generation struct {
 	process *os.Process
 	pid     int
 	info    backend.Info
+	batch   bool                  // the plugin serves the batch calls (Info.batch)
 	health  healthpb.HealthClient // the liveness ping's
 	live    *liveness
 }
@@ -474,6 +476,7 @@ func (h *Host) launch() (*generation, error) {
 		}
 		return nil, fmt.Errorf("pluginhost: %s did not start: Info: %w", h.cfg.Name, err)
 	}
+	g.batch = resp.GetBatch()
 	if g.info, err = wire.FromInfoResponse(resp); err != nil {
 		h.kill(g)
 		return nil, fmt.Errorf("pluginhost: %s did not start: %w", h.cfg.Name, err)

@@ -718,6 +718,47 @@ func TestRelaunchBacksOffUntilThePluginStartsAgain(t *testing.T) {
 	}
 }
 
+// The batch calls reach the memory plugin (which batches) and each item
+// keeps its own outcome.
+func TestBatchRoundTrip(t *testing.T) {
+	h := start(t, Config{Name: "memory"})
+	ctx := ctxT(t)
+	if _, err := h.Acquire(ctx, backend.AcquireRequest{Key: "b/held", OwnerToken: "other", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	acq, err := h.AcquireBatch(ctx, []backend.AcquireRequest{
+		{Key: "b/1", OwnerToken: "t1", TTL: time.Minute, Holder: "me"},
+		{Key: "b/held", OwnerToken: "t2", TTL: time.Minute},
+		{Key: "b/3", OwnerToken: "t3", TTL: 48 * time.Hour},
+	})
+	if err != nil || len(acq) != 3 {
+		t.Fatalf("AcquireBatch = %+v, %v", acq, err)
+	}
+	if acq[0].Err != nil || !acq[0].Value.Acquired || acq[0].Value.Record.Key != "b/1" || acq[0].Value.Record.Holder != "me" {
+		t.Fatalf("free key: %+v", acq[0])
+	}
+	if acq[1].Err != nil || acq[1].Value.Acquired || acq[1].Value.Record.Key != "b/held" {
+		t.Fatalf("held key: %+v, want not acquired with its holder", acq[1])
+	}
+	if !errors.Is(acq[2].Err, backend.ErrInvalidArgument) || !strings.Contains(acq[2].Err.Error(), "ttl") {
+		t.Fatalf("bad ttl: %+v, want its own ErrInvalidArgument naming ttl", acq[2])
+	}
+	ext, err := h.ExtendBatch(ctx, []backend.ExtendRequest{
+		{Key: "b/1", OwnerToken: "t1", TTL: 2 * time.Minute},
+		{Key: "b/held", OwnerToken: "t2", TTL: time.Minute},
+	})
+	if err != nil || len(ext) != 2 || !ext[0].Value.Extended || ext[0].Value.Record.Remaining <= time.Minute || ext[1].Value.Extended {
+		t.Fatalf("ExtendBatch = %+v, %v", ext, err)
+	}
+	rel, err := h.ReleaseBatch(ctx, []backend.ReleaseRequest{{Key: "b/1", OwnerToken: "t1"}, {Key: "b/held", OwnerToken: "t2"}})
+	if err != nil || len(rel) != 2 || !rel[0].Value || rel[1].Value || rel[0].Err != nil || rel[1].Err != nil {
+		t.Fatalf("ReleaseBatch = %+v, %v", rel, err)
+	}
+	if _, found, _ := h.Get(ctx, "b/1"); found {
+		t.Fatal("b/1 still held after its release in a batch")
+	}
+}
+
 // A frozen plugin keeps its sockets open: only the liveness ping notices.
 // It is reported down, its calls end, new ones fail at once; when it
 // answers again it is up again, with its state (it was never restarted).

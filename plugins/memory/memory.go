@@ -85,6 +85,7 @@ import (
 	"container/heap"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -175,6 +176,7 @@ type tombstone struct {
 
 var (
 	_ backend.SetBackend         = (*Backend)(nil)
+	_ backend.BatchBackend       = (*Backend)(nil)
 	_ interface{ Close() error } = (*Backend)(nil)
 )
 
@@ -844,6 +846,38 @@ func (b *Backend) ExtendSet(_ context.Context, req backend.ExtendSetRequest) (ba
 		res.Records[i] = e.record(now)
 	}
 	return res, nil
+}
+
+// AcquireBatch implements backend.BatchBackend: each item decided by
+// Acquire, in order, so that request ids and lock-delays hold per item
+// exactly as they do for single calls. The store is this process's memory:
+// a batch saves the plugin hops, and there is no round trip to save.
+func (b *Backend) AcquireBatch(ctx context.Context, reqs []backend.AcquireRequest) ([]backend.Outcome[backend.AcquireResult], error) {
+	return eachItem(ctx, reqs, b.Acquire)
+}
+
+// ReleaseBatch implements backend.BatchBackend, item by item as Release.
+func (b *Backend) ReleaseBatch(ctx context.Context, reqs []backend.ReleaseRequest) ([]backend.Outcome[bool], error) {
+	return eachItem(ctx, reqs, b.Release)
+}
+
+// ExtendBatch implements backend.BatchBackend, item by item as Extend.
+func (b *Backend) ExtendBatch(ctx context.Context, reqs []backend.ExtendRequest) ([]backend.Outcome[backend.ExtendResult], error) {
+	return eachItem(ctx, reqs, b.Extend)
+}
+
+// eachItem decides reqs in order with the single call, each item's error
+// its own; a closed backend fails the whole batch, as it fails every call.
+func eachItem[Req, Res any](ctx context.Context, reqs []Req, call func(context.Context, Req) (Res, error)) ([]backend.Outcome[Res], error) {
+	out := make([]backend.Outcome[Res], len(reqs))
+	for i, r := range reqs {
+		v, err := call(ctx, r)
+		if errors.Is(err, ErrClosed) {
+			return nil, err
+		}
+		out[i] = backend.Outcome[Res]{Value: v, Err: err}
+	}
+	return out, nil
 }
 
 // Get implements backend.Backend.

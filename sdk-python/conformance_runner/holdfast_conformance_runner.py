@@ -16,6 +16,7 @@ is passed as written: a bare number of seconds).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import sys
@@ -264,6 +265,23 @@ class Adapter:
             return self.track(got)
         wait = None if args.get("wait_unset") else arg_ms(args, "wait_ms")
         return self.track(await c.acquire(k, ttl=ttl, wait=wait, holder=holder))
+
+    async def cmd_lock_many(self, args: Args) -> Result:
+        """A guard on every key, all acquired at once (one attempt each)."""
+        c = self.client(args)
+        keys = args.get("keys")
+        if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
+            raise CommandError("bad_command", "argument keys: want a list of non-empty strings")
+        ttl = ttl_of(args)
+        got = await asyncio.gather(*(c.acquire(k, ttl=ttl, wait=0) for k in keys), return_exceptions=True)
+        failed = next((g for g in got if isinstance(g, BaseException)), None)
+        if failed is not None:
+            for g in got:
+                if isinstance(g, AsyncGuard):
+                    with contextlib.suppress(HoldfastError):
+                        await g.unlock()
+            raise failed
+        return {"guards": [self.track(g) for g in got if isinstance(g, AsyncGuard)]}
 
     async def cmd_unlock(self, args: Args) -> Result:
         """unlock(): a lost lease raises LeaseLostError; a second unlock is a no-op."""

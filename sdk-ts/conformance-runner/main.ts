@@ -297,6 +297,33 @@ async function lock(args: Args, signal: AbortSignal): Promise<unknown> {
   return { guard: id, fencing_token: g.fencingToken().toString(), stamp: stamp(g.stamp) };
 }
 
+/** lock_many: a guard on every key, all acquired at once (one attempt each). */
+async function lockMany(args: Args, signal: AbortSignal): Promise<unknown> {
+  const c = client(args);
+  const keys = args.keys;
+  if (!Array.isArray(keys) || !keys.every((k) => typeof k === "string" && k !== "")) {
+    throw new CommandError("bad_command", "argument keys: want a list of non-empty strings");
+  }
+  const got = await Promise.allSettled(
+    (keys as string[]).map((k) => {
+      const b = builder(c, k, args, signal);
+      b.wait(0);
+      return b.acquire();
+    }),
+  );
+  const failed = got.find((r): r is PromiseRejectedResult => r.status === "rejected");
+  if (failed) {
+    for (const r of got) if (r.status === "fulfilled") await r.value.unlock().catch(() => undefined);
+    throw failed.reason;
+  }
+  return {
+    guards: got.map((r) => {
+      const g = (r as PromiseFulfilledResult<Guard>).value;
+      return { guard: track(g), fencing_token: g.fencingToken().toString(), stamp: stamp(g.stamp) };
+    }),
+  };
+}
+
 async function runIfFree(args: Args, signal: AbortSignal): Promise<unknown> {
   const run = str(args, "run");
   const b = builder(client(args), str(args, "key"), args, signal);
@@ -339,6 +366,8 @@ async function handle(cmd: string, args: Args, signal: AbortSignal): Promise<unk
     }
     case "lock":
       return lock(args, signal);
+    case "lock_many":
+      return lockMany(args, signal);
     case "unlock":
       // The SDK's own semantics: a lost lease rejects with LeaseLostError,
       // a second unlock after a successful one is a no-op.

@@ -7,12 +7,13 @@
 import type { CallOptions } from "@connectrpc/connect";
 import { exhausted, fromConnectError, isTransient } from "./connect-errors.js";
 import { checkTtl, formatDuration, type Duration } from "./duration.js";
-import { ClientClosedError, HoldfastError, InvalidArgumentError, LeaseLostError, LockReleasedError } from "./errors.js";
+import { HoldfastError, InvalidArgumentError, LeaseLostError, LockReleasedError } from "./errors.js";
 import type { Lease } from "./gen/holdfast/lock/v1/lock_pb.js";
 import { Timestamp } from "./hlc.js";
+import type { RenewalRequest } from "./renewer.js";
 import type { Session } from "./session.js";
 import type { LeaseLostReason } from "./types.js";
-import { durationFromMs, monotonicNow, msFromDuration, newRequestId, sleep, unref } from "./util.js";
+import { durationFromMs, monotonicNow, msFromDuration, newRequestId, unref } from "./util.js";
 
 type GuardState = "held" | "lost" | "released";
 
@@ -22,7 +23,9 @@ export function leaseTarget(lease: Lease): { key: string } | { keys: string[] } 
 }
 
 /**
- * A held lease. Its watchdog renews it every TTL/3. The guard is poisoned
+ * A held lease. The client's watchdog renews it every TTL/3, together with
+ * the client's other guards due about then (one ExtendBatch for all of them:
+ * see renewer.ts), each with its own outcome. The guard is poisoned
  * when a renewal answers extended=false, or when no renewal has succeeded by
  * its local expiry: measured on this process's monotonic clock from the
  * moment the last successful renewal (or the acquire) was sent, minus the
@@ -50,8 +53,6 @@ export class Guard {
   readonly #stamp: Timestamp;
   /** Aborted when the guard stops holding (lost or released). */
   readonly #controller = new AbortController();
-  /** Stops the watchdog's sleeps and in-flight renewals (unlock, close, the end of the guard). */
-  readonly #stop = new AbortController();
   #state: GuardState = "held";
   #lostError: LeaseLostError | undefined;
   #ttlMs: number;
@@ -93,7 +94,7 @@ export class Guard {
     this.#validFrom = validFrom;
     session.open.add(this);
     this.#armExpiry();
-    if (watchdog) void this.#watchdog();
+    if (watchdog) session.renewer.add(this);
   }
 
   /** @internal The acquisition made a lease valid from validFrom (monotonic ms). */
@@ -186,7 +187,10 @@ export class Guard {
     for (let attempt = 0; ; attempt++) {
       const sentAt = monotonicNow();
       try {
-        if (await this.#extendOnce(ttlMs, sentAt, this.#session.callOptions(deadline - sentAt, this.#controller.signal), requestId)) return;
+        if (await this.#extendOnce(ttlMs, sentAt, this.#session.callOptions(deadline - sentAt, this.#controller.signal), requestId)) {
+          this.#session.renewer.reschedule(this);
+          return;
+        }
         break; // the guard ended meanwhile
       } catch (e) {
         this.#throwIfNotHeld();
@@ -225,7 +229,7 @@ export class Guard {
   /** @internal Client.close: release if still held, else leave the loss as it is; the guard ends "client_closed" unless released. */
   closeForClient(budgetMs: number): Promise<void> {
     const p = this.#unlockChain.then(async () => {
-      this.#stop.abort(new ClientClosedError());
+      this.#session.renewer.remove(this);
       this.#checkExpiry();
       if (this.#state !== "held") return;
       try {
@@ -240,7 +244,7 @@ export class Guard {
   }
 
   async #unlockOnce(): Promise<void> {
-    this.#stop.abort(new LockReleasedError(this.key));
+    this.#session.renewer.remove(this);
     this.#checkExpiry();
     if (this.#state === "released") return;
     const lost = this.#lostError;
@@ -349,8 +353,32 @@ export class Guard {
       opts,
     );
     session.merge(res.serverStamp);
+    session.merge(res.lease?.stamp);
+    return this.renewalAnswered(res.extended, res.lease, sentAt, ttlMs);
+  }
+
+  // ---- what the client's watchdog (renewer.ts) asks of the guard ----
+
+  /** @internal What to renew the lease with, or undefined when the guard no longer holds. */
+  renewalRequest(): RenewalRequest | undefined {
+    this.#checkExpiry();
+    if (this.#state !== "held") return undefined;
+    return { target: this.#target, ownerToken: this.#ownerToken, ttlMs: this.#ttlMs, remainingMs: this.#expiresAt() - monotonicNow() };
+  }
+
+  /** @internal When the next renewal is due: a third of the TTL after the last successful one was sent. */
+  renewalDue(): number {
+    return this.#validFrom + this.#ttlMs / 3;
+  }
+
+  /**
+   * @internal Applies a renewal's answer (a renewal sent at sentAt for
+   * ttlMs): true when it renewed the lease, false when the guard ended
+   * (poisoned on extended=false, or by an answer after the local expiry).
+   */
+  renewalAnswered(extended: boolean, lease: Lease | undefined, sentAt: number, ttlMs: number): boolean {
     if (this.#state !== "held") return false;
-    if (!res.extended) {
+    if (!extended) {
       this.#poison("rejected");
       return false;
     }
@@ -360,15 +388,14 @@ export class Guard {
       this.#poison("expired", this.#lastErr);
       return false;
     }
-    session.merge(res.lease?.stamp);
     // The renewal counts from when it was sent, never from when it answered:
     // the server may have started the new TTL any time after sentAt.
     if (sentAt > this.#validFrom) this.#validFrom = sentAt;
-    this.#ttlMs = res.lease ? msFromDuration(res.lease.ttl) || ttlMs : ttlMs;
+    this.#ttlMs = lease ? msFromDuration(lease.ttl) || ttlMs : ttlMs;
     this.#lastErr = undefined;
     this.#renewals++;
     this.#armExpiry();
-    session.emit({
+    this.#session.emit({
       type: "renewed",
       key: this.key,
       ...this.#eventKeys(),
@@ -380,49 +407,19 @@ export class Guard {
     return true;
   }
 
-  async #watchdog(): Promise<void> {
-    const stop = this.#stop.signal;
-    const session = this.#session;
-    while (this.#watching()) {
-      // Renew a third of the TTL after the last successful renewal was sent.
-      if (!(await sleep(this.#validFrom + this.#ttlMs / 3 - monotonicNow(), stop, true))) return;
-      const requestId = newRequestId(); // one renewal, however many attempts
-      for (let attempt = 0; this.#watching(); attempt++) {
-        const sentAt = monotonicNow();
-        const remaining = this.#expiresAt() - sentAt;
-        if (remaining <= 0) {
-          this.#poison("expired", this.#lastErr);
-          return;
-        }
-        try {
-          // A renewal that answers after the local expiry is useless: cap
-          // each attempt at the time left, and at a third of the TTL so a
-          // hung connection leaves time for another attempt.
-          await this.#extendOnce(this.#ttlMs, sentAt, { timeoutMs: Math.max(1, Math.ceil(Math.min(remaining, this.#ttlMs / 3))), signal: stop }, requestId);
-          break;
-        } catch (e) {
-          if (!this.#watching()) return;
-          // Any error short of the server's extended=false must not drop a
-          // lease that is still valid: retry until it runs out (the expiry
-          // timer poisons the guard then, "expired", with this error as the
-          // cause).
-          const err = fromConnectError(e, `renew ${this.#what()}`);
-          this.#lastErr = err;
-          const left = Math.max(0, this.#expiresAt() - monotonicNow());
-          session.emit({ type: "renewal_failed", key: this.key, ...this.#eventKeys(), fencingToken: this.#fencingToken, error: err, remainingMs: left });
-          if (!(await sleep(Math.min(session.settings.backoff.delay(attempt), left), stop, true))) return;
-        }
-      }
-    }
-  }
-
   /**
-   * Whether the watchdog should go on: the guard holds and was not stopped.
-   * A method, so that the compiler takes no check of it as settled across
-   * the awaits between them.
+   * @internal A renewal got no answer for this lease. Any error short of
+   * the server's extended=false must not drop a lease that is still valid:
+   * the watchdog retries until it runs out (the expiry timer poisons the
+   * guard then, "expired", with this error as the cause). Returns the time
+   * left to the local expiry.
    */
-  #watching(): boolean {
-    return this.#state === "held" && !this.#stop.signal.aborted;
+  renewalFailed(err: HoldfastError): number {
+    if (this.#state !== "held") return 0;
+    this.#lastErr = err;
+    const left = Math.max(0, this.#expiresAt() - monotonicNow());
+    this.#session.emit({ type: "renewal_failed", key: this.key, ...this.#eventKeys(), fencingToken: this.#fencingToken, error: err, remainingMs: left });
+    return left;
   }
 
   #armExpiry(): void {
@@ -448,7 +445,7 @@ export class Guard {
     if (this.#state !== "held") return;
     this.#state = state;
     if (this.#expiryTimer !== undefined) clearTimeout(this.#expiryTimer);
-    this.#stop.abort(reason);
+    this.#session.renewer.remove(this);
     this.#session.open.delete(this);
     this.#controller.abort(reason);
   }

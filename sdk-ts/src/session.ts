@@ -11,6 +11,7 @@ import { ClientClosedError } from "./errors.js";
 import { LockService } from "./gen/holdfast/lock/v1/lock_pb.js";
 import { ClockOffsetError, Timestamp } from "./hlc.js";
 import type { Settings } from "./options.js";
+import { Renewer } from "./renewer.js";
 import type { LeaseEvent } from "./types.js";
 import { monotonicNow, msFromDuration, sleep } from "./util.js";
 
@@ -35,6 +36,8 @@ const MAX_SERVER_WAIT_MS = 5 * 60_000;
 export class Session {
   readonly rpc: Rpc;
   readonly open = new Set<Closable>();
+  /** The client's watchdog: renews every guard. */
+  readonly renewer: Renewer;
   /** Aborted, with a ClientClosedError, when the client closes: ends acquisitions in flight. */
   readonly #closing = new AbortController();
   /** The server's max_wait, once a refused wait made the client ask (undefined: not asked yet; 0: the server does not say). */
@@ -45,6 +48,7 @@ export class Session {
     readonly settings: Settings,
   ) {
     this.rpc = createConnectClient(LockService, transport);
+    this.renewer = new Renewer(this);
   }
 
   get clock() {
@@ -58,6 +62,7 @@ export class Session {
   /** Marks the client closed: acquisitions in flight end with ClientClosedError. */
   close(): void {
     this.#closing.abort(new ClientClosedError());
+    this.renewer.close();
   }
 
   /** Aborts when the client closes. */

@@ -384,6 +384,48 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 			Kind: g.Kind().String(), Limit: g.Limit(), Permits: g.Permits(), Mode: g.Mode().String(),
 		}, nil
 
+	case sdkrunner.CmdLockMany:
+		args, c, err := withClient(a, req, func(x sdkrunner.LockManyArgs) string { return x.Client })
+		if err != nil {
+			return nil, err
+		}
+		guards := make([]*holdfast.Guard, len(args.Keys))
+		errs := make([]error, len(args.Keys))
+		var wg sync.WaitGroup
+		for i, k := range args.Keys {
+			wg.Go(func() {
+				l, err := withTTL(c.Lock(k), args.TTLMs, nil)
+				if err == nil {
+					guards[i], err = l.Wait(0).Lock(ctx)
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		res := sdkrunner.LockManyResult{Guards: make([]sdkrunner.LockResult, len(guards))}
+		for i, g := range guards {
+			if errs[i] != nil {
+				for _, g := range guards {
+					if g != nil {
+						_ = g.Unlock(ctx)
+					}
+				}
+				return nil, errs[i]
+			}
+			tok, err := g.FencingToken()
+			if err != nil {
+				return nil, err
+			}
+			id := a.newID("g")
+			a.mu.Lock()
+			a.guards[id] = g
+			a.tokens[tok] = id
+			a.mu.Unlock()
+			a.watch(id, g)
+			res.Guards[i] = sdkrunner.LockResult{Guard: id, FencingToken: sdkrunner.U64(tok), Stamp: stamp(g.Stamp())}
+		}
+		return res, nil
+
 	case sdkrunner.CmdUnlock, sdkrunner.CmdExtend, sdkrunner.CmdFencingToken, sdkrunner.CmdGuardState:
 		args, err := decode[sdkrunner.GuardArgs](req)
 		if err != nil {

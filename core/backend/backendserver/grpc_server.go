@@ -2,6 +2,7 @@ package backendserver
 
 import (
 	"context"
+	"errors"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -31,7 +32,8 @@ func (s *grpcServer) Info(ctx context.Context, _ *backendv1.InfoRequest) (*backe
 	if fair && info.Fair {
 		_, sets = s.b.(backend.FairSetBackend)
 	}
-	return wire.ToInfoResponse(info, fair, sets), nil
+	_, batch := s.b.(backend.BatchBackend)
+	return wire.ToInfoResponse(info, fair, sets, batch), nil
 }
 
 func (s *grpcServer) Acquire(ctx context.Context, req *backendv1.AcquireRequest) (*backendv1.AcquireResponse, error) {
@@ -124,6 +126,60 @@ func (s *grpcServer) Dequeue(ctx context.Context, req *backendv1.DequeueRequest)
 		return nil, wire.ToStatus(err)
 	}
 	return &backendv1.DequeueResponse{}, nil
+}
+
+func (s *grpcServer) batch() (backend.BatchBackend, error) {
+	b, ok := s.b.(backend.BatchBackend)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this backend does not batch (Info.batch is false)")
+	}
+	return b, nil
+}
+
+// batchStatus maps a batch method's error: errors.ErrUnsupported (the
+// backend cannot batch after all) is Unimplemented, which the host reads as
+// the same.
+func batchStatus(err error) error {
+	if errors.Is(err, errors.ErrUnsupported) {
+		return status.Error(codes.Unimplemented, err.Error())
+	}
+	return wire.ToStatus(err)
+}
+
+func (s *grpcServer) AcquireBatch(ctx context.Context, req *backendv1.AcquireBatchRequest) (*backendv1.AcquireBatchResponse, error) {
+	b, err := s.batch()
+	if err != nil {
+		return nil, err
+	}
+	outs, err := b.AcquireBatch(ctx, wire.FromAcquireBatchRequest(req))
+	if err != nil {
+		return nil, batchStatus(err)
+	}
+	return wire.ToAcquireBatchResponse(outs), nil
+}
+
+func (s *grpcServer) ReleaseBatch(ctx context.Context, req *backendv1.ReleaseBatchRequest) (*backendv1.ReleaseBatchResponse, error) {
+	b, err := s.batch()
+	if err != nil {
+		return nil, err
+	}
+	outs, err := b.ReleaseBatch(ctx, wire.FromReleaseBatchRequest(req))
+	if err != nil {
+		return nil, batchStatus(err)
+	}
+	return wire.ToReleaseBatchResponse(outs), nil
+}
+
+func (s *grpcServer) ExtendBatch(ctx context.Context, req *backendv1.ExtendBatchRequest) (*backendv1.ExtendBatchResponse, error) {
+	b, err := s.batch()
+	if err != nil {
+		return nil, err
+	}
+	outs, err := b.ExtendBatch(ctx, wire.FromExtendBatchRequest(req))
+	if err != nil {
+		return nil, batchStatus(err)
+	}
+	return wire.ToExtendBatchResponse(outs), nil
 }
 
 func (s *grpcServer) sets() (backend.SetBackend, error) {

@@ -67,6 +67,9 @@ type Backend struct {
 	// turn is closed and replaced whenever a queue changes (WaitTurn waits
 	// on it).
 	turn chan struct{}
+	// kinds kept beside the mutex (KeepKinds), and the keys held by grants.
+	kinds []backend.Kind
+	pools map[string]*pool
 }
 
 type lock struct {
@@ -79,6 +82,7 @@ type lock struct {
 	request            backend.Request // of the last Acquire or Extend
 	replay             string
 	claimed            bool // a replay of its Acquire was answered
+	permits            int  // a grant's (grants.go)
 }
 
 func (l *lock) record(now time.Time) backend.Record {
@@ -107,6 +111,7 @@ func New() *Backend {
 		released: map[string]backend.Request{},
 		queues:   map[string][]string{},
 		turn:     make(chan struct{}),
+		pools:    map[string]*pool{},
 	}
 }
 
@@ -121,6 +126,11 @@ func (b *Backend) Close() error {
 	b.closed = true
 	for _, l := range b.locks {
 		l.timer.Stop()
+	}
+	for _, p := range b.pools {
+		for _, g := range p.grants {
+			g.timer.Stop()
+		}
 	}
 	for w := range b.watchers {
 		b.endWatcher(w)
@@ -138,8 +148,10 @@ func (b *Backend) check() error {
 
 // Info implements backend.Backend.
 func (b *Backend) Info(context.Context) (backend.Info, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return backend.Info{Name: Name, Version: "test", TTLGranularity: TTLGranularity, MinTTL: MinTTL, MaxTTL: MaxTTL,
-		MaxKeys: MaxKeys, RequestIDs: true, MaxLockDelay: MaxLockDelay}, nil
+		MaxKeys: MaxKeys, RequestIDs: true, MaxLockDelay: MaxLockDelay, Kinds: slices.Clone(b.kinds)}, nil
 }
 
 func checkTTL(ttl time.Duration) error {
@@ -189,8 +201,19 @@ func (b *Backend) delayed(key string, now time.Time) time.Duration {
 	return until.Sub(now)
 }
 
-// Acquire implements backend.Backend: a set of one.
+// Acquire implements backend.Backend: a set of one, or a grant (grants.go).
 func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
+	if req.Kind != backend.KindMutex {
+		if err := checkTTL(req.TTL); err != nil {
+			return backend.AcquireResult{}, err
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if err := b.check(); err != nil {
+			return backend.AcquireResult{}, err
+		}
+		return b.acquireGrant(req, time.Now())
+	}
 	res, err := b.AcquireSet(ctx, backend.AcquireSetRequest{
 		Claims: []backend.Claim{{Key: req.Key}}, OwnerToken: req.OwnerToken, TTL: req.TTL, Holder: req.Holder, Stamp: req.Stamp,
 		WaiterID: req.WaiterID, Request: req.Request, Replay: req.Replay, LockDelay: req.LockDelay, ReplayOnly: req.ReplayOnly,
@@ -216,6 +239,9 @@ func (b *Backend) AcquireSet(_ context.Context, req backend.AcquireSetRequest) (
 	now := time.Now()
 	held := make([]*lock, 0, len(req.Claims))
 	for _, c := range req.Claims {
+		if p := b.livePool(c.Key, now); p != nil {
+			return backend.AcquireSetResult{Blocker: p.record(c.Key, nil, now)}, nil
+		}
 		if l := b.held(c.Key, now); l != nil {
 			held = append(held, l)
 		}
@@ -292,8 +318,22 @@ func (b *Backend) expire(l *lock) {
 	b.drop(l, backend.EventExpired, now)
 }
 
-// Release implements backend.Backend: a set of one.
+// Release implements backend.Backend: a set of one, or a grant.
 func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool, error) {
+	b.mu.Lock()
+	if now := time.Now(); !b.closed {
+		if p, g := b.grantOf(req.Key, req.OwnerToken, now); g != nil {
+			defer b.mu.Unlock()
+			if req.Abandon && g.claimed {
+				return false, nil
+			}
+			b.stamps[req.Key] = hlc.Max(b.stamps[req.Key], req.Stamp)
+			b.released[req.Key] = req.Request
+			b.dropGrant(p, g, backend.EventReleased, now)
+			return true, nil
+		}
+	}
+	b.mu.Unlock()
 	return b.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, Stamp: req.Stamp,
 		Request: req.Request, Abandon: req.Abandon})
 }
@@ -346,8 +386,27 @@ func (b *Backend) heldBy(keys []string, token string, now time.Time) ([]*lock, b
 	return locks, true
 }
 
-// Extend implements backend.Backend: a set of one.
+// Extend implements backend.Backend: a set of one, or a grant.
 func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
+	if err := checkTTL(req.TTL); err != nil {
+		return backend.ExtendResult{}, err
+	}
+	b.mu.Lock()
+	if now := time.Now(); !b.closed {
+		if p, g := b.grantOf(req.Key, req.OwnerToken, now); g != nil {
+			defer b.mu.Unlock()
+			if _, err := backend.Repeat(g.request, req.Request); err != nil {
+				return backend.ExtendResult{}, err
+			}
+			g.expires = now.Add(req.TTL)
+			g.timer.Reset(req.TTL)
+			if req.Request.ID != "" {
+				g.request = req.Request
+			}
+			return backend.ExtendResult{Extended: true, Record: p.record(req.Key, g, now)}, nil
+		}
+	}
+	b.mu.Unlock()
 	res, err := b.ExtendSet(ctx, backend.ExtendSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, TTL: req.TTL,
 		Stamp: req.Stamp, Request: req.Request})
 	if err != nil || !res.Extended {
@@ -397,6 +456,9 @@ func (b *Backend) Get(_ context.Context, key string) (backend.Record, bool, erro
 		return backend.Record{}, false, err
 	}
 	now := time.Now()
+	if p := b.livePool(key, now); p != nil {
+		return p.record(key, nil, now), true, nil
+	}
 	if l := b.held(key, now); l != nil {
 		return l.record(now), true, nil
 	}

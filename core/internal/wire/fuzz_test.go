@@ -29,6 +29,8 @@ func FuzzDecodeResponses(f *testing.F) {
 		&backendv1.ListResponse{Records: []*backendv1.Record{rec}},
 		&backendv1.WatchResponse{Type: backendv1.EventType_EVENT_TYPE_ACQUIRED, Record: rec},
 		&backendv1.InfoResponse{Name: "x"},
+		&backendv1.AcquireBatchResponse{Items: []*backendv1.AcquireOutcome{{Result: &backendv1.AcquireResponse{Acquired: true, Record: rec}}}},
+		&backendv1.ExtendBatchResponse{Items: []*backendv1.ExtendOutcome{{Error: &backendv1.ItemError{Code: backendv1.ItemErrorCode_ITEM_ERROR_CODE_UNAVAILABLE}}}},
 		&backendv1.AcquireSetResponse{Acquired: true, Records: []*backendv1.Record{rec, {Key: "k/2", FencingToken: 8}}},
 		&backendv1.ExtendSetResponse{Extended: true, Records: []*backendv1.Record{rec, {Key: "k/2", FencingToken: 8}}},
 	} {
@@ -47,7 +49,7 @@ func FuzzDecodeResponses(f *testing.F) {
 				t.Fatalf("accepted record %+v (asked about %q)", r, wantKey)
 			}
 		}
-		switch kind % 8 {
+		switch kind % 10 {
 		case 0:
 			var m backendv1.AcquireResponse
 			if proto.Unmarshal(data, &m) != nil {
@@ -132,6 +134,53 @@ func FuzzDecodeResponses(f *testing.F) {
 				t.Fatalf("accepted info %+v", info)
 			}
 		case 6:
+			var m backendv1.AcquireBatchResponse
+			if proto.Unmarshal(data, &m) != nil {
+				return
+			}
+			// As many requests as the page size says, all for key.
+			reqs := make([]backend.AcquireRequest, pageSize%8)
+			for i := range reqs {
+				reqs[i].Key = key
+			}
+			outs, err := FromAcquireBatchResponse(&m, reqs, "p")
+			if refused(err) {
+				return
+			}
+			if len(outs) != len(reqs) {
+				t.Fatalf("accepted %d outcomes for %d requests", len(outs), len(reqs))
+			}
+			for _, o := range outs {
+				if o.Err == nil && (o.Value.Acquired || o.Value.Record.Key != "") {
+					check(o.Value.Record, key)
+				}
+			}
+		case 7:
+			var m backendv1.ExtendBatchResponse
+			if proto.Unmarshal(data, &m) != nil {
+				return
+			}
+			reqs := make([]backend.ExtendRequest, pageSize%8)
+			for i := range reqs {
+				reqs[i].Key = key
+			}
+			outs, err := FromExtendBatchResponse(&m, reqs, "p")
+			if refused(err) {
+				return
+			}
+			if len(outs) != len(reqs) {
+				t.Fatalf("accepted %d outcomes for %d requests", len(outs), len(reqs))
+			}
+			for _, o := range outs {
+				if o.Err != nil && !errors.Is(o.Err, backend.ErrUnavailable) && !errors.Is(o.Err, backend.ErrInvalidArgument) &&
+					!errors.Is(o.Err, backend.ErrRequestConflict) && !errors.Is(o.Err, backend.ErrFailedPrecondition) {
+					t.Fatalf("item error %v is not a single call's error", o.Err)
+				}
+				if o.Err == nil && o.Value.Extended {
+					check(o.Value.Record, key)
+				}
+			}
+		case 8:
 			var m backendv1.AcquireSetResponse
 			if proto.Unmarshal(data, &m) != nil {
 				return
@@ -151,7 +200,7 @@ func FuzzDecodeResponses(f *testing.F) {
 			} else if res.Blocker.Key != "" && res.Blocker.Key != keys[0] && res.Blocker.Key != keys[1] {
 				t.Fatalf("accepted a blocker on %q for %q", res.Blocker.Key, keys)
 			}
-		case 7:
+		case 9:
 			var m backendv1.ExtendSetResponse
 			if proto.Unmarshal(data, &m) != nil {
 				return
@@ -198,6 +247,18 @@ func TestDecodeRefusesNonsense(t *testing.T) {
 			return err
 		}(),
 		"event of no type": func() error { _, err := FromWatchResponse(&backendv1.WatchResponse{}, ""); return err }(),
+		"batch with too few outcomes": func() error {
+			_, err := FromReleaseBatchResponse(&backendv1.ReleaseBatchResponse{}, []backend.ReleaseRequest{{Key: "k"}}, "p")
+			return err
+		}(),
+		"batch item with neither result nor error": func() error {
+			_, err := FromAcquireBatchResponse(&backendv1.AcquireBatchResponse{Items: []*backendv1.AcquireOutcome{{}}}, []backend.AcquireRequest{{Key: "k"}}, "p")
+			return err
+		}(),
+		"batch item for another key": func() error {
+			_, err := FromExtendBatchResponse(&backendv1.ExtendBatchResponse{Items: []*backendv1.ExtendOutcome{{Result: &backendv1.ExtendResponse{Extended: true, Record: rec("x")}}}}, []backend.ExtendRequest{{Key: "k"}}, "p")
+			return err
+		}(),
 		"a set acquired with too few records": func() error {
 			_, err := FromAcquireSetResponse(&backendv1.AcquireSetResponse{Acquired: true, Records: []*backendv1.Record{rec("a")}}, []string{"a", "b"})
 			return err

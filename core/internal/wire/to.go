@@ -67,8 +67,9 @@ func toDelayRecord(r backend.Record) *backendv1.Record {
 // queue that Info.Fair promises (it implements backend.FairBackend): a
 // backend without it is not fair, whatever it says.
 // sets says whether it takes sets of keys (backend.SetBackend, and
-// backend.FairSetBackend when fair): without them MaxKeys is 1.
-func ToInfoResponse(info backend.Info, fair, sets bool) *backendv1.InfoResponse {
+// backend.FairSetBackend when fair): without them MaxKeys is 1. batch says
+// whether it serves the batch calls (backend.BatchBackend).
+func ToInfoResponse(info backend.Info, fair, sets, batch bool) *backendv1.InfoResponse {
 	maxKeys := uint32(1)
 	if sets && info.MaxKeys > 1 {
 		maxKeys = uint32(min(info.MaxKeys, maxWireKeys))
@@ -86,6 +87,7 @@ func ToInfoResponse(info backend.Info, fair, sets bool) *backendv1.InfoResponse 
 		MaxTtl:         durationpb.New(info.MaxTTL),
 		Fair:           info.Fair && fair,
 		Kinds:          toKinds(info.Kinds),
+		Batch:          batch,
 	}
 }
 

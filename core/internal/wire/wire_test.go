@@ -41,6 +41,10 @@ func TestRoundTrip(t *testing.T) {
 		sem := backend.AcquireRequest{Key: "a/1", OwnerToken: "tok", TTL: time.Minute, Kind: shape.kind, Limit: shape.limit, Permits: shape.permits}
 		same("AcquireRequest "+shape.kind.String(), FromAcquireRequest(ToAcquireRequest(sem)), sem)
 	}
+	// A batch carries a grant's kind, limit and permits in each item, and
+	// its records' holders.
+	items := []backend.AcquireRequest{acq, {Key: "a/2", OwnerToken: "t2", TTL: time.Minute, Kind: backend.KindSemaphore, Limit: 3, Permits: 2}}
+	same("AcquireBatchRequest", FromAcquireBatchRequest(ToAcquireBatchRequest(items)), items)
 	// A semaphore's record: its grant, its shape and every holder.
 	semRec := rec
 	semRec.LockDelay = 0
@@ -51,6 +55,9 @@ func TestRoundTrip(t *testing.T) {
 	}
 	sg, found, err := FromGetResponse(ToGetResponse(semRec, true), "a/1")
 	same("Get semaphore", []any{sg, found, err}, []any{semRec, true, nil})
+	bres, err := FromAcquireBatchResponse(ToAcquireBatchResponse([]backend.Outcome[backend.AcquireResult]{{Value: backend.AcquireResult{Acquired: true, Record: semRec}}}),
+		[]backend.AcquireRequest{{Key: "a/1"}}, "p")
+	same("AcquireBatch semaphore", []any{bres, err}, []any{[]backend.Outcome[backend.AcquireResult]{{Value: backend.AcquireResult{Acquired: true, Record: semRec}}}, nil})
 	// InUse left unset by the plugin is the holders' sum.
 	unsummed := semRec
 	unsummed.InUse = 0
@@ -114,17 +121,17 @@ func TestRoundTrip(t *testing.T) {
 	}
 	info := backend.Info{Name: "x", Version: "1", Shared: true, Durable: true, TTLGranularity: time.Millisecond, MinTTL: time.Second, MaxTTL: time.Hour, Fair: true,
 		MaxKeys: 16, RequestIDs: true, MaxLockDelay: time.Minute, Kinds: []backend.Kind{backend.KindSemaphore, backend.KindRWLock}}
-	gotInfo, err := FromInfoResponse(ToInfoResponse(info, true, true))
+	gotInfo, err := FromInfoResponse(ToInfoResponse(info, true, true, true))
 	same("Info", []any{gotInfo, err}, []any{info, nil})
-	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, false, true)); gotInfo.Fair {
+	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, false, true, false)); gotInfo.Fair {
 		t.Error("a backend without the queue calls was reported fair")
 	}
-	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, true, false)); gotInfo.MaxKeys != 1 {
+	if gotInfo, _ := FromInfoResponse(ToInfoResponse(info, true, false, false)); gotInfo.MaxKeys != 1 {
 		t.Errorf("a backend without the set calls was reported to take %d keys", gotInfo.MaxKeys)
 	}
 	dup := info
 	dup.Kinds = []backend.Kind{backend.KindRWLock, backend.KindMutex, backend.KindSemaphore, backend.KindRWLock}
-	if gotInfo, _ := FromInfoResponse(ToInfoResponse(dup, true, true)); !reflect.DeepEqual(gotInfo.Kinds, info.Kinds) {
+	if gotInfo, _ := FromInfoResponse(ToInfoResponse(dup, true, true, true)); !reflect.DeepEqual(gotInfo.Kinds, info.Kinds) {
 		t.Errorf("kinds %v were reported as %v, want %v", dup.Kinds, gotInfo.Kinds, info.Kinds)
 	}
 	if ToStamp(hlc.Timestamp{}) != nil {

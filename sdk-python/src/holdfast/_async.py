@@ -240,6 +240,7 @@ class AsyncClient:
         self._closed = True
         guards = list(self._session.guards)
         await asyncio.gather(*(g._close_for_client(self._rpc.retry_budget) for g in guards))
+        await self._session.renewer.close()
         self._rpc.closed = True
         await self._rpc.close()
         await self._transport.aclose()

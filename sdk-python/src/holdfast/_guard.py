@@ -13,6 +13,7 @@ from google.protobuf import duration_pb2
 
 from . import _durations
 from ._options import ExpiryMargin
+from ._renewer import Renewer
 from ._rpc import Rpc, new_request_id
 from ._timestamp import Timestamp
 from .errors import (
@@ -64,6 +65,8 @@ class Session:
         self.expiry_margin = expiry_margin
         self.on_lease_event = on_lease_event
         self.guards: set[AsyncGuard] = set()
+        self.renewer = Renewer(rpc, self.stamp, self.merge)
+        """The client's watchdog: renews every guard."""
 
     def merge(self, p: lock_pb2.HlcTimestamp | None) -> None:
         """Merges a server stamp into the clock. One further ahead than the
@@ -84,8 +87,10 @@ class Session:
 class AsyncGuard:
     """A held lease.
 
-    Its watchdog renews the lease every TTL/3 after the last successful
-    renewal was sent. The guard is poisoned when a renewal answers
+    The client's watchdog renews the lease every TTL/3 after the last
+    successful renewal was sent, together with the client's other guards due
+    about then (one ExtendBatch for all of them: see _renewer.py), each with
+    its own outcome. The guard is poisoned when a renewal answers
     extended=false (reason ``rejected``), or when no renewal has succeeded by
     the local expiry: measured on this process's monotonic clock from the
     moment the last successful Acquire or Extend was sent, minus the expiry
@@ -131,7 +136,8 @@ class AsyncGuard:
         self._expiry: asyncio.TimerHandle | None = None
         self._arm_expiry(loop)
         session.guards.add(self)
-        self._task: asyncio.Task[None] | None = loop.create_task(self._watchdog()) if watchdog else None
+        if watchdog:
+            session.renewer.add(self)
 
     # ---- public surface ----
 
@@ -233,6 +239,8 @@ class AsyncGuard:
         except HoldfastError:
             self._raise_if_not_held()
             raise
+        if ok:
+            self._session.renewer.reschedule(self)
         if not ok:
             self._raise_if_not_held()
             # Not reached: _extend_once answers False only after the guard ended.
@@ -253,7 +261,7 @@ class AsyncGuard:
         unlock() after a successful unlock() is a no-op; after one that
         failed for another reason it may be called again."""
         async with self._unlock_lock:
-            await self._stop_watchdog()
+            self._stop_watchdog()
             self._check_expiry()
             if self._state == "released":
                 return
@@ -284,7 +292,7 @@ class AsyncGuard:
         """AsyncClient.close: release if still held; a guard not released
         ends lost with reason ``client_closed``."""
         async with self._unlock_lock:
-            await self._stop_watchdog()
+            self._stop_watchdog()
             self._check_expiry()
             if self._state != "held":
                 return
@@ -293,12 +301,10 @@ class AsyncGuard:
                 await self._release(min(self._expires_at(), time.monotonic() + budget))
             self._poison("client_closed")
 
-    async def _stop_watchdog(self) -> None:
-        task, self._task = self._task, None
-        if task is not None and task is not _current_task():
-            task.cancel()
-            # wait (not await task): our own cancellation still propagates.
-            await asyncio.wait([task])
+    def _stop_watchdog(self) -> None:
+        """Stops renewing the lease; a renewal of it in flight is ignored
+        when it answers, so the release that follows goes at once."""
+        self._session.renewer.remove(self)
 
     def _expires_at(self) -> float:
         return self._valid_from + self._ttl - self._session.expiry_margin.of(self._ttl)
@@ -389,14 +395,38 @@ class AsyncGuard:
             request_id=rid,
         )
         res = await rpc.attempt(
-            f"renew {self._what()}",
+            f"extend {self._what()}",
             lambda: rpc.stub.extend(req),
             rpc.request_timeout if timeout is None else timeout,
         )
         self._session.merge(res.server_stamp)
+        self._session.merge(res.lease.stamp if res.HasField("lease") and res.lease.HasField("stamp") else None)
+        return self._renewal_answered(res.extended, res.lease if res.HasField("lease") else None, sent_at, ttl)
+
+    # ---- what the client's watchdog (_renewer.py) asks of the guard ----
+
+    def _renewal_request(self) -> tuple[str, float, float] | None:
+        """(owner token, ttl, seconds left to the local expiry), or None once the guard no longer holds."""
+        self._check_expiry()
+        if self._state != "held":
+            return None
+        return self._owner_token, self._ttl, self._expires_at() - time.monotonic()
+
+    def _renewal_target(self) -> dict[str, Any]:
+        """What an Extend of the lease names: its key, or every key of a multi-key lease."""
+        return self._target
+
+    def _renewal_due(self) -> float:
+        """When the next renewal is due: a third of the TTL after the last successful one was sent."""
+        return self._valid_from + self._ttl / 3
+
+    def _renewal_answered(self, extended: bool, lease: lock_pb2.Lease | None, sent_at: float, ttl: float) -> bool:
+        """Applies a renewal's answer (sent at sent_at for ttl): True when it
+        renewed the lease; False when the guard ended (poisoned on
+        extended=false, or by an answer after the local expiry)."""
         if self._state != "held":
             return False
-        if not res.extended:
+        if not extended:
             self._poison("rejected")
             return False
         if time.monotonic() >= self._expires_at():
@@ -404,50 +434,28 @@ class AsyncGuard:
             # lost on the safe clock and the work may have stopped.
             self._poison("expired")
             return False
-        self._session.merge(res.lease.stamp if res.lease.HasField("stamp") else None)
         # The renewal counts from when it was sent, never from when it
         # answered: the server may have started the new TTL any time after.
         self._valid_from = max(self._valid_from, sent_at)
-        self._ttl = from_duration(res.lease.ttl) if res.HasField("lease") and res.lease.HasField("ttl") else ttl
+        self._ttl = from_duration(lease.ttl) if lease is not None and lease.HasField("ttl") else ttl
         self._last_err = None
         self._renewals += 1
         self._arm_expiry(asyncio.get_running_loop())
         self._emit("renewed", latency=time.monotonic() - sent_at)
         return True
 
-    async def _watchdog(self) -> None:
-        rpc = self._session.rpc
-        while self._state == "held":
-            # Renew a third of the TTL after the last successful renewal was sent.
-            await asyncio.sleep(max(0.0, self._valid_from + self._ttl / 3 - time.monotonic()))
-            attempt = 0
-            rid = new_request_id()  # one renewal, however many attempts
-            while self._state == "held":
-                sent_at = time.monotonic()
-                left = self._expires_at() - sent_at
-                if left <= 0:
-                    self._poison("expired")
-                    return
-                try:
-                    # An answer after the local expiry is useless: each
-                    # attempt is bounded by the time left, and by a third of
-                    # the TTL so that a hung connection leaves time for
-                    # another.
-                    await self._extend_once(self._ttl, sent_at, min(left, self._ttl / 3, rpc.request_timeout), rid=rid)
-                    break
-                except HoldfastError as err:
-                    if self._state != "held":
-                        return
-                    # Any error short of the server's extended=false must
-                    # not drop a lease that is still valid: retry until the
-                    # local expiry (the expiry timer poisons the guard then,
-                    # "expired", with this error as the cause).
-                    self._last_err = err
-                    left = max(0.0, self._expires_at() - time.monotonic())
-                    self._emit("renewal_failed", error=err, remaining=left)
-                    pause = min(rpc.backoff.delay(attempt), left)
-                    attempt += 1
-                    await asyncio.sleep(pause)
+    def _renewal_failed(self, err: HoldfastError) -> float:
+        """A renewal got no answer for this lease. Any error short of the
+        server's extended=false must not drop a lease that is still valid:
+        the watchdog retries until the local expiry (the expiry timer poisons
+        the guard then, "expired", with this error as the cause). Returns the
+        seconds left to the local expiry."""
+        if self._state != "held":
+            return 0.0
+        self._last_err = err
+        left = max(0.0, self._expires_at() - time.monotonic())
+        self._emit("renewal_failed", error=err, remaining=left)
+        return left
 
     def _arm_expiry(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._expiry is not None:
@@ -479,9 +487,7 @@ class AsyncGuard:
         self._state = state
         if self._expiry is not None:
             self._expiry.cancel()
-        task, self._task = self._task, None
-        if task is not None and task is not _current_task():
-            task.cancel()
+        self._session.renewer.remove(self)
         self._session.guards.discard(self)
         self.done.set()
         hooks, self._done_hooks = self._done_hooks, []
@@ -538,10 +544,3 @@ class AsyncGuard:
         if self._lost_error is not None:
             raise self._lost_error
         raise LockReleasedError(self.key)
-
-
-def _current_task() -> asyncio.Task[Any] | None:
-    try:
-        return asyncio.current_task()
-    except RuntimeError:
-        return None

@@ -94,6 +94,12 @@ func (h *Handler) Extend(ctx context.Context, req *lockv1.ExtendRequest) (*lockv
 	return resp, toConnect(err)
 }
 
+// ExtendBatch implements LockServiceHandler.
+func (h *Handler) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchRequest) (*lockv1.ExtendBatchResponse, error) {
+	resp, err := h.e.ExtendBatch(ctx, req)
+	return resp, toConnect(err)
+}
+
 // Inspect implements LockServiceHandler.
 func (h *Handler) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lockv1.InspectResponse, error) {
 	resp, err := h.e.Inspect(ctx, req)

@@ -152,6 +152,13 @@ func authorize(p *Principal, msg any) (grant, error) {
 		return grant{}, p.writeAll("Release", append([]string{r.GetKey()}, r.GetKeys()...))
 	case *lockv1.ExtendRequest:
 		return grant{}, p.writeAll("Extend", append([]string{r.GetKey()}, r.GetKeys()...))
+	case *lockv1.ExtendBatchRequest:
+		for _, it := range r.GetItems() {
+			if err := p.writeAll("ExtendBatch", []string{it.GetKey()}); err != nil {
+				return grant{}, err
+			}
+		}
+		return grant{}, nil
 	case *lockv1.InspectRequest:
 		return grant{}, p.read(r.GetKey())
 	case *lockv1.ListRequest:

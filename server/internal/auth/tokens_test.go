@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,8 +109,8 @@ func TestReloadOnChange(t *testing.T) {
 }
 
 // No response message may carry an owner token except Lease (which only
-// Acquire and Extend answer, to the acquirer, who already has the token on
-// Extend); LockState, which Inspect, List, Watch and a contended Acquire
+// Acquire, Extend and ExtendBatch answer, to the acquirer, who already has
+// the token on Extend and on each ExtendBatch item); LockState, which Inspect, List, Watch and a contended Acquire
 // answer, has none.
 func TestOwnerTokenOnlyInLease(t *testing.T) {
 	fd := lockv1.File_holdfast_lock_v1_lock_proto
@@ -145,8 +146,8 @@ func TestOwnerTokenOnlyInLease(t *testing.T) {
 			holders = append(holders, m.Output().FullName())
 		}
 	}
-	want := []protoreflect.FullName{"holdfast.lock.v1.AcquireResponse", "holdfast.lock.v1.ExtendResponse"}
-	if len(holders) != len(want) || holders[0] != want[0] || holders[1] != want[1] {
+	want := []protoreflect.FullName{"holdfast.lock.v1.AcquireResponse", "holdfast.lock.v1.ExtendResponse", "holdfast.lock.v1.ExtendBatchResponse"}
+	if !slices.Equal(holders, want) {
 		t.Fatalf("responses that can carry an owner token: %v, want only %v", holders, want)
 	}
 	state := (&lockv1.LockState{}).ProtoReflect().Descriptor()

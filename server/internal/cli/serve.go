@@ -82,6 +82,8 @@ type serveOptions struct {
 
 	metricsAddr  string // Prometheus /metrics (observe.go); off when empty
 	otlpEndpoint string // OpenTelemetry spans by OTLP/HTTP; off when empty
+
+	batchInFlight int // backend batch calls of each kind at once; 0: every call alone
 }
 
 func newServe(version string, stdout, stderr io.Writer) *cobra.Command {
@@ -160,6 +162,7 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.DurationVar(&o.conn.IdleTimeout, "idle-timeout", dl.IdleTimeout, "close a connection with no request (HTTP/1.1) or no open stream (HTTP/2) for this long")
 	f.IntVar(&o.conn.MaxConnections, "max-connections", dl.MaxConnections, "open connections before new ones are closed at once; keep it below the file descriptor limit (ulimit -n); 0: unbounded")
 	f.IntVar(&o.conn.MaxConnectionsPerClient, "max-connections-per-client", dl.MaxConnectionsPerClient, "open connections from one client address (an IP, an IPv6 /64) before its new ones are closed at once; 0: unbounded")
+	f.IntVar(&o.batchInFlight, "batch-in-flight", engine.DefaultBatchInFlight, "on a backend that batches: concurrent Acquires, Releases and Extends go to it together, in at most this many calls of each kind at once (a call that finds none in flight goes alone, at once); 0 sends every call on its own")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "debugging: serve pprof profiles (/debug/pprof/, with block and mutex profiles) on this host:port, and the plugin's on a free port of the same host (both logged as \"pprof serving\"); off when empty")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics on this separate host:port, e.g. 127.0.0.1:9410 (off when empty)")
 	f.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "export OpenTelemetry spans by OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (off when empty, unless OTEL_EXPORTER_OTLP_ENDPOINT is set)")
@@ -247,6 +250,9 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	if err != nil {
 		return err
 	}
+	if o.batchInFlight < 0 {
+		return fmt.Errorf("--batch-in-flight: %d is negative (0 sends every backend call on its own)", o.batchInFlight)
+	}
 	var pin []byte
 	if o.backendSHA256 != "" {
 		if pin, err = hex.DecodeString(o.backendSHA256); err != nil || len(pin) != sha256.Size {
@@ -312,6 +318,7 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 		MaxWaiters:       o.maxWaiters,
 		Logger:           log.With("component", "engine"),
 		Observer:         ob.observer(),
+		Batch:            engine.BatchConfig{InFlight: o.batchInFlight, Off: o.batchInFlight == 0},
 	})
 	if err != nil {
 		if ctx.Err() != nil { // SIGTERM/SIGINT during start-up: a clean stop

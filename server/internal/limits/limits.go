@@ -118,6 +118,20 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 				}
 			}
 			return resp, err
+		case *lockv1.ExtendBatchRequest:
+			// The SDKs' watchdogs renew through ExtendBatch: its renewed
+			// leases must stay counted exactly as Extend's do.
+			resp, err := next(ctx, req)
+			if out, ok := answer[*lockv1.ExtendBatchResponse](resp, err); ok {
+				now := time.Now()
+				items := r.GetItems()
+				for n, res := range out.GetResults() {
+					if n < len(items) && res.GetExtended() {
+						i.locks.extended(items[n].GetKey(), items[n].GetOwnerToken(), now.Add(res.GetLease().GetTtl().AsDuration()))
+					}
+				}
+			}
+			return resp, err
 		}
 		return next(ctx, req)
 	}

@@ -268,6 +268,36 @@ func TestLockLimits(t *testing.T) {
 	}
 }
 
+// Leases renewed by ExtendBatch (the SDKs' watchdogs) stay counted past
+// their first TTL, as Extend's do; an item that did not renew leaves its
+// lease to run out.
+func TestExtendBatchKeepsLeasesCounted(t *testing.T) {
+	lim := limits.New(limits.Config{MaxLocks: 3})
+	client := start(t, lim)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a := client("")
+	one := mustAcquire(ctx, t, a, "x/1", 200*time.Millisecond)
+	two := mustAcquire(ctx, t, a, "x/2", 200*time.Millisecond)
+	mustAcquire(ctx, t, a, "x/3", 200*time.Millisecond)
+	r, err := a.ExtendBatch(ctx, &lockv1.ExtendBatchRequest{Items: []*lockv1.ExtendBatchItem{
+		{Key: "x/1", OwnerToken: one.GetOwnerToken(), Ttl: durationpb.New(time.Minute)},
+		{Key: "x/2", OwnerToken: two.GetOwnerToken(), Ttl: durationpb.New(time.Minute)},
+		{Key: "x/3", OwnerToken: "not-the-owner", Ttl: durationpb.New(time.Minute)},
+	}})
+	if err != nil || len(r.GetResults()) != 3 || !r.GetResults()[0].GetExtended() || !r.GetResults()[1].GetExtended() || r.GetResults()[2].GetExtended() {
+		t.Fatalf("ExtendBatch: %v %v", r, err)
+	}
+	// x/3 was not renewed: its place frees when its TTL runs out, while the
+	// two renewed leases stay counted. (Were they not, the count would pass
+	// 2 on its way to 0 when x/1's first TTL ran out.)
+	eventually(t, func() bool { return lim.Locks() <= 2 })
+	time.Sleep(300 * time.Millisecond) // past every first TTL: nothing to poll for, the count must not change
+	if n := lim.Locks(); n != 2 {
+		t.Fatalf("%d locks counted after the renewed leases' first TTL, want 2", n)
+	}
+}
+
 // Waiters count per client, over all its connections: the bound an HTTP/2
 // client cannot get around by opening more.
 func TestWaitersPerClient(t *testing.T) {

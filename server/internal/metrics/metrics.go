@@ -102,7 +102,7 @@ func New() *Metrics {
 	}, []string{"outcome"})
 	m.extends = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "holdfast_extends_total",
-		Help: "Extend requests answered, by outcome: extended, or lost (the owner token no longer held the lock).",
+		Help: "Extends answered (each item of an ExtendBatch counts as one), by outcome: extended, or lost (the owner token no longer held the lock).",
 	}, []string{"outcome"})
 	m.expirations = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "holdfast_lease_expirations_total",

@@ -145,6 +145,63 @@ func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{1}
 }
 
+type ItemErrorCode int32
+
+const (
+	ItemErrorCode_ITEM_ERROR_CODE_UNSPECIFIED      ItemErrorCode = 0
+	ItemErrorCode_ITEM_ERROR_CODE_INVALID_ARGUMENT ItemErrorCode = 1
+	ItemErrorCode_ITEM_ERROR_CODE_UNAVAILABLE      ItemErrorCode = 2
+	// The item's request id is kept with other arguments (nothing changed).
+	ItemErrorCode_ITEM_ERROR_CODE_REQUEST_CONFLICT ItemErrorCode = 3
+	// The store, as configured, cannot do this item.
+	ItemErrorCode_ITEM_ERROR_CODE_FAILED_PRECONDITION ItemErrorCode = 4
+)
+
+// Enum value maps for ItemErrorCode.
+var (
+	ItemErrorCode_name = map[int32]string{
+		0: "ITEM_ERROR_CODE_UNSPECIFIED",
+		1: "ITEM_ERROR_CODE_INVALID_ARGUMENT",
+		2: "ITEM_ERROR_CODE_UNAVAILABLE",
+		3: "ITEM_ERROR_CODE_REQUEST_CONFLICT",
+		4: "ITEM_ERROR_CODE_FAILED_PRECONDITION",
+	}
+	ItemErrorCode_value = map[string]int32{
+		"ITEM_ERROR_CODE_UNSPECIFIED":         0,
+		"ITEM_ERROR_CODE_INVALID_ARGUMENT":    1,
+		"ITEM_ERROR_CODE_UNAVAILABLE":         2,
+		"ITEM_ERROR_CODE_REQUEST_CONFLICT":    3,
+		"ITEM_ERROR_CODE_FAILED_PRECONDITION": 4,
+	}
+)
+
+func (x ItemErrorCode) Enum() *ItemErrorCode {
+	p := new(ItemErrorCode)
+	*p = x
+	return p
+}
+
+func (x ItemErrorCode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ItemErrorCode) Descriptor() protoreflect.EnumDescriptor {
+	return file_holdfast_backend_v1_backend_proto_enumTypes[2].Descriptor()
+}
+
+func (ItemErrorCode) Type() protoreflect.EnumType {
+	return &file_holdfast_backend_v1_backend_proto_enumTypes[2]
+}
+
+func (x ItemErrorCode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ItemErrorCode.Descriptor instead.
+func (ItemErrorCode) EnumDescriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+}
+
 type Stamp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WallTimeNs    int64                  `protobuf:"varint,1,opt,name=wall_time_ns,json=wallTimeNs,proto3" json:"wall_time_ns,omitempty"`
@@ -545,6 +602,8 @@ type InfoResponse struct {
 	MinTtl         *durationpb.Duration   `protobuf:"bytes,6,opt,name=min_ttl,json=minTtl,proto3" json:"min_ttl,omitempty"`
 	MaxTtl         *durationpb.Duration   `protobuf:"bytes,7,opt,name=max_ttl,json=maxTtl,proto3" json:"max_ttl,omitempty"`
 	Fair           bool                   `protobuf:"varint,8,opt,name=fair,proto3" json:"fair,omitempty"`
+	// The backend serves AcquireBatch, ReleaseBatch and ExtendBatch.
+	Batch bool `protobuf:"varint,9,opt,name=batch,proto3" json:"batch,omitempty"`
 	// The most keys one AcquireSet may claim; 0 or 1: no set calls.
 	MaxKeys uint32 `protobuf:"varint,10,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
 	// Request identities are kept with leases (RequestIdentity is honoured).
@@ -640,6 +699,13 @@ func (x *InfoResponse) GetMaxTtl() *durationpb.Duration {
 func (x *InfoResponse) GetFair() bool {
 	if x != nil {
 		return x.Fair
+	}
+	return false
+}
+
+func (x *InfoResponse) GetBatch() bool {
+	if x != nil {
+		return x.Batch
 	}
 	return false
 }
@@ -1738,6 +1804,483 @@ func (*DequeueResponse) Descriptor() ([]byte, []int) {
 	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
+// ItemError is why one item of a batch has no outcome: the store could not
+// decide it (the others' outcomes stand).
+type ItemError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The code the single call would answer with.
+	Code          ItemErrorCode `protobuf:"varint,1,opt,name=code,proto3,enum=holdfast.backend.v1.ItemErrorCode" json:"code,omitempty"`
+	Message       string        `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ItemError) Reset() {
+	*x = ItemError{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ItemError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ItemError) ProtoMessage() {}
+
+func (x *ItemError) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
+func (*ItemError) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ItemError) GetCode() ItemErrorCode {
+	if x != nil {
+		return x.Code
+	}
+	return ItemErrorCode_ITEM_ERROR_CODE_UNSPECIFIED
+}
+
+func (x *ItemError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type AcquireBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*AcquireRequest      `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireBatchRequest) Reset() {
+	*x = AcquireBatchRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireBatchRequest) ProtoMessage() {}
+
+func (x *AcquireBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireBatchRequest.ProtoReflect.Descriptor instead.
+func (*AcquireBatchRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *AcquireBatchRequest) GetItems() []*AcquireRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type AcquireBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per request item, in order.
+	Items         []*AcquireOutcome `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireBatchResponse) Reset() {
+	*x = AcquireBatchResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireBatchResponse) ProtoMessage() {}
+
+func (x *AcquireBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireBatchResponse.ProtoReflect.Descriptor instead.
+func (*AcquireBatchResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *AcquireBatchResponse) GetItems() []*AcquireOutcome {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type AcquireOutcome struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset when error is set.
+	Result        *AcquireResponse `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	Error         *ItemError       `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireOutcome) Reset() {
+	*x = AcquireOutcome{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireOutcome) ProtoMessage() {}
+
+func (x *AcquireOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireOutcome.ProtoReflect.Descriptor instead.
+func (*AcquireOutcome) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *AcquireOutcome) GetResult() *AcquireResponse {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *AcquireOutcome) GetError() *ItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type ReleaseBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*ReleaseRequest      `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseBatchRequest) Reset() {
+	*x = ReleaseBatchRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseBatchRequest) ProtoMessage() {}
+
+func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseBatchRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseBatchRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ReleaseBatchRequest) GetItems() []*ReleaseRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type ReleaseBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*ReleaseOutcome      `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseBatchResponse) Reset() {
+	*x = ReleaseBatchResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseBatchResponse) ProtoMessage() {}
+
+func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseBatchResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseBatchResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ReleaseBatchResponse) GetItems() []*ReleaseOutcome {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type ReleaseOutcome struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Released      bool                   `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
+	Error         *ItemError             `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseOutcome) Reset() {
+	*x = ReleaseOutcome{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseOutcome) ProtoMessage() {}
+
+func (x *ReleaseOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseOutcome.ProtoReflect.Descriptor instead.
+func (*ReleaseOutcome) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ReleaseOutcome) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+func (x *ReleaseOutcome) GetError() *ItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type ExtendBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*ExtendRequest       `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendBatchRequest) Reset() {
+	*x = ExtendBatchRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendBatchRequest) ProtoMessage() {}
+
+func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendBatchRequest.ProtoReflect.Descriptor instead.
+func (*ExtendBatchRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ExtendBatchRequest) GetItems() []*ExtendRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type ExtendBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*ExtendOutcome       `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendBatchResponse) Reset() {
+	*x = ExtendBatchResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendBatchResponse) ProtoMessage() {}
+
+func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendBatchResponse.ProtoReflect.Descriptor instead.
+func (*ExtendBatchResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ExtendBatchResponse) GetItems() []*ExtendOutcome {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type ExtendOutcome struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *ExtendResponse        `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	Error         *ItemError             `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendOutcome) Reset() {
+	*x = ExtendOutcome{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendOutcome) ProtoMessage() {}
+
+func (x *ExtendOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendOutcome.ProtoReflect.Descriptor instead.
+func (*ExtendOutcome) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ExtendOutcome) GetResult() *ExtendResponse {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *ExtendOutcome) GetError() *ItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 // Claim is one key an AcquireSet takes.
 type Claim struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1748,7 +2291,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +2303,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +2316,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Claim) GetKey() string {
@@ -1805,7 +2348,7 @@ type AcquireSetRequest struct {
 
 func (x *AcquireSetRequest) Reset() {
 	*x = AcquireSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +2360,7 @@ func (x *AcquireSetRequest) String() string {
 func (*AcquireSetRequest) ProtoMessage() {}
 
 func (x *AcquireSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +2373,7 @@ func (x *AcquireSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSetRequest.ProtoReflect.Descriptor instead.
 func (*AcquireSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AcquireSetRequest) GetClaims() []*Claim {
@@ -1919,7 +2462,7 @@ type AcquireSetResponse struct {
 
 func (x *AcquireSetResponse) Reset() {
 	*x = AcquireSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2474,7 @@ func (x *AcquireSetResponse) String() string {
 func (*AcquireSetResponse) ProtoMessage() {}
 
 func (x *AcquireSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2487,7 @@ func (x *AcquireSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSetResponse.ProtoReflect.Descriptor instead.
 func (*AcquireSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AcquireSetResponse) GetAcquired() bool {
@@ -1995,7 +2538,7 @@ type ReleaseSetRequest struct {
 
 func (x *ReleaseSetRequest) Reset() {
 	*x = ReleaseSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2550,7 @@ func (x *ReleaseSetRequest) String() string {
 func (*ReleaseSetRequest) ProtoMessage() {}
 
 func (x *ReleaseSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2563,7 @@ func (x *ReleaseSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSetRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReleaseSetRequest) GetKeys() []string {
@@ -2067,7 +2610,7 @@ type ReleaseSetResponse struct {
 
 func (x *ReleaseSetResponse) Reset() {
 	*x = ReleaseSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2622,7 @@ func (x *ReleaseSetResponse) String() string {
 func (*ReleaseSetResponse) ProtoMessage() {}
 
 func (x *ReleaseSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2635,7 @@ func (x *ReleaseSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSetResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReleaseSetResponse) GetReleased() bool {
@@ -2115,7 +2658,7 @@ type ExtendSetRequest struct {
 
 func (x *ExtendSetRequest) Reset() {
 	*x = ExtendSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2670,7 @@ func (x *ExtendSetRequest) String() string {
 func (*ExtendSetRequest) ProtoMessage() {}
 
 func (x *ExtendSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2683,7 @@ func (x *ExtendSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSetRequest.ProtoReflect.Descriptor instead.
 func (*ExtendSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ExtendSetRequest) GetKeys() []string {
@@ -2189,7 +2732,7 @@ type ExtendSetResponse struct {
 
 func (x *ExtendSetResponse) Reset() {
 	*x = ExtendSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2744,7 @@ func (x *ExtendSetResponse) String() string {
 func (*ExtendSetResponse) ProtoMessage() {}
 
 func (x *ExtendSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2757,7 @@ func (x *ExtendSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSetResponse.ProtoReflect.Descriptor instead.
 func (*ExtendSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ExtendSetResponse) GetExtended() bool {
@@ -2242,7 +2785,7 @@ type EnqueueSetRequest struct {
 
 func (x *EnqueueSetRequest) Reset() {
 	*x = EnqueueSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2797,7 @@ func (x *EnqueueSetRequest) String() string {
 func (*EnqueueSetRequest) ProtoMessage() {}
 
 func (x *EnqueueSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2810,7 @@ func (x *EnqueueSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueSetRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *EnqueueSetRequest) GetKeys() []string {
@@ -2292,7 +2835,7 @@ type EnqueueSetResponse struct {
 
 func (x *EnqueueSetResponse) Reset() {
 	*x = EnqueueSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2847,7 @@ func (x *EnqueueSetResponse) String() string {
 func (*EnqueueSetResponse) ProtoMessage() {}
 
 func (x *EnqueueSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2860,7 @@ func (x *EnqueueSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueSetResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{42}
 }
 
 var File_holdfast_backend_v1_backend_proto protoreflect.FileDescriptor
@@ -2357,7 +2900,7 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x0fRequestIdentity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\"\r\n" +
-	"\vInfoRequest\"\xdc\x03\n" +
+	"\vInfoRequest\"\xf2\x03\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
@@ -2366,7 +2909,8 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x0fttl_granularity\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0ettlGranularity\x122\n" +
 	"\amin_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06minTtl\x122\n" +
 	"\amax_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06maxTtl\x12\x12\n" +
-	"\x04fair\x18\b \x01(\bR\x04fair\x12\x19\n" +
+	"\x04fair\x18\b \x01(\bR\x04fair\x12\x14\n" +
+	"\x05batch\x18\t \x01(\bR\x05batch\x12\x19\n" +
 	"\bmax_keys\x18\n" +
 	" \x01(\rR\amaxKeys\x12\x1f\n" +
 	"\vrequest_ids\x18\v \x01(\bR\n" +
@@ -2447,7 +2991,31 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x0eDequeueRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
 	"\twaiter_id\x18\x02 \x01(\tR\bwaiterId\"\x11\n" +
-	"\x0fDequeueResponse\"\x19\n" +
+	"\x0fDequeueResponse\"]\n" +
+	"\tItemError\x126\n" +
+	"\x04code\x18\x01 \x01(\x0e2\".holdfast.backend.v1.ItemErrorCodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"P\n" +
+	"\x13AcquireBatchRequest\x129\n" +
+	"\x05items\x18\x01 \x03(\v2#.holdfast.backend.v1.AcquireRequestR\x05items\"Q\n" +
+	"\x14AcquireBatchResponse\x129\n" +
+	"\x05items\x18\x01 \x03(\v2#.holdfast.backend.v1.AcquireOutcomeR\x05items\"\x84\x01\n" +
+	"\x0eAcquireOutcome\x12<\n" +
+	"\x06result\x18\x01 \x01(\v2$.holdfast.backend.v1.AcquireResponseR\x06result\x124\n" +
+	"\x05error\x18\x02 \x01(\v2\x1e.holdfast.backend.v1.ItemErrorR\x05error\"P\n" +
+	"\x13ReleaseBatchRequest\x129\n" +
+	"\x05items\x18\x01 \x03(\v2#.holdfast.backend.v1.ReleaseRequestR\x05items\"Q\n" +
+	"\x14ReleaseBatchResponse\x129\n" +
+	"\x05items\x18\x01 \x03(\v2#.holdfast.backend.v1.ReleaseOutcomeR\x05items\"b\n" +
+	"\x0eReleaseOutcome\x12\x1a\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\x124\n" +
+	"\x05error\x18\x02 \x01(\v2\x1e.holdfast.backend.v1.ItemErrorR\x05error\"N\n" +
+	"\x12ExtendBatchRequest\x128\n" +
+	"\x05items\x18\x01 \x03(\v2\".holdfast.backend.v1.ExtendRequestR\x05items\"O\n" +
+	"\x13ExtendBatchResponse\x128\n" +
+	"\x05items\x18\x01 \x03(\v2\".holdfast.backend.v1.ExtendOutcomeR\x05items\"\x82\x01\n" +
+	"\rExtendOutcome\x12;\n" +
+	"\x06result\x18\x01 \x01(\v2#.holdfast.backend.v1.ExtendResponseR\x06result\x124\n" +
+	"\x05error\x18\x02 \x01(\v2\x1e.holdfast.backend.v1.ItemErrorR\x05error\"\x19\n" +
 	"\x05Claim\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"\xaf\x03\n" +
 	"\x11AcquireSetRequest\x122\n" +
@@ -2505,7 +3073,13 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x03\x12\x15\n" +
-	"\x11EVENT_TYPE_SYNCED\x10\x042\xdf\t\n" +
+	"\x11EVENT_TYPE_SYNCED\x10\x04*\xc6\x01\n" +
+	"\rItemErrorCode\x12\x1f\n" +
+	"\x1bITEM_ERROR_CODE_UNSPECIFIED\x10\x00\x12$\n" +
+	" ITEM_ERROR_CODE_INVALID_ARGUMENT\x10\x01\x12\x1f\n" +
+	"\x1bITEM_ERROR_CODE_UNAVAILABLE\x10\x02\x12$\n" +
+	" ITEM_ERROR_CODE_REQUEST_CONFLICT\x10\x03\x12'\n" +
+	"#ITEM_ERROR_CODE_FAILED_PRECONDITION\x10\x042\x91\f\n" +
 	"\x0eBackendService\x12M\n" +
 	"\x04Info\x12 .holdfast.backend.v1.InfoRequest\x1a!.holdfast.backend.v1.InfoResponse\"\x00\x12V\n" +
 	"\aAcquire\x12#.holdfast.backend.v1.AcquireRequest\x1a$.holdfast.backend.v1.AcquireResponse\"\x00\x12V\n" +
@@ -2516,7 +3090,10 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x05Watch\x12!.holdfast.backend.v1.WatchRequest\x1a\".holdfast.backend.v1.WatchResponse\"\x000\x01\x12V\n" +
 	"\aEnqueue\x12#.holdfast.backend.v1.EnqueueRequest\x1a$.holdfast.backend.v1.EnqueueResponse\"\x00\x12Y\n" +
 	"\bWaitTurn\x12$.holdfast.backend.v1.WaitTurnRequest\x1a%.holdfast.backend.v1.WaitTurnResponse\"\x00\x12V\n" +
-	"\aDequeue\x12#.holdfast.backend.v1.DequeueRequest\x1a$.holdfast.backend.v1.DequeueResponse\"\x00\x12_\n" +
+	"\aDequeue\x12#.holdfast.backend.v1.DequeueRequest\x1a$.holdfast.backend.v1.DequeueResponse\"\x00\x12e\n" +
+	"\fAcquireBatch\x12(.holdfast.backend.v1.AcquireBatchRequest\x1a).holdfast.backend.v1.AcquireBatchResponse\"\x00\x12e\n" +
+	"\fReleaseBatch\x12(.holdfast.backend.v1.ReleaseBatchRequest\x1a).holdfast.backend.v1.ReleaseBatchResponse\"\x00\x12b\n" +
+	"\vExtendBatch\x12'.holdfast.backend.v1.ExtendBatchRequest\x1a(.holdfast.backend.v1.ExtendBatchResponse\"\x00\x12_\n" +
 	"\n" +
 	"AcquireSet\x12&.holdfast.backend.v1.AcquireSetRequest\x1a'.holdfast.backend.v1.AcquireSetResponse\"\x00\x12_\n" +
 	"\n" +
@@ -2537,125 +3114,154 @@ func file_holdfast_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_holdfast_backend_v1_backend_proto_rawDescData
 }
 
-var file_holdfast_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_holdfast_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_holdfast_backend_v1_backend_proto_goTypes = []any{
 	(Kind)(0),                     // 0: holdfast.backend.v1.Kind
 	(EventType)(0),                // 1: holdfast.backend.v1.EventType
-	(*Stamp)(nil),                 // 2: holdfast.backend.v1.Stamp
-	(*Grant)(nil),                 // 3: holdfast.backend.v1.Grant
-	(*Record)(nil),                // 4: holdfast.backend.v1.Record
-	(*RequestIdentity)(nil),       // 5: holdfast.backend.v1.RequestIdentity
-	(*InfoRequest)(nil),           // 6: holdfast.backend.v1.InfoRequest
-	(*InfoResponse)(nil),          // 7: holdfast.backend.v1.InfoResponse
-	(*AcquireRequest)(nil),        // 8: holdfast.backend.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 9: holdfast.backend.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 10: holdfast.backend.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 11: holdfast.backend.v1.ReleaseResponse
-	(*ExtendRequest)(nil),         // 12: holdfast.backend.v1.ExtendRequest
-	(*ExtendResponse)(nil),        // 13: holdfast.backend.v1.ExtendResponse
-	(*GetRequest)(nil),            // 14: holdfast.backend.v1.GetRequest
-	(*GetResponse)(nil),           // 15: holdfast.backend.v1.GetResponse
-	(*ListRequest)(nil),           // 16: holdfast.backend.v1.ListRequest
-	(*ListResponse)(nil),          // 17: holdfast.backend.v1.ListResponse
-	(*WatchRequest)(nil),          // 18: holdfast.backend.v1.WatchRequest
-	(*WatchResponse)(nil),         // 19: holdfast.backend.v1.WatchResponse
-	(*EnqueueRequest)(nil),        // 20: holdfast.backend.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),       // 21: holdfast.backend.v1.EnqueueResponse
-	(*WaitTurnRequest)(nil),       // 22: holdfast.backend.v1.WaitTurnRequest
-	(*WaitTurnResponse)(nil),      // 23: holdfast.backend.v1.WaitTurnResponse
-	(*DequeueRequest)(nil),        // 24: holdfast.backend.v1.DequeueRequest
-	(*DequeueResponse)(nil),       // 25: holdfast.backend.v1.DequeueResponse
-	(*Claim)(nil),                 // 26: holdfast.backend.v1.Claim
-	(*AcquireSetRequest)(nil),     // 27: holdfast.backend.v1.AcquireSetRequest
-	(*AcquireSetResponse)(nil),    // 28: holdfast.backend.v1.AcquireSetResponse
-	(*ReleaseSetRequest)(nil),     // 29: holdfast.backend.v1.ReleaseSetRequest
-	(*ReleaseSetResponse)(nil),    // 30: holdfast.backend.v1.ReleaseSetResponse
-	(*ExtendSetRequest)(nil),      // 31: holdfast.backend.v1.ExtendSetRequest
-	(*ExtendSetResponse)(nil),     // 32: holdfast.backend.v1.ExtendSetResponse
-	(*EnqueueSetRequest)(nil),     // 33: holdfast.backend.v1.EnqueueSetRequest
-	(*EnqueueSetResponse)(nil),    // 34: holdfast.backend.v1.EnqueueSetResponse
-	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 36: google.protobuf.Duration
+	(ItemErrorCode)(0),            // 2: holdfast.backend.v1.ItemErrorCode
+	(*Stamp)(nil),                 // 3: holdfast.backend.v1.Stamp
+	(*Grant)(nil),                 // 4: holdfast.backend.v1.Grant
+	(*Record)(nil),                // 5: holdfast.backend.v1.Record
+	(*RequestIdentity)(nil),       // 6: holdfast.backend.v1.RequestIdentity
+	(*InfoRequest)(nil),           // 7: holdfast.backend.v1.InfoRequest
+	(*InfoResponse)(nil),          // 8: holdfast.backend.v1.InfoResponse
+	(*AcquireRequest)(nil),        // 9: holdfast.backend.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 10: holdfast.backend.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 11: holdfast.backend.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 12: holdfast.backend.v1.ReleaseResponse
+	(*ExtendRequest)(nil),         // 13: holdfast.backend.v1.ExtendRequest
+	(*ExtendResponse)(nil),        // 14: holdfast.backend.v1.ExtendResponse
+	(*GetRequest)(nil),            // 15: holdfast.backend.v1.GetRequest
+	(*GetResponse)(nil),           // 16: holdfast.backend.v1.GetResponse
+	(*ListRequest)(nil),           // 17: holdfast.backend.v1.ListRequest
+	(*ListResponse)(nil),          // 18: holdfast.backend.v1.ListResponse
+	(*WatchRequest)(nil),          // 19: holdfast.backend.v1.WatchRequest
+	(*WatchResponse)(nil),         // 20: holdfast.backend.v1.WatchResponse
+	(*EnqueueRequest)(nil),        // 21: holdfast.backend.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),       // 22: holdfast.backend.v1.EnqueueResponse
+	(*WaitTurnRequest)(nil),       // 23: holdfast.backend.v1.WaitTurnRequest
+	(*WaitTurnResponse)(nil),      // 24: holdfast.backend.v1.WaitTurnResponse
+	(*DequeueRequest)(nil),        // 25: holdfast.backend.v1.DequeueRequest
+	(*DequeueResponse)(nil),       // 26: holdfast.backend.v1.DequeueResponse
+	(*ItemError)(nil),             // 27: holdfast.backend.v1.ItemError
+	(*AcquireBatchRequest)(nil),   // 28: holdfast.backend.v1.AcquireBatchRequest
+	(*AcquireBatchResponse)(nil),  // 29: holdfast.backend.v1.AcquireBatchResponse
+	(*AcquireOutcome)(nil),        // 30: holdfast.backend.v1.AcquireOutcome
+	(*ReleaseBatchRequest)(nil),   // 31: holdfast.backend.v1.ReleaseBatchRequest
+	(*ReleaseBatchResponse)(nil),  // 32: holdfast.backend.v1.ReleaseBatchResponse
+	(*ReleaseOutcome)(nil),        // 33: holdfast.backend.v1.ReleaseOutcome
+	(*ExtendBatchRequest)(nil),    // 34: holdfast.backend.v1.ExtendBatchRequest
+	(*ExtendBatchResponse)(nil),   // 35: holdfast.backend.v1.ExtendBatchResponse
+	(*ExtendOutcome)(nil),         // 36: holdfast.backend.v1.ExtendOutcome
+	(*Claim)(nil),                 // 37: holdfast.backend.v1.Claim
+	(*AcquireSetRequest)(nil),     // 38: holdfast.backend.v1.AcquireSetRequest
+	(*AcquireSetResponse)(nil),    // 39: holdfast.backend.v1.AcquireSetResponse
+	(*ReleaseSetRequest)(nil),     // 40: holdfast.backend.v1.ReleaseSetRequest
+	(*ReleaseSetResponse)(nil),    // 41: holdfast.backend.v1.ReleaseSetResponse
+	(*ExtendSetRequest)(nil),      // 42: holdfast.backend.v1.ExtendSetRequest
+	(*ExtendSetResponse)(nil),     // 43: holdfast.backend.v1.ExtendSetResponse
+	(*EnqueueSetRequest)(nil),     // 44: holdfast.backend.v1.EnqueueSetRequest
+	(*EnqueueSetResponse)(nil),    // 45: holdfast.backend.v1.EnqueueSetResponse
+	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 47: google.protobuf.Duration
 }
 var file_holdfast_backend_v1_backend_proto_depIdxs = []int32{
-	35, // 0: holdfast.backend.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
-	36, // 1: holdfast.backend.v1.Grant.remaining:type_name -> google.protobuf.Duration
-	2,  // 2: holdfast.backend.v1.Grant.stamp:type_name -> holdfast.backend.v1.Stamp
-	35, // 3: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
-	36, // 4: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
-	2,  // 5: holdfast.backend.v1.Record.stamp:type_name -> holdfast.backend.v1.Stamp
-	36, // 6: holdfast.backend.v1.Record.lock_delay:type_name -> google.protobuf.Duration
-	36, // 7: holdfast.backend.v1.Record.delay_remaining:type_name -> google.protobuf.Duration
+	46, // 0: holdfast.backend.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 1: holdfast.backend.v1.Grant.remaining:type_name -> google.protobuf.Duration
+	3,  // 2: holdfast.backend.v1.Grant.stamp:type_name -> holdfast.backend.v1.Stamp
+	46, // 3: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 4: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
+	3,  // 5: holdfast.backend.v1.Record.stamp:type_name -> holdfast.backend.v1.Stamp
+	47, // 6: holdfast.backend.v1.Record.lock_delay:type_name -> google.protobuf.Duration
+	47, // 7: holdfast.backend.v1.Record.delay_remaining:type_name -> google.protobuf.Duration
 	0,  // 8: holdfast.backend.v1.Record.kind:type_name -> holdfast.backend.v1.Kind
-	3,  // 9: holdfast.backend.v1.Record.holders:type_name -> holdfast.backend.v1.Grant
-	36, // 10: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
-	36, // 11: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
-	36, // 12: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
-	36, // 13: holdfast.backend.v1.InfoResponse.max_lock_delay:type_name -> google.protobuf.Duration
+	4,  // 9: holdfast.backend.v1.Record.holders:type_name -> holdfast.backend.v1.Grant
+	47, // 10: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
+	47, // 11: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
+	47, // 12: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
+	47, // 13: holdfast.backend.v1.InfoResponse.max_lock_delay:type_name -> google.protobuf.Duration
 	0,  // 14: holdfast.backend.v1.InfoResponse.kinds:type_name -> holdfast.backend.v1.Kind
-	36, // 15: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 16: holdfast.backend.v1.AcquireRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	5,  // 17: holdfast.backend.v1.AcquireRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	36, // 18: holdfast.backend.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	47, // 15: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 16: holdfast.backend.v1.AcquireRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 17: holdfast.backend.v1.AcquireRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	47, // 18: holdfast.backend.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 19: holdfast.backend.v1.AcquireRequest.kind:type_name -> holdfast.backend.v1.Kind
-	4,  // 20: holdfast.backend.v1.AcquireResponse.record:type_name -> holdfast.backend.v1.Record
-	2,  // 21: holdfast.backend.v1.ReleaseRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	5,  // 22: holdfast.backend.v1.ReleaseRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	36, // 23: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 24: holdfast.backend.v1.ExtendRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	5,  // 25: holdfast.backend.v1.ExtendRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	4,  // 26: holdfast.backend.v1.ExtendResponse.record:type_name -> holdfast.backend.v1.Record
-	4,  // 27: holdfast.backend.v1.GetResponse.record:type_name -> holdfast.backend.v1.Record
-	4,  // 28: holdfast.backend.v1.ListResponse.records:type_name -> holdfast.backend.v1.Record
+	5,  // 20: holdfast.backend.v1.AcquireResponse.record:type_name -> holdfast.backend.v1.Record
+	3,  // 21: holdfast.backend.v1.ReleaseRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 22: holdfast.backend.v1.ReleaseRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	47, // 23: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 24: holdfast.backend.v1.ExtendRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 25: holdfast.backend.v1.ExtendRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	5,  // 26: holdfast.backend.v1.ExtendResponse.record:type_name -> holdfast.backend.v1.Record
+	5,  // 27: holdfast.backend.v1.GetResponse.record:type_name -> holdfast.backend.v1.Record
+	5,  // 28: holdfast.backend.v1.ListResponse.records:type_name -> holdfast.backend.v1.Record
 	1,  // 29: holdfast.backend.v1.WatchResponse.type:type_name -> holdfast.backend.v1.EventType
-	4,  // 30: holdfast.backend.v1.WatchResponse.record:type_name -> holdfast.backend.v1.Record
-	26, // 31: holdfast.backend.v1.AcquireSetRequest.claims:type_name -> holdfast.backend.v1.Claim
-	36, // 32: holdfast.backend.v1.AcquireSetRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 33: holdfast.backend.v1.AcquireSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	5,  // 34: holdfast.backend.v1.AcquireSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	36, // 35: holdfast.backend.v1.AcquireSetRequest.lock_delay:type_name -> google.protobuf.Duration
-	4,  // 36: holdfast.backend.v1.AcquireSetResponse.records:type_name -> holdfast.backend.v1.Record
-	4,  // 37: holdfast.backend.v1.AcquireSetResponse.blocker:type_name -> holdfast.backend.v1.Record
-	2,  // 38: holdfast.backend.v1.ReleaseSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	5,  // 39: holdfast.backend.v1.ReleaseSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	36, // 40: holdfast.backend.v1.ExtendSetRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 41: holdfast.backend.v1.ExtendSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	5,  // 42: holdfast.backend.v1.ExtendSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	4,  // 43: holdfast.backend.v1.ExtendSetResponse.records:type_name -> holdfast.backend.v1.Record
-	6,  // 44: holdfast.backend.v1.BackendService.Info:input_type -> holdfast.backend.v1.InfoRequest
-	8,  // 45: holdfast.backend.v1.BackendService.Acquire:input_type -> holdfast.backend.v1.AcquireRequest
-	10, // 46: holdfast.backend.v1.BackendService.Release:input_type -> holdfast.backend.v1.ReleaseRequest
-	12, // 47: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
-	14, // 48: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
-	16, // 49: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
-	18, // 50: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
-	20, // 51: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
-	22, // 52: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
-	24, // 53: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
-	27, // 54: holdfast.backend.v1.BackendService.AcquireSet:input_type -> holdfast.backend.v1.AcquireSetRequest
-	29, // 55: holdfast.backend.v1.BackendService.ReleaseSet:input_type -> holdfast.backend.v1.ReleaseSetRequest
-	31, // 56: holdfast.backend.v1.BackendService.ExtendSet:input_type -> holdfast.backend.v1.ExtendSetRequest
-	33, // 57: holdfast.backend.v1.BackendService.EnqueueSet:input_type -> holdfast.backend.v1.EnqueueSetRequest
-	7,  // 58: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
-	9,  // 59: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
-	11, // 60: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
-	13, // 61: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
-	15, // 62: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
-	17, // 63: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
-	19, // 64: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
-	21, // 65: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
-	23, // 66: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
-	25, // 67: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
-	28, // 68: holdfast.backend.v1.BackendService.AcquireSet:output_type -> holdfast.backend.v1.AcquireSetResponse
-	30, // 69: holdfast.backend.v1.BackendService.ReleaseSet:output_type -> holdfast.backend.v1.ReleaseSetResponse
-	32, // 70: holdfast.backend.v1.BackendService.ExtendSet:output_type -> holdfast.backend.v1.ExtendSetResponse
-	34, // 71: holdfast.backend.v1.BackendService.EnqueueSet:output_type -> holdfast.backend.v1.EnqueueSetResponse
-	58, // [58:72] is the sub-list for method output_type
-	44, // [44:58] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	5,  // 30: holdfast.backend.v1.WatchResponse.record:type_name -> holdfast.backend.v1.Record
+	2,  // 31: holdfast.backend.v1.ItemError.code:type_name -> holdfast.backend.v1.ItemErrorCode
+	9,  // 32: holdfast.backend.v1.AcquireBatchRequest.items:type_name -> holdfast.backend.v1.AcquireRequest
+	30, // 33: holdfast.backend.v1.AcquireBatchResponse.items:type_name -> holdfast.backend.v1.AcquireOutcome
+	10, // 34: holdfast.backend.v1.AcquireOutcome.result:type_name -> holdfast.backend.v1.AcquireResponse
+	27, // 35: holdfast.backend.v1.AcquireOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	11, // 36: holdfast.backend.v1.ReleaseBatchRequest.items:type_name -> holdfast.backend.v1.ReleaseRequest
+	33, // 37: holdfast.backend.v1.ReleaseBatchResponse.items:type_name -> holdfast.backend.v1.ReleaseOutcome
+	27, // 38: holdfast.backend.v1.ReleaseOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	13, // 39: holdfast.backend.v1.ExtendBatchRequest.items:type_name -> holdfast.backend.v1.ExtendRequest
+	36, // 40: holdfast.backend.v1.ExtendBatchResponse.items:type_name -> holdfast.backend.v1.ExtendOutcome
+	14, // 41: holdfast.backend.v1.ExtendOutcome.result:type_name -> holdfast.backend.v1.ExtendResponse
+	27, // 42: holdfast.backend.v1.ExtendOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	37, // 43: holdfast.backend.v1.AcquireSetRequest.claims:type_name -> holdfast.backend.v1.Claim
+	47, // 44: holdfast.backend.v1.AcquireSetRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 45: holdfast.backend.v1.AcquireSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 46: holdfast.backend.v1.AcquireSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	47, // 47: holdfast.backend.v1.AcquireSetRequest.lock_delay:type_name -> google.protobuf.Duration
+	5,  // 48: holdfast.backend.v1.AcquireSetResponse.records:type_name -> holdfast.backend.v1.Record
+	5,  // 49: holdfast.backend.v1.AcquireSetResponse.blocker:type_name -> holdfast.backend.v1.Record
+	3,  // 50: holdfast.backend.v1.ReleaseSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 51: holdfast.backend.v1.ReleaseSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	47, // 52: holdfast.backend.v1.ExtendSetRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 53: holdfast.backend.v1.ExtendSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 54: holdfast.backend.v1.ExtendSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	5,  // 55: holdfast.backend.v1.ExtendSetResponse.records:type_name -> holdfast.backend.v1.Record
+	7,  // 56: holdfast.backend.v1.BackendService.Info:input_type -> holdfast.backend.v1.InfoRequest
+	9,  // 57: holdfast.backend.v1.BackendService.Acquire:input_type -> holdfast.backend.v1.AcquireRequest
+	11, // 58: holdfast.backend.v1.BackendService.Release:input_type -> holdfast.backend.v1.ReleaseRequest
+	13, // 59: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
+	15, // 60: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
+	17, // 61: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
+	19, // 62: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
+	21, // 63: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
+	23, // 64: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
+	25, // 65: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
+	28, // 66: holdfast.backend.v1.BackendService.AcquireBatch:input_type -> holdfast.backend.v1.AcquireBatchRequest
+	31, // 67: holdfast.backend.v1.BackendService.ReleaseBatch:input_type -> holdfast.backend.v1.ReleaseBatchRequest
+	34, // 68: holdfast.backend.v1.BackendService.ExtendBatch:input_type -> holdfast.backend.v1.ExtendBatchRequest
+	38, // 69: holdfast.backend.v1.BackendService.AcquireSet:input_type -> holdfast.backend.v1.AcquireSetRequest
+	40, // 70: holdfast.backend.v1.BackendService.ReleaseSet:input_type -> holdfast.backend.v1.ReleaseSetRequest
+	42, // 71: holdfast.backend.v1.BackendService.ExtendSet:input_type -> holdfast.backend.v1.ExtendSetRequest
+	44, // 72: holdfast.backend.v1.BackendService.EnqueueSet:input_type -> holdfast.backend.v1.EnqueueSetRequest
+	8,  // 73: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
+	10, // 74: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
+	12, // 75: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
+	14, // 76: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
+	16, // 77: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
+	18, // 78: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
+	20, // 79: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
+	22, // 80: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
+	24, // 81: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
+	26, // 82: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
+	29, // 83: holdfast.backend.v1.BackendService.AcquireBatch:output_type -> holdfast.backend.v1.AcquireBatchResponse
+	32, // 84: holdfast.backend.v1.BackendService.ReleaseBatch:output_type -> holdfast.backend.v1.ReleaseBatchResponse
+	35, // 85: holdfast.backend.v1.BackendService.ExtendBatch:output_type -> holdfast.backend.v1.ExtendBatchResponse
+	39, // 86: holdfast.backend.v1.BackendService.AcquireSet:output_type -> holdfast.backend.v1.AcquireSetResponse
+	41, // 87: holdfast.backend.v1.BackendService.ReleaseSet:output_type -> holdfast.backend.v1.ReleaseSetResponse
+	43, // 88: holdfast.backend.v1.BackendService.ExtendSet:output_type -> holdfast.backend.v1.ExtendSetResponse
+	45, // 89: holdfast.backend.v1.BackendService.EnqueueSet:output_type -> holdfast.backend.v1.EnqueueSetResponse
+	73, // [73:90] is the sub-list for method output_type
+	56, // [56:73] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_holdfast_backend_v1_backend_proto_init() }
@@ -2668,8 +3274,8 @@ func file_holdfast_backend_v1_backend_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_holdfast_backend_v1_backend_proto_rawDesc), len(file_holdfast_backend_v1_backend_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   33,
+			NumEnums:      3,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,20 +28,23 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BackendService_Info_FullMethodName       = "/holdfast.backend.v1.BackendService/Info"
-	BackendService_Acquire_FullMethodName    = "/holdfast.backend.v1.BackendService/Acquire"
-	BackendService_Release_FullMethodName    = "/holdfast.backend.v1.BackendService/Release"
-	BackendService_Extend_FullMethodName     = "/holdfast.backend.v1.BackendService/Extend"
-	BackendService_Get_FullMethodName        = "/holdfast.backend.v1.BackendService/Get"
-	BackendService_List_FullMethodName       = "/holdfast.backend.v1.BackendService/List"
-	BackendService_Watch_FullMethodName      = "/holdfast.backend.v1.BackendService/Watch"
-	BackendService_Enqueue_FullMethodName    = "/holdfast.backend.v1.BackendService/Enqueue"
-	BackendService_WaitTurn_FullMethodName   = "/holdfast.backend.v1.BackendService/WaitTurn"
-	BackendService_Dequeue_FullMethodName    = "/holdfast.backend.v1.BackendService/Dequeue"
-	BackendService_AcquireSet_FullMethodName = "/holdfast.backend.v1.BackendService/AcquireSet"
-	BackendService_ReleaseSet_FullMethodName = "/holdfast.backend.v1.BackendService/ReleaseSet"
-	BackendService_ExtendSet_FullMethodName  = "/holdfast.backend.v1.BackendService/ExtendSet"
-	BackendService_EnqueueSet_FullMethodName = "/holdfast.backend.v1.BackendService/EnqueueSet"
+	BackendService_Info_FullMethodName         = "/holdfast.backend.v1.BackendService/Info"
+	BackendService_Acquire_FullMethodName      = "/holdfast.backend.v1.BackendService/Acquire"
+	BackendService_Release_FullMethodName      = "/holdfast.backend.v1.BackendService/Release"
+	BackendService_Extend_FullMethodName       = "/holdfast.backend.v1.BackendService/Extend"
+	BackendService_Get_FullMethodName          = "/holdfast.backend.v1.BackendService/Get"
+	BackendService_List_FullMethodName         = "/holdfast.backend.v1.BackendService/List"
+	BackendService_Watch_FullMethodName        = "/holdfast.backend.v1.BackendService/Watch"
+	BackendService_Enqueue_FullMethodName      = "/holdfast.backend.v1.BackendService/Enqueue"
+	BackendService_WaitTurn_FullMethodName     = "/holdfast.backend.v1.BackendService/WaitTurn"
+	BackendService_Dequeue_FullMethodName      = "/holdfast.backend.v1.BackendService/Dequeue"
+	BackendService_AcquireBatch_FullMethodName = "/holdfast.backend.v1.BackendService/AcquireBatch"
+	BackendService_ReleaseBatch_FullMethodName = "/holdfast.backend.v1.BackendService/ReleaseBatch"
+	BackendService_ExtendBatch_FullMethodName  = "/holdfast.backend.v1.BackendService/ExtendBatch"
+	BackendService_AcquireSet_FullMethodName   = "/holdfast.backend.v1.BackendService/AcquireSet"
+	BackendService_ReleaseSet_FullMethodName   = "/holdfast.backend.v1.BackendService/ReleaseSet"
+	BackendService_ExtendSet_FullMethodName    = "/holdfast.backend.v1.BackendService/ExtendSet"
+	BackendService_EnqueueSet_FullMethodName   = "/holdfast.backend.v1.BackendService/EnqueueSet"
 )
 
 // BackendServiceClient is the client API for BackendService service.
@@ -74,6 +77,15 @@ type BackendServiceClient interface {
 	WaitTurn(ctx context.Context, in *WaitTurnRequest, opts ...grpc.CallOption) (*WaitTurnResponse, error)
 	// Dequeue removes the waiter's entry (a no-op when it is gone).
 	Dequeue(ctx context.Context, in *DequeueRequest, opts ...grpc.CallOption) (*DequeueResponse, error)
+	// Batches: optional, served only by backends whose Info says batch (the
+	// others answer UNIMPLEMENTED and the engine makes the calls one by one).
+	// Each item is decided on its own, in one atomic step of the store,
+	// exactly as its single call would be, and answered in its own outcome,
+	// in the request's order; a batch is not a transaction over its items.
+	// The keys of one batch are distinct.
+	AcquireBatch(ctx context.Context, in *AcquireBatchRequest, opts ...grpc.CallOption) (*AcquireBatchResponse, error)
+	ReleaseBatch(ctx context.Context, in *ReleaseBatchRequest, opts ...grpc.CallOption) (*ReleaseBatchResponse, error)
+	ExtendBatch(ctx context.Context, in *ExtendBatchRequest, opts ...grpc.CallOption) (*ExtendBatchResponse, error)
 	// Sets of keys: optional, served only by backends whose Info says
 	// max_keys > 1 (the others answer UNIMPLEMENTED and the engine never
 	// calls them). Each is one atomic step of the store over every key.
@@ -208,6 +220,36 @@ func (c *backendServiceClient) Dequeue(ctx context.Context, in *DequeueRequest, 
 	return out, nil
 }
 
+func (c *backendServiceClient) AcquireBatch(ctx context.Context, in *AcquireBatchRequest, opts ...grpc.CallOption) (*AcquireBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcquireBatchResponse)
+	err := c.cc.Invoke(ctx, BackendService_AcquireBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendServiceClient) ReleaseBatch(ctx context.Context, in *ReleaseBatchRequest, opts ...grpc.CallOption) (*ReleaseBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseBatchResponse)
+	err := c.cc.Invoke(ctx, BackendService_ReleaseBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendServiceClient) ExtendBatch(ctx context.Context, in *ExtendBatchRequest, opts ...grpc.CallOption) (*ExtendBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExtendBatchResponse)
+	err := c.cc.Invoke(ctx, BackendService_ExtendBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *backendServiceClient) AcquireSet(ctx context.Context, in *AcquireSetRequest, opts ...grpc.CallOption) (*AcquireSetResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AcquireSetResponse)
@@ -278,6 +320,15 @@ type BackendServiceServer interface {
 	WaitTurn(context.Context, *WaitTurnRequest) (*WaitTurnResponse, error)
 	// Dequeue removes the waiter's entry (a no-op when it is gone).
 	Dequeue(context.Context, *DequeueRequest) (*DequeueResponse, error)
+	// Batches: optional, served only by backends whose Info says batch (the
+	// others answer UNIMPLEMENTED and the engine makes the calls one by one).
+	// Each item is decided on its own, in one atomic step of the store,
+	// exactly as its single call would be, and answered in its own outcome,
+	// in the request's order; a batch is not a transaction over its items.
+	// The keys of one batch are distinct.
+	AcquireBatch(context.Context, *AcquireBatchRequest) (*AcquireBatchResponse, error)
+	ReleaseBatch(context.Context, *ReleaseBatchRequest) (*ReleaseBatchResponse, error)
+	ExtendBatch(context.Context, *ExtendBatchRequest) (*ExtendBatchResponse, error)
 	// Sets of keys: optional, served only by backends whose Info says
 	// max_keys > 1 (the others answer UNIMPLEMENTED and the engine never
 	// calls them). Each is one atomic step of the store over every key.
@@ -332,6 +383,15 @@ func (UnimplementedBackendServiceServer) WaitTurn(context.Context, *WaitTurnRequ
 }
 func (UnimplementedBackendServiceServer) Dequeue(context.Context, *DequeueRequest) (*DequeueResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Dequeue not implemented")
+}
+func (UnimplementedBackendServiceServer) AcquireBatch(context.Context, *AcquireBatchRequest) (*AcquireBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcquireBatch not implemented")
+}
+func (UnimplementedBackendServiceServer) ReleaseBatch(context.Context, *ReleaseBatchRequest) (*ReleaseBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseBatch not implemented")
+}
+func (UnimplementedBackendServiceServer) ExtendBatch(context.Context, *ExtendBatchRequest) (*ExtendBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExtendBatch not implemented")
 }
 func (UnimplementedBackendServiceServer) AcquireSet(context.Context, *AcquireSetRequest) (*AcquireSetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AcquireSet not implemented")
@@ -539,6 +599,60 @@ func _BackendService_Dequeue_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BackendService_AcquireBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServiceServer).AcquireBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackendService_AcquireBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServiceServer).AcquireBatch(ctx, req.(*AcquireBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackendService_ReleaseBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServiceServer).ReleaseBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackendService_ReleaseBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServiceServer).ReleaseBatch(ctx, req.(*ReleaseBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackendService_ExtendBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExtendBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServiceServer).ExtendBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackendService_ExtendBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServiceServer).ExtendBatch(ctx, req.(*ExtendBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _BackendService_AcquireSet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(AcquireSetRequest)
 	if err := dec(in); err != nil {
@@ -653,6 +767,18 @@ var BackendService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Dequeue",
 			Handler:    _BackendService_Dequeue_Handler,
+		},
+		{
+			MethodName: "AcquireBatch",
+			Handler:    _BackendService_AcquireBatch_Handler,
+		},
+		{
+			MethodName: "ReleaseBatch",
+			Handler:    _BackendService_ReleaseBatch_Handler,
+		},
+		{
+			MethodName: "ExtendBatch",
+			Handler:    _BackendService_ExtendBatch_Handler,
 		},
 		{
 			MethodName: "AcquireSet",

@@ -1590,6 +1590,307 @@ func (x *ExtendResponse) GetServerStamp() *HlcTimestamp {
 	return nil
 }
 
+type ExtendBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 1000 leases. A key may appear more than once (each item is
+	// answered on its own).
+	Items         []*ExtendBatchItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	ClientStamp   *HlcTimestamp      `protobuf:"bytes,2,opt,name=client_stamp,json=clientStamp,proto3" json:"client_stamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendBatchRequest) Reset() {
+	*x = ExtendBatchRequest{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendBatchRequest) ProtoMessage() {}
+
+func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendBatchRequest.ProtoReflect.Descriptor instead.
+func (*ExtendBatchRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ExtendBatchRequest) GetItems() []*ExtendBatchItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *ExtendBatchRequest) GetClientStamp() *HlcTimestamp {
+	if x != nil {
+		return x.ClientStamp
+	}
+	return nil
+}
+
+// ExtendBatchItem is one single-key lease to renew: the fields of an
+// ExtendRequest (a multi-key lease is renewed by its own Extend).
+type ExtendBatchItem struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Key        string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	OwnerToken string                 `protobuf:"bytes,2,opt,name=owner_token,json=ownerToken,proto3" json:"owner_token,omitempty"`
+	// New lease length, counted from now.
+	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// Makes retries safe, as ExtendRequest.request_id: a repeat of this item
+	// (in a batch or as an Extend of the same key, owner_token and ttl) renews
+	// the lease again and answers as the first did.
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendBatchItem) Reset() {
+	*x = ExtendBatchItem{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendBatchItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendBatchItem) ProtoMessage() {}
+
+func (x *ExtendBatchItem) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendBatchItem.ProtoReflect.Descriptor instead.
+func (*ExtendBatchItem) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ExtendBatchItem) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ExtendBatchItem) GetOwnerToken() string {
+	if x != nil {
+		return x.OwnerToken
+	}
+	return ""
+}
+
+func (x *ExtendBatchItem) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *ExtendBatchItem) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type ExtendBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per item, in the request's order.
+	Results       []*ExtendBatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	ServerStamp   *HlcTimestamp        `protobuf:"bytes,2,opt,name=server_stamp,json=serverStamp,proto3" json:"server_stamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendBatchResponse) Reset() {
+	*x = ExtendBatchResponse{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendBatchResponse) ProtoMessage() {}
+
+func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendBatchResponse.ProtoReflect.Descriptor instead.
+func (*ExtendBatchResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ExtendBatchResponse) GetResults() []*ExtendBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *ExtendBatchResponse) GetServerStamp() *HlcTimestamp {
+	if x != nil {
+		return x.ServerStamp
+	}
+	return nil
+}
+
+type ExtendBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the item's owner_token no longer holds its key; that lease is
+	// lost. Meaningless when error is set.
+	Extended bool `protobuf:"varint,1,opt,name=extended,proto3" json:"extended,omitempty"`
+	// The renewed lease, when extended.
+	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// Set when the server could not decide this item (the store was out of
+	// reach for its key): the lease is neither renewed nor lost; retry it.
+	// The other items' answers stand.
+	Error         *ItemError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendBatchResult) Reset() {
+	*x = ExtendBatchResult{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendBatchResult) ProtoMessage() {}
+
+func (x *ExtendBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendBatchResult.ProtoReflect.Descriptor instead.
+func (*ExtendBatchResult) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ExtendBatchResult) GetExtended() bool {
+	if x != nil {
+		return x.Extended
+	}
+	return false
+}
+
+func (x *ExtendBatchResult) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *ExtendBatchResult) GetError() *ItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// ItemError is why one item of a batch was not decided.
+type ItemError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A Connect code name, such as "unavailable".
+	Code          string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ItemError) Reset() {
+	*x = ItemError{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ItemError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ItemError) ProtoMessage() {}
+
+func (x *ItemError) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
+func (*ItemError) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ItemError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *ItemError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type InspectRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1599,7 +1900,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1912,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1925,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -1648,7 +1949,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1961,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1974,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -1722,7 +2023,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +2035,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +2048,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1783,7 +2084,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +2096,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +2109,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListResponse) GetLocks() []*LockState {
@@ -1845,7 +2146,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2158,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2171,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchRequest) GetTarget() isWatchRequest_Target {
@@ -1929,7 +2230,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2242,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2255,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchResponse) GetType() EventType {
@@ -1986,7 +2287,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2299,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2312,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 type GetServerInfoResponse struct {
@@ -2031,7 +2332,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2344,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2357,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetServerInfoResponse) GetVersion() string {
@@ -2215,7 +2516,27 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\x0eExtendResponse\x12\x1a\n" +
 	"\bextended\x18\x01 \x01(\bR\bextended\x12-\n" +
 	"\x05lease\x18\x02 \x01(\v2\x17.holdfast.lock.v1.LeaseR\x05lease\x12A\n" +
-	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\"\n" +
+	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\x90\x01\n" +
+	"\x12ExtendBatchRequest\x127\n" +
+	"\x05items\x18\x01 \x03(\v2!.holdfast.lock.v1.ExtendBatchItemR\x05items\x12A\n" +
+	"\fclient_stamp\x18\x02 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vclientStamp\"\x90\x01\n" +
+	"\x0fExtendBatchItem\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
+	"\vowner_token\x18\x02 \x01(\tR\n" +
+	"ownerToken\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"\x97\x01\n" +
+	"\x13ExtendBatchResponse\x12=\n" +
+	"\aresults\x18\x01 \x03(\v2#.holdfast.lock.v1.ExtendBatchResultR\aresults\x12A\n" +
+	"\fserver_stamp\x18\x02 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\x91\x01\n" +
+	"\x11ExtendBatchResult\x12\x1a\n" +
+	"\bextended\x18\x01 \x01(\bR\bextended\x12-\n" +
+	"\x05lease\x18\x02 \x01(\v2\x17.holdfast.lock.v1.LeaseR\x05lease\x121\n" +
+	"\x05error\x18\x03 \x01(\v2\x1b.holdfast.lock.v1.ItemErrorR\x05error\"9\n" +
+	"\tItemError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\"\n" +
 	"\x0eInspectRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"\xd1\x01\n" +
 	"\x0fInspectResponse\x12\x12\n" +
@@ -2268,11 +2589,12 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x03\x12\x15\n" +
-	"\x11EVENT_TYPE_SYNCED\x10\x042\xd6\x04\n" +
+	"\x11EVENT_TYPE_SYNCED\x10\x042\xb4\x05\n" +
 	"\vLockService\x12P\n" +
 	"\aAcquire\x12 .holdfast.lock.v1.AcquireRequest\x1a!.holdfast.lock.v1.AcquireResponse\"\x00\x12P\n" +
 	"\aRelease\x12 .holdfast.lock.v1.ReleaseRequest\x1a!.holdfast.lock.v1.ReleaseResponse\"\x00\x12M\n" +
-	"\x06Extend\x12\x1f.holdfast.lock.v1.ExtendRequest\x1a .holdfast.lock.v1.ExtendResponse\"\x00\x12S\n" +
+	"\x06Extend\x12\x1f.holdfast.lock.v1.ExtendRequest\x1a .holdfast.lock.v1.ExtendResponse\"\x00\x12\\\n" +
+	"\vExtendBatch\x12$.holdfast.lock.v1.ExtendBatchRequest\x1a%.holdfast.lock.v1.ExtendBatchResponse\"\x00\x12S\n" +
 	"\aInspect\x12 .holdfast.lock.v1.InspectRequest\x1a!.holdfast.lock.v1.InspectResponse\"\x03\x90\x02\x01\x12J\n" +
 	"\x04List\x12\x1d.holdfast.lock.v1.ListRequest\x1a\x1e.holdfast.lock.v1.ListResponse\"\x03\x90\x02\x01\x12L\n" +
 	"\x05Watch\x12\x1e.holdfast.lock.v1.WatchRequest\x1a\x1f.holdfast.lock.v1.WatchResponse\"\x000\x01\x12e\n" +
@@ -2291,7 +2613,7 @@ func file_holdfast_lock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_holdfast_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_holdfast_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_holdfast_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_holdfast_lock_v1_lock_proto_goTypes = []any{
 	(Kind)(0),                     // 0: holdfast.lock.v1.Kind
 	(Mode)(0),                     // 1: holdfast.lock.v1.Mode
@@ -2311,47 +2633,52 @@ var file_holdfast_lock_v1_lock_proto_goTypes = []any{
 	(*ReleaseResponse)(nil),       // 15: holdfast.lock.v1.ReleaseResponse
 	(*ExtendRequest)(nil),         // 16: holdfast.lock.v1.ExtendRequest
 	(*ExtendResponse)(nil),        // 17: holdfast.lock.v1.ExtendResponse
-	(*InspectRequest)(nil),        // 18: holdfast.lock.v1.InspectRequest
-	(*InspectResponse)(nil),       // 19: holdfast.lock.v1.InspectResponse
-	(*ListRequest)(nil),           // 20: holdfast.lock.v1.ListRequest
-	(*ListResponse)(nil),          // 21: holdfast.lock.v1.ListResponse
-	(*WatchRequest)(nil),          // 22: holdfast.lock.v1.WatchRequest
-	(*WatchResponse)(nil),         // 23: holdfast.lock.v1.WatchResponse
-	(*GetServerInfoRequest)(nil),  // 24: holdfast.lock.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil), // 25: holdfast.lock.v1.GetServerInfoResponse
-	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*ExtendBatchRequest)(nil),    // 18: holdfast.lock.v1.ExtendBatchRequest
+	(*ExtendBatchItem)(nil),       // 19: holdfast.lock.v1.ExtendBatchItem
+	(*ExtendBatchResponse)(nil),   // 20: holdfast.lock.v1.ExtendBatchResponse
+	(*ExtendBatchResult)(nil),     // 21: holdfast.lock.v1.ExtendBatchResult
+	(*ItemError)(nil),             // 22: holdfast.lock.v1.ItemError
+	(*InspectRequest)(nil),        // 23: holdfast.lock.v1.InspectRequest
+	(*InspectResponse)(nil),       // 24: holdfast.lock.v1.InspectResponse
+	(*ListRequest)(nil),           // 25: holdfast.lock.v1.ListRequest
+	(*ListResponse)(nil),          // 26: holdfast.lock.v1.ListResponse
+	(*WatchRequest)(nil),          // 27: holdfast.lock.v1.WatchRequest
+	(*WatchResponse)(nil),         // 28: holdfast.lock.v1.WatchResponse
+	(*GetServerInfoRequest)(nil),  // 29: holdfast.lock.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil), // 30: holdfast.lock.v1.GetServerInfoResponse
+	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
 }
 var file_holdfast_lock_v1_lock_proto_depIdxs = []int32{
-	26, // 0: holdfast.lock.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	27, // 1: holdfast.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 0: holdfast.lock.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	32, // 1: holdfast.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
 	4,  // 2: holdfast.lock.v1.Lease.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	7,  // 3: holdfast.lock.v1.Lease.keys:type_name -> holdfast.lock.v1.LeasedKey
-	26, // 4: holdfast.lock.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	31, // 4: holdfast.lock.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 5: holdfast.lock.v1.Lease.kind:type_name -> holdfast.lock.v1.Kind
 	1,  // 6: holdfast.lock.v1.Lease.mode:type_name -> holdfast.lock.v1.Mode
-	27, // 7: holdfast.lock.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 7: holdfast.lock.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
 	4,  // 8: holdfast.lock.v1.Grant.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	1,  // 9: holdfast.lock.v1.Grant.mode:type_name -> holdfast.lock.v1.Mode
-	26, // 10: holdfast.lock.v1.Grant.lock_delay:type_name -> google.protobuf.Duration
-	27, // 11: holdfast.lock.v1.KeyDelay.until:type_name -> google.protobuf.Timestamp
-	26, // 12: holdfast.lock.v1.KeyDelay.remaining:type_name -> google.protobuf.Duration
-	27, // 13: holdfast.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 10: holdfast.lock.v1.Grant.lock_delay:type_name -> google.protobuf.Duration
+	32, // 11: holdfast.lock.v1.KeyDelay.until:type_name -> google.protobuf.Timestamp
+	31, // 12: holdfast.lock.v1.KeyDelay.remaining:type_name -> google.protobuf.Duration
+	32, // 13: holdfast.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
 	4,  // 14: holdfast.lock.v1.LockState.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	26, // 15: holdfast.lock.v1.LockState.lock_delay:type_name -> google.protobuf.Duration
+	31, // 15: holdfast.lock.v1.LockState.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 16: holdfast.lock.v1.LockState.kind:type_name -> holdfast.lock.v1.Kind
 	6,  // 17: holdfast.lock.v1.LockState.holders:type_name -> holdfast.lock.v1.Grant
-	26, // 18: holdfast.lock.v1.BackendInfo.ttl_granularity:type_name -> google.protobuf.Duration
-	26, // 19: holdfast.lock.v1.BackendInfo.min_ttl:type_name -> google.protobuf.Duration
-	26, // 20: holdfast.lock.v1.BackendInfo.max_ttl:type_name -> google.protobuf.Duration
+	31, // 18: holdfast.lock.v1.BackendInfo.ttl_granularity:type_name -> google.protobuf.Duration
+	31, // 19: holdfast.lock.v1.BackendInfo.min_ttl:type_name -> google.protobuf.Duration
+	31, // 20: holdfast.lock.v1.BackendInfo.max_ttl:type_name -> google.protobuf.Duration
 	2,  // 21: holdfast.lock.v1.BackendInfo.capabilities:type_name -> holdfast.lock.v1.Capability
-	26, // 22: holdfast.lock.v1.BackendInfo.max_lock_delay:type_name -> google.protobuf.Duration
+	31, // 22: holdfast.lock.v1.BackendInfo.max_lock_delay:type_name -> google.protobuf.Duration
 	0,  // 23: holdfast.lock.v1.BackendInfo.kinds:type_name -> holdfast.lock.v1.Kind
-	26, // 24: holdfast.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	26, // 25: holdfast.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	31, // 24: holdfast.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	31, // 25: holdfast.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	4,  // 26: holdfast.lock.v1.AcquireRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	8,  // 27: holdfast.lock.v1.AcquireRequest.claims:type_name -> holdfast.lock.v1.Claim
-	26, // 28: holdfast.lock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	31, // 28: holdfast.lock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 29: holdfast.lock.v1.AcquireRequest.kind:type_name -> holdfast.lock.v1.Kind
 	1,  // 30: holdfast.lock.v1.AcquireRequest.mode:type_name -> holdfast.lock.v1.Mode
 	5,  // 31: holdfast.lock.v1.AcquireResponse.lease:type_name -> holdfast.lock.v1.Lease
@@ -2360,41 +2687,50 @@ var file_holdfast_lock_v1_lock_proto_depIdxs = []int32{
 	9,  // 34: holdfast.lock.v1.AcquireResponse.delayed:type_name -> holdfast.lock.v1.KeyDelay
 	4,  // 35: holdfast.lock.v1.ReleaseRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	4,  // 36: holdfast.lock.v1.ReleaseResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	26, // 37: holdfast.lock.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	31, // 37: holdfast.lock.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
 	4,  // 38: holdfast.lock.v1.ExtendRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	5,  // 39: holdfast.lock.v1.ExtendResponse.lease:type_name -> holdfast.lock.v1.Lease
 	4,  // 40: holdfast.lock.v1.ExtendResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	10, // 41: holdfast.lock.v1.InspectResponse.state:type_name -> holdfast.lock.v1.LockState
-	4,  // 42: holdfast.lock.v1.InspectResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	9,  // 43: holdfast.lock.v1.InspectResponse.delayed:type_name -> holdfast.lock.v1.KeyDelay
-	10, // 44: holdfast.lock.v1.ListResponse.locks:type_name -> holdfast.lock.v1.LockState
-	4,  // 45: holdfast.lock.v1.ListResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	3,  // 46: holdfast.lock.v1.WatchResponse.type:type_name -> holdfast.lock.v1.EventType
-	10, // 47: holdfast.lock.v1.WatchResponse.state:type_name -> holdfast.lock.v1.LockState
-	4,  // 48: holdfast.lock.v1.WatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	11, // 49: holdfast.lock.v1.GetServerInfoResponse.backend:type_name -> holdfast.lock.v1.BackendInfo
-	4,  // 50: holdfast.lock.v1.GetServerInfoResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	26, // 51: holdfast.lock.v1.GetServerInfoResponse.max_clock_offset:type_name -> google.protobuf.Duration
-	26, // 52: holdfast.lock.v1.GetServerInfoResponse.max_wait:type_name -> google.protobuf.Duration
-	12, // 53: holdfast.lock.v1.LockService.Acquire:input_type -> holdfast.lock.v1.AcquireRequest
-	14, // 54: holdfast.lock.v1.LockService.Release:input_type -> holdfast.lock.v1.ReleaseRequest
-	16, // 55: holdfast.lock.v1.LockService.Extend:input_type -> holdfast.lock.v1.ExtendRequest
-	18, // 56: holdfast.lock.v1.LockService.Inspect:input_type -> holdfast.lock.v1.InspectRequest
-	20, // 57: holdfast.lock.v1.LockService.List:input_type -> holdfast.lock.v1.ListRequest
-	22, // 58: holdfast.lock.v1.LockService.Watch:input_type -> holdfast.lock.v1.WatchRequest
-	24, // 59: holdfast.lock.v1.LockService.GetServerInfo:input_type -> holdfast.lock.v1.GetServerInfoRequest
-	13, // 60: holdfast.lock.v1.LockService.Acquire:output_type -> holdfast.lock.v1.AcquireResponse
-	15, // 61: holdfast.lock.v1.LockService.Release:output_type -> holdfast.lock.v1.ReleaseResponse
-	17, // 62: holdfast.lock.v1.LockService.Extend:output_type -> holdfast.lock.v1.ExtendResponse
-	19, // 63: holdfast.lock.v1.LockService.Inspect:output_type -> holdfast.lock.v1.InspectResponse
-	21, // 64: holdfast.lock.v1.LockService.List:output_type -> holdfast.lock.v1.ListResponse
-	23, // 65: holdfast.lock.v1.LockService.Watch:output_type -> holdfast.lock.v1.WatchResponse
-	25, // 66: holdfast.lock.v1.LockService.GetServerInfo:output_type -> holdfast.lock.v1.GetServerInfoResponse
-	60, // [60:67] is the sub-list for method output_type
-	53, // [53:60] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	19, // 41: holdfast.lock.v1.ExtendBatchRequest.items:type_name -> holdfast.lock.v1.ExtendBatchItem
+	4,  // 42: holdfast.lock.v1.ExtendBatchRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	31, // 43: holdfast.lock.v1.ExtendBatchItem.ttl:type_name -> google.protobuf.Duration
+	21, // 44: holdfast.lock.v1.ExtendBatchResponse.results:type_name -> holdfast.lock.v1.ExtendBatchResult
+	4,  // 45: holdfast.lock.v1.ExtendBatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	5,  // 46: holdfast.lock.v1.ExtendBatchResult.lease:type_name -> holdfast.lock.v1.Lease
+	22, // 47: holdfast.lock.v1.ExtendBatchResult.error:type_name -> holdfast.lock.v1.ItemError
+	10, // 48: holdfast.lock.v1.InspectResponse.state:type_name -> holdfast.lock.v1.LockState
+	4,  // 49: holdfast.lock.v1.InspectResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	9,  // 50: holdfast.lock.v1.InspectResponse.delayed:type_name -> holdfast.lock.v1.KeyDelay
+	10, // 51: holdfast.lock.v1.ListResponse.locks:type_name -> holdfast.lock.v1.LockState
+	4,  // 52: holdfast.lock.v1.ListResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	3,  // 53: holdfast.lock.v1.WatchResponse.type:type_name -> holdfast.lock.v1.EventType
+	10, // 54: holdfast.lock.v1.WatchResponse.state:type_name -> holdfast.lock.v1.LockState
+	4,  // 55: holdfast.lock.v1.WatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	11, // 56: holdfast.lock.v1.GetServerInfoResponse.backend:type_name -> holdfast.lock.v1.BackendInfo
+	4,  // 57: holdfast.lock.v1.GetServerInfoResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	31, // 58: holdfast.lock.v1.GetServerInfoResponse.max_clock_offset:type_name -> google.protobuf.Duration
+	31, // 59: holdfast.lock.v1.GetServerInfoResponse.max_wait:type_name -> google.protobuf.Duration
+	12, // 60: holdfast.lock.v1.LockService.Acquire:input_type -> holdfast.lock.v1.AcquireRequest
+	14, // 61: holdfast.lock.v1.LockService.Release:input_type -> holdfast.lock.v1.ReleaseRequest
+	16, // 62: holdfast.lock.v1.LockService.Extend:input_type -> holdfast.lock.v1.ExtendRequest
+	18, // 63: holdfast.lock.v1.LockService.ExtendBatch:input_type -> holdfast.lock.v1.ExtendBatchRequest
+	23, // 64: holdfast.lock.v1.LockService.Inspect:input_type -> holdfast.lock.v1.InspectRequest
+	25, // 65: holdfast.lock.v1.LockService.List:input_type -> holdfast.lock.v1.ListRequest
+	27, // 66: holdfast.lock.v1.LockService.Watch:input_type -> holdfast.lock.v1.WatchRequest
+	29, // 67: holdfast.lock.v1.LockService.GetServerInfo:input_type -> holdfast.lock.v1.GetServerInfoRequest
+	13, // 68: holdfast.lock.v1.LockService.Acquire:output_type -> holdfast.lock.v1.AcquireResponse
+	15, // 69: holdfast.lock.v1.LockService.Release:output_type -> holdfast.lock.v1.ReleaseResponse
+	17, // 70: holdfast.lock.v1.LockService.Extend:output_type -> holdfast.lock.v1.ExtendResponse
+	20, // 71: holdfast.lock.v1.LockService.ExtendBatch:output_type -> holdfast.lock.v1.ExtendBatchResponse
+	24, // 72: holdfast.lock.v1.LockService.Inspect:output_type -> holdfast.lock.v1.InspectResponse
+	26, // 73: holdfast.lock.v1.LockService.List:output_type -> holdfast.lock.v1.ListResponse
+	28, // 74: holdfast.lock.v1.LockService.Watch:output_type -> holdfast.lock.v1.WatchResponse
+	30, // 75: holdfast.lock.v1.LockService.GetServerInfo:output_type -> holdfast.lock.v1.GetServerInfoResponse
+	68, // [68:76] is the sub-list for method output_type
+	60, // [60:68] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_holdfast_lock_v1_lock_proto_init() }
@@ -2402,7 +2738,7 @@ func file_holdfast_lock_v1_lock_proto_init() {
 	if File_holdfast_lock_v1_lock_proto != nil {
 		return
 	}
-	file_holdfast_lock_v1_lock_proto_msgTypes[18].OneofWrappers = []any{
+	file_holdfast_lock_v1_lock_proto_msgTypes[23].OneofWrappers = []any{
 		(*WatchRequest_Key)(nil),
 		(*WatchRequest_Prefix)(nil),
 	}
@@ -2412,7 +2748,7 @@ func file_holdfast_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_holdfast_lock_v1_lock_proto_rawDesc), len(file_holdfast_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   22,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,6 +45,8 @@ const (
 	LockServiceReleaseProcedure = "/holdfast.lock.v1.LockService/Release"
 	// LockServiceExtendProcedure is the fully-qualified name of the LockService's Extend RPC.
 	LockServiceExtendProcedure = "/holdfast.lock.v1.LockService/Extend"
+	// LockServiceExtendBatchProcedure is the fully-qualified name of the LockService's ExtendBatch RPC.
+	LockServiceExtendBatchProcedure = "/holdfast.lock.v1.LockService/ExtendBatch"
 	// LockServiceInspectProcedure is the fully-qualified name of the LockService's Inspect RPC.
 	LockServiceInspectProcedure = "/holdfast.lock.v1.LockService/Inspect"
 	// LockServiceListProcedure is the fully-qualified name of the LockService's List RPC.
@@ -69,6 +71,12 @@ type LockServiceClient interface {
 	Release(context.Context, *v1.ReleaseRequest) (*v1.ReleaseResponse, error)
 	// Extend renews the lease for ttl from now if owner_token still holds it.
 	Extend(context.Context, *v1.ExtendRequest) (*v1.ExtendResponse, error)
+	// ExtendBatch renews many leases in one call, each on its own, as Extend
+	// would: an item whose owner_token no longer holds its key answers
+	// extended=false and changes nothing, and the others are renewed. It is
+	// how a client renews every lease it holds at the cost of one call (the
+	// SDKs' watchdogs use it); it is not a transaction over its items.
+	ExtendBatch(context.Context, *v1.ExtendBatchRequest) (*v1.ExtendBatchResponse, error)
 	// Inspect reports who holds key, without its owner token.
 	Inspect(context.Context, *v1.InspectRequest) (*v1.InspectResponse, error)
 	// List reports held locks whose keys start with prefix, in key order.
@@ -110,6 +118,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("Extend")),
 			connect.WithClientOptions(opts...),
 		),
+		extendBatch: connect.NewClient[v1.ExtendBatchRequest, v1.ExtendBatchResponse](
+			httpClient,
+			baseURL+LockServiceExtendBatchProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("ExtendBatch")),
+			connect.WithClientOptions(opts...),
+		),
 		inspect: connect.NewClient[v1.InspectRequest, v1.InspectResponse](
 			httpClient,
 			baseURL+LockServiceInspectProcedure,
@@ -145,6 +159,7 @@ type lockServiceClient struct {
 	acquire       *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
 	release       *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
 	extend        *connect.Client[v1.ExtendRequest, v1.ExtendResponse]
+	extendBatch   *connect.Client[v1.ExtendBatchRequest, v1.ExtendBatchResponse]
 	inspect       *connect.Client[v1.InspectRequest, v1.InspectResponse]
 	list          *connect.Client[v1.ListRequest, v1.ListResponse]
 	watch         *connect.Client[v1.WatchRequest, v1.WatchResponse]
@@ -172,6 +187,15 @@ func (c *lockServiceClient) Release(ctx context.Context, req *v1.ReleaseRequest)
 // Extend calls holdfast.lock.v1.LockService.Extend.
 func (c *lockServiceClient) Extend(ctx context.Context, req *v1.ExtendRequest) (*v1.ExtendResponse, error) {
 	response, err := c.extend.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ExtendBatch calls holdfast.lock.v1.LockService.ExtendBatch.
+func (c *lockServiceClient) ExtendBatch(ctx context.Context, req *v1.ExtendBatchRequest) (*v1.ExtendBatchResponse, error) {
+	response, err := c.extendBatch.CallUnary(ctx, connect.NewRequest(req))
 	if response != nil {
 		return response.Msg, err
 	}
@@ -223,6 +247,12 @@ type LockServiceHandler interface {
 	Release(context.Context, *v1.ReleaseRequest) (*v1.ReleaseResponse, error)
 	// Extend renews the lease for ttl from now if owner_token still holds it.
 	Extend(context.Context, *v1.ExtendRequest) (*v1.ExtendResponse, error)
+	// ExtendBatch renews many leases in one call, each on its own, as Extend
+	// would: an item whose owner_token no longer holds its key answers
+	// extended=false and changes nothing, and the others are renewed. It is
+	// how a client renews every lease it holds at the cost of one call (the
+	// SDKs' watchdogs use it); it is not a transaction over its items.
+	ExtendBatch(context.Context, *v1.ExtendBatchRequest) (*v1.ExtendBatchResponse, error)
 	// Inspect reports who holds key, without its owner token.
 	Inspect(context.Context, *v1.InspectRequest) (*v1.InspectResponse, error)
 	// List reports held locks whose keys start with prefix, in key order.
@@ -260,6 +290,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("Extend")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceExtendBatchHandler := connect.NewUnaryHandlerSimple(
+		LockServiceExtendBatchProcedure,
+		svc.ExtendBatch,
+		connect.WithSchema(lockServiceMethods.ByName("ExtendBatch")),
+		connect.WithHandlerOptions(opts...),
+	)
 	lockServiceInspectHandler := connect.NewUnaryHandlerSimple(
 		LockServiceInspectProcedure,
 		svc.Inspect,
@@ -295,6 +331,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceReleaseHandler.ServeHTTP(w, r)
 		case LockServiceExtendProcedure:
 			lockServiceExtendHandler.ServeHTTP(w, r)
+		case LockServiceExtendBatchProcedure:
+			lockServiceExtendBatchHandler.ServeHTTP(w, r)
 		case LockServiceInspectProcedure:
 			lockServiceInspectHandler.ServeHTTP(w, r)
 		case LockServiceListProcedure:
@@ -322,6 +360,10 @@ func (UnimplementedLockServiceHandler) Release(context.Context, *v1.ReleaseReque
 
 func (UnimplementedLockServiceHandler) Extend(context.Context, *v1.ExtendRequest) (*v1.ExtendResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("holdfast.lock.v1.LockService.Extend is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) ExtendBatch(context.Context, *v1.ExtendBatchRequest) (*v1.ExtendBatchResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("holdfast.lock.v1.LockService.ExtendBatch is not implemented"))
 }
 
 func (UnimplementedLockServiceHandler) Inspect(context.Context, *v1.InspectRequest) (*v1.InspectResponse, error) {

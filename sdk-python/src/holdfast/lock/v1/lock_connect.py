@@ -27,6 +27,9 @@ class LockService(Protocol):
     async def extend(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
 
+    async def extend_batch(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
+
     async def inspect(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.InspectRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.InspectResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
 
@@ -74,6 +77,16 @@ class LockServiceASGIApplication(ConnectASGIApplication[LockService]):
                         idempotency_level=IdempotencyLevel.UNKNOWN,
                     ),
                     function=svc.extend,
+                ),
+                "/holdfast.lock.v1.LockService/ExtendBatch": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ExtendBatch",
+                        service_name="holdfast.lock.v1.LockService",
+                        input=holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchRequest,
+                        output=holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                    ),
+                    function=svc.extend_batch,
                 ),
                 "/holdfast.lock.v1.LockService/Inspect": Endpoint.unary(
                     method=MethodInfo(
@@ -189,6 +202,26 @@ class LockServiceClient(ConnectClient):
             timeout_ms=timeout_ms,
         )
 
+    async def extend_batch(
+        self,
+        request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ExtendBatch",
+                service_name="holdfast.lock.v1.LockService",
+                input=holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchRequest,
+                output=holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+
     async def inspect(
         self,
         request: holdfast_dot_lock_dot_v1_dot_lock__pb2.InspectRequest,
@@ -286,6 +319,8 @@ class LockServiceSync(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
     def extend(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
+    def extend_batch(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
     def inspect(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.InspectRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.InspectResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
     def list(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ListRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.ListResponse:
@@ -329,6 +364,16 @@ class LockServiceWSGIApplication(ConnectWSGIApplication):
                         idempotency_level=IdempotencyLevel.UNKNOWN,
                     ),
                     function=service.extend,
+                ),
+                "/holdfast.lock.v1.LockService/ExtendBatch": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="ExtendBatch",
+                        service_name="holdfast.lock.v1.LockService",
+                        input=holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchRequest,
+                        output=holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                    ),
+                    function=service.extend_batch,
                 ),
                 "/holdfast.lock.v1.LockService/Inspect": EndpointSync.unary(
                     method=MethodInfo(
@@ -438,6 +483,26 @@ class LockServiceClientSync(ConnectClientSync):
                 service_name="holdfast.lock.v1.LockService",
                 input=holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendRequest,
                 output=holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+
+    def extend_batch(
+        self,
+        request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ExtendBatch",
+                service_name="holdfast.lock.v1.LockService",
+                input=holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchRequest,
+                output=holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
             ),
             headers=headers,

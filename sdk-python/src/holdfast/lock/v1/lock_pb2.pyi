@@ -281,6 +281,52 @@ class ExtendResponse(_message.Message):
     server_stamp: HlcTimestamp
     def __init__(self, extended: _Optional[bool] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
 
+class ExtendBatchRequest(_message.Message):
+    __slots__ = ("items", "client_stamp")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_STAMP_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[ExtendBatchItem]
+    client_stamp: HlcTimestamp
+    def __init__(self, items: _Optional[_Iterable[_Union[ExtendBatchItem, _Mapping]]] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class ExtendBatchItem(_message.Message):
+    __slots__ = ("key", "owner_token", "ttl", "request_id")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    owner_token: str
+    ttl: _duration_pb2.Duration
+    request_id: str
+    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ExtendBatchResponse(_message.Message):
+    __slots__ = ("results", "server_stamp")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    SERVER_STAMP_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ExtendBatchResult]
+    server_stamp: HlcTimestamp
+    def __init__(self, results: _Optional[_Iterable[_Union[ExtendBatchResult, _Mapping]]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class ExtendBatchResult(_message.Message):
+    __slots__ = ("extended", "lease", "error")
+    EXTENDED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    extended: bool
+    lease: Lease
+    error: ItemError
+    def __init__(self, extended: _Optional[bool] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., error: _Optional[_Union[ItemError, _Mapping]] = ...) -> None: ...
+
+class ItemError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
 class InspectRequest(_message.Message):
     __slots__ = ("key",)
     KEY_FIELD_NUMBER: _ClassVar[int]

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file holdfast/lock/v1/lock.proto.
  */
 export const file_holdfast_lock_v1_lock: GenFile = /*@__PURE__*/
-  fileDesc("Chtob2xkZmFzdC9sb2NrL3YxL2xvY2sucHJvdG8SEGhvbGRmYXN0LmxvY2sudjEiNQoMSGxjVGltZXN0YW1wEhQKDHdhbGxfdGltZV9ucxgBIAEoAxIPCgdsb2dpY2FsGAIgASgNIo0DCgVMZWFzZRILCgNrZXkYASABKAkSEwoLb3duZXJfdG9rZW4YAiABKAkSFQoNZmVuY2luZ190b2tlbhgDIAEoBBImCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIpCgRrZXlzGAcgAygLMhsuaG9sZGZhc3QubG9jay52MS5MZWFzZWRLZXkSLQoKbG9ja19kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIkCgRraW5kGAkgASgOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEg0KBWxpbWl0GAogASgNEg8KB3Blcm1pdHMYCyABKA0SJAoEbW9kZRgMIAEoDjIWLmhvbGRmYXN0LmxvY2sudjEuTW9kZSLzAQoFR3JhbnQSFQoNZmVuY2luZ190b2tlbhgBIAEoBBIOCgZob2xkZXIYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBCABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIPCgdwZXJtaXRzGAUgASgNEiQKBG1vZGUYBiABKA4yFi5ob2xkZmFzdC5sb2NrLnYxLk1vZGUSLQoKbG9ja19kZWxheRgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIvCglMZWFzZWRLZXkSCwoDa2V5GAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQiFAoFQ2xhaW0SCwoDa2V5GAEgASgJInAKCEtleURlbGF5EgsKA2tleRgBIAEoCRIpCgV1bnRpbBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoJcmVtYWluaW5nGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uItUCCglMb2NrU3RhdGUSCwoDa2V5GAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQSDgoGaG9sZGVyGAMgASgJEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KBXN0YW1wGAUgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASDwoHd2FpdGVycxgGIAEoDRItCgpsb2NrX2RlbGF5GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiQKBGtpbmQYCCABKA4yFi5ob2xkZmFzdC5sb2NrLnYxLktpbmQSDQoFbGltaXQYCSABKA0SFgoOcGVybWl0c19pbl91c2UYCiABKA0SKAoHaG9sZGVycxgLIAMoCzIXLmhvbGRmYXN0LmxvY2sudjEuR3JhbnQisgMKC0JhY2tlbmRJbmZvEgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIOCgZzaGFyZWQYAyABKAgSDwoHZHVyYWJsZRgEIAEoCBIyCg90dGxfZ3JhbnVsYXJpdHkYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWluX3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgdtYXhfdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBGZhaXIYCCABKAgSMgoMY2FwYWJpbGl0aWVzGAkgAygOMhwuaG9sZGZhc3QubG9jay52MS5DYXBhYmlsaXR5EhAKCG1heF9rZXlzGAogASgNEjEKDm1heF9sb2NrX2RlbGF5GAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiUKBWtpbmRzGAwgAygOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEhEKCW1heF9saW1pdBgNIAEoDRIWCg5yd2xvY2tfcmVhZGVycxgOIAEoDSKMAwoOQWNxdWlyZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKA3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBmhvbGRlchgEIAEoCRI0CgxjbGllbnRfc3RhbXAYBSABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBInCgZjbGFpbXMYBiADKAsyFy5ob2xkZmFzdC5sb2NrLnYxLkNsYWltEhIKCnJlcXVlc3RfaWQYByABKAkSLQoKbG9ja19kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIkCgRraW5kGAkgASgOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEg0KBWxpbWl0GAogASgNEg8KB3Blcm1pdHMYCyABKA0SJAoEbW9kZRgMIAEoDjIWLmhvbGRmYXN0LmxvY2sudjEuTW9kZSLcAQoPQWNxdWlyZVJlc3BvbnNlEhAKCGFjcXVpcmVkGAEgASgIEiYKBWxlYXNlGAIgASgLMhcuaG9sZGZhc3QubG9jay52MS5MZWFzZRIsCgdjdXJyZW50GAMgASgLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSNAoMc2VydmVyX3N0YW1wGAQgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASKwoHZGVsYXllZBgFIAEoCzIaLmhvbGRmYXN0LmxvY2sudjEuS2V5RGVsYXkiigEKDlJlbGVhc2VSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRI0CgxjbGllbnRfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIMCgRrZXlzGAQgAygJEhIKCnJlcXVlc3RfaWQYBSABKAkiWQoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIEjQKDHNlcnZlcl9zdGFtcBgCIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIrEBCg1FeHRlbmRSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRImCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNAoMY2xpZW50X3N0YW1wGAQgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASDAoEa2V5cxgFIAMoCRISCgpyZXF1ZXN0X2lkGAYgASgJIoABCg5FeHRlbmRSZXNwb25zZRIQCghleHRlbmRlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USNAoMc2VydmVyX3N0YW1wGAMgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAiHQoOSW5zcGVjdFJlcXVlc3QSCwoDa2V5GAEgASgJIq4BCg9JbnNwZWN0UmVzcG9uc2USDAoEaGVsZBgBIAEoCBIqCgVzdGF0ZRgCIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wEisKB2RlbGF5ZWQYBCABKAsyGi5ob2xkZmFzdC5sb2NrLnYxLktleURlbGF5IkQKC0xpc3RSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRIRCglwYWdlX3NpemUYAiABKA0SEgoKcGFnZV90b2tlbhgDIAEoCSKJAQoMTGlzdFJlc3BvbnNlEioKBWxvY2tzGAEgAygLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIjkKDFdhdGNoUmVxdWVzdBINCgNrZXkYASABKAlIABIQCgZwcmVmaXgYAiABKAlIAEIICgZ0YXJnZXQinAEKDVdhdGNoUmVzcG9uc2USKQoEdHlwZRgBIAEoDjIbLmhvbGRmYXN0LmxvY2sudjEuRXZlbnRUeXBlEioKBXN0YXRlGAIgASgLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSNAoMc2VydmVyX3N0YW1wGAMgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAiFgoUR2V0U2VydmVySW5mb1JlcXVlc3Qi8AEKFUdldFNlcnZlckluZm9SZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgJEi4KB2JhY2tlbmQYAiABKAsyHS5ob2xkZmFzdC5sb2NrLnYxLkJhY2tlbmRJbmZvEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wEjMKEG1heF9jbG9ja19vZmZzZXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKwoIbWF4X3dhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24qUQoES2luZBIUChBLSU5EX1VOU1BFQ0lGSUVEEAASDgoKS0lORF9NVVRFWBABEhIKDktJTkRfU0VNQVBIT1JFEAISDwoLS0lORF9SV0xPQ0sQAypBCgRNb2RlEhQKEE1PREVfVU5TUEVDSUZJRUQQABIPCgtNT0RFX1NIQVJFRBABEhIKDk1PREVfRVhDTFVTSVZFEAIqeAoKQ2FwYWJpbGl0eRIaChZDQVBBQklMSVRZX1VOU1BFQ0lGSUVEEAASGAoUQ0FQQUJJTElUWV9NVUxUSV9LRVkQARIZChVDQVBBQklMSVRZX1JFUVVFU1RfSUQQAhIZChVDQVBBQklMSVRZX0xPQ0tfREVMQVkQAyqIAQoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIXChNFVkVOVF9UWVBFX0FDUVVJUkVEEAESFwoTRVZFTlRfVFlQRV9SRUxFQVNFRBACEhYKEkVWRU5UX1RZUEVfRVhQSVJFRBADEhUKEUVWRU5UX1RZUEVfU1lOQ0VEEAQyzgQKC0xvY2tTZXJ2aWNlEk4KB0FjcXVpcmUSIC5ob2xkZmFzdC5sb2NrLnYxLkFjcXVpcmVSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5BY3F1aXJlUmVzcG9uc2USTgoHUmVsZWFzZRIgLmhvbGRmYXN0LmxvY2sudjEuUmVsZWFzZVJlcXVlc3QaIS5ob2xkZmFzdC5sb2NrLnYxLlJlbGVhc2VSZXNwb25zZRJLCgZFeHRlbmQSHy5ob2xkZmFzdC5sb2NrLnYxLkV4dGVuZFJlcXVlc3QaIC5ob2xkZmFzdC5sb2NrLnYxLkV4dGVuZFJlc3BvbnNlElMKB0luc3BlY3QSIC5ob2xkZmFzdC5sb2NrLnYxLkluc3BlY3RSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5JbnNwZWN0UmVzcG9uc2UiA5ACARJKCgRMaXN0Eh0uaG9sZGZhc3QubG9jay52MS5MaXN0UmVxdWVzdBoeLmhvbGRmYXN0LmxvY2sudjEuTGlzdFJlc3BvbnNlIgOQAgESSgoFV2F0Y2gSHi5ob2xkZmFzdC5sb2NrLnYxLldhdGNoUmVxdWVzdBofLmhvbGRmYXN0LmxvY2sudjEuV2F0Y2hSZXNwb25zZTABEmUKDUdldFNlcnZlckluZm8SJi5ob2xkZmFzdC5sb2NrLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0GicuaG9sZGZhc3QubG9jay52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2UiA5ACAUI8WjpnaXRodWIuY29tL2hvbGRmYXN0L2hvbGRmYXN0L3Byb3RvL2hvbGRmYXN0L2xvY2svdjE7bG9ja3YxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chtob2xkZmFzdC9sb2NrL3YxL2xvY2sucHJvdG8SEGhvbGRmYXN0LmxvY2sudjEiNQoMSGxjVGltZXN0YW1wEhQKDHdhbGxfdGltZV9ucxgBIAEoAxIPCgdsb2dpY2FsGAIgASgNIo0DCgVMZWFzZRILCgNrZXkYASABKAkSEwoLb3duZXJfdG9rZW4YAiABKAkSFQoNZmVuY2luZ190b2tlbhgDIAEoBBImCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIpCgRrZXlzGAcgAygLMhsuaG9sZGZhc3QubG9jay52MS5MZWFzZWRLZXkSLQoKbG9ja19kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIkCgRraW5kGAkgASgOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEg0KBWxpbWl0GAogASgNEg8KB3Blcm1pdHMYCyABKA0SJAoEbW9kZRgMIAEoDjIWLmhvbGRmYXN0LmxvY2sudjEuTW9kZSLzAQoFR3JhbnQSFQoNZmVuY2luZ190b2tlbhgBIAEoBBIOCgZob2xkZXIYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBCABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIPCgdwZXJtaXRzGAUgASgNEiQKBG1vZGUYBiABKA4yFi5ob2xkZmFzdC5sb2NrLnYxLk1vZGUSLQoKbG9ja19kZWxheRgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIvCglMZWFzZWRLZXkSCwoDa2V5GAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQiFAoFQ2xhaW0SCwoDa2V5GAEgASgJInAKCEtleURlbGF5EgsKA2tleRgBIAEoCRIpCgV1bnRpbBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoJcmVtYWluaW5nGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uItUCCglMb2NrU3RhdGUSCwoDa2V5GAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQSDgoGaG9sZGVyGAMgASgJEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KBXN0YW1wGAUgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASDwoHd2FpdGVycxgGIAEoDRItCgpsb2NrX2RlbGF5GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiQKBGtpbmQYCCABKA4yFi5ob2xkZmFzdC5sb2NrLnYxLktpbmQSDQoFbGltaXQYCSABKA0SFgoOcGVybWl0c19pbl91c2UYCiABKA0SKAoHaG9sZGVycxgLIAMoCzIXLmhvbGRmYXN0LmxvY2sudjEuR3JhbnQisgMKC0JhY2tlbmRJbmZvEgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIOCgZzaGFyZWQYAyABKAgSDwoHZHVyYWJsZRgEIAEoCBIyCg90dGxfZ3JhbnVsYXJpdHkYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWluX3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgdtYXhfdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBGZhaXIYCCABKAgSMgoMY2FwYWJpbGl0aWVzGAkgAygOMhwuaG9sZGZhc3QubG9jay52MS5DYXBhYmlsaXR5EhAKCG1heF9rZXlzGAogASgNEjEKDm1heF9sb2NrX2RlbGF5GAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiUKBWtpbmRzGAwgAygOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEhEKCW1heF9saW1pdBgNIAEoDRIWCg5yd2xvY2tfcmVhZGVycxgOIAEoDSKMAwoOQWNxdWlyZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKA3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBmhvbGRlchgEIAEoCRI0CgxjbGllbnRfc3RhbXAYBSABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBInCgZjbGFpbXMYBiADKAsyFy5ob2xkZmFzdC5sb2NrLnYxLkNsYWltEhIKCnJlcXVlc3RfaWQYByABKAkSLQoKbG9ja19kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIkCgRraW5kGAkgASgOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEg0KBWxpbWl0GAogASgNEg8KB3Blcm1pdHMYCyABKA0SJAoEbW9kZRgMIAEoDjIWLmhvbGRmYXN0LmxvY2sudjEuTW9kZSLcAQoPQWNxdWlyZVJlc3BvbnNlEhAKCGFjcXVpcmVkGAEgASgIEiYKBWxlYXNlGAIgASgLMhcuaG9sZGZhc3QubG9jay52MS5MZWFzZRIsCgdjdXJyZW50GAMgASgLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSNAoMc2VydmVyX3N0YW1wGAQgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASKwoHZGVsYXllZBgFIAEoCzIaLmhvbGRmYXN0LmxvY2sudjEuS2V5RGVsYXkiigEKDlJlbGVhc2VSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRI0CgxjbGllbnRfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIMCgRrZXlzGAQgAygJEhIKCnJlcXVlc3RfaWQYBSABKAkiWQoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIEjQKDHNlcnZlcl9zdGFtcBgCIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIrEBCg1FeHRlbmRSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRImCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNAoMY2xpZW50X3N0YW1wGAQgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASDAoEa2V5cxgFIAMoCRISCgpyZXF1ZXN0X2lkGAYgASgJIoABCg5FeHRlbmRSZXNwb25zZRIQCghleHRlbmRlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USNAoMc2VydmVyX3N0YW1wGAMgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAifAoSRXh0ZW5kQmF0Y2hSZXF1ZXN0EjAKBWl0ZW1zGAEgAygLMiEuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaEl0ZW0SNAoMY2xpZW50X3N0YW1wGAIgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAibwoPRXh0ZW5kQmF0Y2hJdGVtEgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRImCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKcmVxdWVzdF9pZBgEIAEoCSKBAQoTRXh0ZW5kQmF0Y2hSZXNwb25zZRI0CgdyZXN1bHRzGAEgAygLMiMuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaFJlc3VsdBI0CgxzZXJ2ZXJfc3RhbXAYAiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCJ5ChFFeHRlbmRCYXRjaFJlc3VsdBIQCghleHRlbmRlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USKgoFZXJyb3IYAyABKAsyGy5ob2xkZmFzdC5sb2NrLnYxLkl0ZW1FcnJvciIqCglJdGVtRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIh0KDkluc3BlY3RSZXF1ZXN0EgsKA2tleRgBIAEoCSKuAQoPSW5zcGVjdFJlc3BvbnNlEgwKBGhlbGQYASABKAgSKgoFc3RhdGUYAiABKAsyGy5ob2xkZmFzdC5sb2NrLnYxLkxvY2tTdGF0ZRI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIrCgdkZWxheWVkGAQgASgLMhouaG9sZGZhc3QubG9jay52MS5LZXlEZWxheSJECgtMaXN0UmVxdWVzdBIOCgZwcmVmaXgYASABKAkSEQoJcGFnZV9zaXplGAIgASgNEhIKCnBhZ2VfdG9rZW4YAyABKAkiiQEKDExpc3RSZXNwb25zZRIqCgVsb2NrcxgBIAMoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCI5CgxXYXRjaFJlcXVlc3QSDQoDa2V5GAEgASgJSAASEAoGcHJlZml4GAIgASgJSABCCAoGdGFyZ2V0IpwBCg1XYXRjaFJlc3BvbnNlEikKBHR5cGUYASABKA4yGy5ob2xkZmFzdC5sb2NrLnYxLkV2ZW50VHlwZRIqCgVzdGF0ZRgCIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IvABChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIuCgdiYWNrZW5kGAIgASgLMh0uaG9sZGZhc3QubG9jay52MS5CYWNrZW5kSW5mbxI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIzChBtYXhfY2xvY2tfb2Zmc2V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEisKCG1heF93YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uKlEKBEtpbmQSFAoQS0lORF9VTlNQRUNJRklFRBAAEg4KCktJTkRfTVVURVgQARISCg5LSU5EX1NFTUFQSE9SRRACEg8KC0tJTkRfUldMT0NLEAMqQQoETW9kZRIUChBNT0RFX1VOU1BFQ0lGSUVEEAASDwoLTU9ERV9TSEFSRUQQARISCg5NT0RFX0VYQ0xVU0lWRRACKngKCkNhcGFiaWxpdHkSGgoWQ0FQQUJJTElUWV9VTlNQRUNJRklFRBAAEhgKFENBUEFCSUxJVFlfTVVMVElfS0VZEAESGQoVQ0FQQUJJTElUWV9SRVFVRVNUX0lEEAISGQoVQ0FQQUJJTElUWV9MT0NLX0RFTEFZEAMqiAEKCUV2ZW50VHlwZRIaChZFVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASFwoTRVZFTlRfVFlQRV9BQ1FVSVJFRBABEhcKE0VWRU5UX1RZUEVfUkVMRUFTRUQQAhIWChJFVkVOVF9UWVBFX0VYUElSRUQQAxIVChFFVkVOVF9UWVBFX1NZTkNFRBAEMqoFCgtMb2NrU2VydmljZRJOCgdBY3F1aXJlEiAuaG9sZGZhc3QubG9jay52MS5BY3F1aXJlUmVxdWVzdBohLmhvbGRmYXN0LmxvY2sudjEuQWNxdWlyZVJlc3BvbnNlEk4KB1JlbGVhc2USIC5ob2xkZmFzdC5sb2NrLnYxLlJlbGVhc2VSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5SZWxlYXNlUmVzcG9uc2USSwoGRXh0ZW5kEh8uaG9sZGZhc3QubG9jay52MS5FeHRlbmRSZXF1ZXN0GiAuaG9sZGZhc3QubG9jay52MS5FeHRlbmRSZXNwb25zZRJaCgtFeHRlbmRCYXRjaBIkLmhvbGRmYXN0LmxvY2sudjEuRXh0ZW5kQmF0Y2hSZXF1ZXN0GiUuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaFJlc3BvbnNlElMKB0luc3BlY3QSIC5ob2xkZmFzdC5sb2NrLnYxLkluc3BlY3RSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5JbnNwZWN0UmVzcG9uc2UiA5ACARJKCgRMaXN0Eh0uaG9sZGZhc3QubG9jay52MS5MaXN0UmVxdWVzdBoeLmhvbGRmYXN0LmxvY2sudjEuTGlzdFJlc3BvbnNlIgOQAgESSgoFV2F0Y2gSHi5ob2xkZmFzdC5sb2NrLnYxLldhdGNoUmVxdWVzdBofLmhvbGRmYXN0LmxvY2sudjEuV2F0Y2hSZXNwb25zZTABEmUKDUdldFNlcnZlckluZm8SJi5ob2xkZmFzdC5sb2NrLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0GicuaG9sZGZhc3QubG9jay52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2UiA5ACAUI8WjpnaXRodWIuY29tL2hvbGRmYXN0L2hvbGRmYXN0L3Byb3RvL2hvbGRmYXN0L2xvY2svdjE7bG9ja3YxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * HlcTimestamp is a Hybrid Logical Clock reading (Kulkarni et al. 2014):
@@ -822,6 +822,158 @@ export const ExtendResponseSchema: GenMessage<ExtendResponse> = /*@__PURE__*/
   messageDesc(file_holdfast_lock_v1_lock, 13);
 
 /**
+ * @generated from message holdfast.lock.v1.ExtendBatchRequest
+ */
+export type ExtendBatchRequest = Message<"holdfast.lock.v1.ExtendBatchRequest"> & {
+  /**
+   * 1 to 1000 leases. A key may appear more than once (each item is
+   * answered on its own).
+   *
+   * @generated from field: repeated holdfast.lock.v1.ExtendBatchItem items = 1;
+   */
+  items: ExtendBatchItem[];
+
+  /**
+   * @generated from field: holdfast.lock.v1.HlcTimestamp client_stamp = 2;
+   */
+  clientStamp?: HlcTimestamp | undefined;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.ExtendBatchRequest.
+ * Use `create(ExtendBatchRequestSchema)` to create a new message.
+ */
+export const ExtendBatchRequestSchema: GenMessage<ExtendBatchRequest> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 14);
+
+/**
+ * ExtendBatchItem is one single-key lease to renew: the fields of an
+ * ExtendRequest (a multi-key lease is renewed by its own Extend).
+ *
+ * @generated from message holdfast.lock.v1.ExtendBatchItem
+ */
+export type ExtendBatchItem = Message<"holdfast.lock.v1.ExtendBatchItem"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * @generated from field: string owner_token = 2;
+   */
+  ownerToken: string;
+
+  /**
+   * New lease length, counted from now.
+   *
+   * @generated from field: google.protobuf.Duration ttl = 3;
+   */
+  ttl?: Duration | undefined;
+
+  /**
+   * Makes retries safe, as ExtendRequest.request_id: a repeat of this item
+   * (in a batch or as an Extend of the same key, owner_token and ttl) renews
+   * the lease again and answers as the first did.
+   *
+   * @generated from field: string request_id = 4;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.ExtendBatchItem.
+ * Use `create(ExtendBatchItemSchema)` to create a new message.
+ */
+export const ExtendBatchItemSchema: GenMessage<ExtendBatchItem> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 15);
+
+/**
+ * @generated from message holdfast.lock.v1.ExtendBatchResponse
+ */
+export type ExtendBatchResponse = Message<"holdfast.lock.v1.ExtendBatchResponse"> & {
+  /**
+   * One per item, in the request's order.
+   *
+   * @generated from field: repeated holdfast.lock.v1.ExtendBatchResult results = 1;
+   */
+  results: ExtendBatchResult[];
+
+  /**
+   * @generated from field: holdfast.lock.v1.HlcTimestamp server_stamp = 2;
+   */
+  serverStamp?: HlcTimestamp | undefined;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.ExtendBatchResponse.
+ * Use `create(ExtendBatchResponseSchema)` to create a new message.
+ */
+export const ExtendBatchResponseSchema: GenMessage<ExtendBatchResponse> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 16);
+
+/**
+ * @generated from message holdfast.lock.v1.ExtendBatchResult
+ */
+export type ExtendBatchResult = Message<"holdfast.lock.v1.ExtendBatchResult"> & {
+  /**
+   * False when the item's owner_token no longer holds its key; that lease is
+   * lost. Meaningless when error is set.
+   *
+   * @generated from field: bool extended = 1;
+   */
+  extended: boolean;
+
+  /**
+   * The renewed lease, when extended.
+   *
+   * @generated from field: holdfast.lock.v1.Lease lease = 2;
+   */
+  lease?: Lease | undefined;
+
+  /**
+   * Set when the server could not decide this item (the store was out of
+   * reach for its key): the lease is neither renewed nor lost; retry it.
+   * The other items' answers stand.
+   *
+   * @generated from field: holdfast.lock.v1.ItemError error = 3;
+   */
+  error?: ItemError | undefined;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.ExtendBatchResult.
+ * Use `create(ExtendBatchResultSchema)` to create a new message.
+ */
+export const ExtendBatchResultSchema: GenMessage<ExtendBatchResult> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 17);
+
+/**
+ * ItemError is why one item of a batch was not decided.
+ *
+ * @generated from message holdfast.lock.v1.ItemError
+ */
+export type ItemError = Message<"holdfast.lock.v1.ItemError"> & {
+  /**
+   * A Connect code name, such as "unavailable".
+   *
+   * @generated from field: string code = 1;
+   */
+  code: string;
+
+  /**
+   * @generated from field: string message = 2;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.ItemError.
+ * Use `create(ItemErrorSchema)` to create a new message.
+ */
+export const ItemErrorSchema: GenMessage<ItemError> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 18);
+
+/**
  * @generated from message holdfast.lock.v1.InspectRequest
  */
 export type InspectRequest = Message<"holdfast.lock.v1.InspectRequest"> & {
@@ -836,7 +988,7 @@ export type InspectRequest = Message<"holdfast.lock.v1.InspectRequest"> & {
  * Use `create(InspectRequestSchema)` to create a new message.
  */
 export const InspectRequestSchema: GenMessage<InspectRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 14);
+  messageDesc(file_holdfast_lock_v1_lock, 19);
 
 /**
  * @generated from message holdfast.lock.v1.InspectResponse
@@ -872,7 +1024,7 @@ export type InspectResponse = Message<"holdfast.lock.v1.InspectResponse"> & {
  * Use `create(InspectResponseSchema)` to create a new message.
  */
 export const InspectResponseSchema: GenMessage<InspectResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 15);
+  messageDesc(file_holdfast_lock_v1_lock, 20);
 
 /**
  * @generated from message holdfast.lock.v1.ListRequest
@@ -909,7 +1061,7 @@ export type ListRequest = Message<"holdfast.lock.v1.ListRequest"> & {
  * Use `create(ListRequestSchema)` to create a new message.
  */
 export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 16);
+  messageDesc(file_holdfast_lock_v1_lock, 21);
 
 /**
  * @generated from message holdfast.lock.v1.ListResponse
@@ -938,7 +1090,7 @@ export type ListResponse = Message<"holdfast.lock.v1.ListResponse"> & {
  * Use `create(ListResponseSchema)` to create a new message.
  */
 export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 17);
+  messageDesc(file_holdfast_lock_v1_lock, 22);
 
 /**
  * @generated from message holdfast.lock.v1.WatchRequest
@@ -971,7 +1123,7 @@ export type WatchRequest = Message<"holdfast.lock.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 18);
+  messageDesc(file_holdfast_lock_v1_lock, 23);
 
 /**
  * @generated from message holdfast.lock.v1.WatchResponse
@@ -1001,7 +1153,7 @@ export type WatchResponse = Message<"holdfast.lock.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 19);
+  messageDesc(file_holdfast_lock_v1_lock, 24);
 
 /**
  * @generated from message holdfast.lock.v1.GetServerInfoRequest
@@ -1014,7 +1166,7 @@ export type GetServerInfoRequest = Message<"holdfast.lock.v1.GetServerInfoReques
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 20);
+  messageDesc(file_holdfast_lock_v1_lock, 25);
 
 /**
  * @generated from message holdfast.lock.v1.GetServerInfoResponse
@@ -1057,7 +1209,7 @@ export type GetServerInfoResponse = Message<"holdfast.lock.v1.GetServerInfoRespo
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 21);
+  messageDesc(file_holdfast_lock_v1_lock, 26);
 
 /**
  * Kind is how a key is held. A key has one kind and one limit (capacity),
@@ -1263,6 +1415,20 @@ export const LockService: GenService<{
     methodKind: "unary";
     input: typeof ExtendRequestSchema;
     output: typeof ExtendResponseSchema;
+  },
+  /**
+   * ExtendBatch renews many leases in one call, each on its own, as Extend
+   * would: an item whose owner_token no longer holds its key answers
+   * extended=false and changes nothing, and the others are renewed. It is
+   * how a client renews every lease it holds at the cost of one call (the
+   * SDKs' watchdogs use it); it is not a transaction over its items.
+   *
+   * @generated from rpc holdfast.lock.v1.LockService.ExtendBatch
+   */
+  extendBatch: {
+    methodKind: "unary";
+    input: typeof ExtendBatchRequestSchema;
+    output: typeof ExtendBatchResponseSchema;
   },
   /**
    * Inspect reports who holds key, without its owner token.

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
+)
+
+// List, metrics and Watch off the hot path (-list-load): a normal client's
+// Acquire+Release p50 on a memory server that is idle, against the same
+// while the server holds many locks and other clients page through all of
+// them with List "" in a loop, scrape /metrics (whose held-lock count lists
+// the backend) in a loop, and watch every key.
+type listLoad struct {
+	Locks    int        `json:"held_locks"`
+	Watchers int        `json:"watchers"`
+	Idle     throughput `json:"idle"`
+	Held     throughput `json:"held"`
+	Loaded   throughput `json:"loaded"`
+	// Pages listed and scrapes made while Loaded ran, and their p50s (µs).
+	Pages      int     `json:"list_pages"`
+	PageP50    float64 `json:"list_page_p50_us"`
+	Scrapes    int     `json:"scrapes"`
+	ScrapeP50  float64 `json:"scrape_p50_us"`
+	WatchEvent int     `json:"watch_events"`
+}
+
+func (l listLoad) ratio() float64 {
+	if l.Idle.P50 == 0 {
+		return 0
+	}
+	return l.Loaded.P50 / l.Idle.P50
+}
+
+var (
+	listLoadOn       = flag.Bool("list-load", false, "measure Acquire beside List, metrics scrapes and watchers on many held locks (a few minutes)")
+	listLoadLocks    = flag.Int("list-load-locks", 300_000, "-list-load: locks held")
+	listLoadWatchers = flag.Int("list-load-watchers", 20, "-list-load: Watch streams on every key")
+)
+
+func measureListLoad(ctx context.Context) (*listLoad, error) {
+	n := *listLoadLocks
+	args := append(bigServerArgs(n), "--metrics-addr", "127.0.0.1:0")
+	srv, err := startProcess(ctx, filepath.Join(*binDir, "holdfast"), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	ll := &listLoad{Locks: n, Watchers: *listLoadWatchers}
+	normal := newClient(srv.addr)
+	run := fmt.Sprintf("ll/%d", time.Now().UnixNano())
+	ll.Idle = measure(ctx, "Acquire+Release, idle server", 1, *duration, acquireRelease(normal, run+"/normal"))
+
+	clients := make([]lockv1connect.LockServiceClient, 64)
+	for i := range clients {
+		clients[i] = newClient(srv.addr)
+	}
+	logf("list-load: holding %d locks", n)
+	if err := parallel(ctx, n, func(i int) error {
+		resp, err := clients[i%len(clients)].Acquire(ctx, &lockv1.AcquireRequest{
+			Key: fmt.Sprintf("%s/held/%07d", run, i), Ttl: durationpb.New(time.Hour)})
+		if err == nil && !resp.GetAcquired() {
+			err = fmt.Errorf("held lock %d not acquired", i)
+		}
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("holding %d locks: %w", n, err)
+	}
+	ll.Held = measure(ctx, fmt.Sprintf("Acquire+Release, %d held", n), 1, *duration, acquireRelease(normal, run+"/normal"))
+
+	loadCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var pages, scrapes []time.Duration
+	var loadErr error
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if loadErr == nil && loadCtx.Err() == nil {
+			loadErr = err
+		}
+	}
+	lister := newClient(srv.addr)
+	wg.Go(func() {
+		token := ""
+		for loadCtx.Err() == nil {
+			t0 := time.Now()
+			resp, err := lister.List(loadCtx, &lockv1.ListRequest{PageSize: 1000, PageToken: token})
+			if err != nil {
+				fail(fmt.Errorf("list: %w", err))
+				return
+			}
+			mu.Lock()
+			pages = append(pages, time.Since(t0))
+			mu.Unlock()
+			token = resp.GetNextPageToken()
+		}
+	})
+	if url := srv.metricsURL(); url != "" {
+		wg.Go(func() {
+			for loadCtx.Err() == nil {
+				t0 := time.Now()
+				if err := scrape(loadCtx, url); err != nil {
+					fail(fmt.Errorf("scrape: %w", err))
+					return
+				}
+				mu.Lock()
+				scrapes = append(scrapes, time.Since(t0))
+				mu.Unlock()
+			}
+		})
+	} else {
+		logf("list-load: the server did not log its metrics address; no scrapes")
+	}
+	events := 0
+	for range ll.Watchers {
+		w := newClient(srv.addr)
+		wg.Go(func() {
+			stream, err := w.Watch(loadCtx, &lockv1.WatchRequest{Target: &lockv1.WatchRequest_Prefix{Prefix: ""}})
+			if err != nil {
+				fail(fmt.Errorf("watch: %w", err))
+				return
+			}
+			defer stream.Close()
+			for stream.Receive() {
+				mu.Lock()
+				events++
+				mu.Unlock()
+			}
+			if err := stream.Err(); err != nil && loadCtx.Err() == nil && connect.CodeOf(err) != connect.CodeCanceled {
+				fail(fmt.Errorf("watch: %w", err))
+			}
+		})
+	}
+	ll.Loaded = measure(ctx, fmt.Sprintf("Acquire+Release, %d held, List loop, scrapes, %d watchers", n, ll.Watchers), 1, *duration, acquireRelease(normal, run+"/normal"))
+	stop()
+	wg.Wait()
+	if loadErr != nil {
+		return nil, loadErr
+	}
+	slices.Sort(pages)
+	slices.Sort(scrapes)
+	ll.Pages, ll.PageP50 = len(pages), micros(percentile(pages, 0.5))
+	ll.Scrapes, ll.ScrapeP50 = len(scrapes), micros(percentile(scrapes, 0.5))
+	ll.WatchEvent = events
+	return ll, nil
+}
+
+func scrape(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return errors.New(resp.Status)
+	}
+	return nil
+}
+
+func printListLoad(ll *listLoad) {
+	if ll == nil {
+		return
+	}
+	fmt.Printf("\nAcquire+Release at c1 beside List, metrics and Watch: %d locks held; one client pages List \"\" (1000 a page) in a loop, one scrapes /metrics in a loop, %d watch every key\n", ll.Locks, ll.Watchers)
+	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "state\tops/s\tp50 µs\tp99 µs\tp50 over idle\t")
+	for _, r := range []throughput{ll.Idle, ll.Held, ll.Loaded} {
+		fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%.0f\t%.2f×\t\n", strings.TrimPrefix(r.Name, "Acquire+Release, "), r.OpsPerSec, r.P50, r.P99, r.P50/max(ll.Idle.P50, 1))
+	}
+	_ = w.Flush()
+	fmt.Printf("meanwhile: %d List pages (p50 %.1f ms), %d scrapes (p50 %.1f ms), %d watch events\n",
+		ll.Pages, ll.PageP50/1000, ll.Scrapes, ll.ScrapeP50/1000, ll.WatchEvent)
+}

@@ -1,0 +1,447 @@
+package holdfast
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+)
+
+// The client's watchdog: one renewer for every guard of a Client, so that
+// renewing costs RPCs in proportion to the clients, not to the leases
+// (docs/sdk-behaviour.md, "The watchdog"). Each guard is due TTL/3 after its
+// last successful renewal was sent; when the renewer sends for a due guard,
+// it takes every other guard due within the next TTL/6 along, in one
+// ExtendBatch (a single guard goes as a plain Extend), so guards that were
+// renewed together stay together. Each guard keeps its own outcome and its
+// own loss semantics (promise 5): extended=false poisons that guard alone,
+// an item the server could not decide is a failed renewal of that guard,
+// retried with the backoff like a failed call. Every renewal carries one
+// request id, the same on each of its retries, so a retried renewal is not
+// applied twice. A multi-key guard is renewed by its own Extend (an
+// ExtendBatch item is one key), at the same moment as the others.
+
+// Bounds of one renewal call.
+const (
+	// maxBatchItems is the most leases one ExtendBatch carries; the server
+	// accepts 1000.
+	maxBatchItems = 500
+	// renewEarly divides a guard's TTL into how early it may be renewed
+	// to go with another guard's renewal: TTL/6 before it is due.
+	renewEarly = 6
+	// busyRetry is when to look again at a guard whose lease RPC slot was
+	// taken (an explicit Extend or the release).
+	busyRetry = 10 * time.Millisecond
+)
+
+// renewer is the client's one watchdog goroutine and the RPCs it sends.
+// The goroutine runs while some guard is scheduled and exits when none is
+// (start again by the next add); Client.Close waits for it and for every
+// renewal RPC in flight.
+type renewer struct {
+	c *Client
+
+	mu      sync.Mutex
+	due     renewHeap // the guards waiting for their next renewal
+	running bool      // the goroutine runs
+	closed  bool      // Client.Close began: no more guards
+	wake    chan struct{}
+	rpcs    sync.WaitGroup // the loop and its RPCs
+	// single: the server does not serve ExtendBatch (an older server
+	// answered unimplemented): every renewal is a plain Extend.
+	single bool
+}
+
+// Renewal state of one guard, kept by the renewer under its mutex.
+type renewal struct {
+	next     time.Time // when the guard is due
+	attempt  int       // failed renewals in a row
+	idx      int       // in the heap; -1 when not in it
+	inFlight bool      // in a renewal RPC, holding the guard's RPC slot
+	removed  bool      // stopped (Unlock, Close): never renewed again
+	rid      string    // the request id of the renewal under way; "" between renewals
+}
+
+func newRenewer(c *Client) *renewer {
+	return &renewer{c: c, wake: make(chan struct{}, 1)}
+}
+
+// add schedules g's first renewal; false once the client is closing.
+func (r *renewer) add(g *Guard) bool {
+	g.mu.Lock()
+	next := g.lastSent.Add(g.ttl / 3)
+	g.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g.ren = renewal{next: next, idx: -1}
+	if r.closed {
+		g.ren.removed = true
+		return false
+	}
+	heap.Push(&r.due, g)
+	r.poke()
+	return true
+}
+
+// poke wakes the loop, starting it if it is not running. r.mu must be held.
+func (r *renewer) poke() {
+	if !r.running {
+		r.running = true
+		r.rpcs.Add(1)
+		go r.loop()
+		return
+	}
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// remove stops renewing g: it leaves the schedule, and a renewal in flight
+// lets go of it (the guard's RPC slot is given back now; that renewal's
+// answer is then ignored), so the release that follows does not wait for
+// someone else's renewal.
+func (r *renewer) remove(g *Guard) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if g.ren.removed {
+		return
+	}
+	g.ren.removed = true
+	if g.ren.idx >= 0 {
+		heap.Remove(&r.due, g.ren.idx)
+	}
+	if g.ren.inFlight {
+		g.ren.inFlight = false
+		g.releaseSem()
+	}
+	if len(r.due) == 0 && r.running {
+		// Let the loop see the empty schedule and exit now, not at its
+		// timer.
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// reschedule moves g's next renewal to TTL/3 after its last successful one
+// (after an explicit Extend).
+func (r *renewer) reschedule(g *Guard) {
+	g.mu.Lock()
+	next := g.lastSent.Add(g.ttl / 3)
+	g.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if g.ren.removed || g.ren.idx < 0 {
+		return
+	}
+	g.ren.next = next
+	g.ren.attempt, g.ren.rid = 0, ""
+	heap.Fix(&r.due, g.ren.idx)
+	r.poke()
+}
+
+// close refuses new guards and waits for the loop and every renewal RPC to
+// end (Client.Close, after every guard was removed and the client's closing
+// context, which bounds the renewals in flight, was cancelled).
+func (r *renewer) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.rpcs.Wait()
+}
+
+// loop sends the renewals as they come due, until no guard is scheduled.
+func (r *renewer) loop() {
+	defer r.rpcs.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		if len(r.due) == 0 {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		var batch []*Guard
+		if !r.due[0].ren.next.After(now) {
+			batch = r.take(now)
+		}
+		empty := len(r.due) == 0
+		wait := time.Hour
+		if !empty {
+			wait = time.Until(r.due[0].ren.next)
+		}
+		r.mu.Unlock()
+		for c := range slices.Chunk(batch, maxBatchItems) {
+			r.rpcs.Add(1)
+			go func() {
+				defer r.rpcs.Done()
+				r.renew(c)
+			}()
+		}
+		if len(batch) > 0 || empty {
+			continue // a guard may have come due meanwhile; or exit
+		}
+		timer.Reset(max(wait, 0))
+		select {
+		case <-r.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// take removes from the schedule the guards to renew now: the first due
+// one and every guard due by the end of its own renew-early window (a sixth
+// of its TTL) that falls within the first one's, whose RPC slot is free; it
+// marks them in flight. A guard whose slot is taken (an explicit Extend,
+// its release) is looked at again shortly; one that ended leaves. r.mu must
+// be held and the first guard due.
+func (r *renewer) take(now time.Time) []*Guard {
+	horizon := now.Add(r.due[0].TTL() / renewEarly)
+	var batch, back []*Guard
+	for len(r.due) > 0 && !r.due[0].ren.next.After(horizon) {
+		g := heap.Pop(&r.due).(*Guard)
+		g.mu.Lock()
+		ttl, ended := g.ttl, g.err != nil
+		g.mu.Unlock()
+		switch {
+		case ended:
+			g.ren.removed = true
+			continue
+		case g.ren.next.After(now.Add(ttl / renewEarly)):
+			back = append(back, g) // not within its own window yet
+			continue
+		}
+		select {
+		case g.sem <- struct{}{}:
+			g.ren.inFlight = true
+			if g.ren.rid == "" {
+				g.ren.rid = newRequestID() // kept by its retries (failed)
+			}
+			batch = append(batch, g)
+		default:
+			g.ren.next = now.Add(busyRetry)
+			back = append(back, g)
+		}
+	}
+	for _, g := range back {
+		heap.Push(&r.due, g)
+	}
+	return batch
+}
+
+// renew sends one renewal for the guards of batch (each holds its RPC
+// slot) and applies each one's outcome: the single-key guards in one
+// ExtendBatch, each multi-key guard (and a single-key guard alone, or every
+// guard on a server without ExtendBatch) in its own Extend, all at once.
+func (r *renewer) renew(batch []*Guard) {
+	reqs := make([]*lockv1.ExtendRequest, len(batch))
+	// Each attempt is bounded by the lease with the least time left and
+	// by a third of its TTL, so that a hung connection leaves every guard
+	// time for another attempt, and by the request timeout.
+	bound := r.c.opts.requestTimeout
+	r.mu.Lock()
+	rids := make([]string, len(batch))
+	for i, g := range batch {
+		rids[i] = g.ren.rid
+	}
+	single := r.single
+	r.mu.Unlock()
+	var items []*lockv1.ExtendBatchItem
+	var inBatch, alone []int
+	for i, g := range batch {
+		g.mu.Lock()
+		ttl := g.ttl
+		bound = min(bound, max(min(time.Until(g.expiry), g.ttl/3), time.Millisecond))
+		g.mu.Unlock()
+		reqs[i] = g.extendRequest(ttl, rids[i])
+		if g.keys != nil {
+			alone = append(alone, i)
+			continue
+		}
+		inBatch = append(inBatch, i)
+		items = append(items, &lockv1.ExtendBatchItem{Key: g.key, OwnerToken: g.owner, Ttl: reqs[i].GetTtl(), RequestId: rids[i]})
+	}
+	if single || len(inBatch) == 1 {
+		alone, inBatch, items = append(alone, inBatch...), nil, nil
+	}
+	ctx, cancel := context.WithTimeout(r.c.closing, bound)
+	defer cancel()
+	sent := time.Now()
+	var wg sync.WaitGroup
+	wg.Go(func() { r.renewEach(ctx, batch, reqs, alone, sent) })
+	if len(inBatch) > 0 {
+		r.renewBatch(ctx, batch, reqs, inBatch, items, sent)
+	}
+	wg.Wait()
+}
+
+// renewBatch renews the guards batch[i] for i in idx in one ExtendBatch of
+// items (an older server's unimplemented: each by its own Extend, and
+// every renewal after it).
+func (r *renewer) renewBatch(ctx context.Context, batch []*Guard, reqs []*lockv1.ExtendRequest, idx []int, items []*lockv1.ExtendBatchItem, sent time.Time) {
+	resp, err := r.c.rpc.ExtendBatch(ctx, &lockv1.ExtendBatchRequest{Items: items, ClientStamp: r.c.stamp()})
+	if connect.CodeOf(err) == connect.CodeUnimplemented {
+		r.mu.Lock()
+		r.single = true
+		r.mu.Unlock()
+		r.renewEach(ctx, batch, reqs, idx, time.Now())
+		return
+	}
+	if err == nil && len(resp.GetResults()) != len(items) {
+		err = &rpcError{op: "ExtendBatch", code: "internal", message: "answered a different number of results than leases sent", kind: ErrServer}
+	}
+	if err != nil {
+		_, mapped := attemptError(r.c.closing, ctx, "ExtendBatch", err)
+		for _, i := range idx {
+			r.failed(batch[i], mapped)
+		}
+		return
+	}
+	r.c.merge(resp.GetServerStamp())
+	for j, i := range idx {
+		res := resp.GetResults()[j]
+		if e := res.GetError(); e != nil {
+			r.failed(batch[i], &rpcError{op: "ExtendBatch", code: e.GetCode(), message: e.GetMessage(), kind: codeKind(e.GetCode())})
+			continue
+		}
+		r.c.merge(res.GetLease().GetStamp())
+		r.answered(batch[i], sent, reqs[i].GetTtl().AsDuration(), res.GetExtended())
+	}
+}
+
+// renewEach renews each guard batch[i] for i in idx with its own Extend
+// (reqs[i]), at once.
+func (r *renewer) renewEach(ctx context.Context, batch []*Guard, reqs []*lockv1.ExtendRequest, idx []int, sent time.Time) {
+	var wg sync.WaitGroup
+	for _, i := range idx {
+		wg.Go(func() {
+			g := batch[i]
+			resp, err := r.c.rpc.Extend(ctx, reqs[i])
+			if err != nil {
+				_, mapped := attemptError(r.c.closing, ctx, "Extend", err)
+				r.failed(g, mapped)
+				return
+			}
+			r.c.merge(resp.GetServerStamp(), resp.GetLease().GetStamp())
+			r.answered(g, sent, reqs[i].GetTtl().AsDuration(), resp.GetExtended())
+		})
+	}
+	wg.Wait()
+}
+
+// settle takes g out of flight after its renewal answered; false when g
+// was removed meanwhile (its answer is then ignored). It gives the RPC slot
+// back.
+func (r *renewer) settle(g *Guard) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !g.ren.inFlight {
+		return false // removed while in flight; the slot was given back then
+	}
+	g.ren.inFlight = false
+	g.releaseSem()
+	return true
+}
+
+// answered applies a renewal the server answered.
+func (r *renewer) answered(g *Guard, sent time.Time, ttl time.Duration, extended bool) {
+	if !r.settle(g) {
+		return
+	}
+	if !extended {
+		g.mu.Lock()
+		g.poisonLocked(LossRejected)
+		g.mu.Unlock()
+		return
+	}
+	if !g.renewed(sent, ttl) {
+		return // ended meanwhile: the loss stands
+	}
+	g.c.emit(LeaseEvent{Type: LeaseRenewed, Key: g.key, Keys: g.keys, FencingToken: g.fencing, TTL: ttl, Renewals: g.Renewals(), Latency: time.Since(sent)})
+	r.schedule(g, sent.Add(ttl/3), 0)
+}
+
+// failed applies a renewal that did not get an answer for g: it is
+// retried with the backoff, until the local expiry poisons the guard (a
+// transient error never ends a lease that is still valid).
+func (r *renewer) failed(g *Guard, err error) {
+	if !r.settle(g) {
+		return
+	}
+	g.mu.Lock()
+	if g.err != nil {
+		g.mu.Unlock()
+		return
+	}
+	// An attempt that the lease's own expiry cut short says only that time
+	// ran out: keep what the attempts before it learned (say, unavailable),
+	// which is what a LossExpired loss should report.
+	if !errors.Is(err, context.DeadlineExceeded) || time.Now().Before(g.expiry) || g.lastErr == nil {
+		g.lastErr = err
+	}
+	expiry := g.expiry
+	g.mu.Unlock()
+	if left := time.Until(expiry); left > 0 {
+		g.c.emit(LeaseEvent{Type: LeaseRenewalFailed, Key: g.key, Keys: g.keys, FencingToken: g.fencing, Err: err, Remaining: left})
+	}
+	r.mu.Lock()
+	attempt := g.ren.attempt
+	r.mu.Unlock()
+	r.schedule(g, earliest(time.Now().Add(g.c.opts.backoff.delay(attempt)), expiry), attempt+1)
+}
+
+// schedule puts g back in the schedule for next, unless it was removed.
+func (r *renewer) schedule(g *Guard, next time.Time, attempt int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if g.ren.removed {
+		return
+	}
+	g.ren.next, g.ren.attempt = next, attempt
+	if attempt == 0 {
+		g.ren.rid = "" // answered: the next renewal is a new request
+	}
+	heap.Push(&r.due, g)
+	r.poke()
+}
+
+// codeKind is the sentinel of a Connect code name in an item's error.
+func codeKind(code string) error {
+	if code == CodeUnavailable {
+		return ErrUnavailable
+	}
+	return ErrServer
+}
+
+// renewHeap orders guards by their next renewal.
+type renewHeap []*Guard
+
+func (h renewHeap) Len() int           { return len(h) }
+func (h renewHeap) Less(i, j int) bool { return h[i].ren.next.Before(h[j].ren.next) }
+func (h renewHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].ren.idx, h[j].ren.idx = i, j
+}
+func (h *renewHeap) Push(x any) {
+	g := x.(*Guard)
+	g.ren.idx = len(*h)
+	*h = append(*h, g)
+}
+func (h *renewHeap) Pop() any {
+	old := *h
+	g := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	g.ren.idx = -1
+	return g
+}

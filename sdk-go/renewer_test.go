@@ -1,0 +1,171 @@
+package holdfast
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The client's watchdog renews its guards together: RPCs per renewal
+// period in proportion to the client, not to its leases; each guard keeps
+// its own outcome (watchdog_test.go has the one-guard failure paths).
+
+// lockMany takes n guards on one client, keys k0..k(n-1).
+func lockMany(t *testing.T, c *Client, n int, ttl time.Duration) []*Guard {
+	t.Helper()
+	gs := make([]*Guard, n)
+	for i := range gs {
+		g, err := c.Lock(fmt.Sprint("k", i)).TTL(ttl).TryLock(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs[i] = g
+	}
+	return gs
+}
+
+func TestWatchdogRenewsAClientsGuardsInFewCalls(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.batch = true })
+	c := dialPeer(t, url)
+	const n, ttl = 40, 900 * time.Millisecond
+	gs := lockMany(t, c, n, ttl)
+	// Three renewal periods: every guard is renewed about three times.
+	deadline := time.Now().Add(ttl + ttl/6)
+	for time.Now().Before(deadline) {
+		for _, g := range gs {
+			if err := g.Err(); err != nil {
+				t.Fatalf("guard %s lost while renewals succeed: %v", g.Key(), err)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, g := range gs {
+		if g.Renewals() < 2 {
+			t.Fatalf("guard %s renewed %d times in %s (TTL %s)", g.Key(), g.Renewals(), ttl+ttl/6, ttl)
+		}
+	}
+	snap := peer.snapshot()
+	if len(snap.extendRecv) != 0 {
+		t.Fatalf("%d plain Extends: a server that batches should get none", len(snap.extendRecv))
+	}
+	calls, items := len(snap.batchSizes), 0
+	for _, s := range snap.batchSizes {
+		items += s
+	}
+	// The guards were taken one after the other, so their first renewals
+	// are spread a little; renewing up to TTL/6 early brings them together.
+	// Per-lock renewals would be 3 x 40 calls; allow a few calls a period.
+	if calls > 12 || items < 2*n {
+		t.Fatalf("%d ExtendBatch calls carrying %d renewals (sizes %v) for %d guards over 3 periods", calls, items, snap.batchSizes, n)
+	}
+	for _, g := range gs {
+		if err := g.Unlock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestWatchdogBatchAnswerRejectsOnlyItsOwnGuard(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.batch = true; p.rejectKeys = map[string]bool{"k3": true} })
+	c := dialPeer(t, url)
+	const ttl = 600 * time.Millisecond
+	gs := lockMany(t, c, 6, ttl)
+	waitDone(t, gs[3], ttl/3+slack)
+	if lost := lossOf(t, gs[3]); lost.Reason != LossRejected {
+		t.Fatalf("k3: %v, want LossRejected", lost)
+	}
+	// The others go on: two more periods, still held and renewed.
+	time.Sleep(2 * ttl / 3)
+	for i, g := range gs {
+		if i == 3 {
+			continue
+		}
+		if err := g.Err(); err != nil || g.Renewals() < 2 {
+			t.Fatalf("guard %s beside the rejected one: %v after %d renewals", g.Key(), err, g.Renewals())
+		}
+	}
+}
+
+func TestWatchdogBatchItemErrorIsAFailedRenewalRetried(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.batch = true; p.itemErrKeys = map[string]int{"k1": 1} })
+	var failed []LeaseEvent
+	events := make(chan LeaseEvent, 64)
+	c := dialPeer(t, url, WithLeaseEvents(func(e LeaseEvent) { events <- e }))
+	const ttl = 900 * time.Millisecond
+	gs := lockMany(t, c, 3, ttl)
+	deadline := time.After(ttl + slack)
+	for renewed := false; !renewed; {
+		select {
+		case e := <-events:
+			switch {
+			case e.Type == LeaseRenewalFailed && e.Key == "k1":
+				failed = append(failed, e)
+			case e.Type == LeaseRenewed && e.Key == "k1":
+				renewed = true
+			case e.Type == LeaseLost:
+				t.Fatalf("guard %s lost: %v", e.Key, e.Err)
+			}
+		case <-deadline:
+			t.Fatalf("k1 not renewed after its item errors (%d failures)", len(failed))
+		}
+	}
+	// The retry of k1 alone (its backoff ends before the others are due)
+	// goes as a plain Extend, which the peer answers.
+	if len(failed) != 1 {
+		t.Fatalf("k1: %d renewal_failed events, want one for its item error", len(failed))
+	}
+	// The retry is the same renewal: it carries the failed item's request
+	// id, so a server that applied the item but lost its answer does not
+	// apply it twice.
+	if ids := peer.snapshot().renewIDs["k1"]; len(ids) < 2 || ids[0] == "" || ids[1] != ids[0] {
+		t.Fatalf("k1's renewal request ids %q: want the failed item's id sent again on its retry", ids)
+	}
+	if err := gs[1].Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWatchdogOnAServerWithoutExtendBatchRenewsEachGuard(t *testing.T) {
+	peer, url := newFakePeer(t) // batch unset: ExtendBatch is unimplemented
+	c := dialPeer(t, url)
+	const ttl = 600 * time.Millisecond
+	gs := lockMany(t, c, 5, ttl)
+	time.Sleep(ttl / 3 * 2)
+	time.Sleep(ttl / 6)
+	for _, g := range gs {
+		if err := g.Err(); err != nil || g.Renewals() < 1 {
+			t.Fatalf("guard %s: %v after %d renewals", g.Key(), err, g.Renewals())
+		}
+	}
+	if snap := peer.snapshot(); len(snap.extendOK) < 5 {
+		t.Fatalf("%d Extends answered, want every guard renewed by its own", len(snap.extendOK))
+	}
+}
+
+// A guard's Unlock does not wait for a renewal of its lease that hangs in a
+// batch with the client's other guards.
+func TestUnlockDoesNotWaitForAHungBatch(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.batch = true })
+	c := dialPeer(t, url)
+	const ttl = 3 * time.Second
+	gs := lockMany(t, c, 2, ttl)
+	peer.set(func(p *fakePeer) { p.batchMode = modeHang })
+	deadline := time.Now().Add(ttl/3 + slack)
+	for len(peer.snapshot().batchSizes) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no renewal sent")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	start := time.Now()
+	if err := gs[0].Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > slack {
+		t.Fatalf("Unlock took %s beside a hung renewal", took)
+	}
+}

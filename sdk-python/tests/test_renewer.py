@@ -1,0 +1,130 @@
+"""The client's watchdog renews its guards together (_renewer.py): calls per
+renewal period in proportion to the client, not to its leases; each guard
+keeps its own outcome. Against a real server (make test-sdk-python)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from holdfast import AsyncClient, AsyncGuard, LeaseLostError
+from holdfast.lock.v1 import lock_pb2
+
+from .conftest import eventually, key, raw_client
+
+
+class Calls:
+    """Counts unary calls by method; with ``old``, answers ExtendBatch
+    unimplemented, as an older server would."""
+
+    def __init__(self, *, old: bool = False) -> None:
+        self.calls: list[str] = []
+        self.old = old
+
+    async def intercept_unary(self, call_next: Callable[[Any, Any], Awaitable[Any]], request: Any, ctx: Any) -> Any:
+        name = ctx.method().name
+        self.calls.append(name)
+        if self.old and name == "ExtendBatch":
+            raise ConnectError(Code.UNIMPLEMENTED, "an older server (test)")
+        return await call_next(request, ctx)
+
+
+async def _lock_many(c: AsyncClient, n: int, ttl: float, name: str) -> list[AsyncGuard]:
+    return [await c.acquire(key(f"{name}-{i}"), ttl=ttl) for i in range(n)]
+
+
+async def test_a_clients_guards_are_renewed_in_a_few_extend_batch_calls(addr: str) -> None:
+    calls = Calls()
+    ttl = 0.9
+    async with AsyncClient(addr, interceptors=[calls]) as c:
+        gs = await _lock_many(c, 40, ttl, "many")
+        end = time.monotonic() + ttl + ttl / 6
+        while time.monotonic() < end:
+            assert all(g.held for g in gs), [str(g.lost_error) for g in gs if not g.held]
+            await asyncio.sleep(0.01)
+        assert all(g.renewals >= 2 for g in gs), [g.renewals for g in gs]
+        assert calls.calls.count("Extend") == 0, "plain Extends to a server that batches"
+        batches = calls.calls.count("ExtendBatch")
+        assert 0 < batches <= 12, f"{batches} ExtendBatch calls for 40 guards over 3 periods"
+        for g in gs:
+            await g.unlock()
+
+
+async def test_only_the_guard_whose_lease_is_gone_is_poisoned(addr: str) -> None:
+    ttl = 0.9
+    async with AsyncClient(addr) as c:
+        gs = await _lock_many(c, 5, ttl, "reject")
+        async with raw_client(addr) as raw:
+            res = await raw.release(lock_pb2.ReleaseRequest(key=gs[2].key, owner_token=gs[2]._owner_token))
+            assert res.released
+        await asyncio.wait_for(gs[2].lost.wait(), ttl / 3 + 1)
+        lost = gs[2].lost_error
+        assert isinstance(lost, LeaseLostError) and lost.reason == "rejected"
+        before = [g.renewals for g in gs]
+        await eventually(
+            "the others renewed again", lambda: all(g.renewals > before[i] for i, g in enumerate(gs) if i != 2)
+        )
+        for i, g in enumerate(gs):
+            if i != 2:
+                assert g.held
+                await g.unlock()
+
+
+async def test_a_server_without_extend_batch_gets_an_extend_per_guard(addr: str) -> None:
+    calls = Calls(old=True)
+    ttl = 0.6
+    async with AsyncClient(addr, interceptors=[calls]) as c:
+        gs = await _lock_many(c, 5, ttl, "old")
+        await eventually("every guard renewed twice", lambda: all(g.renewals >= 2 for g in gs), timeout=3 * ttl + 2)
+        assert all(g.held for g in gs)
+        assert calls.calls.count("Extend") >= 10
+        assert calls.calls.count("ExtendBatch") <= 1, "ExtendBatch is tried once at most, then plain Extends"
+        for g in gs:
+            await g.unlock()
+
+
+async def test_a_lost_renewal_is_retried_with_its_request_ids_and_a_set_renews_by_its_own_extend(addr: str) -> None:
+    ttl = 0.9
+    async with AsyncClient(addr) as c:
+        batches: list[dict[str, str]] = []  # per ExtendBatch: key -> request id
+        extends: list[tuple[tuple[str, ...], str]] = []
+        stub = c._rpc.stub
+        real_batch, real_extend = stub.extend_batch, stub.extend
+        lost = [False]
+
+        async def extend_batch(req: Any, **kw: Any) -> Any:
+            batches.append({it.key: it.request_id for it in req.items})
+            res = await real_batch(req, **kw)
+            if not lost[0]:
+                lost[0] = True  # the server renewed; its answer never arrives
+                raise ConnectError(Code.UNAVAILABLE, "connection reset (test: the answer was lost)")
+            return res
+
+        async def extend(req: Any, **kw: Any) -> Any:
+            extends.append((tuple(req.keys) or (req.key,), req.request_id))
+            return await real_extend(req, **kw)
+
+        setattr(stub, "extend_batch", extend_batch)  # noqa: B010 (typed stubs)
+        setattr(stub, "extend", extend)  # noqa: B010
+        singles = await _lock_many(c, 3, ttl, "lost")
+        both = await c.acquire(key("lost-set-a"), key("lost-set-b"), ttl=ttl)
+        everyone = [*singles, both]
+        await eventually("every guard renewed", lambda: all(g.renewals >= 1 for g in everyone), timeout=2 * ttl + 2)
+        assert all(g.held for g in everyone)
+        assert len(batches) >= 2, f"{len(batches)} ExtendBatch calls: want the lost one and its retry"
+        for g in singles:
+            first = batches[0].get(g.key)
+            assert first, f"{g.key} in the first ExtendBatch with a request id"
+            retries = [b[g.key] for b in batches[1:] if g.key in b] + [i for ks, i in extends if ks == (g.key,)]
+            assert retries and retries[0] == first, f"{g.key}: the retry of a renewal carries its request id"
+        assert not any(k in b for b in batches for k in both.keys), "a multi-key guard in an ExtendBatch"
+        assert any(ks == both.keys and i for ks, i in extends), (
+            "the set renewed by an Extend of its keys with a request id"
+        )
+        for g in everyone:
+            await g.unlock()

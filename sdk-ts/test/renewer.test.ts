@@ -1,0 +1,120 @@
+// The client's watchdog renews its guards together (src/renewer.ts): calls
+// per renewal period in proportion to the client, not to its leases; each
+// guard keeps its own outcome. Against a real server (make test-sdk-ts).
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { Code, ConnectError, createClient as createConnectClient, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
+import { LeaseLostError, createClient, type Guard, type LeaseEvent } from "../src/node.js";
+import { addr, aborted, eventually, key, needsServer, recordingLogger } from "./helpers.js";
+
+/** A client whose calls are counted by method; unimplemented makes it refuse ExtendBatch, as an older server would. */
+function countingClient(counts: Map<string, number>, opts: { unimplemented?: boolean; onLeaseEvent?: (e: LeaseEvent) => void; tokens?: Map<string, string> } = {}) {
+  const count: Interceptor = (next) => async (req) => {
+    counts.set(req.method.name, (counts.get(req.method.name) ?? 0) + 1);
+    if (opts.unimplemented && req.method.name === "ExtendBatch") throw new ConnectError("an older server (test)", Code.Unimplemented);
+    const res = await next(req);
+    if (opts.tokens && !res.stream && req.method.name === "Acquire") {
+      const m = res.message as unknown as { acquired: boolean; lease?: { key: string; ownerToken: string } };
+      if (m.acquired && m.lease) opts.tokens.set(m.lease.key, m.lease.ownerToken);
+    }
+    return res;
+  };
+  return createClient(addr!, { logger: recordingLogger(), interceptors: [count], onLeaseEvent: opts.onLeaseEvent });
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe("the client's watchdog", { skip: needsServer }, () => {
+  it("renews all of a client's guards in a few ExtendBatch calls, not one Extend each", async () => {
+    const counts = new Map<string, number>();
+    const c = countingClient(counts);
+    const ttl = 900;
+    const gs: Guard[] = [];
+    for (let i = 0; i < 40; i++) gs.push(await c.lock(key(`many-${i}`)).ttl(ttl).acquire());
+    const start = performance.now();
+    while (performance.now() - start < ttl + ttl / 6) {
+      for (const g of gs) assert.ok(g.held, `guard ${g.key} lost while renewals succeed: ${String(g.lostError)}`);
+      await sleep(10);
+    }
+    for (const g of gs) assert.ok(g.renewals >= 2, `guard ${g.key} renewed ${g.renewals} times`);
+    assert.equal(counts.get("Extend") ?? 0, 0, "plain Extends to a server that batches");
+    const batches = counts.get("ExtendBatch") ?? 0;
+    assert.ok(batches > 0 && batches <= 12, `${batches} ExtendBatch calls for 40 guards over 3 periods`);
+    for (const g of gs) await g.unlock();
+    await c.close();
+  });
+
+  it("poisons only the guard whose lease the server no longer holds", async () => {
+    const tokens = new Map<string, string>();
+    const c = countingClient(new Map(), { tokens });
+    const ttl = 900;
+    const gs: Guard[] = [];
+    for (let i = 0; i < 5; i++) gs.push(await c.lock(key(`reject-${i}`)).ttl(ttl).acquire());
+    const raw = createConnectClient(LockService, createConnectTransport({ baseUrl: addr!, httpVersion: "1.1" }));
+    assert.equal((await raw.release({ key: gs[2].key, ownerToken: tokens.get(gs[2].key)! })).released, true);
+    const reason = await aborted(gs[2].signal, ttl / 3 + 1_000);
+    assert.ok(reason instanceof LeaseLostError && reason.reason === "rejected", String(reason));
+    const before = gs.map((g) => g.renewals);
+    await eventually("the others renewed again", () => gs.every((g, i) => i === 2 || g.renewals > before[i]), ttl);
+    for (const [i, g] of gs.entries()) if (i !== 2) assert.ok(g.held, `guard ${i} beside the rejected one`);
+    for (const [i, g] of gs.entries()) if (i !== 2) await g.unlock();
+    await c.close();
+  });
+
+  it("retries a renewal whose answer was lost with each item's request id, and renews a multi-key guard by its own Extend", async () => {
+    const batches: Map<string, string>[] = []; // per ExtendBatch: key -> request id
+    const extends_: { keys: string[]; requestId: string }[] = [];
+    let lost = false;
+    const record: Interceptor = (next) => async (req) => {
+      if (req.method.name === "ExtendBatch") {
+        const m = req.message as unknown as { items: { key: string; requestId: string }[] };
+        batches.push(new Map(m.items.map((it) => [it.key, it.requestId])));
+      }
+      if (req.method.name === "Extend") {
+        const m = req.message as unknown as { key: string; keys: string[]; requestId: string };
+        extends_.push({ keys: m.keys.length > 0 ? [...m.keys] : [m.key], requestId: m.requestId });
+      }
+      const res = await next(req);
+      if (req.method.name === "ExtendBatch" && !lost) {
+        lost = true; // the server renewed; its answer never arrives
+        throw new ConnectError("connection reset (test: the answer was lost)", Code.Unavailable);
+      }
+      return res;
+    };
+    const c = createClient(addr!, { logger: recordingLogger(), interceptors: [record] });
+    const ttl = 900;
+    const singles: Guard[] = [];
+    for (let i = 0; i < 3; i++) singles.push(await c.lock(key(`lost-${i}`)).ttl(ttl).acquire());
+    const set = await c.lock(key("lost-set-a"), key("lost-set-b")).ttl(ttl).acquire();
+    await eventually("every guard renewed", () => [...singles, set].every((g) => g.renewals >= 1), 2 * ttl);
+    for (const g of [...singles, set]) assert.ok(g.held, `guard ${g.key}`);
+    assert.ok(batches.length >= 2, `${batches.length} ExtendBatch calls: want the lost one and its retry`);
+    for (const g of singles) {
+      const first = batches[0].get(g.key);
+      assert.ok(first, `${g.key} in the first ExtendBatch with a request id`);
+      const retry = batches.slice(1).find((b) => b.has(g.key))?.get(g.key) ?? extends_.find((e) => e.keys[0] === g.key)?.requestId;
+      assert.equal(retry, first, `${g.key}: the retry of a renewal carries its request id`);
+    }
+    for (const b of batches) assert.ok(!b.has(set.keys[0]) && !b.has(set.keys[1]), "a multi-key guard in an ExtendBatch");
+    const setRenewal = extends_.find((e) => e.keys.length === 2);
+    assert.ok(setRenewal && setRenewal.requestId !== "", "the multi-key guard renewed by an Extend of its keys with a request id");
+    for (const g of [...singles, set]) await g.unlock();
+    await c.close();
+  });
+
+  it("renews each guard with its own Extend on a server without ExtendBatch", async () => {
+    const counts = new Map<string, number>();
+    const c = countingClient(counts, { unimplemented: true });
+    const ttl = 600;
+    const gs: Guard[] = [];
+    for (let i = 0; i < 5; i++) gs.push(await c.lock(key(`old-${i}`)).ttl(ttl).acquire());
+    await eventually("every guard renewed twice", () => gs.every((g) => g.renewals >= 2), 3 * ttl);
+    for (const g of gs) assert.ok(g.held);
+    assert.ok((counts.get("Extend") ?? 0) >= 10, `${counts.get("Extend")} Extends`);
+    assert.ok((counts.get("ExtendBatch") ?? 0) <= 1, "ExtendBatch is tried once at most, then plain Extends");
+    for (const g of gs) await g.unlock();
+    await c.close();
+  });
+});
