@@ -333,8 +333,8 @@ type Backend struct {
 	sets     setStatements
 	grants   grantStatements
 	hints    grantHints // keys this plugin granted on (grants.go)
-	mark     bool  // a failed Acquire marks the row contended (notify=contended)
-	instance int64 // this plugin process, stored in acquired_by
+	mark     bool       // a failed Acquire marks the row contended (notify=contended)
+	instance int64      // this plugin process, stored in acquired_by
 
 	ctx    context.Context // cancelled by Close: ends the cleaner and watches
 	cancel context.CancelFunc
