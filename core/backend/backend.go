@@ -51,6 +51,9 @@
 //     nothing. An Acquire answered as a replay marks its lock claimed; a
 //     Release with Abandon leaves a claimed lock alone. What is kept is
 //     bounded by the keys: one identity per key, gone with the key's record.
+//     Records may say the Request.ID kept with their lock (RequestID, in
+//     events and refused Acquires too): the engine then hands a repeat
+//     queued behind other waiters its lease at once.
 //   - Lock-delay (Info.MaxLockDelay > 0): a lock taken with LockDelay d that
 //     expires (its TTL runs out; not a Release) leaves its key refusing new
 //     holders until d after the expiry, by the store's clock; Get and Acquire
@@ -84,7 +87,10 @@
 //     fencing-token order) and the permits held (InUse). The record's own
 //     grant fields (FencingToken to LockDelay) describe one grant: the one
 //     the call made or renewed or the event is about, and otherwise (Get,
-//     List, a refused Acquire) the grant that ends first.
+//     List, a refused Acquire) the grant that ends first. The record of an
+//     Acquire that acquired, and of an Extend, may carry that grant alone
+//     (no Holders): the engine reads nothing else of it, and a key of 1024
+//     holders need not travel with every grant.
 //   - Watch sends one event per grant acquired, released or expired; its
 //     Record describes that grant and may leave Holders and InUse unset.
 //   - List's PageSize counts grants (a mutex key counts one): a page ends
@@ -285,6 +291,11 @@ type Record struct {
 	// Holders is every grant held on the key, in fencing-token order, for a
 	// kind other than a mutex (empty for a mutex: the record is its holder).
 	Holders []Grant
+	// RequestID (Info.RequestIDs; optional) is the Request.ID kept with the
+	// grant this record describes, in events and refused Acquires too: the
+	// engine wakes a repeat of that request queued behind others, which
+	// would otherwise wait for its own lease. Empty: none, or not said.
+	RequestID string
 }
 
 // Grant is one lease held on a key of a kind other than a mutex, without

@@ -180,7 +180,7 @@ func kindsEngine(t *testing.T, m mode) (*engine.Engine, *counting) {
 	var c *counting
 	if m.fair {
 		f := fakebackend.NewFair()
-		f.Backend.KeepKinds()
+		f.KeepKinds()
 		c = &counting{Backend: f, fake: f.Backend, fair: f}
 	} else {
 		f := fakebackend.New().KeepKinds()

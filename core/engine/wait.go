@@ -132,6 +132,14 @@ func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.Ac
 		// a head stays head until it leaves; the check keeps that invariant
 		// local to this loop.
 		if !w.IsHead() {
+			// Only a repeat is woken so (WakeRequest): its request holds
+			// the key now, and it must not wait behind others for its own
+			// lease. Ask, taking nothing.
+			if s.ident.ID != "" {
+				if a, err := e.tryAs(waitCtx, s, "", true); err == nil && a.acquired {
+					return e.acquired(a), nil
+				}
+			}
 			continue
 		}
 		// The waiter before us won the lock and its release has not been
@@ -214,6 +222,9 @@ func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.Ac
 				retry.Reset()
 			}
 			current = a.current
+			// A repeat of the holder's request may queue behind us: it
+			// gets its lease now, not after it.
+			e.q.WakeRequest(a.current.Key, a.current.RequestID)
 			timer.Reset(max(d, time.Millisecond))
 		}
 	}

@@ -98,7 +98,11 @@ type Waiter struct {
 // waiter of the same request is no reason for w to wait (HeldUntil): it is
 // the lease w asks for, and the backend answers w with it. Call it right
 // after joining, before w's first HeldUntil or Won.
-func (w *Waiter) SetRequest(id string) { w.request = id }
+func (w *Waiter) SetRequest(id string) {
+	w.q.mu.Lock() // WakeRequest reads it from other goroutines
+	defer w.q.mu.Unlock()
+	w.request = id
+}
 
 // Join appends a waiter for key at the tail of its queue. A waiter that
 // joins an empty queue is the head and finds its wake channel already
@@ -318,6 +322,29 @@ func (q *Queues) WakeReleased(key string, fence uint64) bool {
 	}
 	w.signal()
 	return true
+}
+
+// WakeRequest wakes every waiter of key's queue that waits for the request
+// id (see SetRequest), head or not: the key was granted to that request
+// (through this server or another), so the waiter, a repeat of it, is
+// answered with the lease instead of waiting behind others for it. It
+// reports whether it woke one.
+func (q *Queues) WakeRequest(key, id string) bool {
+	if id == "" {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	woke := false
+	if l := q.keys[key]; l != nil {
+		for e := l.Front(); e != nil; e = e.Next() {
+			if w := e.Value.(*Waiter); w.request == id {
+				w.signal()
+				woke = true
+			}
+		}
+	}
+	return woke
 }
 
 // WakeAll wakes the head of every queue (after a backend resync, when events

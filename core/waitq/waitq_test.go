@@ -221,3 +221,24 @@ func TestReleasedOfAnOlderLockIsOldNews(t *testing.T) {
 		t.Fatal("the won lock's release should wake the head")
 	}
 }
+
+// WakeRequest wakes the waiters of one request wherever they stand in the
+// queue, and nobody else.
+func TestWakeRequestWakesThatRequestOnly(t *testing.T) {
+	q := New(0, 0)
+	head, _ := q.Join("k")
+	woken(head) // its head's signal
+	other, _ := q.Join("k")
+	repeat, _ := q.Join("k")
+	other.SetRequest("b")
+	repeat.SetRequest("a")
+	if q.WakeRequest("k", "") || q.WakeRequest("other-key", "a") {
+		t.Fatal("woke a waiter for no request, or on another key")
+	}
+	if !q.WakeRequest("k", "a") {
+		t.Fatal("WakeRequest found no waiter of request a")
+	}
+	if !woken(repeat) || woken(other) || woken(head) || repeat.IsHead() {
+		t.Fatal("WakeRequest must wake the repeat (not the head) and nobody else")
+	}
+}

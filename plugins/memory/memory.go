@@ -200,7 +200,7 @@ type entry struct {
 
 // record is the entry as a record: a mutex, or one grant of a pool with the
 // pool's kind, limit and permits in use but not its holders (a watch
-// event's record; see pool.record).
+// event's, a grant's and an extend's record; see pool.record).
 func (e *entry) record(now time.Time) backend.Record {
 	r := backend.Record{
 		Key:          e.key,
@@ -210,6 +210,7 @@ func (e *entry) record(now time.Time) backend.Record {
 		Remaining:    max(e.expires.Sub(now), 0),
 		Stamp:        e.stamp,
 		LockDelay:    e.delay,
+		RequestID:    e.request.ID,
 	}
 	if p := e.pool; p != nil {
 		r.Kind, r.Limit, r.Permits, r.InUse = p.kind, p.limit, e.permits, p.inUse
@@ -435,10 +436,14 @@ func (b *Backend) livePool(key string, now time.Time) *pool {
 	if p == nil {
 		return nil
 	}
-	for _, g := range slices.Clone(p.grants) {
-		if !now.Before(g.expires) {
-			b.expire(g, now)
+	// Expire what has run out, without copying the grants when nothing
+	// has (the common case, on every access).
+	for i := 0; i < len(p.grants); {
+		if g := p.grants[i]; !now.Before(g.expires) {
+			b.expire(g, now) // removes g from p.grants
+			continue
 		}
+		i++
 	}
 	return b.pools[key]
 }
@@ -597,7 +602,7 @@ func (b *Backend) acquireGrant(req backend.AcquireRequest) (backend.AcquireResul
 			}
 			if repeat {
 				g.claimed = true
-				return backend.AcquireResult{Acquired: true, Record: p.record(now, g), Replayed: true, Replay: g.replay}, nil
+				return backend.AcquireResult{Acquired: true, Record: g.record(now), Replayed: true, Replay: g.replay}, nil
 			}
 		}
 		if p.inUse+req.Permits > p.limit {
@@ -629,8 +634,9 @@ func (b *Backend) acquireGrant(req backend.AcquireRequest) (backend.AcquireResul
 	p.inUse += g.permits
 	heap.Push(&b.expiries, g)
 	b.rearm(g)
-	b.emit(backend.Event{Type: backend.EventAcquired, Record: g.record(now)})
-	return backend.AcquireResult{Acquired: true, Record: p.record(now, g)}, nil
+	rec := g.record(now) // the grant alone: the engine reads nothing else of an acquired record
+	b.emit(backend.Event{Type: backend.EventAcquired, Record: rec})
+	return backend.AcquireResult{Acquired: true, Record: rec}, nil
 }
 
 // replay answers an Acquire of the keys of held (every one of them held)
@@ -808,7 +814,7 @@ func (b *Backend) extendGrant(p *pool, req backend.ExtendRequest, now time.Time)
 	if req.Request.ID != "" {
 		g.request = req.Request
 	}
-	return backend.ExtendResult{Extended: true, Record: p.record(now, g)}, nil
+	return backend.ExtendResult{Extended: true, Record: g.record(now)}, nil
 }
 
 // ExtendSet implements backend.SetBackend. A zero Request keeps the

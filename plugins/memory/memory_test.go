@@ -623,3 +623,44 @@ func TestExpireEndsEveryGrantOfAPool(t *testing.T) {
 		t.Fatalf("a grant of the whole limit after Expire: %+v", res)
 	}
 }
+
+// BenchmarkGrant is one grant and its release on a semaphore that already
+// has `held` holders (of a limit of 1024), against a mutex's Acquire and
+// Release: the cost of a key's holders on the grant path.
+func BenchmarkGrant(b *testing.B) {
+	ctx := context.Background()
+	b.Run("mutex", func(b *testing.B) {
+		m := New()
+		defer m.Close()
+		for b.Loop() {
+			if res, err := m.Acquire(ctx, backend.AcquireRequest{Key: "k", OwnerToken: "t", TTL: time.Minute}); err != nil || !res.Acquired {
+				b.Fatal(res, err)
+			}
+			if ok, err := m.Release(ctx, backend.ReleaseRequest{Key: "k", OwnerToken: "t"}); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+		}
+	})
+	for _, held := range []int{0, 100, 1000} {
+		b.Run(fmt.Sprintf("semaphore/held=%d", held), func(b *testing.B) {
+			m := New()
+			defer m.Close()
+			sem := func(tok string) backend.AcquireRequest {
+				return backend.AcquireRequest{Key: "k", OwnerToken: tok, TTL: time.Minute, Kind: backend.KindSemaphore, Limit: backend.MaxLimit, Permits: 1}
+			}
+			for i := range held {
+				if res, err := m.Acquire(ctx, sem(fmt.Sprint("h", i))); err != nil || !res.Acquired {
+					b.Fatal(res, err)
+				}
+			}
+			for b.Loop() {
+				if res, err := m.Acquire(ctx, sem("t")); err != nil || !res.Acquired {
+					b.Fatal(res, err)
+				}
+				if ok, err := m.Release(ctx, backend.ReleaseRequest{Key: "k", OwnerToken: "t"}); err != nil || !ok {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+	}
+}
