@@ -51,9 +51,6 @@
 //     nothing. An Acquire answered as a replay marks its lock claimed; a
 //     Release with Abandon leaves a claimed lock alone. What is kept is
 //     bounded by the keys: one identity per key, gone with the key's record.
-//     Records may say the Request.ID kept with their lock (RequestID, in
-//     events and refused Acquires too): the engine then hands a repeat
-//     queued behind other waiters its lease at once.
 //   - Lock-delay (Info.MaxLockDelay > 0): a lock taken with LockDelay d that
 //     expires (its TTL runs out; not a Release) leaves its key refusing new
 //     holders until d after the expiry, by the store's clock; Get and Acquire
@@ -291,11 +288,6 @@ type Record struct {
 	// Holders is every grant held on the key, in fencing-token order, for a
 	// kind other than a mutex (empty for a mutex: the record is its holder).
 	Holders []Grant
-	// RequestID (Info.RequestIDs; optional) is the Request.ID kept with the
-	// grant this record describes, in events and refused Acquires too: the
-	// engine wakes a repeat of that request queued behind others, which
-	// would otherwise wait for its own lease. Empty: none, or not said.
-	RequestID string
 }
 
 // Grant is one lease held on a key of a kind other than a mutex, without

@@ -133,5 +133,5 @@ func (e *Engine) maxKeys() int {
 // maxLockDelay is the longest lock_delay an Acquire may ask for: the
 // backend's, narrowed by Config.MaxLockDelay (0: no lock-delay).
 func (e *Engine) maxLockDelay() time.Duration {
-	return min(e.Info().MaxLockDelay, e.cfg.MaxLockDelay)
+	return max(0, min(e.Info().MaxLockDelay, e.cfg.MaxLockDelay))
 }

@@ -87,6 +87,10 @@ const (
 	DefaultMaxLockDelay = time.Minute
 )
 
+// NoLockDelay, as Config.MaxLockDelay, switches lock-delay off: every
+// Acquire asking for one is refused, whatever the backend keeps.
+const NoLockDelay time.Duration = -1
+
 // Config tunes an Engine. The zero value is usable.
 type Config struct {
 	// Version is the server version reported by GetServerInfo.
@@ -111,7 +115,7 @@ type Config struct {
 	// own maximum (0: DefaultMaxKeys).
 	MaxKeys int
 	// MaxLockDelay caps Acquire's lock_delay below the backend's own
-	// maximum (0: DefaultMaxLockDelay).
+	// maximum (0: DefaultMaxLockDelay; negative, as NoLockDelay: none).
 	MaxLockDelay time.Duration
 	// Clock is the server's HLC (nil: a new clock on the system time).
 	Clock *hlc.Clock
@@ -169,7 +173,7 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 	if cfg.MaxKeys <= 0 {
 		cfg.MaxKeys = DefaultMaxKeys
 	}
-	if cfg.MaxLockDelay <= 0 {
+	if cfg.MaxLockDelay == 0 {
 		cfg.MaxLockDelay = DefaultMaxLockDelay
 	}
 	if cfg.Version == "" {

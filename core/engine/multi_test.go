@@ -514,3 +514,23 @@ func TestRequestIDRepeatsNeverDoubleGrant(t *testing.T) {
 		t.Fatalf("the second lease %+v repeats the first %+v", next, holder)
 	}
 }
+
+// A server with lock-delay switched off (NoLockDelay, --max-lock-delay 0)
+// refuses every lock_delay, saying so, though its backend keeps them, and
+// claims neither the capability nor a maximum.
+func TestLockDelaySwitchedOff(t *testing.T) {
+	e, _ := newEngine(t, engine.Config{MaxLockDelay: engine.NoLockDelay})
+	ctx := t.Context()
+	_, err := e.Acquire(ctx, &lockv1.AcquireRequest{Key: "k", Ttl: durationpb.New(time.Minute), LockDelay: durationpb.New(time.Second)})
+	if !errors.Is(err, engine.ErrUnimplemented) || !strings.Contains(err.Error(), "switched off") {
+		t.Fatalf("a lock_delay with lock-delay off: %v, want unimplemented saying it is switched off", err)
+	}
+	info, _ := e.GetServerInfo(ctx, nil)
+	b := info.GetBackend()
+	if b.GetMaxLockDelay().AsDuration() != 0 || slices.Contains(b.GetCapabilities(), lockv1.Capability_CAPABILITY_LOCK_DELAY) {
+		t.Fatalf("info with lock-delay off: %v, want no lock-delay capability and no max_lock_delay", b)
+	}
+	if resp, err := e.Acquire(ctx, acq("k", time.Minute, 0)); err != nil || !resp.GetAcquired() {
+		t.Fatalf("an Acquire without lock_delay: %v %v", resp, err)
+	}
+}

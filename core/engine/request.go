@@ -36,13 +36,6 @@ import (
 //     token is recovered only by whoever presents the id, and a store that
 //     keeps only a digest of owner tokens (PostgreSQL) still does.
 //
-// A repeat may arrive while its first attempt is still in flight (through
-// this server or another) and queue behind waiters who wait for that very
-// lease. When the backend says which request a lease is (Record.RequestID),
-// the engine wakes the repeat wherever it stands in the queue, on the
-// acquisition's event and on every refusal that reports the holder, and the
-// repeat asks for its replay, taking nothing (waitq.WakeRequest).
-//
 // Whoever repeats an id gets the lease: ids must be as unguessable as owner
 // tokens (the SDKs draw 128 random bits per acquisition), so a minimum
 // length is enforced.

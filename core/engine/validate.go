@@ -130,6 +130,8 @@ func (e *Engine) checkLockDelay(d *durationpb.Duration) (time.Duration, error) {
 	switch {
 	case delay < 0:
 		return 0, invalidf("lock_delay: %s is negative; the minimum is 0s (none)", sent)
+	case e.cfg.MaxLockDelay < 0:
+		return 0, newErr(ErrUnimplemented, "lock_delay: this server has lock-delay switched off")
 	case hi == 0:
 		return 0, newErr(ErrUnimplemented, "lock_delay: the backend %q keeps no lock-delay (it lacks capability %s)",
 			e.Info().Name, lockv1.Capability_CAPABILITY_LOCK_DELAY)

@@ -64,17 +64,6 @@ func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.Ac
 	defer stopOnClose()
 
 	_, busy := e.queued(s.keys)
-	if busy && s.ident.ID != "" {
-		// A repeat whose lease is held must not queue behind the waiters
-		// that wait for that very lease: ask first, taking nothing.
-		a, err := e.tryAs(ctx, s, "", true)
-		if err != nil && !errors.Is(err, ErrUnavailable) {
-			return nil, err
-		}
-		if err == nil && a.acquired {
-			return e.acquired(a), nil
-		}
-	}
 	var turns turnSource = &localTurns{e: e, keys: s.keys.keys}
 	if f, ok := e.fair(); ok {
 		// Nobody waits here: try as a newcomer first. A fair backend
@@ -99,6 +88,25 @@ func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.Ac
 	defer w.Leave()
 	won := false
 	defer func() { turns.leave(won) }()
+
+	// A repeat whose lease is held must not wait behind the waiters that
+	// wait for that very lease: ask, taking nothing, once queued. When the
+	// key was free, the request's first attempt may still be on its way to
+	// the backend (here or on another server) and land behind this waiter:
+	// then every acquisition of the key wakes it to ask again (waitq's
+	// Repeats), until the key is seen held under another request.
+	rechecking := busy && s.ident.ID != ""
+	if rechecking {
+		w.SetRecheck(true) // before asking: an acquisition seen meanwhile still wakes it
+		resp, keep, err := e.recheck(waitCtx, s)
+		if resp != nil || err != nil {
+			return resp, err
+		}
+		if !keep {
+			rechecking = false
+			w.SetRecheck(false)
+		}
+	}
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -132,12 +140,14 @@ func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.Ac
 		// a head stays head until it leaves; the check keeps that invariant
 		// local to this loop.
 		if !w.IsHead() {
-			// Only a repeat is woken so (WakeRequest): its request holds
-			// the key now, and it must not wait behind others for its own
-			// lease. Ask, taking nothing.
-			if s.ident.ID != "" {
-				if a, err := e.tryAs(waitCtx, s, "", true); err == nil && a.acquired {
-					return e.acquired(a), nil
+			if rechecking {
+				resp, keep, err := e.recheck(waitCtx, s)
+				if resp != nil || err != nil {
+					return resp, err
+				}
+				if !keep {
+					rechecking = false
+					w.SetRecheck(false)
 				}
 			}
 			continue
@@ -222,11 +232,31 @@ func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.Ac
 				retry.Reset()
 			}
 			current = a.current
-			// A repeat of the holder's request may queue behind us: it
-			// gets its lease now, not after it.
-			e.q.WakeRequest(a.current.Key, a.current.RequestID)
 			timer.Reset(max(d, time.Millisecond))
 		}
+	}
+}
+
+// recheck asks whether s's lease is already its request's (a repeat's),
+// taking nothing: it answers that lease, or whether the request's first
+// attempt may still land (keep: the key was free or the answer unknown).
+// An error is the caller's to return; one from a wait that ended is not
+// (the wait loop reports that end).
+func (e *Engine) recheck(waitCtx context.Context, s *acquireSpec) (resp *lockv1.AcquireResponse, keep bool, err error) {
+	a, err := e.tryAs(waitCtx, s, "", true)
+	var fatal error
+	if err != nil && waitCtx.Err() == nil && !errors.Is(err, ErrUnavailable) {
+		fatal = err
+	}
+	switch {
+	case fatal != nil:
+		return nil, false, fatal
+	case err == nil && a.acquired:
+		return e.acquired(a), false, nil
+	default:
+		// The wait's end is the loop's to report; an unavailable backend
+		// is asked again at the next acquisition.
+		return nil, err != nil || a.current == nil, fatal
 	}
 }
 

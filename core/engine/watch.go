@@ -83,7 +83,7 @@ func (e *Engine) onEvent(ctx context.Context, ev backend.Event) {
 		e.q.WakeReleased(ev.Record.Key, ev.Record.FencingToken)
 	case backend.EventAcquired:
 		e.clock.Observe(ev.Record.Stamp)
-		e.q.WakeRequest(ev.Record.Key, ev.Record.RequestID)
+		e.q.WakeAcquired(ev.Record.Key)
 	}
 	e.fanOut(ev)
 }

@@ -50,6 +50,8 @@ type Queues struct {
 	mu    sync.Mutex
 	keys  map[string]*list.List // of *Waiter; a key is absent when empty
 	total int
+	// rechecks: per key, its waiters marked by SetRecheck.
+	rechecks map[string]int
 	// won: per key with waiters, the lock a waiter of the queue won last
 	// and whose release has not been seen yet (see Won); dropped with the
 	// key's queue.
@@ -74,7 +76,7 @@ func New(maxPerKey, maxTotal int) *Queues {
 	if maxTotal <= 0 {
 		maxTotal = DefaultMaxTotal
 	}
-	return &Queues{maxPerKey: maxPerKey, maxTotal: maxTotal, keys: make(map[string]*list.List), won: make(map[string]wonLock)}
+	return &Queues{maxPerKey: maxPerKey, maxTotal: maxTotal, keys: make(map[string]*list.List), won: make(map[string]wonLock), rechecks: make(map[string]int)}
 }
 
 // MaxPerKey is the bound on waiters per key.
@@ -92,16 +94,46 @@ type Waiter struct {
 	// request is the id of the request the waiter waits for (empty:
 	// none); set before the waiter's first Won or HeldUntil.
 	request string
+	// recheck: see SetRecheck; guarded by q.mu.
+	recheck bool
 }
 
 // SetRequest names the (retry-safe) request w waits for. A lock won by a
 // waiter of the same request is no reason for w to wait (HeldUntil): it is
 // the lease w asks for, and the backend answers w with it. Call it right
 // after joining, before w's first HeldUntil or Won.
-func (w *Waiter) SetRequest(id string) {
-	w.q.mu.Lock() // WakeRequest reads it from other goroutines
-	defer w.q.mu.Unlock()
-	w.request = id
+func (w *Waiter) SetRequest(id string) { w.request = id }
+
+// SetRecheck marks w (on) as a repeat whose request's lease may land while
+// it waits, or unmarks it: WakeAcquired wakes a marked waiter even when it
+// is not the head. Mark it before asking the backend, so that an
+// acquisition seen during the call still wakes it afterwards.
+func (w *Waiter) SetRecheck(on bool) {
+	q := w.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w.setRecheckLocked(on)
+}
+
+func (w *Waiter) setRecheckLocked(on bool) {
+	if w.recheck == on {
+		return
+	}
+	w.recheck = on
+	d := -1
+	if on {
+		d = 1
+	}
+	for i, key := range w.keys {
+		if w.elems[i] == nil {
+			continue
+		}
+		if q := w.q; q.rechecks[key]+d == 0 {
+			delete(q.rechecks, key)
+		} else {
+			q.rechecks[key] += d
+		}
+	}
 }
 
 // Join appends a waiter for key at the tail of its queue. A waiter that
@@ -231,6 +263,7 @@ func (w *Waiter) Leave() {
 	q := w.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	w.setRecheckLocked(false)
 	var next []*Waiter
 	for i, e := range w.elems {
 		if e == nil {
@@ -324,27 +357,21 @@ func (q *Queues) WakeReleased(key string, fence uint64) bool {
 	return true
 }
 
-// WakeRequest wakes every waiter of key's queue that waits for the request
-// id (see SetRequest), head or not: the key was granted to that request
-// (through this server or another), so the waiter, a repeat of it, is
-// answered with the lease instead of waiting behind others for it. It
-// reports whether it woke one.
-func (q *Queues) WakeRequest(key, id string) bool {
-	if id == "" {
-		return false
-	}
+// WakeAcquired wakes the waiters of key's queue marked by SetRecheck, but
+// its head (which is woken by releases, and asks the backend anyway when it
+// tries). Call it when an acquisition of key is seen. It costs nothing when
+// no waiter of key is marked.
+func (q *Queues) WakeAcquired(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	woke := false
-	if l := q.keys[key]; l != nil {
-		for e := l.Front(); e != nil; e = e.Next() {
-			if w := e.Value.(*Waiter); w.request == id {
-				w.signal()
-				woke = true
-			}
+	if q.rechecks[key] == 0 {
+		return
+	}
+	for e := q.keys[key].Front(); e != nil; e = e.Next() {
+		if w := e.Value.(*Waiter); w.recheck && !w.isHeadLocked() {
+			w.signal()
 		}
 	}
-	return woke
 }
 
 // WakeAll wakes the head of every queue (after a backend resync, when events

@@ -222,23 +222,41 @@ func TestReleasedOfAnOlderLockIsOldNews(t *testing.T) {
 	}
 }
 
-// WakeRequest wakes the waiters of one request wherever they stand in the
-// queue, and nobody else.
-func TestWakeRequestWakesThatRequestOnly(t *testing.T) {
+// A repeat marked by SetRecheck is woken by the key's acquisitions though
+// it is not the head; unmarked waiters, the head and other keys' waiters
+// are not, and a waiter that leaves or is unmarked stops counting.
+func TestWakeAcquiredWakesOnlyMarkedRepeats(t *testing.T) {
 	q := New(0, 0)
 	head, _ := q.Join("k")
-	woken(head) // its head's signal
-	other, _ := q.Join("k")
+	plain, _ := q.Join("k")
 	repeat, _ := q.Join("k")
-	other.SetRequest("b")
-	repeat.SetRequest("a")
-	if q.WakeRequest("k", "") || q.WakeRequest("other-key", "a") {
-		t.Fatal("woke a waiter for no request, or on another key")
+	set, _ := q.JoinSet([]string{"k", "j"})
+	other, _ := q.Join("j")
+	woken(head)
+	repeat.SetRecheck(true)
+	set.SetRecheck(true)
+	q.WakeAcquired("k")
+	if woken(head) || woken(plain) || woken(other) {
+		t.Fatal("WakeAcquired woke a waiter that is not a marked repeat")
 	}
-	if !q.WakeRequest("k", "a") {
-		t.Fatal("WakeRequest found no waiter of request a")
+	if !woken(repeat) || !woken(set) {
+		t.Fatal("WakeAcquired did not wake the marked repeats behind the head")
 	}
-	if !woken(repeat) || woken(other) || woken(head) || repeat.IsHead() {
-		t.Fatal("WakeRequest must wake the repeat (not the head) and nobody else")
+	q.WakeAcquired("j") // set is not behind anyone in j, but is in k: not head
+	if !woken(set) || woken(other) {
+		t.Fatal("WakeAcquired of j: want the marked set waiter only")
 	}
+	repeat.SetRecheck(false)
+	set.Leave()
+	if got := q.rechecks["k"] + q.rechecks["j"]; got != 0 {
+		t.Fatalf("marked waiters left counted: %d", got)
+	}
+	q.WakeAcquired("k")
+	if woken(repeat) {
+		t.Fatal("an unmarked waiter was woken by an acquisition")
+	}
+	head.Leave()
+	plain.Leave()
+	repeat.Leave()
+	other.Leave()
 }

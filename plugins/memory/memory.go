@@ -210,7 +210,6 @@ func (e *entry) record(now time.Time) backend.Record {
 		Remaining:    max(e.expires.Sub(now), 0),
 		Stamp:        e.stamp,
 		LockDelay:    e.delay,
-		RequestID:    e.request.ID,
 	}
 	if p := e.pool; p != nil {
 		r.Kind, r.Limit, r.Permits, r.InUse = p.kind, p.limit, e.permits, p.inUse

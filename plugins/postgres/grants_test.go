@@ -146,3 +146,32 @@ func TestIdleSweepKeepsKeysWithGrants(t *testing.T) {
 		t.Fatalf("limit 4 after the sweep: %+v, want refused naming limit 3", r)
 	}
 }
+
+// A semaphore's grant in a batch is a grant, not a mutex: AcquireBatch
+// calls grant_acquire for it, and ReleaseBatch and ExtendBatch find it by
+// its token, through a plugin that granted it or another one.
+func TestBatchCarriesGrants(t *testing.T) {
+	ctx := context.Background()
+	b := open(t, nil)
+	other := open(t, map[string]string{"schema": b.Schema()})
+	sem := grantReq("bs", token(), backend.KindSemaphore, 2, 1, time.Minute)
+	mu := backend.AcquireRequest{Key: "bm", OwnerToken: token(), TTL: time.Minute, Stamp: clock.Now()}
+	got, err := b.AcquireBatch(ctx, []backend.AcquireRequest{mu, sem})
+	if err != nil || got[0].Err != nil || got[1].Err != nil || !got[0].Value.Acquired || !got[1].Value.Acquired ||
+		got[1].Value.Record.Kind != backend.KindSemaphore || got[0].Value.Record.Kind != backend.KindMutex {
+		t.Fatalf("acquire batch: %+v %v", got, err)
+	}
+	for _, via := range []*postgres.Backend{other, b} {
+		ext, err := via.ExtendBatch(ctx, []backend.ExtendRequest{{Key: "bs", OwnerToken: sem.OwnerToken, TTL: time.Hour}})
+		if err != nil || ext[0].Err != nil || !ext[0].Value.Extended || ext[0].Value.Record.Remaining < 59*time.Minute {
+			t.Fatalf("extend batch of the grant: %+v %v", ext, err)
+		}
+	}
+	rel, err := other.ReleaseBatch(ctx, []backend.ReleaseRequest{{Key: "bs", OwnerToken: sem.OwnerToken}, {Key: "bm", OwnerToken: mu.OwnerToken}})
+	if err != nil || rel[0].Err != nil || rel[1].Err != nil || !rel[0].Value || !rel[1].Value {
+		t.Fatalf("release batch: %+v %v", rel, err)
+	}
+	if _, held, err := b.Get(ctx, "bs"); err != nil || held {
+		t.Fatalf("the grant after its batched release: held %v, %v", held, err)
+	}
+}

@@ -92,6 +92,25 @@ func (b *Backend) keptOther(ctx context.Context, key string, res []any) (backend
 	return backend.AcquireResult{Record: rec}, nil
 }
 
+// withHolders completes a mutex Acquire refused because its key is kept as
+// another kind (the acquire script says only the kind and limit) with the
+// key's holders, read after the refusal (informational, as every reported
+// holder is).
+func (b *Backend) withHolders(ctx context.Context, key string, out backend.AcquireResult) (backend.AcquireResult, error) {
+	if out.Acquired || out.Record.Kind == backend.KindMutex {
+		return out, nil
+	}
+	rec, held, err := b.Get(ctx, key)
+	if err != nil {
+		return backend.AcquireResult{}, err
+	}
+	if held {
+		rec.Kind, rec.Limit = out.Record.Kind, out.Record.Limit
+		out.Record = rec
+	}
+	return out, nil
+}
+
 // stateHead is the length of a state reply's head: code, time s, time us,
 // replayed, replay, kind, limit, in use, index; stateGrant is the length of
 // one grant in it (fence, holder, ss, sn, sl, pttl ms, permits).

@@ -162,3 +162,29 @@ func TestGrantKeysExpireWithTheirGrants(t *testing.T) {
 		}
 	}
 }
+
+// A semaphore's grant in a batch is a grant, not a mutex: AcquireBatch runs
+// its grant script beside the mutexes' pipeline, and ReleaseBatch and
+// ExtendBatch find it by its token.
+func TestBatchCarriesGrants(t *testing.T) {
+	b := open(t, redistest.Addr(t))
+	ctx := ctxT(t)
+	sem := grantReq("bs", token(), backend.KindSemaphore, 2, 1, time.Minute)
+	mu := backend.AcquireRequest{Key: "bm", OwnerToken: token(), TTL: time.Minute, Stamp: hlc.NewClock(nil, 0).Now()}
+	got, err := b.AcquireBatch(ctx, []backend.AcquireRequest{mu, sem})
+	if err != nil || got[0].Err != nil || got[1].Err != nil || !got[0].Value.Acquired || !got[1].Value.Acquired ||
+		got[1].Value.Record.Kind != backend.KindSemaphore || got[0].Value.Record.Kind != backend.KindMutex {
+		t.Fatalf("acquire batch: %+v %v", got, err)
+	}
+	ext, err := b.ExtendBatch(ctx, []backend.ExtendRequest{{Key: "bs", OwnerToken: sem.OwnerToken, TTL: time.Hour}})
+	if err != nil || ext[0].Err != nil || !ext[0].Value.Extended || ext[0].Value.Record.Remaining < 59*time.Minute {
+		t.Fatalf("extend batch of the grant: %+v %v", ext, err)
+	}
+	rel, err := b.ReleaseBatch(ctx, []backend.ReleaseRequest{{Key: "bs", OwnerToken: sem.OwnerToken}, {Key: "bm", OwnerToken: mu.OwnerToken}})
+	if err != nil || rel[0].Err != nil || rel[1].Err != nil || !rel[0].Value || !rel[1].Value {
+		t.Fatalf("release batch: %+v %v", rel, err)
+	}
+	if _, held, err := b.Get(ctx, "bs"); err != nil || held {
+		t.Fatalf("the grant after its batched release: held %v, %v", held, err)
+	}
+}

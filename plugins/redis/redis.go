@@ -323,45 +323,26 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 	if req.Kind != backend.KindMutex {
 		return b.acquireGrant(ctx, req)
 	}
-	res, err := b.AcquireSet(ctx, backend.AcquireSetRequest{Claims: []backend.Claim{{Key: req.Key}}, OwnerToken: req.OwnerToken,
-		TTL: req.TTL, Holder: req.Holder, Stamp: req.Stamp, Request: req.Request, Replay: req.Replay,
-		LockDelay: req.LockDelay, ReplayOnly: req.ReplayOnly})
+	res, err := b.AcquireSet(ctx, acquireSetOf(req))
 	if err != nil {
 		return backend.AcquireResult{}, err
 	}
-	out := backend.AcquireResult{Acquired: res.Acquired, Record: res.Blocker, Replayed: res.Replayed, Replay: res.Replay}
-	if res.Acquired {
-		out.Record = res.Records[0]
-	}
-	if out.Record.Kind != backend.KindMutex {
-		// Kept as another kind: report its holders too.
-		rec, held, err := b.Get(ctx, req.Key)
-		if err != nil {
-			return backend.AcquireResult{}, err
-		}
-		if held {
-			rec.Kind, rec.Limit = out.Record.Kind, out.Record.Limit
-			out.Record = rec
-		}
-	}
-	return out, nil
+	return b.withHolders(ctx, req.Key, acquireResultOf(res))
 }
 
 // Release runs the release script on one key: compare the token, then
 // delete.
 func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool, error) {
-	return b.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, Stamp: req.Stamp,
-		Request: req.Request, Abandon: req.Abandon})
+	return b.ReleaseSet(ctx, releaseSetOf(req))
 }
 
 // Extend runs the extend script on one key: compare the token, then renew.
 func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
-	res, err := b.ExtendSet(ctx, backend.ExtendSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, TTL: req.TTL,
-		Stamp: req.Stamp, Request: req.Request})
-	if err != nil || !res.Extended {
+	res, err := b.ExtendSet(ctx, extendSetOf(req))
+	if err != nil {
 		return backend.ExtendResult{}, err
 	}
-	return backend.ExtendResult{Extended: true, Record: res.Records[0]}, nil
+	return extendResultOf(res), nil
 }
 
 // Get returns the lock on key, if held.

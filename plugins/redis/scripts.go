@@ -99,7 +99,9 @@ end
 // A new lock stores one stamp on every key, the latest of the proposal and
 // the successor of every key's last stamp, and on each key its own fencing
 // token: max(last + 1, TIME in µs).
-var acquireScript = goredis.NewScript(luaPrelude + luaKeys + `
+var acquireScript = goredis.NewScript(luaPrelude + luaKeys + acquireBody)
+
+const acquireBody = `
 local token, ttl, holder = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local rid, rfp, replay, ld = ARGV[8], ARGV[9], ARGV[10], tonumber(ARGV[11])
 local ts, tus, nowus = now()
@@ -166,7 +168,7 @@ for i = 1, n do
   rec(out, {token, f, holder, s1, s2, s3, fmt(ld)}, ttl)
 end
 return out
-`)
+`
 
 // releaseScript: ARGV = token, stamp seconds, nanoseconds and logical, meta
 // retention ms, request id, fingerprint, abandon (1/0), then one event
@@ -176,8 +178,11 @@ return out
 // Acquire's replay was answered); -1 for a repeat with another fingerprint.
 //
 // Called on one key with its grants key as a fourth key, it releases the
-// grant the token names when the key holds no mutex lock (luaReleaseGrant).
-var releaseScript = goredis.NewScript(luaPrelude + luaKeys + luaGrants + luaReleaseGrant + `
+// grant the token names when the key holds no mutex lock (luaReleaseGrant);
+// so does an item of a batch (the body carries the grant path).
+var releaseScript = goredis.NewScript(luaPrelude + luaKeys + releaseBody)
+
+const releaseBody = luaGrants + luaReleaseGrant + `
 if #KEYS == 4 and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then
   return releaseGrant()
 end
@@ -218,7 +223,7 @@ for i = 1, n do
   redis.call('PUBLISH', ARGV[8 + i], table.concat({'released', c[2], c[4], c[5], c[6], fmt(pttl), ts, tus, c[3]}, '\n'))
 end
 return 1
-`)
+`
 
 // extendScript: ARGV = token, ttl ms, stamp seconds, nanoseconds and
 // logical, meta retention ms, request id, fingerprint. Returns {0} when the
@@ -229,8 +234,10 @@ return 1
 //
 // Called on one key with its grants key as a fourth key, it renews the
 // grant the token names when the key holds no mutex lock, answering a state
-// with code 6 (luaExtendGrant).
-var extendScript = goredis.NewScript(luaPrelude + luaKeys + luaGrants + luaExtendGrant + `
+// with code 6 (luaExtendGrant); so does an item of a batch.
+var extendScript = goredis.NewScript(luaPrelude + luaKeys + extendBody)
+
+const extendBody = luaGrants + luaExtendGrant + `
 if #KEYS == 4 and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then
   return extendGrant()
 end
@@ -255,7 +262,7 @@ for i = 1, n do
   rec(out, c, ttl)
 end
 return out
-`)
+`
 
 // getScript: KEYS = lock, meta, delay, grants. Returns {1, time s, time
 // us, rec} when the key holds a mutex lock, a state with code 2 (see
@@ -289,3 +296,39 @@ out[#out + 1] = redis.call('PTTL', KEYS[1])
 out[#out + 1] = tonumber(c[7]) or 0
 return out
 `)
+
+// Batch scripts run the items of a batch in one EVAL: each item is its
+// script's body run as a function of its own KEYS and ARGV (parameters
+// that shadow the globals), so it decides exactly as its single call
+// would; the reply is the list of the items' replies. An item whose body
+// raised an error (a Redis command refused: say, a key of another type
+// written by someone else) is answered {-2, message}, and the others'
+// replies stand, as they would for single calls. ARGV = number of
+// items m, each item's key count, each item's argument count, then every
+// item's arguments; KEYS = every item's keys, in order. The keys of one
+// EVAL must share a Cluster slot, so Cluster batches are pipelined instead.
+var (
+	acquireBatchScript = goredis.NewScript(luaPrelude + batchOf(acquireBody))
+	releaseBatchScript = goredis.NewScript(luaPrelude + batchOf(releaseBody))
+	extendBatchScript  = goredis.NewScript(luaPrelude + batchOf(extendBody))
+)
+
+func batchOf(body string) string {
+	return `
+local function item(KEYS, ARGV)
+` + luaKeys + body + `
+end
+local m = tonumber(ARGV[1])
+local out, k, a, base = {}, 0, 0, 2 * m + 1
+for i = 1, m do
+  local nk, na = tonumber(ARGV[1 + i]), tonumber(ARGV[1 + m + i])
+  local ks, as = {}, {}
+  for j = 1, nk do ks[j] = KEYS[k + j] end
+  for j = 1, na do as[j] = ARGV[base + a + j] end
+  k, a = k + nk, a + na
+  local ok, res = pcall(item, ks, as)
+  if ok then out[i] = res else out[i] = {-2, tostring(res)} end
+end
+return out
+`
+}

@@ -62,23 +62,28 @@ func (b *Backend) setKeys(keys []string) (rkeys, channels []string, err error) {
 
 // AcquireSet runs the acquire script over every key: one atomic step.
 func (b *Backend) AcquireSet(ctx context.Context, req backend.AcquireSetRequest) (backend.AcquireSetResult, error) {
+	return runOne(ctx, b, req, b.acquireCall, b.acquireReply)
+}
+
+// acquireCall checks an AcquireSet and makes its script call.
+func (b *Backend) acquireCall(req backend.AcquireSetRequest) (scriptCall, error) {
 	keys := make([]string, len(req.Claims))
 	for i, c := range req.Claims {
 		keys[i] = c.Key
 	}
 	rkeys, channels, err := b.setKeys(keys)
 	if err != nil {
-		return backend.AcquireSetResult{}, err
+		return scriptCall{}, err
 	}
 	if req.OwnerToken == "" {
 		// A lock under the empty token is one the empty token would release.
-		return backend.AcquireSetResult{}, fmt.Errorf("%w: key and owner_token must not be empty", backend.ErrInvalidArgument)
+		return scriptCall{}, fmt.Errorf("%w: key and owner_token must not be empty", backend.ErrInvalidArgument)
 	}
 	if err := b.checkTTL(req.TTL); err != nil {
-		return backend.AcquireSetResult{}, err
+		return scriptCall{}, err
 	}
 	if req.LockDelay < 0 || req.LockDelay > MaxLockDelay {
-		return backend.AcquireSetResult{}, fmt.Errorf("%w: lock_delay %s is outside the redis backend's range [0, %s]",
+		return scriptCall{}, fmt.Errorf("%w: lock_delay %s is outside the redis backend's range [0, %s]",
 			backend.ErrInvalidArgument, req.LockDelay, MaxLockDelay)
 	}
 	s, n, l := splitStamp(req.Stamp)
@@ -87,12 +92,21 @@ func (b *Backend) AcquireSet(ctx context.Context, req backend.AcquireSetRequest)
 	for _, c := range channels {
 		args = append(args, c)
 	}
-	res, err := acquireScript.Run(ctx, b.client, rkeys, args...).Slice()
-	if err != nil {
-		return backend.AcquireSetResult{}, b.fail("acquire", err)
+	return scriptCall{op: "acquire", script: acquireScript, batch: acquireBatchScript, keys: rkeys, args: args}, nil
+}
+
+// acquireReply reads the acquire script's reply to req.
+func (b *Backend) acquireReply(req backend.AcquireSetRequest, res []any) (backend.AcquireSetResult, error) {
+	keys := make([]string, len(req.Claims))
+	for i, c := range req.Claims {
+		keys[i] = c.Key
 	}
+	var err error
 	bad := func() (backend.AcquireSetResult, error) {
 		return backend.AcquireSetResult{}, b.fail("acquire", fmt.Errorf("unexpected script reply %v", res))
+	}
+	if len(res) == 0 {
+		return bad()
 	}
 	switch asInt(res[0]) {
 	case 1: // {1, ts, tus, replayed, replay, rec...}
@@ -141,12 +155,15 @@ func (b *Backend) AcquireSet(ctx context.Context, req backend.AcquireSetRequest)
 // ReleaseSet runs the release script over every key: compare the token on
 // every key, then delete every lock.
 func (b *Backend) ReleaseSet(ctx context.Context, req backend.ReleaseSetRequest) (bool, error) {
+	return runOne(ctx, b, req, b.releaseCall, b.releaseReply)
+}
+
+// releaseCall checks a ReleaseSet and makes its script call (none for the
+// empty token, which holds nothing).
+func (b *Backend) releaseCall(req backend.ReleaseSetRequest) (scriptCall, error) {
 	rkeys, channels, err := b.setKeys(req.Keys)
-	if err != nil {
-		return false, err
-	}
-	if req.OwnerToken == "" {
-		return false, nil
+	if err != nil || req.OwnerToken == "" {
+		return scriptCall{}, err
 	}
 	s, n, l := splitStamp(req.Stamp)
 	if len(req.Keys) == 1 {
@@ -156,37 +173,53 @@ func (b *Backend) ReleaseSet(ctx context.Context, req backend.ReleaseSetRequest)
 	for _, c := range channels {
 		args = append(args, c)
 	}
-	res, err := releaseScript.Run(ctx, b.client, rkeys, args...).Int64()
-	if err != nil {
-		return false, b.fail("release", err)
+	return scriptCall{op: "release", script: releaseScript, batch: releaseBatchScript, keys: rkeys, args: args}, nil
+}
+
+// releaseReply reads the release script's reply: 1 released, 0 not, -1 a
+// request conflict.
+func (b *Backend) releaseReply(_ backend.ReleaseSetRequest, res []any) (bool, error) {
+	if len(res) != 1 {
+		return false, b.fail("release", fmt.Errorf("unexpected script reply %v", res))
 	}
-	if res == -1 {
+	switch asInt(res[0]) {
+	case -1:
 		return false, errConflict
+	case 1:
+		return true, nil
 	}
-	return res == 1, nil
+	return false, nil
 }
 
 // ExtendSet runs the extend script over every key: compare the token on
 // every key, then renew every lock.
 func (b *Backend) ExtendSet(ctx context.Context, req backend.ExtendSetRequest) (backend.ExtendSetResult, error) {
+	return runOne(ctx, b, req, b.extendCall, b.extendReply)
+}
+
+// extendCall checks an ExtendSet and makes its script call (none for the
+// empty token, which holds nothing).
+func (b *Backend) extendCall(req backend.ExtendSetRequest) (scriptCall, error) {
 	rkeys, _, err := b.setKeys(req.Keys)
 	if err != nil {
-		return backend.ExtendSetResult{}, err
+		return scriptCall{}, err
 	}
-	if err := b.checkTTL(req.TTL); err != nil {
-		return backend.ExtendSetResult{}, err
-	}
-	if req.OwnerToken == "" {
-		return backend.ExtendSetResult{}, nil
+	if err := b.checkTTL(req.TTL); err != nil || req.OwnerToken == "" {
+		return scriptCall{}, err
 	}
 	if len(req.Keys) == 1 {
 		rkeys = b.grantKeys(req.Keys[0]) // a key's grant, or its mutex lock
 	}
 	s, n, l := splitStamp(req.Stamp)
-	res, err := extendScript.Run(ctx, b.client, rkeys, req.OwnerToken, millis(req.TTL), s, n, l,
-		millis(b.opts.MetaRetention), req.Request.ID, req.Request.Fingerprint).Slice()
-	if err != nil {
-		return backend.ExtendSetResult{}, b.fail("extend", err)
+	return scriptCall{op: "extend", script: extendScript, batch: extendBatchScript, keys: rkeys, args: []any{req.OwnerToken, millis(req.TTL), s, n, l,
+		millis(b.opts.MetaRetention), req.Request.ID, req.Request.Fingerprint}}, nil
+}
+
+// extendReply reads the extend script's reply to req.
+func (b *Backend) extendReply(req backend.ExtendSetRequest, res []any) (backend.ExtendSetResult, error) {
+	var err error
+	if len(res) == 0 {
+		return backend.ExtendSetResult{}, b.fail("extend", fmt.Errorf("unexpected script reply %v", res))
 	}
 	switch asInt(res[0]) {
 	case 0:

@@ -89,7 +89,6 @@ func (l *lock) record(now time.Time) backend.Record {
 	return backend.Record{
 		Key: l.key, FencingToken: l.fence, Holder: l.holder,
 		ExpiresAt: l.expires.Round(0), Remaining: max(l.expires.Sub(now), 0), Stamp: l.stamp, LockDelay: l.lockDelay,
-		RequestID: l.request.ID,
 	}
 }
 

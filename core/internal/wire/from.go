@@ -72,7 +72,6 @@ func fromShape(op string, p *backendv1.Record, r *backend.Record) error {
 	r.Limit = int(max(p.GetLimit(), 1))
 	r.Permits = int(max(p.GetPermits(), 1))
 	r.InUse = int(p.GetInUse())
-	r.RequestID = p.GetRequestId()
 	if n := len(p.GetHolders()); n > 0 {
 		r.Holders = make([]backend.Grant, n)
 	}

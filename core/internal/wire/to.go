@@ -26,7 +26,6 @@ func ToRecord(r backend.Record) *backendv1.Record {
 		Limit:        toCount(r.Limit),
 		Permits:      toCount(r.Permits),
 		InUse:        uint32(max(r.InUse, 0)),
-		RequestId:    r.RequestID,
 	}
 	if !r.ExpiresAt.IsZero() {
 		out.ExpiresAt = timestamppb.New(r.ExpiresAt)

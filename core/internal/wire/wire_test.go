@@ -48,7 +48,7 @@ func TestRoundTrip(t *testing.T) {
 	// A semaphore's record: its grant, its shape and every holder.
 	semRec := rec
 	semRec.LockDelay = 0
-	semRec.Kind, semRec.Limit, semRec.Permits, semRec.InUse, semRec.RequestID = backend.KindSemaphore, 5, 2, 3, "rid"
+	semRec.Kind, semRec.Limit, semRec.Permits, semRec.InUse = backend.KindSemaphore, 5, 2, 3
 	semRec.Holders = []backend.Grant{
 		{FencingToken: 6, Holder: "g", ExpiresAt: rec.ExpiresAt, Remaining: time.Second, Stamp: hlc.Timestamp{WallTime: 41}, Permits: 1},
 		{FencingToken: 7, Holder: "h", ExpiresAt: rec.ExpiresAt, Remaining: 3 * time.Second, Stamp: rec.Stamp, Permits: 2},

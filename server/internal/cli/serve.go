@@ -130,7 +130,7 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.DurationVar(&o.maxTTL, "max-ttl", engine.DefaultMaxTTL, "longest lease this server grants (the backend may allow less)")
 	f.DurationVar(&o.maxWait, "max-wait", engine.DefaultMaxWait, "longest wait an Acquire may ask for")
 	f.IntVar(&o.maxKeys, "max-keys", engine.DefaultMaxKeys, "most keys one multi-key Acquire, Release or Extend may name (the backend may allow fewer)")
-	f.DurationVar(&o.maxLockDelay, "max-lock-delay", engine.DefaultMaxLockDelay, "longest lock_delay an Acquire may ask for (the backend may allow less)")
+	f.DurationVar(&o.maxLockDelay, "max-lock-delay", engine.DefaultMaxLockDelay, "longest lock_delay an Acquire may ask for (the backend may allow less; 0 switches lock-delay off)")
 	f.DurationVar(&o.maxClockOffset, "max-clock-offset", hlc.DefaultMaxOffset, "refuse client HLC stamps further ahead of the server's clock than this")
 	f.IntVar(&o.maxWaitersPerKey, "max-waiters-per-key", 1024, "waiters queued per key before Acquire answers resource_exhausted")
 	f.IntVar(&o.maxWaiters, "max-waiters", 65536, "waiters queued on this server before Acquire answers resource_exhausted")
@@ -312,7 +312,7 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 		MaxTTL:           o.maxTTL,
 		MaxWait:          o.maxWait,
 		MaxKeys:          o.maxKeys,
-		MaxLockDelay:     o.maxLockDelay,
+		MaxLockDelay:     engineLockDelay(o.maxLockDelay),
 		MaxClockOffset:   o.maxClockOffset,
 		MaxWaitersPerKey: o.maxWaitersPerKey,
 		MaxWaiters:       o.maxWaiters,
@@ -494,4 +494,13 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// engineLockDelay maps --max-lock-delay to the engine's setting: the flag's
+// 0 switches lock-delay off, where the engine's 0 is its default.
+func engineLockDelay(flag time.Duration) time.Duration {
+	if flag == 0 {
+		return engine.NoLockDelay
+	}
+	return flag
 }

@@ -375,11 +375,7 @@ type Record struct {
 	// fencing-token order, for kinds other than a mutex (empty for a mutex:
 	// fields 1 to 7 are its holder). Watch events, an Acquire that acquired
 	// and an Extend may leave it empty.
-	Holders []*Grant `protobuf:"bytes,13,rep,name=holders,proto3" json:"holders,omitempty"`
-	// The RequestIdentity.id kept with the grant fields 1 to 7 describe
-	// (backends whose Info says request_ids; optional): the engine wakes a
-	// repeat of that request queued behind others.
-	RequestId     string `protobuf:"bytes,14,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Holders       []*Grant `protobuf:"bytes,13,rep,name=holders,proto3" json:"holders,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -503,13 +499,6 @@ func (x *Record) GetHolders() []*Grant {
 		return x.Holders
 	}
 	return nil
-}
-
-func (x *Record) GetRequestId() string {
-	if x != nil {
-		return x.RequestId
-	}
-	return ""
 }
 
 // RequestIdentity makes a mutating call retry-safe (backends whose Info says
@@ -2891,7 +2880,7 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x127\n" +
 	"\tremaining\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\tremaining\x120\n" +
 	"\x05stamp\x18\x05 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\x12\x18\n" +
-	"\apermits\x18\x06 \x01(\rR\apermits\"\xc6\x04\n" +
+	"\apermits\x18\x06 \x01(\rR\apermits\"\xa7\x04\n" +
 	"\x06Record\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\x12\x16\n" +
@@ -2908,9 +2897,7 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	" \x01(\rR\x05limit\x12\x18\n" +
 	"\apermits\x18\v \x01(\rR\apermits\x12\x15\n" +
 	"\x06in_use\x18\f \x01(\rR\x05inUse\x124\n" +
-	"\aholders\x18\r \x03(\v2\x1a.holdfast.backend.v1.GrantR\aholders\x12\x1d\n" +
-	"\n" +
-	"request_id\x18\x0e \x01(\tR\trequestId\"C\n" +
+	"\aholders\x18\r \x03(\v2\x1a.holdfast.backend.v1.GrantR\aholders\"C\n" +
 	"\x0fRequestIdentity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\"\r\n" +
