@@ -15,7 +15,8 @@
 //     or fails under `make test`;
 //   - NewCA issues throw-away certificates for TLS tests;
 //   - FencedResource judges safety where it matters, at the resource a
-//     lock protects.
+//     lock protects; RacePermits judges a store's semaphore permits among
+//     racers.
 //
 // The readiness protocol is one line on the server's stdout, printed once
 // it serves; all its logs go to stderr:

@@ -149,6 +149,23 @@
 // it on a new lease of the new TTL plus d. Delay leases no key uses any
 // more are left to expire (the keys of a set share one). See delays.go.
 //
+// # Semaphores and rwlocks (Info.Kinds)
+//
+// A key of another kind than a mutex keeps, beside its stamp key, a meta
+// key P "locks/" K "\x00m" (its kind and limit, put by its first grant) and
+// one key per grant, P "locks/" K "\x00g/" H (H: the SHA-256 of the grant's
+// owner token), each on its own lease; a grant's fencing token is its
+// CreateRevision. A grant is one optimistic transaction over what it read at
+// one revision: the permits of the live grants plus the request's within
+// the limit, and no grant created since the read; a racing grant that
+// committed first makes it decide again on what the failed transaction's
+// else branch read. The mutex Acquire requires that the key has no meta key,
+// and a grant that its key has no stamp key of a mutex, so a key keeps its
+// kind for as long as its stamp key lives (always). Release and Extend
+// address a grant by its owner token; a grant released is deleted with a
+// write of the stamp key, as a mutex lock is, so Watch tells its release
+// from its expiry. See grants.go.
+//
 // Every call is bounded by call_timeout; when etcd cannot answer in time the
 // call fails with backend.ErrUnavailable.
 package etcd

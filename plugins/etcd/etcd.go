@@ -62,6 +62,7 @@ type Backend struct {
 	delays string
 
 	q         queueState
+	gates     grantGates // grants.go
 	revoke    chan clientv3.LeaseID
 	pool      *leasePool
 	closeOnce sync.Once
@@ -232,6 +233,7 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		MaxKeys:        MaxKeys,
 		RequestIDs:     true,
 		MaxLockDelay:   MaxLockDelay,
+		Kinds:          Kinds,
 	}, nil
 }
 

@@ -38,6 +38,9 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 	if err := checkDelay(req.LockDelay); err != nil {
 		return backend.AcquireResult{}, err
 	}
+	if req.Kind != backend.KindMutex {
+		return b.acquireGrant(ctx, req)
+	}
 	if req.ReplayOnly {
 		res, err := b.replayOnly(ctx, []string{req.Key}, req.Request)
 		return single(res), err
@@ -137,24 +140,11 @@ func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireReques
 	// holder). The else branch tells us otherwise.
 	stored := req.Stamp
 	stampCmp := clientv3.Compare(clientv3.Value(stampKey), "<", encodeStamp(stored))
-	// The fair queue (queue.go): a caller with no entry needs an empty
-	// queue; a queued waiter needs its own entry to be the oldest, and
-	// leaves the queue in the same step.
 	pfx := b.queuePrefix(req.Key)
 	qk := b.queueKey(req.Key, req.WaiterID)
-	var queueCmps []clientv3.Cmp
-	var leave []clientv3.Op
-	myRev, _ := b.rev(qk)
-	if req.WaiterID == "" {
-		queueCmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()}
-	} else {
-		queueCmps = []clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(qk), "=", myRev),
-			clientv3.Compare(clientv3.CreateRevision(pfx), ">", myRev-1).WithPrefix(),
-		}
-		leave = []clientv3.Op{clientv3.OpDelete(qk)}
-	}
-	queueCmps = append(queueCmps, b.noDelay(req.Key))
+	queueCmps, leave, myRev := b.queueGuards(req.Key, req.WaiterID)
+	// A key with a meta key holds grants (grants.go): never a mutex.
+	queueCmps = append(queueCmps, b.noDelay(req.Key), clientv3.Compare(clientv3.CreateRevision(b.metaKey(req.Key)), "=", 0))
 	if delay.lease != clientv3.NoLease {
 		leave = append(leave, b.putDelay(req.Key, delay.lease, delay.until))
 	}
@@ -171,6 +161,7 @@ func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireReques
 			clientv3.OpGet(stampKey),
 			clientv3.OpGet(pfx, clientv3.WithFirstCreate()...),
 			clientv3.OpGet(b.delayKey(req.Key)),
+			clientv3.OpGet(b.metaKey(req.Key)),
 		).Commit()
 		if err != nil {
 			return backend.AcquireResult{}, false, wrap(parent, "acquire", err)
@@ -199,6 +190,10 @@ func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireReques
 			rec, err := decodeRecord(req.Key, kvs[0])
 			return backend.AcquireResult{Record: rec}, false, err
 		}
+		if kvs := resp.Responses[4].GetResponseRange().Kvs; len(kvs) > 0 {
+			res, err := b.keptOther(parent, req.Key, kvs[0]) // a semaphore's or rwlock's
+			return res, false, err
+		}
 		if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) > 0 {
 			return backend.AcquireResult{Record: delayed(req.Key, kvs[0])}, false, nil // in its lock-delay
 		}
@@ -226,6 +221,42 @@ func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireReques
 			return backend.AcquireResult{}, false, fmt.Errorf("etcd acquire %q: stamp kept changing over %d attempts: %w", req.Key, attempt, backend.ErrUnavailable)
 		}
 	}
+}
+
+// queueGuards are an Acquire's compares for the fair queue (queue.go): a
+// caller with no entry needs an empty queue; a queued waiter needs its own
+// entry (whose create revision is myRev) to be the oldest, and leaves the
+// queue in the same step (leave).
+func (b *Backend) queueGuards(key, waiterID string) (cmps []clientv3.Cmp, leave []clientv3.Op, myRev int64) {
+	pfx := b.queuePrefix(key)
+	if waiterID == "" {
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()}, nil, 0
+	}
+	qk := b.queueKey(key, waiterID)
+	myRev, _ = b.rev(qk)
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(qk), "=", myRev),
+		clientv3.Compare(clientv3.CreateRevision(pfx), ">", myRev-1).WithPrefix(),
+	}, []clientv3.Op{clientv3.OpDelete(qk)}, myRev
+}
+
+// keptOther answers a mutex Acquire of a key kept as a semaphore or rwlock
+// (its meta key): not acquired, with the key's kind and limit and its
+// grants, read after the refusal (informational, as every holder is).
+func (b *Backend) keptOther(ctx context.Context, key string, meta *mvccpb.KeyValue) (backend.AcquireResult, error) {
+	kind, limit, err := readMeta(meta)
+	if err != nil {
+		return backend.AcquireResult{}, err
+	}
+	rec, held, err := b.Get(ctx, key)
+	if err != nil {
+		return backend.AcquireResult{}, err
+	}
+	if !held {
+		rec = backend.Record{Key: key}
+	}
+	rec.Kind, rec.Limit = kind, limit
+	return backend.AcquireResult{Record: rec}, nil
 }
 
 // single is the answer of a set of one as an Acquire's.
@@ -280,6 +311,11 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 	defer cancel()
 	lockKey, ownerKey, stampKey := b.lockKey(req.Key), b.ownerKey(req.Key), b.stampKey(req.Key)
 	stamp := encodeStamp(req.Stamp)
+	if req.Abandon {
+		if released, held, err := b.abandonGrant(cctx, ctx, req); err != nil || held {
+			return released, err
+		}
+	}
 	guards, kept, spared, err := b.releaseGuards(cctx, ctx, []string{req.Key}, req.Request, req.Abandon)
 	if err != nil || spared {
 		return false, err
@@ -297,11 +333,18 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 			[]clientv3.Op{clientv3.OpPut(stampKey, stamp)},
 			[]clientv3.Op{clientv3.OpPut(stampKey, "", clientv3.WithIgnoreValue())},
 		),
-	)...).Commit()
+	)...).Else(
+		// Not this token's mutex lock: perhaps its grant (grants.go).
+		b.releaseGrantOps(req.Key, req.OwnerToken, stamp, kept),
+	).Commit()
 	if err != nil {
 		return false, wrap(ctx, "release", err)
 	}
 	if !resp.Succeeded {
+		if g := resp.Responses[0].GetResponseTxn(); g != nil && g.Succeeded {
+			b.grantReleased(g, len(kept))
+			return true, nil
+		}
 		if req.Abandon {
 			return false, nil
 		}
@@ -323,12 +366,23 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 	defer cancel()
 	lockKey, ownerKey := b.lockKey(req.Key), b.ownerKey(req.Key)
 	for attempt := 1; ; attempt++ {
-		cur, err := b.cli.Txn(cctx).Then(clientv3.OpGet(lockKey), clientv3.OpGet(ownerKey)).Commit()
+		cur, err := b.cli.Txn(cctx).Then(clientv3.OpGet(lockKey), clientv3.OpGet(ownerKey),
+			clientv3.OpGet(b.grantKey(req.Key, req.OwnerToken))).Commit()
 		if err != nil {
 			return backend.ExtendResult{}, wrap(ctx, "extend: read", err)
 		}
 		lockKVs := cur.Responses[0].GetResponseRange().Kvs
 		ownerKVs := cur.Responses[1].GetResponseRange().Kvs
+		if g := cur.Responses[2].GetResponseRange().Kvs; len(g) > 0 && req.OwnerToken != "" {
+			res, done, err := b.extendGrant(cctx, ctx, req, g[0])
+			if err != nil || done {
+				return res, err
+			}
+			if attempt == maxTxnAttempts {
+				return backend.ExtendResult{}, fmt.Errorf("etcd extend %q: the grant kept changing over %d attempts: %w", req.Key, attempt, backend.ErrUnavailable)
+			}
+			continue // the grant changed meanwhile: read again
+		}
 		if len(lockKVs) == 0 || len(ownerKVs) == 0 || string(ownerKVs[0].Value) != req.OwnerToken {
 			return backend.ExtendResult{}, nil
 		}
@@ -391,9 +445,13 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 func (b *Backend) Get(ctx context.Context, key string) (backend.Record, bool, error) {
 	cctx, cancel := b.call(ctx)
 	defer cancel()
-	resp, err := b.cli.Txn(cctx).Then(clientv3.OpGet(b.lockKey(key)), clientv3.OpGet(b.delayKey(key))).Commit()
+	resp, err := b.cli.Txn(cctx).Then(clientv3.OpGet(b.lockKey(key)), clientv3.OpGet(b.delayKey(key)),
+		clientv3.OpGet(b.metaKey(key)), clientv3.OpGet(b.grantPrefix(key), clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return backend.Record{}, false, wrap(ctx, "get", err)
+	}
+	if meta := resp.Responses[2].GetResponseRange().Kvs; len(meta) > 0 {
+		return getGrants(key, meta, resp.Responses[3].GetResponseRange().Kvs)
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
@@ -423,10 +481,31 @@ func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.Li
 		}
 	}
 	var page backend.ListPage
-	// The range also holds stamp keys (of held and of free keys): read in
-	// batches until a page and one more record are found, or the range ends.
-	// Every read is at the first read's revision, so a page is one snapshot.
-	var rev int64
+	// The range also holds stamp keys (of held and of free keys) and the
+	// meta and grant keys of semaphores and rwlocks, each right after its
+	// key: read in batches until a page is full at a key's end and one more
+	// record is seen, or the range ends. Every read is at the first read's
+	// revision, so a page is one snapshot. A page counts grants, and a
+	// key's grants are never split across pages.
+	var (
+		rev     int64
+		count   int
+		pending *backend.Record // a key's grants, while they are read
+		grants  []*mvccpb.KeyValue
+	)
+	flush := func() error {
+		if pending == nil {
+			return nil
+		}
+		rec, err := grantsRecord(pending.Key, pending.Kind, pending.Limit, grants, 0)
+		if err != nil {
+			return err
+		}
+		page.Records = append(page.Records, rec)
+		count += len(rec.Holders)
+		pending, grants = nil, nil
+		return nil
+	}
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(2*(req.PageSize+1) + 8))}
 		if rev != 0 {
@@ -438,21 +517,38 @@ func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.Li
 		}
 		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
-			k := string(kv.Key)
-			if strings.HasSuffix(k, stampSuffix) {
-				continue
+			key, suffix := splitName(strings.TrimPrefix(string(kv.Key), b.locks))
+			grant := isGrantSuffix(suffix)
+			if suffix != "" && !grant {
+				continue // a stamp or meta key
 			}
-			if len(page.Records) == req.PageSize {
+			if pending != nil && pending.Key != key {
+				if err := flush(); err != nil {
+					return backend.ListPage{}, err
+				}
+			}
+			if pending == nil && count >= req.PageSize {
 				page.NextPageToken = page.Records[len(page.Records)-1].Key
 				return page, nil
 			}
-			rec, err := decodeRecord(strings.TrimPrefix(k, b.locks), kv)
+			rec, err := decodeRecord(key, kv)
 			if err != nil {
 				return backend.ListPage{}, err
 			}
-			page.Records = append(page.Records, rec)
+			if !grant {
+				page.Records = append(page.Records, rec)
+				count++
+				continue
+			}
+			if pending == nil {
+				pending = &backend.Record{Key: key, Kind: rec.Kind, Limit: rec.Limit}
+			}
+			grants = append(grants, kv)
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
+			if err := flush(); err != nil {
+				return backend.ListPage{}, err
+			}
 			return page, nil
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"

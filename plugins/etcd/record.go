@@ -46,6 +46,10 @@ type recordValue struct {
 	// LockDelayMs: the lock-delay that follows the lock if it expires
 	// (delays.go).
 	LockDelayMs int64 `json:"lock_delay_ms,omitempty"`
+	// A grant's (grants.go): its permits, and its key's kind and limit.
+	Permits int    `json:"permits,omitempty"`
+	Kind    string `json:"kind,omitempty"`
+	Limit   int    `json:"limit,omitempty"`
 }
 
 // encode is the record's value with the lease's expiry and TTL.
@@ -100,7 +104,7 @@ func decodeRecord(key string, kv *mvccpb.KeyValue) (backend.Record, error) {
 		return backend.Record{}, fmt.Errorf("etcd: lock record of %q is not holdfast's: %w: %w", key, backend.ErrUnavailable, err)
 	}
 	expires := time.Unix(0, v.ExpiresNs)
-	return backend.Record{
+	rec := backend.Record{
 		Key:          key,
 		FencingToken: uint64(kv.CreateRevision),
 		Holder:       v.Holder,
@@ -108,7 +112,11 @@ func decodeRecord(key string, kv *mvccpb.KeyValue) (backend.Record, error) {
 		Remaining:    max(0, time.Until(expires)),
 		Stamp:        hlc.Timestamp{WallTime: v.StampWall, Logical: v.StampLog},
 		LockDelay:    time.Duration(v.LockDelayMs) * time.Millisecond,
-	}, nil
+	}
+	if kind, ok := kindByName(v.Kind); ok { // a grant
+		rec.Kind, rec.Limit, rec.Permits = kind, v.Limit, v.Permits
+	}
+	return rec, nil
 }
 
 // encodeStamp is 12 bytes whose byte order is the stamps' order: the wall

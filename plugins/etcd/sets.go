@@ -103,15 +103,20 @@ func (b *Backend) AcquireSet(ctx context.Context, req backend.AcquireSetRequest)
 	return res, err
 }
 
+// setReads is how many reads attachSet makes per key: lock, stamp, queue
+// head, delay and meta key.
+const setReads = 5
+
 func (b *Backend) attachSet(cctx, parent context.Context, req backend.AcquireSetRequest, keys []string, myRevs []int64,
 	leaseID clientv3.LeaseID, expires time.Time, granted time.Duration, delay delaySpec) (backend.AcquireSetResult, bool, error) {
 	for attempt := 1; ; attempt++ {
 		// Read every key's lock record, stamp key and queue head at one
 		// revision.
-		reads := make([]clientv3.Op, 0, 4*len(keys))
+		reads := make([]clientv3.Op, 0, setReads*len(keys))
 		for _, k := range keys {
 			reads = append(reads, clientv3.OpGet(b.lockKey(k)), clientv3.OpGet(b.stampKey(k)),
-				clientv3.OpGet(b.queuePrefix(k), clientv3.WithFirstCreate()...), clientv3.OpGet(b.delayKey(k)))
+				clientv3.OpGet(b.queuePrefix(k), clientv3.WithFirstCreate()...), clientv3.OpGet(b.delayKey(k)),
+				clientv3.OpGet(b.metaKey(k)))
 		}
 		cur, err := b.cli.Txn(cctx).Then(reads...).Commit()
 		if err != nil {
@@ -119,7 +124,7 @@ func (b *Backend) attachSet(cctx, parent context.Context, req backend.AcquireSet
 		}
 		var held []*mvccpb.KeyValue
 		for i := range keys {
-			if kvs := cur.Responses[4*i].GetResponseRange().Kvs; len(kvs) > 0 {
+			if kvs := cur.Responses[setReads*i].GetResponseRange().Kvs; len(kvs) > 0 {
 				held = append(held, kvs[0])
 			}
 		}
@@ -129,27 +134,34 @@ func (b *Backend) attachSet(cctx, parent context.Context, req backend.AcquireSet
 				return backend.AcquireSetResult{Acquired: ok, Records: recs, Replayed: ok, Replay: replay}, false, err
 			}
 		}
+		for i, k := range keys {
+			if kvs := cur.Responses[setReads*i+4].GetResponseRange().Kvs; len(kvs) > 0 {
+				// A semaphore or rwlock key (grants.go): sets are mutexes.
+				kind, limit, err := readMeta(kvs[0])
+				return backend.AcquireSetResult{Blocker: backend.Record{Key: k, Kind: kind, Limit: limit}}, false, err
+			}
+		}
 		stored := req.Stamp
 		stampRevs := make([]int64, len(keys))
 		for i, k := range keys {
-			if kvs := cur.Responses[4*i].GetResponseRange().Kvs; len(kvs) > 0 {
+			if kvs := cur.Responses[setReads*i].GetResponseRange().Kvs; len(kvs) > 0 {
 				rec, err := decodeRecord(k, kvs[0])
 				return backend.AcquireSetResult{Blocker: rec}, false, err
 			}
 		}
 		for i, k := range keys {
-			if kvs := cur.Responses[4*i+3].GetResponseRange().Kvs; len(kvs) > 0 {
+			if kvs := cur.Responses[setReads*i+3].GetResponseRange().Kvs; len(kvs) > 0 {
 				return backend.AcquireSetResult{Blocker: delayed(k, kvs[0])}, false, nil // in its lock-delay
 			}
 		}
 		for i, k := range keys {
-			first := cur.Responses[4*i+2].GetResponseRange().Kvs
+			first := cur.Responses[setReads*i+2].GetResponseRange().Kvs
 			qk := b.queueKey(k, req.WaiterID)
 			if req.WaiterID == "" && len(first) > 0 ||
 				req.WaiterID != "" && (len(first) == 0 || string(first[0].Key) != qk || first[0].CreateRevision != myRevs[i]) {
 				return backend.AcquireSetResult{}, false, nil // free, but not this caller's turn
 			}
-			if kvs := cur.Responses[4*i+1].GetResponseRange().Kvs; len(kvs) > 0 {
+			if kvs := cur.Responses[setReads*i+1].GetResponseRange().Kvs; len(kvs) > 0 {
 				last, err := decodeStamp(kvs[0].Value)
 				if err != nil {
 					return backend.AcquireSetResult{}, false, err
@@ -166,6 +178,7 @@ func (b *Backend) attachSet(cctx, parent context.Context, req backend.AcquireSet
 			cmps = append(cmps,
 				clientv3.Compare(clientv3.CreateRevision(b.lockKey(k)), "=", 0),
 				clientv3.Compare(clientv3.ModRevision(b.stampKey(k)), "=", stampRevs[i]),
+				clientv3.Compare(clientv3.CreateRevision(b.metaKey(k)), "=", 0),
 				b.noDelay(k))
 			if delay.lease != clientv3.NoLease {
 				ops = append(ops, b.putDelay(k, delay.lease, delay.until))

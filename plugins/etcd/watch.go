@@ -78,10 +78,36 @@ func (b *Backend) translate(evs []*clientv3.Event) ([]backend.Event, error) {
 	var out []backend.Event
 	for _, ev := range evs {
 		k := string(ev.Kv.Key)
-		if strings.HasSuffix(k, stampSuffix) {
+		key, suffix := splitName(strings.TrimPrefix(k, b.locks))
+		if isGrantSuffix(suffix) {
+			// A grant (grants.go): created is acquired; deleted with a
+			// write of the key's stamp key is released, alone expired.
+			switch {
+			case ev.Type == mvccpb.PUT && ev.IsCreate():
+				e, err := grantEvent(backend.EventAcquired, key, ev.Kv)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, e)
+			case ev.Type == mvccpb.DELETE:
+				typ := backend.EventExpired
+				if stampWrites[revKey{ev.Kv.ModRevision, b.locks + key}] {
+					typ = backend.EventReleased
+				}
+				e := backend.Event{Type: typ, Record: backend.Record{Key: key}}
+				if ev.PrevKv != nil {
+					var err error
+					if e, err = grantEvent(typ, key, ev.PrevKv); err != nil {
+						return nil, err
+					}
+				}
+				out = append(out, e)
+			}
 			continue
 		}
-		key := strings.TrimPrefix(k, b.locks)
+		if suffix != "" {
+			continue // a stamp or meta key
+		}
 		switch {
 		case ev.Type == mvccpb.PUT && ev.IsCreate():
 			rec, err := decodeRecord(key, ev.Kv)

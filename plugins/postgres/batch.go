@@ -53,7 +53,10 @@ func (b *Backend) AcquireBatch(ctx context.Context, reqs []backend.AcquireReques
 			}
 			return checkNoDelay(r.LockDelay)
 		},
-		func(r backend.AcquireRequest) bool { return r.Request.ID == "" && !r.ReplayOnly },
+		// A grant (semaphore, rwlock) is its own function call (grants.go).
+		func(r backend.AcquireRequest) bool {
+			return r.Request.ID == "" && !r.ReplayOnly && r.Kind == backend.KindMutex
+		},
 		b.Acquire)
 	again := make([]int, 0)
 	runBatch(ctx, b, "acquire", plain, out, func(batch *pgx.Batch, i int) {
@@ -90,7 +93,10 @@ func (b *Backend) ReleaseBatch(ctx context.Context, reqs []backend.ReleaseReques
 	plain, wait := splitBatch(ctx, reqs, out,
 		func(r backend.ReleaseRequest) string { return r.Key },
 		func(r backend.ReleaseRequest) error { return checkKey(r.Key) },
-		func(r backend.ReleaseRequest) bool { return r.Request.ID == "" && r.OwnerToken != "" },
+		// A key this plugin granted on goes alone, its grant first (grants.go).
+		func(r backend.ReleaseRequest) bool {
+			return r.Request.ID == "" && r.OwnerToken != "" && !b.hints.has(r.Key)
+		},
 		b.Release)
 	runBatch(ctx, b, "release", plain, out, func(batch *pgx.Batch, i int) {
 		r := reqs[i]
@@ -101,6 +107,14 @@ func (b *Backend) ReleaseBatch(ctx context.Context, reqs []backend.ReleaseReques
 			})
 	}, nil)
 	wait()
+	// A token that held no mutex lock may hold a grant of the key (taken
+	// through another plugin): asked once the batch committed, as a single
+	// Release asks.
+	for _, i := range plain {
+		if out[i].Err == nil && !out[i].Value {
+			out[i].Value, out[i].Err = b.releaseGrant(ctx, reqs[i])
+		}
+	}
 	return out, nil
 }
 
@@ -115,7 +129,9 @@ func (b *Backend) ExtendBatch(ctx context.Context, reqs []backend.ExtendRequest)
 			}
 			return checkTTL(r.TTL)
 		},
-		func(r backend.ExtendRequest) bool { return r.Request.ID == "" && r.OwnerToken != "" },
+		func(r backend.ExtendRequest) bool {
+			return r.Request.ID == "" && r.OwnerToken != "" && !b.hints.has(r.Key) // as in ReleaseBatch
+		},
 		b.Extend)
 	runBatch(ctx, b, "extend", plain, out, func(batch *pgx.Batch, i int) {
 		r := reqs[i]
@@ -137,6 +153,11 @@ func (b *Backend) ExtendBatch(ctx context.Context, reqs []backend.ExtendRequest)
 		}
 	})
 	wait()
+	for _, i := range plain { // as in ReleaseBatch
+		if out[i].Err == nil && !out[i].Value.Extended {
+			out[i].Value, out[i].Err = b.extendGrant(ctx, reqs[i])
+		}
+	}
 	return out, nil
 }
 

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,12 +32,13 @@ import (
 // (README.md, Limits, has the figures.)
 
 // runConcurrent runs b.N operations split over conc workers and reports
-// ops/s.
+// ops/s and latency percentiles.
 func runConcurrent(b *testing.B, conc int, op func(ctx context.Context, worker, i int) error) {
 	ctx := context.Background()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, conc)
+	lat := make([][]time.Duration, conc)
 	b.ResetTimer()
 	start := time.Now()
 	for w := range conc {
@@ -46,10 +48,12 @@ func runConcurrent(b *testing.B, conc int, op func(ctx context.Context, worker, 
 				if i >= b.N {
 					return
 				}
+				t0 := time.Now()
 				if err := op(ctx, w, i); err != nil {
 					errs <- err
 					return
 				}
+				lat[w] = append(lat[w], time.Since(t0))
 			}
 		})
 	}
@@ -59,6 +63,12 @@ func runConcurrent(b *testing.B, conc int, op func(ctx context.Context, worker, 
 	close(errs)
 	for err := range errs {
 		b.Fatal(err)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) > 0 {
+		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
 }
@@ -109,6 +119,47 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				}
 				return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", int64(1_000_000+w)).Scan(&ok)
 			})
+		})
+	}
+}
+
+// BenchmarkHotKeyGrants: 32 workers on one key, each a try (wait 0) and,
+// when granted, a release: a mutex (limit 1) against a semaphore of limit
+// 10 on the same backend. ops/s and the latency percentiles count attempts
+// (a granted one includes its release); grants/s counts the granted ones.
+//
+//	go test -run '^$' -bench HotKeyGrants -benchtime 3s ./plugins/postgres
+func BenchmarkHotKeyGrants(b *testing.B) {
+	for _, notify := range []string{postgres.NotifyAll, postgres.NotifyContended} {
+		b.Run("notify="+notify, func(b *testing.B) { hotKeyGrants(b, open(b, map[string]string{"notify": notify})) })
+	}
+}
+
+func hotKeyGrants(b *testing.B, be backend.Backend) {
+	for _, c := range []struct {
+		name  string
+		kind  backend.Kind
+		limit int
+	}{{"mutex", backend.KindMutex, 1}, {"semaphore-limit-10", backend.KindSemaphore, 10}} {
+		b.Run(c.name+"/c=32", func(b *testing.B) {
+			key := fmt.Sprintf("hot/%s/%d", c.name, time.Now().UnixNano())
+			var grants atomic.Int64
+			start := time.Now()
+			runConcurrent(b, 32, func(ctx context.Context, _, _ int) error {
+				tok := token()
+				res, err := be.Acquire(ctx, backend.AcquireRequest{Key: key, OwnerToken: tok, TTL: 10 * time.Second, Stamp: clock.Now(),
+					Kind: c.kind, Limit: c.limit, Permits: 1})
+				if err != nil || !res.Acquired {
+					return err
+				}
+				grants.Add(1)
+				ok, err := be.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: tok, Stamp: clock.Now()})
+				if err == nil && !ok {
+					err = fmt.Errorf("%s: a granted lease was not released", key)
+				}
+				return err
+			})
+			b.ReportMetric(float64(grants.Load())/time.Since(start).Seconds(), "grants/s")
 		})
 	}
 }

@@ -33,7 +33,7 @@ func (b *Backend) scheduled(remaining time.Duration) {
 }
 
 // clean is the cleaner goroutine (see the package doc): mark expired rows
-// free (the trigger announces EventExpired), delete rows free for longer than
+// free and delete expired grants (the triggers announce EventExpired), delete rows free for longer than
 // idle_retention, then sleep until the earliest expiry.
 func (b *Backend) clean() {
 	defer b.wg.Done()
@@ -86,7 +86,11 @@ func (b *Backend) cleanOnce(lastSweep *time.Time, sweepEvery time.Duration) (tim
 	if err != nil {
 		return retry, err
 	}
-	if tag.RowsAffected() >= expireBatch {
+	gtag, err := b.pool.Exec(ctx, b.grants.expire)
+	if err != nil {
+		return retry, err
+	}
+	if tag.RowsAffected() >= expireBatch || gtag.RowsAffected() >= expireBatch {
 		return 0, nil // more to do: go again at once
 	}
 	if time.Since(*lastSweep) >= sweepEvery {

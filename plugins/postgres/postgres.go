@@ -5,14 +5,14 @@
 //
 // # Storage
 //
-// One table, <schema>.locks (schema option, default "holdfast"), with a
+// One table of locks, <schema>.locks (schema option, default "holdfast"), with a
 // primary key on the key (byte order, COLLATE "C"), two partial indexes (held
 // rows by expiry, free rows by last change), a sequence for fencing tokens
 // and a trigger that announces changes with pg_notify (which changes: see
 // Notify modes). The plugin creates and
 // migrates it on start, in one transaction under a transaction-level
 // advisory lock, so plugins starting together do not race. The schema
-// version is kept in the table's comment ("holdfast locks v3").
+// version is kept in the table's comment ("holdfast locks v4").
 //
 // # Semantics
 //
@@ -136,10 +136,14 @@
 //     lost early only if the cleaner deletes the free row first
 //     (idle_retention after the release, shorter than a long lease): a
 //     repeat then answers false, never a wrong true.
+//   - Semaphores and rwlocks (Info.Kinds; schema v4): a grants table beside
+//     the locks table, and three functions that decide in one round trip
+//     each; see grants.go.
 //   - Not kept: lock-delays (Info.MaxLockDelay 0), so the server refuses a
 //     lock_delay with unimplemented naming the capability.
 //   - Info: shared, durable (rows and the sequence survive a restart of
-//     PostgreSQL), TTL between 1ms and 24h, not fair, sets of up to 64 keys.
+//     PostgreSQL), TTL between 1ms and 24h, not fair, sets of up to 64 keys,
+//     semaphores and rwlocks.
 //
 // # Options
 //
@@ -327,8 +331,10 @@ type Backend struct {
 	n        names
 	sql      statements
 	sets     setStatements
-	mark     bool  // a failed Acquire marks the row contended (notify=contended)
-	instance int64 // this plugin process, stored in acquired_by
+	grants   grantStatements
+	hints    grantHints // keys this plugin granted on (grants.go)
+	mark     bool       // a failed Acquire marks the row contended (notify=contended)
+	instance int64      // this plugin process, stored in acquired_by
 
 	ctx    context.Context // cancelled by Close: ends the cleaner and watches
 	cancel context.CancelFunc
@@ -416,6 +422,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		n:        n,
 		sql:      newStatements(n),
 		sets:     newSetStatements(n),
+		grants:   newGrantStatements(n),
 		mark:     o.Notify == NotifyContended,
 		instance: instance,
 		ctx:      bctx,
@@ -454,13 +461,14 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		Fair:           false,
 		MaxKeys:        MaxKeys,
 		RequestIDs:     true,
+		Kinds:          Kinds,
 	}, nil
 }
 
 // statements are the SQL texts for one schema, built once.
 type statements struct {
-	acquire, release, extend, get, list string
-	expire, deleteIdle, nextExpiry      string
+	acquire, release, extend, get, list, kind string
+	expire, deleteIdle, nextExpiry            string
 }
 
 // recordCols are the columns every lock-returning statement selects, in the
@@ -512,7 +520,7 @@ func newStatements(n names) statements {
 			FROM (SELECT l.owner IS NULL OR l.expires_at <= clock_timestamp() AS take, clock_timestamp() AS now,
 			             CASE WHEN l.stamp_logical >= 4294967295 THEN l.stamp_wall + 1 ELSE l.stamp_wall END AS w,
 			             CASE WHEN l.stamp_logical >= 4294967295 THEN 0 ELSE l.stamp_logical + 1 END AS lg) AS t)
-	WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() OR ($7::boolean AND NOT l.contended)
+	WHERE l.kind = '' AND (l.owner IS NULL OR l.expires_at <= clock_timestamp() OR ($7::boolean AND NOT l.contended))
 	RETURNING owner = $2, ` + recordCols + `
 )
 SELECT * FROM acq
@@ -541,6 +549,8 @@ RETURNING ` + recordCols,
 		get: `SELECT ` + recordCols + ` FROM ` + n.locks + `
 WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()`,
 
+		kind: `SELECT kind, lim FROM ` + n.locks + ` WHERE key = $1`,
+
 		// $1 prefix, $2 last key of the previous page ('' for none), $3 limit.
 		list: `SELECT ` + recordCols + ` FROM ` + n.locks + `
 WHERE key >= $1 AND starts_with(key, $1) AND key > $2
@@ -548,6 +558,7 @@ WHERE key >= $1 AND starts_with(key, $1) AND key > $2
 ORDER BY key LIMIT $3`,
 
 		// The trigger emits EventExpired for each row marked free here.
+		// A row of another kind than a mutex (owner NULL) is never here.
 		expire: `UPDATE ` + n.locks + ` SET owner = NULL, holder = '', expires_at = NULL, changed_at = clock_timestamp()
 WHERE key IN (
 	SELECT key FROM ` + n.locks + `
@@ -561,13 +572,15 @@ AND owner IS NOT NULL AND expires_at <= clock_timestamp()`,
 WHERE key IN (
 	SELECT key FROM ` + n.locks + `
 	WHERE owner IS NULL AND changed_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
+		AND NOT EXISTS (SELECT FROM ` + n.grants + ` g WHERE g.key = ` + n.locks + `.key)
 	LIMIT ` + strconv.Itoa(deleteBatch) + `
 	FOR UPDATE SKIP LOCKED)
-AND owner IS NULL`,
+AND owner IS NULL AND NOT EXISTS (SELECT FROM ` + n.grants + ` g WHERE g.key = ` + n.locks + `.key)`,
 
 		// Microseconds until the earliest expiry, NULL when nothing is held.
-		nextExpiry: `SELECT (extract(epoch FROM min(expires_at) - clock_timestamp()) * 1000000)::bigint
-FROM ` + n.locks + ` WHERE owner IS NOT NULL`,
+		nextExpiry: `SELECT (extract(epoch FROM least(
+	(SELECT min(expires_at) FROM ` + n.locks + ` WHERE owner IS NOT NULL),
+	(SELECT min(expires_at) FROM ` + n.grants + `)) - clock_timestamp()) * 1000000)::bigint`,
 	}
 }
 
@@ -672,6 +685,9 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 	if err := checkTTL(req.TTL); err != nil {
 		return backend.AcquireResult{}, err
 	}
+	if req.Kind != backend.KindMutex {
+		return b.acquireGrant(ctx, req)
+	}
 	if err := checkNoDelay(req.LockDelay); err != nil {
 		return backend.AcquireResult{}, err
 	}
@@ -693,6 +709,18 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 		rec, err := scanRecord(b.pool.QueryRow(ctx, b.sql.acquire,
 			req.Key, owner, req.Holder, micros(req.TTL), st.WallTime, int64(st.Logical), b.mark, b.instance), &acquired)
 		if errors.Is(err, pgx.ErrNoRows) {
+			// Neither taken nor held: the key changed hands during the
+			// statement, or it is kept with another kind (whose row the
+			// statement never takes, and which stays so while it lives).
+			var kind string
+			var limit int
+			err := b.pool.QueryRow(ctx, b.sql.kind, req.Key).Scan(&kind, &limit)
+			if err == nil && kind != "" {
+				return b.keptOther(ctx, req.Key, kind, limit)
+			}
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return backend.AcquireResult{}, b.wrap(ctx, "acquire "+strconv.Quote(req.Key), err)
+			}
 			continue
 		}
 		if err != nil {
@@ -712,9 +740,22 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 	if err := checkKey(req.Key); err != nil {
 		return false, err
 	}
+	// A key this plugin granted on most likely holds grants: try its grant
+	// first (the answer is the same in either order, a key being of one
+	// kind at a time; the order saves a round trip).
+	grantFirst := b.hints.has(req.Key)
+	if grantFirst {
+		if ok, err := b.releaseGrant(ctx, req); ok || err != nil {
+			return ok, err
+		}
+	}
 	if req.Request.ID != "" {
-		return b.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken,
+		ok, err := b.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken,
 			Stamp: req.Stamp, Request: req.Request, Abandon: req.Abandon})
+		if ok || err != nil || grantFirst {
+			return ok, err
+		}
+		return b.releaseGrant(ctx, req)
 	}
 	if req.OwnerToken == "" {
 		return false, nil
@@ -729,7 +770,11 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 	if err != nil {
 		return false, b.wrap(ctx, "release "+strconv.Quote(req.Key), err)
 	}
-	return tag.RowsAffected() == 1, nil
+	if tag.RowsAffected() == 1 || grantFirst {
+		return tag.RowsAffected() == 1, nil
+	}
+	// Not a mutex lock of this owner: perhaps one of the key's grants.
+	return b.releaseGrant(ctx, req)
 }
 
 // Extend implements backend.Backend. The record keeps its acquisition stamp.
@@ -743,11 +788,23 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 	if req.OwnerToken == "" {
 		return backend.ExtendResult{}, nil
 	}
+	grantFirst := b.hints.has(req.Key) // as in Release
+	if grantFirst {
+		if res, err := b.extendGrant(ctx, req); res.Extended || err != nil {
+			return res, err
+		}
+	}
 	if req.Request.ID != "" {
 		res, err := b.ExtendSet(ctx, backend.ExtendSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken,
 			TTL: req.TTL, Stamp: req.Stamp, Request: req.Request})
-		if err != nil || !res.Extended {
+		if err != nil {
 			return backend.ExtendResult{}, err
+		}
+		if !res.Extended {
+			if grantFirst {
+				return backend.ExtendResult{}, nil
+			}
+			return b.extendGrant(ctx, req)
 		}
 		return backend.ExtendResult{Extended: true, Record: res.Records[0]}, nil
 	}
@@ -758,7 +815,11 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 	defer done()
 	rec, err := scanRecord(b.pool.QueryRow(ctx, b.sql.extend, req.Key, digest(req.OwnerToken), micros(req.TTL)))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return backend.ExtendResult{}, nil
+		if grantFirst {
+			return backend.ExtendResult{}, nil
+		}
+		// Not a mutex lock of this owner: perhaps one of the key's grants.
+		return b.extendGrant(ctx, req)
 	}
 	if err != nil {
 		return backend.ExtendResult{}, b.wrap(ctx, "extend "+strconv.Quote(req.Key), err)
@@ -779,7 +840,7 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Record, bool, er
 	defer done()
 	rec, err := scanRecord(b.pool.QueryRow(ctx, b.sql.get, key))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return backend.Record{}, false, nil
+		return b.getGrants(ctx, key)
 	}
 	if err != nil {
 		return backend.Record{}, false, b.wrap(ctx, "get "+strconv.Quote(key), err)
@@ -823,25 +884,31 @@ func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.Li
 		return backend.ListPage{}, err
 	}
 	defer done()
-	rows, err := b.pool.Query(ctx, b.sql.list, req.Prefix, after, req.PageSize+1)
+	mutexes, err := collectRecords(b.pool.Query(ctx, b.sql.list, req.Prefix, after, req.PageSize+1))
 	if err != nil {
 		return backend.ListPage{}, b.wrap(ctx, "list", err)
 	}
-	defer rows.Close()
-	var page backend.ListPage
-	for rows.Next() {
-		rec, err := scanRecord(rows)
-		if err != nil {
-			return backend.ListPage{}, b.wrap(ctx, "list", err)
-		}
-		page.Records = append(page.Records, rec)
-	}
-	if err := rows.Err(); err != nil {
+	// PageSize counts grants, and a key's grants are never split across
+	// pages: with PageSize + MaxLimit + 1 grant rows, every key a page can
+	// reach is read whole (listGrants leaves out a key cut by the limit).
+	grants, moreGrants, err := b.listGrants(ctx, req.Prefix, after, req.PageSize+backend.MaxLimit+1)
+	if err != nil {
 		return backend.ListPage{}, b.wrap(ctx, "list", err)
 	}
-	if len(page.Records) > req.PageSize {
-		page.Records = page.Records[:req.PageSize]
-		page.NextPageToken = encodePageToken(page.Records[req.PageSize-1].Key)
+	var page backend.ListPage
+	count := 0
+	for len(mutexes)+len(grants) > 0 && count < req.PageSize {
+		var rec backend.Record
+		if len(grants) == 0 || len(mutexes) > 0 && mutexes[0].Key < grants[0].Key {
+			rec, mutexes = mutexes[0], mutexes[1:]
+		} else {
+			rec, grants = grants[0], grants[1:]
+		}
+		page.Records = append(page.Records, rec)
+		count += max(len(rec.Holders), 1)
+	}
+	if len(page.Records) > 0 && (len(mutexes) > 0 || len(grants) > 0 || moreGrants) {
+		page.NextPageToken = encodePageToken(page.Records[len(page.Records)-1].Key)
 	}
 	return page, nil
 }

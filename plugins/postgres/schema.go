@@ -13,9 +13,8 @@ import (
 )
 
 // SchemaVersion is the version of the table layout this plugin writes. It is
-// kept in the table's comment ("holdfast locks v3"), so the plugin owns one
-// table and nothing else that could drift from it.
-const SchemaVersion = 3
+// kept in the locks table's comment ("holdfast locks v4").
+const SchemaVersion = 4
 
 // notifyGUC is the session setting the trigger reads to decide what to
 // announce: "contended" (set on every connection of a plugin with
@@ -36,6 +35,11 @@ type names struct {
 	schema   string // the user's schema name, unquoted
 	qschema  string // quoted
 	locks    string // "schema"."locks"
+	grants   string // "schema"."grants"
+	grantsFn string // "schema"."grants_notify" (trigger function)
+	acquireG string // "schema"."grant_acquire"
+	releaseG string // "schema"."grant_release"
+	extendG  string // "schema"."grant_extend"
 	fencing  string // "schema"."fencing" (sequence)
 	notifyFn string // "schema"."locks_notify" (trigger function)
 	channel  string // NOTIFY channel, unquoted
@@ -52,6 +56,11 @@ func newNames(schema string) names {
 		schema:   schema,
 		qschema:  q(schema),
 		locks:    q(schema, "locks"),
+		grants:   q(schema, "grants"),
+		grantsFn: q(schema, "grants_notify"),
+		acquireG: q(schema, "grant_acquire"),
+		releaseG: q(schema, "grant_release"),
+		extendG:  q(schema, "grant_extend"),
 		fencing:  q(schema, "fencing"),
 		notifyFn: q(schema, "locks_notify"),
 		channel:  channel,
@@ -168,6 +177,9 @@ ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS claimed boolean NOT NULL DE
 ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS released_id text;
 ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS released_fp text;
 ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS released_until timestamptz;`,
+
+		// v4: semaphores and rwlocks (grants.go).
+		migrationV4(n),
 	}
 }
 

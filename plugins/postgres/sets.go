@@ -42,7 +42,7 @@ ON CONFLICT (key) DO NOTHING`,
 
 		// $1 keys. Locks every row in key order; held says whether the row
 		// holds a live lease, owned whether it is under the digest $2.
-		lock: `SELECT owner IS NOT NULL AND expires_at > clock_timestamp(), owner IS NOT DISTINCT FROM $2::bytea,
+		lock: `SELECT owner IS NOT NULL AND expires_at > clock_timestamp(), owner IS NOT DISTINCT FROM $2::bytea, kind, lim,
 	coalesce(request_id, ''), coalesce(request_fp, ''), coalesce(replay, ''), claimed,
 	coalesce(released_id, ''), coalesce(released_fp, ''), coalesce(released_until > clock_timestamp(), false),
 	stamp_wall, stamp_logical,
@@ -104,6 +104,10 @@ type lockedRow struct {
 	releasedLive bool
 	stamp        hlc.Timestamp
 	rec          backend.Record
+	// kind and limit: a key of another kind than a mutex ('') holds
+	// grants (grants.go) and blocks every set.
+	kind  string
+	limit int
 }
 
 // lockRows locks the row of every key in key order and reads them; with
@@ -121,7 +125,7 @@ func (b *Backend) lockRows(ctx context.Context, tx pgx.Tx, keys []string, owner 
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (lockedRow, error) {
 		var r lockedRow
 		var wall, lg int64
-		rec, err := scanRecord(row, &r.held, &r.owned, &r.request.ID, &r.request.Fingerprint, &r.replay, &r.claimed,
+		rec, err := scanRecord(row, &r.held, &r.owned, &r.kind, &r.limit, &r.request.ID, &r.request.Fingerprint, &r.replay, &r.claimed,
 			&r.released.ID, &r.released.Fingerprint, &r.releasedLive, &wall, &lg)
 		r.rec, r.stamp = rec, hlc.Timestamp{WallTime: wall, Logical: uint32(lg)}
 		return r, err
@@ -239,6 +243,11 @@ func (b *Backend) AcquireSet(ctx context.Context, req backend.AcquireSetRequest)
 		}
 		stamp := req.Stamp
 		for _, r := range rows {
+			if r.kind != "" {
+				kind, _ := kindByName(r.kind)
+				res = backend.AcquireSetResult{Blocker: backend.Record{Key: r.rec.Key, Kind: kind, Limit: r.limit}}
+				return nil
+			}
 			if r.held {
 				res = backend.AcquireSetResult{Blocker: r.rec}
 				if b.mark {

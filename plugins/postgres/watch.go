@@ -32,6 +32,10 @@ type payload struct {
 	Wall      int64  `json:"w"`
 	Logical   int64  `json:"l"`
 	Truncated bool   `json:"x"`
+	// A grant's (grants.go): its permits, the key's kind and limit.
+	Permits int    `json:"p"`
+	Kind    string `json:"kd"`
+	Limit   int    `json:"n"`
 }
 
 func (p payload) event() (backend.Event, error) {
@@ -55,6 +59,13 @@ func (p payload) event() (backend.Event, error) {
 	}
 	if t == backend.EventAcquired {
 		rec.Remaining = max(time.Duration(p.RemainUS)*time.Microsecond, 0)
+	}
+	if p.Permits > 0 {
+		kind, ok := kindByName(p.Kind)
+		if !ok {
+			return backend.Event{}, fmt.Errorf("unknown kind %q", p.Kind)
+		}
+		rec.Kind, rec.Limit, rec.Permits = kind, p.Limit, p.Permits
 	}
 	return backend.Event{Type: t, Record: rec}, nil
 }

@@ -167,15 +167,28 @@ func isNoScript(err error) bool {
 
 // AcquireBatch implements backend.BatchBackend: every item's acquire
 // script in one pipeline.
+//
+// A grant of a semaphore or rwlock (Kind other than a mutex) runs its own
+// script (grants_lua.go), one call per item, before the mutexes' pipeline.
 func (b *Backend) AcquireBatch(ctx context.Context, reqs []backend.AcquireRequest) ([]backend.Outcome[backend.AcquireResult], error) {
-	sets := make([]backend.AcquireSetRequest, len(reqs))
+	res := make([]backend.Outcome[backend.AcquireResult], len(reqs))
+	var sets []backend.AcquireSetRequest
+	var at []int // the index in reqs of each of sets
 	for i, r := range reqs {
-		sets[i] = acquireSetOf(r)
+		if r.Kind != backend.KindMutex {
+			res[i].Value, res[i].Err = b.acquireGrant(ctx, r)
+			continue
+		}
+		sets = append(sets, acquireSetOf(r))
+		at = append(at, i)
 	}
 	outs := runPipelined(ctx, b, sets, b.acquireCall, b.acquireReply)
-	res := make([]backend.Outcome[backend.AcquireResult], len(reqs))
-	for i, o := range outs {
+	for j, o := range outs {
+		i := at[j]
 		res[i] = backend.Outcome[backend.AcquireResult]{Value: acquireResultOf(o.Value), Err: o.Err}
+		if o.Err == nil {
+			res[i].Value, res[i].Err = b.withHolders(ctx, reqs[i].Key, res[i].Value)
+		}
 	}
 	return res, nil
 }

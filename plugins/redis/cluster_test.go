@@ -111,6 +111,43 @@ func TestCluster(t *testing.T) {
 			done++
 		}
 	}
+	clusterGrants(t, b, w)
+}
+
+// clusterGrants: semaphore grants on keys spread over the masters are
+// taken, renewed, read and released by scripts on each key's master, and a
+// grant's expiry is announced from its master.
+func clusterGrants(t *testing.T, b backend.Backend, w *watcher) {
+	t.Helper()
+	ctx := ctxT(t)
+	for i := range 12 {
+		k := fmt.Sprintf("c/sem/%02d", i)
+		tok := token()
+		r := grant(t, b, k, tok, backend.KindSemaphore, 3, 2, time.Minute)
+		if !r.Acquired || grant(t, b, k, token(), backend.KindSemaphore, 3, 2, time.Minute).Acquired {
+			t.Fatalf("grants of %q: %+v", k, r)
+		}
+		if e, err := b.Extend(ctx, backend.ExtendRequest{Key: k, OwnerToken: tok, TTL: time.Minute}); err != nil || !e.Extended {
+			t.Fatalf("extend %q: %+v %v", k, e, err)
+		}
+		if rec, held, err := b.Get(ctx, k); err != nil || !held || rec.InUse != 2 {
+			t.Fatalf("get %q: %+v %v %v", k, rec, held, err)
+		}
+		if ok, err := b.Release(ctx, backend.ReleaseRequest{Key: k, OwnerToken: tok}); err != nil || !ok {
+			t.Fatalf("release %q: %v %v", k, ok, err)
+		}
+		for range 2 { // acquired, released
+			if e := w.next(t); e.Record.Key != k || e.Record.Kind != backend.KindSemaphore {
+				t.Fatalf("event %v %+v, want one of %q's grant", e.Type, e.Record, k)
+			}
+		}
+	}
+	x := grant(t, b, "c/sem/x", token(), backend.KindSemaphore, 3, 1, 50*time.Millisecond)
+	for _, want := range []backend.EventType{backend.EventAcquired, backend.EventExpired} {
+		if e := w.next(t); e.Type != want || e.Record.Key != "c/sem/x" || e.Record.FencingToken != x.Record.FencingToken {
+			t.Fatalf("event %v %+v, want %v of the grant %d", e.Type, e.Record, want, x.Record.FencingToken)
+		}
+	}
 }
 
 // clusterSets: in a Cluster a set whose keys share a hash tag is taken,

@@ -61,6 +61,22 @@
 // key's PTTL as DelayRemaining. It is atomic with every call (the same
 // scripts), and needs nothing to run at the expiry.
 //
+// Semaphores and rwlocks (Info.Kinds; see grants_lua.go): a key of another
+// kind than a mutex keeps its grants in one more hash, <key_prefix>{K}:grants,
+// owner token to the grant (permits, fencing token, deadline by Redis's
+// TIME, stamp, holder, request identity), and its kind and limit in the
+// meta hash beside its fencing counter and last stamp. A grant is one Lua
+// script: it refuses a key kept with another kind or limit (a mutex key
+// included, while its meta hash lives), drops the grants whose deadline has
+// passed, sums the permits of the others and grants only if the request's
+// fit the limit; fencing tokens and stamps come from the meta hash as for a
+// mutex, so they strictly increase over every grant of the key. Release
+// and Extend of one key find the grant by its owner token in the same
+// scripts as a mutex's. Each grant also has an empty key,
+// <key_prefix>{K}:g:<fencing token>, with the grant's TTL: its expired-key
+// notification is the grant's EventExpired (nothing decides by it). A set
+// claiming a key of another kind is refused, naming the key's kind.
+//
 // Watch: Acquire and Release PUBLISH an event on <key_prefix>events:K (a
 // PUBLISH is cluster-wide); expiries are caught from Redis keyspace
 // notifications (__keyevent@DB__:expired), which the backend turns on at
@@ -298,16 +314,20 @@ func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 		MaxKeys:        MaxKeys,
 		RequestIDs:     true,
 		MaxLockDelay:   MaxLockDelay,
+		Kinds:          Kinds,
 	}, nil
 }
 
 // Acquire runs the acquire script on one key: one atomic step.
 func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
+	if req.Kind != backend.KindMutex {
+		return b.acquireGrant(ctx, req)
+	}
 	res, err := b.AcquireSet(ctx, acquireSetOf(req))
 	if err != nil {
 		return backend.AcquireResult{}, err
 	}
-	return acquireResultOf(res), nil
+	return b.withHolders(ctx, req.Key, acquireResultOf(res))
 }
 
 // Release runs the release script on one key: compare the token, then
@@ -327,8 +347,7 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 
 // Get returns the lock on key, if held.
 func (b *Backend) Get(ctx context.Context, key string) (backend.Record, bool, error) {
-	keys := b.keys(key)
-	res, err := getScript.Run(ctx, b.client, []string{keys[0], keys[2]}).Slice()
+	res, err := getScript.Run(ctx, b.client, b.grantKeys(key)).Slice()
 	if err != nil {
 		return backend.Record{}, false, b.fail("get", err)
 	}
@@ -342,14 +361,21 @@ func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.Li
 	// Both layouts of baseKey: keys that are their own hash tag, and keys
 	// with a hash tag of their own (whose escaped form follows the tag).
 	esc := globEscape(escapeKey(req.Prefix))
-	patterns := []string{b.opts.KeyPrefix + "{" + esc + "*}:lock", b.opts.KeyPrefix + "{*}" + esc + "*:lock"}
+	var patterns []string
+	for _, suffix := range []string{":lock", ":grants"} {
+		patterns = append(patterns, b.opts.KeyPrefix+"{"+esc+"*}"+suffix, b.opts.KeyPrefix+"{*}"+esc+"*"+suffix)
+	}
 	var keys []string
 	seen := map[string]bool{}
 	err := b.forEachNode(ctx, func(ctx context.Context, c goredis.UniversalClient) error {
 		for _, pattern := range patterns {
 			it := c.Scan(ctx, 0, pattern, 1000).Iterator()
 			for it.Next(ctx) {
-				k, ok := b.decodeLockKey(it.Val())
+				rk := it.Val()
+				if base, ok := strings.CutSuffix(rk, ":grants"); ok {
+					rk = base + ":lock"
+				}
+				k, ok := b.decodeLockKey(rk)
 				if ok && strings.HasPrefix(k, req.Prefix) && k > req.PageToken && !seen[k] {
 					seen[k] = true
 					keys = append(keys, k)
@@ -365,22 +391,29 @@ func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.Li
 		return backend.ListPage{}, b.fail("list", err)
 	}
 	sort.Strings(keys)
+	// PageSize counts grants: a key holding grants counts as many.
 	size := max(req.PageSize, 1)
 	var page backend.ListPage
-	for len(keys) > 0 && len(page.Records) < size {
-		n := min(size-len(page.Records), len(keys))
+	more := false
+	for count := 0; len(keys) > 0 && count < size; {
+		n := min(size-count, len(keys))
 		batch := keys[:n]
 		keys = keys[n:]
 		pipe := b.client.Pipeline()
 		cmds := make([]*goredis.Cmd, len(batch))
 		for i, k := range batch {
-			keys := b.keys(k)
-			cmds[i] = getScript.Eval(ctx, pipe, []string{keys[0], keys[2]})
+			cmds[i] = getScript.Eval(ctx, pipe, b.grantKeys(k))
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return backend.ListPage{}, b.fail("list", err)
 		}
 		for i, cmd := range cmds {
+			if count >= size {
+				// Full (a key's grants filled it): the rest of the batch
+				// comes on the next page.
+				more = true
+				break
+			}
 			res, err := cmd.Slice()
 			if err != nil {
 				return backend.ListPage{}, b.fail("list", err)
@@ -391,10 +424,11 @@ func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.Li
 			}
 			if held { // else expired or released since the scan
 				page.Records = append(page.Records, rec)
+				count += max(len(rec.Holders), 1)
 			}
 		}
 	}
-	if len(keys) > 0 && len(page.Records) > 0 {
+	if (more || len(keys) > 0) && len(page.Records) > 0 {
 		page.NextPageToken = page.Records[len(page.Records)-1].Key
 	}
 	return page, nil

@@ -71,7 +71,7 @@ end
 // (rec below); booleans and missing fields never reach a reply (a nil ends
 // a Lua array).
 const luaKeys = `
-local n = #KEYS / 3
+local n = math.floor(#KEYS / 3)
 local function lockk(i) return KEYS[3*i-2] end
 local function metak(i) return KEYS[3*i-1] end
 local function delayk(i) return KEYS[3*i] end
@@ -92,6 +92,7 @@ end
 //	    by the owner token that holds every key)
 //	{0, time s, time us, i, rec}  key i (from 1) is held by someone else
 //	{3, i, delay ms}              key i is in its lock-delay
+//	{5, i, kind, limit}           key i is kept with another kind (luaGrants)
 //	{4}                           replay only, and not a replay
 //	{-1}                          a repeat of the request id with another fingerprint
 //
@@ -138,6 +139,10 @@ for i = 1, n do
   local d = redis.call('PTTL', delayk(i))
   if d > 0 then return {3, i, d} end
 end
+for i = 1, n do
+  local k = redis.call('HMGET', metak(i), 'k', 'n')
+  if k[1] then return {5, i, k[1], tonumber(k[2]) or 0} end
+end
 if ARGV[12] == '1' then return {4} end
 local ps, pn, pl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local metas = {}
@@ -171,9 +176,16 @@ return out
 // deleted, or when the request id is the one that released every key (a
 // repeat); 0 when nothing changed (also for an abandon of a lock whose
 // Acquire's replay was answered); -1 for a repeat with another fingerprint.
+//
+// Called on one key with its grants key as a fourth key, it releases the
+// grant the token names when the key holds no mutex lock (luaReleaseGrant);
+// so does an item of a batch (the body carries the grant path).
 var releaseScript = goredis.NewScript(luaPrelude + luaKeys + releaseBody)
 
-const releaseBody = `
+const releaseBody = luaGrants + luaReleaseGrant + `
+if #KEYS == 4 and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then
+  return releaseGrant()
+end
 local token, rid, rfp = ARGV[1], ARGV[6], ARGV[7]
 local ts, tus, nowus = now()
 local cur = {}
@@ -219,9 +231,16 @@ return 1
 // another fingerprint, else {1, time s, time us, rec_1 ... rec_n} of the
 // renewed locks (each keeps its acquisition stamp and lock-delay; a request
 // id replaces the one kept, none keeps it).
+//
+// Called on one key with its grants key as a fourth key, it renews the
+// grant the token names when the key holds no mutex lock, answering a state
+// with code 6 (luaExtendGrant); so does an item of a batch.
 var extendScript = goredis.NewScript(luaPrelude + luaKeys + extendBody)
 
-const extendBody = `
+const extendBody = luaGrants + luaExtendGrant + `
+if #KEYS == 4 and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then
+  return extendGrant()
+end
 local token, ttl, rid, rfp = ARGV[1], tonumber(ARGV[2]), ARGV[7], ARGV[8]
 local cur = {}
 for i = 1, n do
@@ -245,18 +264,32 @@ end
 return out
 `
 
-// getScript: KEYS = lock, delay. Returns {1, time s, time us, rec} when the
-// key is held, {3, delay ms} when it is free but in its lock-delay, else
-// {0}; one script so the TTL and the server time belong to the same
-// instant.
-var getScript = goredis.NewScript(luaPrelude + `
+// getScript: KEYS = lock, meta, delay, grants. Returns {1, time s, time
+// us, rec} when the key holds a mutex lock, a state with code 2 (see
+// luaGrants; expired grants left out, not deleted) when it holds grants,
+// {3, delay ms} when it is free but in its lock-delay, else {0}; one script
+// so the TTLs and the server time belong to the same instant.
+var getScript = goredis.NewScript(luaPrelude + luaGrants + `
 local c = redis.call('HMGET', KEYS[1], 't', 'f', 'h', 'ss', 'sn', 'sl', 'ld')
+local ts, tus, nowus = now()
 if not c[1] then
-  local d = redis.call('PTTL', KEYS[2])
+  local all = redis.call('HGETALL', KEYS[4])
+  local gs, used = {}, 0
+  for i = 1, #all, 2 do
+    local g = cmsgpack.unpack(all[i + 1])
+    if g[3] > nowus then
+      gs[#gs + 1] = {all[i], g}
+      used = used + g[2]
+    end
+  end
+  if #gs > 0 then
+    local k = redis.call('HMGET', KEYS[2], 'k', 'n')
+    return state(2, ts, tus, nowus, 0, '', k[1] or '', tonumber(k[2]) or 0, gs, used, 0)
+  end
+  local d = redis.call('PTTL', KEYS[3])
   if d > 0 then return {3, d} end
   return {0}
 end
-local ts, tus = now()
 local out = {1, ts, tus}
 for j = 2, 6 do out[#out + 1] = c[j] or '' end
 out[#out + 1] = redis.call('PTTL', KEYS[1])

@@ -137,6 +137,13 @@ func (b *Backend) acquireReply(req backend.AcquireSetRequest, res []any) (backen
 			return bad()
 		}
 		return backend.AcquireSetResult{Blocker: backend.Record{Key: keys[i], DelayRemaining: time.Duration(asInt(res[2])) * time.Millisecond}}, nil
+	case 5: // {5, i, kind, limit}: kept with another kind (sets are mutexes)
+		i := int(asInt(res[1])) - 1
+		kind, ok := kindByName(asString(res[2]))
+		if len(res) != 4 || i < 0 || i >= len(keys) || !ok {
+			return bad()
+		}
+		return backend.AcquireSetResult{Blocker: backend.Record{Key: keys[i], Kind: kind, Limit: int(asInt(res[3]))}}, nil
 	case 4:
 		return backend.AcquireSetResult{}, nil
 	case -1:
@@ -159,6 +166,9 @@ func (b *Backend) releaseCall(req backend.ReleaseSetRequest) (scriptCall, error)
 		return scriptCall{}, err
 	}
 	s, n, l := splitStamp(req.Stamp)
+	if len(req.Keys) == 1 {
+		rkeys = b.grantKeys(req.Keys[0]) // a key's grant, or its mutex lock
+	}
 	args := []any{req.OwnerToken, s, n, l, millis(b.opts.MetaRetention), req.Request.ID, req.Request.Fingerprint, flag(req.Abandon)}
 	for _, c := range channels {
 		args = append(args, c)
@@ -197,6 +207,9 @@ func (b *Backend) extendCall(req backend.ExtendSetRequest) (scriptCall, error) {
 	if err := b.checkTTL(req.TTL); err != nil || req.OwnerToken == "" {
 		return scriptCall{}, err
 	}
+	if len(req.Keys) == 1 {
+		rkeys = b.grantKeys(req.Keys[0]) // a key's grant, or its mutex lock
+	}
 	s, n, l := splitStamp(req.Stamp)
 	return scriptCall{op: "extend", script: extendScript, batch: extendBatchScript, keys: rkeys, args: []any{req.OwnerToken, millis(req.TTL), s, n, l,
 		millis(b.opts.MetaRetention), req.Request.ID, req.Request.Fingerprint}}, nil
@@ -213,6 +226,12 @@ func (b *Backend) extendReply(req backend.ExtendSetRequest, res []any) (backend.
 		return backend.ExtendSetResult{}, nil
 	case -1:
 		return backend.ExtendSetResult{}, errConflict
+	case 6: // a grant renewed (luaExtendGrant)
+		rec, _, _, err := parseState(req.Keys[0], res)
+		if err != nil {
+			return backend.ExtendSetResult{}, b.fail("extend", err)
+		}
+		return backend.ExtendSetResult{Extended: true, Records: []backend.Record{rec}}, nil
 	}
 	if len(res) != 3+recLen*len(req.Keys) {
 		return backend.ExtendSetResult{}, b.fail("extend", fmt.Errorf("unexpected script reply %v", res))
@@ -234,6 +253,12 @@ func (b *Backend) parseGet(key string, res []any) (backend.Record, bool, error) 
 			break
 		}
 		rec, err := parseRec(key, res[1], res[2], res[3:])
+		if err != nil {
+			return backend.Record{}, false, b.fail("get", err)
+		}
+		return rec, true, nil
+	case 2:
+		rec, _, _, err := parseState(key, res)
 		if err != nil {
 			return backend.Record{}, false, b.fail("get", err)
 		}

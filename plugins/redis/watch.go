@@ -151,6 +151,12 @@ func (b *Backend) event(ctx context.Context, m *goredis.Message, eventPrefix, pr
 		if !strings.HasPrefix(key, prefix) {
 			return backend.Event{}, false
 		}
+		switch typ, _, _ := strings.Cut(m.Payload, "\n"); typ {
+		case "granted":
+			return grantEvent(key, backend.EventAcquired, m.Payload)
+		case "ungranted":
+			return grantEvent(key, backend.EventReleased, m.Payload)
+		}
 		f := strings.SplitN(m.Payload, "\n", 9)
 		if len(f) != 9 {
 			return backend.Event{}, false
@@ -170,7 +176,21 @@ func (b *Backend) event(ctx context.Context, m *goredis.Message, eventPrefix, pr
 		}
 		return backend.Event{Type: typ, Record: rec}, true
 	}
-	// An expired-key notification: the payload is the Redis key.
+	// An expired-key notification: the payload is the Redis key, a lock or
+	// a grant's expiry key.
+	if key, fence, permits, ok := b.decodeGrantKey(m.Payload); ok {
+		if !strings.HasPrefix(key, prefix) {
+			return backend.Event{}, false
+		}
+		rec := backend.Record{Key: key, FencingToken: fence, Permits: permits}
+		keys := b.keys(key)
+		if v, err := b.client.HMGet(ctx, keys[1], "k", "n").Result(); err == nil && len(v) == 2 {
+			if kind, ok := kindByName(asString(v[0])); ok {
+				rec.Kind, rec.Limit = kind, int(asInt(v[1]))
+			}
+		}
+		return backend.Event{Type: backend.EventExpired, Record: rec}, true
+	}
 	key, ok := b.decodeLockKey(m.Payload)
 	if !ok || !strings.HasPrefix(key, prefix) {
 		return backend.Event{}, false
