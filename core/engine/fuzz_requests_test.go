@@ -121,7 +121,7 @@ func FuzzRequestValidation(f *testing.F) {
 // namesField reports whether msg starts with a request field's name.
 func namesField(msg string) bool {
 	for _, f := range []string{"key", "ttl", "wait", "holder", "client_stamp", "owner_token", "prefix", "page_size", "page_token",
-		"claims", "keys", "request_id", "lock_delay"} {
+		"claims", "keys", "request_id", "lock_delay", "kind", "limit", "permits", "mode"} {
 		if strings.HasPrefix(msg, f+":") || strings.HasPrefix(msg, f+" ") || strings.HasPrefix(msg, f+"[") {
 			return true
 		}

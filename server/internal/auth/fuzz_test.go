@@ -52,8 +52,16 @@ func FuzzAuthorize(f *testing.F) {
 			if readOnly {
 				t.Fatal("a read-only token may write")
 			}
-			if !inside(r.(interface{ GetKey() string }).GetKey()) {
-				t.Fatalf("allowed %v", r)
+			// Every key the request names (key, or a set's claims/keys)
+			// must lie inside.
+			keys := writtenKeys(r)
+			if len(keys) == 0 {
+				t.Fatalf("allowed %v, which names no key", r)
+			}
+			for _, k := range keys {
+				if !inside(k) {
+					t.Fatalf("allowed %v: key %q", r, k)
+				}
 			}
 		case *lockv1.InspectRequest:
 			if !inside(r.GetKey()) {
@@ -103,4 +111,32 @@ func FuzzTokensFile(f *testing.F) {
 			}
 		}
 	})
+}
+
+// writtenKeys is every non-empty key a write request names.
+func writtenKeys(m proto.Message) []string {
+	var keys []string
+	add := func(k string) {
+		if k != "" {
+			keys = append(keys, k)
+		}
+	}
+	switch r := m.(type) {
+	case *lockv1.AcquireRequest:
+		add(r.GetKey())
+		for _, c := range r.GetClaims() {
+			add(c.GetKey())
+		}
+	case *lockv1.ReleaseRequest:
+		add(r.GetKey())
+		for _, k := range r.GetKeys() {
+			add(k)
+		}
+	case *lockv1.ExtendRequest:
+		add(r.GetKey())
+		for _, k := range r.GetKeys() {
+			add(k)
+		}
+	}
+	return keys
 }
