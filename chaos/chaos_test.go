@@ -88,7 +88,7 @@ func TestChaos(t *testing.T) {
 			}
 			cfg := Config{
 				Backend: b, Duration: *flagDuration, Seed: *flagSeed,
-				Clients: 8, Keys: 3, SemaphoreLimit: 3, RWLock: true,
+				Clients: 6, Keys: 3, SemaphoreLimit: 3, RWLock: true,
 				TTL: 2 * time.Second, FaultEvery: 1500 * time.Millisecond,
 				Server: serverBin, Plugin: plugin, Client: clientBin, Service: svc,
 				Logf: t.Logf,
