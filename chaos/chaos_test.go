@@ -110,8 +110,10 @@ func TestChaos(t *testing.T) {
 				for _, c := range res.Ops {
 					n += c
 				}
-				t.Logf("figures %-8s %-9s ops=%d grants=%d faults=%d porcupine=%s check=%s",
-					b, name, n, res.Grants, len(rep.Faults), res.Result, res.Took.Round(time.Millisecond))
+				line := fmt.Sprintf("%-8s %-9s ops=%-5d grants=%-4d faults=%-2d porcupine=%-7s check=%s seed=%d",
+					b, name, n, res.Grants, len(rep.Faults), res.Result, res.Took.Round(time.Millisecond), *flagSeed)
+				t.Log(line)
+				addFigures("%s", line)
 				if n == 0 || res.Grants == 0 {
 					t.Errorf("%s %s: no grants in the run: the workload did not run", b, name)
 				}
