@@ -110,8 +110,16 @@ func TestChaos(t *testing.T) {
 				for _, c := range res.Ops {
 					n += c
 				}
-				line := fmt.Sprintf("%-8s %-9s ops=%-5d grants=%-4d faults=%-2d porcupine=%-7s check=%s seed=%d",
-					b, name, n, res.Grants, len(rep.Faults), res.Result, res.Took.Round(time.Millisecond), *flagSeed)
+				// Peak: the most grants seen writing one key at once, which
+				// shows the sharing the model checks did happen.
+				peak := 0
+				for _, o := range rep.History {
+					if o.Prim == prim && o.Kind == Write {
+						peak = max(peak, len(o.Occupants))
+					}
+				}
+				line := fmt.Sprintf("%-8s %-9s ops=%-5d grants=%-4d faults=%-2d porcupine=%-7s check=%-5s peak-writers=%d seed=%d",
+					b, name, n, res.Grants, len(rep.Faults), res.Result, res.Took.Round(time.Millisecond), peak, *flagSeed)
 				t.Log(line)
 				addFigures("%s", line)
 				if n == 0 || res.Grants == 0 {
