@@ -211,10 +211,15 @@ test-postgres: build ## PostgreSQL backend tests against a throw-away PostgreSQL
 
 .PHONY: test-chaos
 # Short seeded fault-injection runs (chaos/): each backend with its own
-# etcd/Redis/PostgreSQL started by scripts/, histories checked with porcupine.
+# etcd/Redis/PostgreSQL started by scripts/, histories checked with porcupine
+# (locks, a semaphore and a read-write lock, each against its own model);
+# prints the figures per backend and primitive.
 test-chaos: build ## fault-injection runs on every backend, checked with porcupine (DURATION=15s per backend, SEED=n)
 	bash scripts/setup.d/10-etcd.sh
-	cd chaos && HOLDFAST_CHAOS_DURATION=$(or $(DURATION),15s) HOLDFAST_CHAOS_SEED=$(SEED) $(GO_TEST) ./...
+	@report=$$(mktemp); status=0; \
+	(cd chaos && HOLDFAST_CHAOS_DURATION=$(or $(DURATION),15s) HOLDFAST_CHAOS_SEED=$(SEED) \
+		HOLDFAST_CHAOS_REPORT_FILE="$$report" $(GO_TEST) ./...) || status=$$?; \
+	cat "$$report"; rm -f "$$report"; exit $$status
 
 .PHONY: test-abuse
 # Hostile clients against the real binary (abuse/): each attack is refused

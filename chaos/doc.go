@@ -3,8 +3,11 @@
 // seeded time while killing plugins and servers, pausing lock holders past
 // their TTL (SIGSTOP), restarting the backend's own server and cutting
 // clients off through a TCP proxy; it records every operation as a history
-// and checks it with porcupine against LockModel, and checks writes at a
-// fenced resource.
+// and checks it with porcupine: lock keys against LockModel, a semaphore key
+// against SemaphoreModel and a read-write lock key against RWLockModel, each
+// together with the writes its holders make at a resource (fenced by
+// watermark for locks; for the others, at most the limit's worth of holders
+// writing at once).
 //
 // The run itself is a Go test (chaos_test.go); `make test-chaos` runs a short
 // seeded run per backend, `make chaos DURATION=5m SEED=n` a longer one.

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"time"
@@ -61,6 +60,22 @@ type Op struct {
 	// to (its other keys have ops of their own: histories are checked per
 	// key).
 	Set []string `json:"set,omitempty"`
+	// Prim is the primitive of Key: PrimMutex (""), PrimSemaphore or
+	// PrimRWLock. Each primitive's ops are checked with its own model.
+	Prim string `json:"prim,omitempty"`
+	// Limit and Permits: a semaphore's or read-write lock's limit, and the
+	// permits of this grant (acquire) or of the writer (write).
+	Limit   int `json:"limit,omitempty"`
+	Permits int `json:"permits,omitempty"`
+	// Occupants: for a write to a semaphore or read-write lock key, the
+	// grants writing to the key at that instant, this one included.
+	Occupants []Occupant `json:"occupants,omitempty"`
+}
+
+// Occupant is one grant writing to a semaphore or read-write lock key.
+type Occupant struct {
+	Fence   uint64 `json:"fence"`
+	Permits int    `json:"permits"`
 }
 
 // lockState is the model's state for one key. It is a comparable value so
@@ -246,34 +261,18 @@ type Result struct {
 	Info porcupine.LinearizationInfo
 	// Ops is the number of operations checked, by kind.
 	Ops map[Kind]int
+	// Grants is the number of acquires that answered "acquired".
+	Grants int
+	// Took is how long porcupine ran.
+	Took time.Duration
+	// Prim is the primitive checked (its model draws the visualisation).
+	Prim string
 }
 
-// Check checks a history with porcupine against LockModel, giving up after
-// timeout (then Result is porcupine.Unknown).
+// Check checks the mutex ops of a history (Prim "") with porcupine against
+// LockModel, giving up after timeout (then Result is porcupine.Unknown).
 func Check(history []Op, timeout time.Duration) Result {
-	ops := make([]porcupine.Operation, 0, len(history))
-	counts := map[Kind]int{}
-	for i := range history {
-		o := &history[i]
-		counts[o.Kind]++
-		ret := o.Return
-		if o.Outcome == Unknown {
-			ret = math.MaxInt64
-		}
-		if o.Kind == Acquire && o.Outcome != OK {
-			// No effect on the model; leaving them out keeps the search small.
-			continue
-		}
-		ops = append(ops, porcupine.Operation{
-			ClientId: o.Client,
-			Input:    stepIn{op: o},
-			Call:     o.Call,
-			Output:   o.Outcome,
-			Return:   ret,
-		})
-	}
-	res, info := porcupine.CheckOperationsVerbose(LockModel, ops, timeout)
-	return Result{Result: res, Info: info, Ops: counts}
+	return CheckPrimitive(history, PrimMutex, timeout)
 }
 
 // Save writes the history as JSON lines to path+".jsonl" and porcupine's
@@ -314,7 +313,7 @@ func SaveWithFaults(history []Op, faults []Fault, res Result, path string) (json
 			Description: fl.Kind, Details: fl.Detail, BackgroundColor: "#fde2e2"})
 	}
 	res.Info.AddAnnotations(notes)
-	if err := porcupine.VisualizePath(LockModel, res.Info, html); err != nil {
+	if err := porcupine.VisualizePath(ModelFor(res.Prim), res.Info, html); err != nil {
 		return "", "", fmt.Errorf("visualise: %w", err)
 	}
 	return jsonl, html, nil

@@ -1,11 +1,13 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
@@ -15,6 +17,11 @@ type WriteRequest struct {
 	Key    string `json:"key"`
 	Fence  uint64 `json:"fence"`
 	Client int    `json:"client"`
+	// Prim, Limit, Permits: set for a semaphore's or read-write lock's
+	// grant (see Resource).
+	Prim    string `json:"prim,omitempty"`
+	Limit   int    `json:"limit,omitempty"`
+	Permits int    `json:"permits,omitempty"`
 }
 
 // WriteResponse is the resource's answer.
@@ -29,9 +36,20 @@ type WriteResponse struct {
 // writes with an equal token pass). It serves POST /write over HTTP on a
 // loopback port so that client processes write to it themselves, and records
 // each decision as a Write op at the instant it was made.
+//
+// A semaphore's or read-write lock's key has several holders at once, so a
+// single watermark would refuse every holder but the newest: there the
+// resource refuses nothing and instead records who is writing. A grant is
+// among the key's writers (its occupants) from its first write until it
+// says it is done (POST /leave, sent before it releases), and each write
+// records every occupant with its permits. The model then checks that
+// occupants never weigh more than the limit unless one of them may have
+// lost its lease (a stale writer, the case a fence is for): at most `limit`
+// holders write at once, readers together, a writer alone.
 type Resource struct {
 	mu        sync.Mutex
 	watermark map[string]uint64
+	occupants map[string]map[uint64]int // grant keys: fence -> permits
 	ops       []Op
 
 	srv  *http.Server
@@ -45,9 +63,10 @@ func StartResource() (*Resource, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Resource{watermark: map[string]uint64{}, ln: ln, done: make(chan struct{})}
+	r := &Resource{watermark: map[string]uint64{}, occupants: map[string]map[uint64]int{}, ln: ln, done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /write", r.handle)
+	mux.HandleFunc("POST /leave", r.handleLeave)
 	r.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(r.done)
@@ -69,12 +88,46 @@ func (r *Resource) handle(w http.ResponseWriter, req *http.Request) {
 	_ = json.NewEncoder(w).Encode(r.Write(wr))
 }
 
+func (r *Resource) handleLeave(w http.ResponseWriter, req *http.Request) {
+	var wr WriteRequest
+	if err := json.NewDecoder(req.Body).Decode(&wr); err != nil || wr.Key == "" {
+		http.Error(w, "bad leave", http.StatusBadRequest)
+		return
+	}
+	r.Leave(wr.Key, wr.Fence)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(WriteResponse{Accepted: true})
+}
+
+// Leave ends the grant fence's writing to a semaphore or read-write lock key.
+func (r *Resource) Leave(key string, fence uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.occupants[key], fence)
+}
+
 // Write applies one write: the check, the new watermark and the record are
 // one atomic step.
 func (r *Resource) Write(wr WriteRequest) WriteResponse {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now().UnixNano()
+	if wr.Prim != "" {
+		occ := r.occupants[wr.Key]
+		if occ == nil {
+			occ = map[uint64]int{}
+			r.occupants[wr.Key] = occ
+		}
+		occ[wr.Fence] = wr.Permits
+		o := Op{Kind: Write, Prim: wr.Prim, Key: wr.Key, Client: wr.Client, Call: now, Return: now + 1,
+			Fence: wr.Fence, Limit: wr.Limit, Permits: wr.Permits, Outcome: OK}
+		for f, p := range occ {
+			o.Occupants = append(o.Occupants, Occupant{Fence: f, Permits: p})
+		}
+		slices.SortFunc(o.Occupants, func(a, b Occupant) int { return cmp.Compare(a.Fence, b.Fence) })
+		r.ops = append(r.ops, o)
+		return WriteResponse{Accepted: true}
+	}
 	wm := r.watermark[wr.Key]
 	resp := WriteResponse{Accepted: wr.Fence >= wm, Watermark: wm}
 	out := Rejected

@@ -36,8 +36,14 @@ type Config struct {
 	Duration time.Duration // how long clients run
 	Seed     uint64        // seeds every random choice (keys, waits, faults)
 	Clients  int           // client processes
-	Keys     int           // keys they contend for
-	TTL      time.Duration // lease TTL
+	Keys     int           // lock keys they contend for
+	// SemaphoreLimit > 0 adds a semaphore workload: some cycles take 1 or
+	// 2 permits of the key chaos/sem, whose limit this is.
+	SemaphoreLimit int
+	// RWLock adds a read-write lock workload: some cycles take a shared
+	// (two in three) or exclusive grant of the key chaos/rw.
+	RWLock bool
+	TTL    time.Duration // lease TTL
 	// FaultEvery is the mean gap between faults.
 	FaultEvery time.Duration
 	// Faults are the kinds to inject; nil means every kind that applies,
@@ -197,8 +203,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 
 	r.stopAt = time.Now().Add(cfg.Duration)
-	cfg.Logf("running %d clients on %d keys against %d %s server(s) for %s, seed %d",
-		cfg.Clients, cfg.Keys, nServers, cfg.Backend, cfg.Duration, cfg.Seed)
+	cfg.Logf("running %d clients on %d lock keys (semaphore limit %d, rwlock %v) against %d %s server(s) for %s, seed %d",
+		cfg.Clients, cfg.Keys, cfg.SemaphoreLimit, cfg.RWLock, nServers, cfg.Backend, cfg.Duration, cfg.Seed)
 	fctx, stopFaults := context.WithCancel(ctx)
 	faultsDone := make(chan error, 1)
 	go func() { faultsDone <- r.faults(fctx) }()
@@ -248,6 +254,58 @@ type clientCommand struct {
 	WaitMs int64    `json:"wait_ms"`
 	WorkMs int64    `json:"work_ms"`
 	Writes int      `json:"writes"`
+	// Prim, Limit, Permits, Writer: a semaphore's or read-write lock's
+	// grant (see chaos-client).
+	Prim    string `json:"prim,omitempty"`
+	Limit   int    `json:"limit,omitempty"`
+	Permits int    `json:"permits,omitempty"`
+	Writer  bool   `json:"writer,omitempty"`
+}
+
+// Keys of the semaphore and read-write lock workloads.
+const (
+	SemaphoreKey = "chaos/sem"
+	RWLockKey    = "chaos/rw"
+)
+
+// primKeys lists every key of the run with its primitive.
+func (r *run) primKeys() (keys, prims []string) {
+	for k := range r.cfg.Keys {
+		keys, prims = append(keys, fmt.Sprintf("chaos/k%d", k)), append(prims, PrimMutex)
+	}
+	if r.cfg.SemaphoreLimit > 0 {
+		keys, prims = append(keys, SemaphoreKey), append(prims, PrimSemaphore)
+	}
+	if r.cfg.RWLock {
+		keys, prims = append(keys, RWLockKey), append(prims, PrimRWLock)
+	}
+	return keys, prims
+}
+
+// grantCycle turns cmd into a semaphore or read-write lock cycle, one time
+// in two when the run has those workloads (split between them evenly); a
+// lock cycle otherwise.
+func (r *run) grantCycle(cmd *clientCommand, rng *rand.Rand) {
+	var choices []string
+	if r.cfg.SemaphoreLimit > 0 {
+		choices = append(choices, PrimSemaphore)
+	}
+	if r.cfg.RWLock {
+		choices = append(choices, PrimRWLock)
+	}
+	if len(choices) == 0 || rng.IntN(2) == 0 {
+		return
+	}
+	cmd.More = nil
+	switch cmd.Prim = choices[rng.IntN(len(choices))]; cmd.Prim {
+	case PrimSemaphore:
+		cmd.Key, cmd.Limit, cmd.Permits = SemaphoreKey, r.cfg.SemaphoreLimit, 1+rng.IntN(min(2, r.cfg.SemaphoreLimit))
+	case PrimRWLock:
+		cmd.Key, cmd.Limit, cmd.Permits = RWLockKey, RWLockReaders, 1
+		if cmd.Writer = rng.IntN(3) == 0; cmd.Writer {
+			cmd.Permits = RWLockReaders
+		}
+	}
 }
 
 type clientEvent struct {
@@ -366,6 +424,7 @@ func (r *run) drive(ctx context.Context, c *client) error {
 			}
 			cmd.More = []string{other}
 		}
+		r.grantCycle(&cmd, rng)
 		if rng.IntN(3) > 0 {
 			cmd.WaitMs = rng.Int64N(2 * ttl.Milliseconds())
 		}
@@ -382,7 +441,8 @@ func (r *run) drive(ctx context.Context, c *client) error {
 			if ev.Op == "done" {
 				break
 			}
-			o := Op{Key: ev.Key, Client: c.id, Call: ev.Call, Return: ev.Return, Outcome: outcome(ev.Outcome), Fence: ev.Fence, Note: ev.Err}
+			o := Op{Key: ev.Key, Client: c.id, Call: ev.Call, Return: ev.Return, Outcome: outcome(ev.Outcome), Fence: ev.Fence, Note: ev.Err,
+				Prim: cmd.Prim, Limit: cmd.Limit, Permits: cmd.Permits}
 			if len(cmd.More) > 0 {
 				o.Set = append([]string{cmd.Key}, cmd.More...)
 			}
@@ -497,8 +557,9 @@ func (r *run) reset(start int64, why string) {
 		return
 	}
 	end := time.Now().UnixNano()
-	for k := range r.cfg.Keys {
-		r.record(Op{Kind: Reset, Key: fmt.Sprintf("chaos/k%d", k), Client: r.faultC, Call: start, Return: end, Outcome: OK, Note: why})
+	keys, prims := r.primKeys()
+	for i, k := range keys {
+		r.record(Op{Kind: Reset, Prim: prims[i], Key: k, Client: r.faultC, Call: start, Return: end, Outcome: OK, Note: why})
 	}
 }
 

@@ -4,12 +4,15 @@
 // one JSON object a line; diagnostics go to stderr.
 //
 // For each command it acquires the key, or the set of keys (Key and More,
-// one lease), through sdk-go (TryLock, or Lock with a wait), reports the
+// one lease), or a semaphore's permits or a read-write lock's shared or
+// exclusive grant, through sdk-go (TryLock, or Lock with a wait), reports the
 // outcome for each key, waits for the harness's "go" line (the harness may
 // pause the process first), writes to the fenced resource under each key
 // with that key's fencing token from the acquisition — as a naive client
-// would after a pause — then unlocks and reports that outcome for each key. Times are Unix nanoseconds on
-// the wall clock, which every process of a run shares.
+// would after a pause — then (a semaphore's or read-write lock's grant) tells
+// the resource it is done writing, unlocks and reports that outcome for each
+// key. Times are Unix nanoseconds on the wall clock, which every process of a
+// run shares.
 package main
 
 import (
@@ -40,6 +43,12 @@ type Command struct {
 	WaitMs int64    `json:"wait_ms"`
 	WorkMs int64    `json:"work_ms"`
 	Writes int      `json:"writes"`
+	// Prim: "" for a lock, "semaphore" (Limit, Permits) or "rwlock"
+	// (Writer: an exclusive grant, else a shared one).
+	Prim    string `json:"prim,omitempty"`
+	Limit   int    `json:"limit,omitempty"`
+	Permits int    `json:"permits,omitempty"`
+	Writer  bool   `json:"writer,omitempty"`
 }
 
 // Event reports one finished operation, or "done" for the end of a cycle.
@@ -104,7 +113,20 @@ func cycle(c *holdfast.Client, tr *watchTransport, hc *http.Client, resource str
 	ttl := time.Duration(cmd.TTLms) * time.Millisecond
 	wait := time.Duration(cmd.WaitMs) * time.Millisecond
 	keys := append([]string{cmd.Key}, cmd.More...)
-	l := c.Lock(cmd.Key, cmd.More...).TTL(ttl).Wait(wait)
+	var l holdfast.Lock
+	switch cmd.Prim {
+	case "semaphore":
+		l = c.Semaphore(cmd.Key, cmd.Limit).Permits(cmd.Permits)
+	case "rwlock":
+		if cmd.Writer {
+			l = c.RWLock(cmd.Key).Write()
+		} else {
+			l = c.RWLock(cmd.Key).Read()
+		}
+	default:
+		l = c.Lock(cmd.Key, cmd.More...)
+	}
+	l = l.TTL(ttl).Wait(wait)
 	ctx, cancel := context.WithTimeout(context.Background(), wait+5*time.Second)
 	call := now()
 	var g *holdfast.Guard
@@ -158,7 +180,8 @@ func cycle(c *holdfast.Client, tr *watchTransport, hc *http.Client, resource str
 				continue
 			}
 			lost := g.Err() != nil
-			acc, err := write(hc, resource, WriteRequest{Key: k, Fence: fences[j], Client: id})
+			acc, err := write(hc, resource, "/write", WriteRequest{Key: k, Fence: fences[j], Client: id,
+				Prim: cmd.Prim, Limit: cmd.Limit, Permits: cmd.Permits})
 			switch {
 			case err != nil:
 				fmt.Fprintln(os.Stderr, "chaos-client: write:", err)
@@ -170,6 +193,13 @@ func cycle(c *holdfast.Client, tr *watchTransport, hc *http.Client, resource str
 			if lost {
 				res.LostBefore++
 			}
+		}
+	}
+	if cmd.Prim != "" && cmd.Writes > 0 && fences[0] != 0 {
+		// Done writing: the resource stops counting this grant among the
+		// key's writers before the grant is released.
+		if _, err := write(hc, resource, "/leave", WriteRequest{Key: cmd.Key, Fence: fences[0], Client: id}); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos-client: leave:", err)
 		}
 	}
 	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -246,11 +276,18 @@ type WriteRequest struct {
 	Key    string `json:"key"`
 	Fence  uint64 `json:"fence"`
 	Client int    `json:"client"`
+	// A semaphore's or read-write lock's writes name the primitive, its
+	// limit and the grant's permits.
+	Prim    string `json:"prim,omitempty"`
+	Limit   int    `json:"limit,omitempty"`
+	Permits int    `json:"permits,omitempty"`
 }
 
-func write(hc *http.Client, resource string, wr WriteRequest) (bool, error) {
+// write posts wr to the resource's path (/write, or /leave when a grant is
+// done writing) and says whether the resource accepted it.
+func write(hc *http.Client, resource, path string, wr WriteRequest) (bool, error) {
 	body, _ := json.Marshal(wr)
-	resp, err := hc.Post(resource+"/write", "application/json", bytes.NewReader(body))
+	resp, err := hc.Post(resource+path, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return false, err
 	}
