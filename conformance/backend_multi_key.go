@@ -88,7 +88,13 @@ var _ = describeBackend("multi-key", Label("multi-key"), func(sc *BackendContext
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ext.Extended).To(BeTrue())
 		Expect(ext.Records).To(HaveLen(2))
-		Expect(ext.Records[0].FencingToken).To(Equal(res.Records[0].FencingToken))
+		// res.Records follow the claims, which SetRequest sorts (".../10/b"
+		// sorts before ".../9/a"); ext.Records follow ExtendSet's keys.
+		for i, k := range []string{a, b} {
+			Expect(ext.Records[i].Key).To(Equal(k), "ExtendSet's records are not in its keys' order")
+			Expect(ext.Records[i].FencingToken).To(Equal(res.Records[slices.Index(claimKeys(req), k)].FencingToken),
+				"the extended set's fencing token of %q changed", k)
+		}
 		ok, err = sets.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: []string{a, b}, OwnerToken: req.OwnerToken, Stamp: sc.Stamp()})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ok).To(BeTrue())
