@@ -2,6 +2,7 @@ package holdfast
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -77,13 +78,31 @@ func TestWatchdogBatchAnswerRejectsOnlyItsOwnGuard(t *testing.T) {
 		t.Fatalf("k3: %v, want LossRejected", lost)
 	}
 	// The others go on: two more periods, still held and renewed.
-	time.Sleep(2 * ttl / 3)
-	for i, g := range gs {
-		if i == 3 {
-			continue
+	others := append(slices.Clone(gs[:3]), gs[4:]...)
+	awaitRenewals(t, others, 2, 2*ttl/3+slack)
+}
+
+// awaitRenewals polls until every guard of gs has been renewed at least n
+// times, failing at once when one is lost and at the end of within.
+func awaitRenewals(t *testing.T, gs []*Guard, n int, within time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(5 * time.Millisecond) {
+		done := true
+		for _, g := range gs {
+			if err := g.Err(); err != nil {
+				t.Fatalf("guard %s lost while renewals succeed: %v after %d renewals", g.Key(), err, g.Renewals())
+			}
+			done = done && g.Renewals() >= n
 		}
-		if err := g.Err(); err != nil || g.Renewals() < 2 {
-			t.Fatalf("guard %s beside the rejected one: %v after %d renewals", g.Key(), err, g.Renewals())
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, g := range gs {
+				if g.Renewals() < n {
+					t.Fatalf("guard %s renewed %d times in %s, want at least %d", g.Key(), g.Renewals(), within, n)
+				}
+			}
 		}
 	}
 }
@@ -133,13 +152,7 @@ func TestWatchdogOnAServerWithoutExtendBatchRenewsEachGuard(t *testing.T) {
 	c := dialPeer(t, url)
 	const ttl = 600 * time.Millisecond
 	gs := lockMany(t, c, 5, ttl)
-	time.Sleep(ttl / 3 * 2)
-	time.Sleep(ttl / 6)
-	for _, g := range gs {
-		if err := g.Err(); err != nil || g.Renewals() < 1 {
-			t.Fatalf("guard %s: %v after %d renewals", g.Key(), err, g.Renewals())
-		}
-	}
+	awaitRenewals(t, gs, 1, ttl/3+ttl/2+slack)
 	if snap := peer.snapshot(); len(snap.extendOK) < 5 {
 		t.Fatalf("%d Extends answered, want every guard renewed by its own", len(snap.extendOK))
 	}
