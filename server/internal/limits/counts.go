@@ -143,30 +143,6 @@ func (l *leases) released(key, token string) {
 func (l *leases) extended(key, token string, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.extendedLocked(key, token, until)
-}
-
-// renewal is one lease an ExtendBatch renewed.
-type renewal struct {
-	key, token string
-	until      time.Time
-}
-
-// extendedAll is extended for every renewal of one ExtendBatch, under one
-// hold of l.mu: a watchdog's batch renews hundreds of leases, and one lock
-// per lease made the concurrent batches queue on l.mu (with 100,000 leases
-// renewed by 100 clients, 13 goroutines waited on it on average, in the
-// bench's mutex profile).
-func (l *leases) extendedAll(rs []renewal) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, r := range rs {
-		l.extendedLocked(r.key, r.token, r.until)
-	}
-}
-
-// extendedLocked is extended with l.mu held.
-func (l *leases) extendedLocked(key, token string, until time.Time) {
 	if ls := l.find(key, token); ls != nil {
 		ls.until = until
 		heap.Fix(&l.expires, ls.index)

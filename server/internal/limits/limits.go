@@ -125,13 +125,11 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			if out, ok := answer[*lockv1.ExtendBatchResponse](resp, err); ok {
 				now := time.Now()
 				items := r.GetItems()
-				renewed := make([]renewal, 0, len(items))
 				for n, res := range out.GetResults() {
 					if n < len(items) && res.GetExtended() {
-						renewed = append(renewed, renewal{items[n].GetKey(), items[n].GetOwnerToken(), now.Add(res.GetLease().GetTtl().AsDuration())})
+						i.locks.extended(items[n].GetKey(), items[n].GetOwnerToken(), now.Add(res.GetLease().GetTtl().AsDuration()))
 					}
 				}
-				i.locks.extendedAll(renewed)
 			}
 			return resp, err
 		}
