@@ -19,20 +19,21 @@ import (
 // the item's single call's own transaction, with its own compares, so etcd
 // decides each item on its own, atomically, and all of them in one raft
 // entry and one fsync. Nested transactions are etcd's since 3.3; etcd
-// refuses a transaction with more than --max-txn-ops (128 by default)
-// operations in one branch, counted per level, so a batch is sent in
-// chunks of up to batchTxnItems items, concurrently (see there). Keys are distinct in a
-// batch, so no two items write one etcd key (etcd refuses duplicate keys in
-// one transaction); a key repeated in a batch is that item's
+// refuses a transaction with more operations than --max-txn-ops (128 by
+// default), counting the nested ones, so a batch is sent in chunks of up
+// to batchTxnItems items, concurrently (see there). Keys are distinct in
+// a batch, so no two items write one etcd key (etcd refuses duplicate
+// keys in one transaction); a key repeated in a batch is that item's
 // ErrInvalidArgument.
 //
 // The items of one chunk (one TTL) share one lease: a pooled lease renewed
 // beside the transaction, as a single Acquire's is, or a fresh grant. Their
 // records say so (recordValue.SharedLease), so no Release or Extend of one
-// of them pools or revokes it; etcd ends it at its TTL. A batch of n
-// acquires thus costs one transaction and one lease renewal instead of n of
-// each, and one lease expiry instead of none (single locks return their
-// leases to the pool).
+// of them pools or revokes it; etcd ends it at its TTL. A chunk of n
+// acquires thus costs one transaction and one lease renewal instead of n
+// of each, plus one lease expiry and one background grant to refill the
+// pool (single locks return their leases to it). A chunk alone in its TTL
+// with one item goes the single path, which keeps its lease pooled.
 //
 // Items that need more than one round trip of their own go their single
 // path beside the chunks: waiters (their queue entry), lock-delays (their
