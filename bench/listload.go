@@ -148,7 +148,9 @@ func measureListLoad(ctx context.Context) (*listLoad, error) {
 			}
 		})
 	}
+	profiled := profile(ctx, srv, "list-load", *duration)
 	ll.Loaded = measure(ctx, fmt.Sprintf("Acquire+Release, %d held, List loop, scrapes, %d watchers", n, ll.Watchers), 1, *duration, acquireRelease(normal, run+"/normal"))
+	profiled()
 	stop()
 	wg.Wait()
 	if loadErr != nil {

@@ -240,9 +240,11 @@ func renewalRun(ctx context.Context, mode string, n int, ttl time.Duration, clie
 	cpu0s, cpu0p := cpuTicks(srv.PID()), cpuTicks(pluginPID)
 	start := time.Now()
 	stats.window(true)
+	profiled := profile(ctx, srv, fmt.Sprintf("renewal-%s-%d-%s-%d", modeLabel(mode), n, ttl, clients), window)
 	sleepCtx(ctx, window)
 	stats.window(false)
 	elapsed := time.Since(start)
+	profiled()
 	cpu1s, cpu1p := cpuTicks(srv.PID()), cpuTicks(pluginPID)
 	closeAll()
 
@@ -268,9 +270,24 @@ func renewalRun(ctx context.Context, mode string, n int, ttl time.Duration, clie
 // starved of CPU on a loaded 2-core machine while the locks are taken is
 // not reported down (seen at load 10: the 2s default cut the run short).
 func bigServerArgs(n int) []string {
-	return []string{"serve", "--addr", "127.0.0.1:0", "--backend", "memory",
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--backend", "memory",
 		"--max-waiters-per-client", strconv.Itoa(max(n, 1024)),
 		"--max-locks", "0", "--max-locks-per-client", "0", "--backend-ping-timeout", "30s"}
+	if *profileDir != "" {
+		args = append(args, "--pprof-addr", "127.0.0.1:0")
+	}
+	return args
+}
+
+// modeLabel is a renewal mode in a profile's file name.
+func modeLabel(mode string) string {
+	switch mode {
+	case modeExtend:
+		return "extend"
+	case modeBatch:
+		return "batch"
+	}
+	return "sdk"
 }
 
 // renewer is one client's renewal loop, by Extend per lock or by one

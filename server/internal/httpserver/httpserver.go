@@ -11,10 +11,12 @@
 package httpserver
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	stdlog "log"
 	"log/slog"
 	"net"
@@ -43,6 +45,21 @@ const MaxMessageBytes = 1 << 20
 
 // CompressMinBytes: responses smaller than this are sent uncompressed.
 const CompressMinBytes = 4 << 10
+
+// fastGzip is gzip at BestSpeed, in place of connect-go's default level:
+// the responses above CompressMinBytes are List pages and ExtendBatch
+// answers (a watchdog's renewals, hundreds of leases), and at the default
+// level deflate took 29% of the server's CPU while 100 clients renewed
+// 100,000 leases (bench -renewal profile). BestSpeed still shrinks them
+// several times over, for a fraction of that CPU.
+func fastGzip() connect.HandlerOption {
+	return connect.WithCompression("gzip",
+		func() connect.Decompressor { return &gzip.Reader{} },
+		func() connect.Compressor {
+			w, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed) // the level is valid: no error
+			return w
+		})
+}
 
 // Server is the HTTP server of one engine.
 type Server struct {
@@ -150,6 +167,7 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option)
 		// (a compressor reset per response) than it saves on the wire.
 		// Large List pages are still compressed for clients that accept it.
 		connect.WithCompressMinBytes(CompressMinBytes),
+		fastGzip(),
 		connect.WithCodec(protoCodec{shared: newSharedEncodings()}),
 		connect.WithCodec(jsonCodec{shared: newSharedEncodings()}),
 		connect.WithInterceptors(o.interceptors...),

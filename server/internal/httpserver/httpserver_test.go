@@ -3,6 +3,7 @@ package httpserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -13,9 +14,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/plugins/memory"
+	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -110,5 +114,78 @@ func TestHealthFollowsBackend(t *testing.T) {
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		t.Fatal(err)
+	}
+}
+
+// encodingRecorder records the Content-Encoding of every response.
+type encodingRecorder struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (r *encodingRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err == nil {
+		r.mu.Lock()
+		r.seen = append(r.seen, resp.Header.Get("Content-Encoding"))
+		r.mu.Unlock()
+	}
+	return resp, err
+}
+
+// A response above CompressMinBytes (an ExtendBatch of a watchdog's
+// leases) is gzip-compressed for a client that accepts it, and decodes
+// whole; a small one is not compressed.
+func TestLargeResponsesAreCompressed(t *testing.T) {
+	b := memory.New()
+	defer b.Close()
+	e, err := engine.New(context.Background(), b, engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	srv, err := Start("127.0.0.1:0", e, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}()
+	rec := &encodingRecorder{}
+	httpClient := &http.Client{Transport: rec}
+	defer http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	client := lockv1connect.NewLockServiceClient(httpClient, "http://"+srv.Addr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	const n = 200
+	items := make([]*lockv1.ExtendBatchItem, n)
+	for i := range items {
+		key := fmt.Sprintf("compressed/%03d", i)
+		resp, err := client.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(time.Minute)})
+		if err != nil || !resp.GetAcquired() {
+			t.Fatalf("acquire %s: %v %v", key, resp, err)
+		}
+		items[i] = &lockv1.ExtendBatchItem{Key: key, OwnerToken: resp.GetLease().GetOwnerToken(), Ttl: durationpb.New(time.Minute)}
+	}
+	if got := rec.seen[len(rec.seen)-1]; got != "" {
+		t.Fatalf("an Acquire's answer was sent with Content-Encoding %q, want none", got)
+	}
+	out, err := client.ExtendBatch(ctx, &lockv1.ExtendBatchRequest{Items: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.seen[len(rec.seen)-1]; got != "gzip" {
+		t.Fatalf("ExtendBatch of %d leases answered with Content-Encoding %q, want gzip", n, got)
+	}
+	if len(out.GetResults()) != n {
+		t.Fatalf("%d results for %d items", len(out.GetResults()), n)
+	}
+	for i, r := range out.GetResults() {
+		if !r.GetExtended() || r.GetLease().GetKey() != items[i].GetKey() {
+			t.Fatalf("result %d: %v", i, r)
+		}
 	}
 }
