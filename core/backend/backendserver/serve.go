@@ -145,7 +145,7 @@ func Serve(open OpenFunc, opts ...Option) {
 func checkKinds(ctx context.Context, b backend.Backend) error {
 	info, err := b.Info(ctx)
 	if err != nil {
-		return nil
+		return nil //nolint:nilerr // an Info failing now is the host's to report (see above), not a broken promise
 	}
 	if _, ok := b.(backend.ElectionBackend); info.Keeps(backend.KindElection) && !ok {
 		return fmt.Errorf("its Info.Kinds lists %s but %T does not implement backend.ElectionBackend (Proclaim)", backend.KindElection, b)
