@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -58,6 +59,14 @@ var mutex = shape{kind: backend.KindMutex, limit: 1, permits: 1}
 // kindName names a kind in messages.
 func kindName(k backend.Kind) string { return k.String() }
 
+// aKind names a kind with its article: "a semaphore", "an election".
+func aKind(k backend.Kind) string {
+	if n := kindName(k); strings.ContainsRune("aeiou", rune(n[0])) {
+		return "an " + n
+	}
+	return "a " + kindName(k)
+}
+
 // fromKind maps the API's kind; ok is false for a value it does not know.
 func fromKind(k lockv1.Kind) (backend.Kind, bool) {
 	switch k {
@@ -67,6 +76,8 @@ func fromKind(k lockv1.Kind) (backend.Kind, bool) {
 		return backend.KindSemaphore, true
 	case lockv1.Kind_KIND_RWLOCK:
 		return backend.KindRWLock, true
+	case lockv1.Kind_KIND_ELECTION:
+		return backend.KindElection, true
 	}
 	return 0, false
 }
@@ -77,6 +88,8 @@ func toKind(k backend.Kind) lockv1.Kind {
 		return lockv1.Kind_KIND_SEMAPHORE
 	case backend.KindRWLock:
 		return lockv1.Kind_KIND_RWLOCK
+	case backend.KindElection:
+		return lockv1.Kind_KIND_ELECTION
 	}
 	return lockv1.Kind_KIND_MUTEX
 }
@@ -87,7 +100,10 @@ func toKind(k backend.Kind) lockv1.Kind {
 func (e *Engine) checkShape(req *lockv1.AcquireRequest, ks keySet) (shape, error) {
 	kind, ok := fromKind(req.GetKind())
 	if !ok {
-		return shape{}, invalidf("kind: %d is not a kind (KIND_MUTEX, KIND_SEMAPHORE or KIND_RWLOCK)", req.GetKind())
+		return shape{}, invalidf("kind: %d is not a kind (KIND_MUTEX, KIND_SEMAPHORE, KIND_RWLOCK or KIND_ELECTION)", req.GetKind())
+	}
+	if err := checkValue(kind, req.GetValue()); err != nil {
+		return shape{}, err
 	}
 	limit, permits, mode := req.GetLimit(), req.GetPermits(), req.GetMode()
 	switch kind {
@@ -126,16 +142,36 @@ func (e *Engine) checkShape(req *lockv1.AcquireRequest, ks keySet) (shape, error
 		if mode == lockv1.Mode_MODE_EXCLUSIVE {
 			permits = backend.RWLockReaders
 		}
+	case backend.KindElection:
+		switch {
+		case limit > 1:
+			return shape{}, invalidf("limit: an election has limit 1 (one leader), got %d; leave it 0", limit)
+		case permits > 1:
+			return shape{}, invalidf("permits: a campaign takes 1 permit, got %d; leave it 0", permits)
+		case mode != lockv1.Mode_MODE_UNSPECIFIED:
+			return shape{}, invalidf("mode: %s is for KIND_RWLOCK only", mode)
+		}
+		limit, permits = 1, 1
 	}
 	switch {
 	case ks.multi:
-		return shape{}, invalidf("kind: sets of keys (claims) take mutexes only; a %s takes key", kindName(kind))
+		return shape{}, invalidf("kind: sets of keys (claims) take mutexes only; %s takes key", aKind(kind))
 	case req.GetLockDelay().AsDuration() != 0:
-		return shape{}, invalidf("lock_delay: applies to mutexes only, not to a %s", kindName(kind))
+		return shape{}, invalidf("lock_delay: applies to mutexes only, not to %s", aKind(kind))
 	case !e.Info().Keeps(kind):
 		return shape{}, newErr(ErrUnimplemented, "kind: the backend %q keeps no %s keys (BackendInfo.kinds)", e.Info().Name, kindName(kind))
 	}
 	return shape{kind: kind, limit: int(limit), permits: int(permits)}, nil
+}
+
+// checkValue validates an Acquire's value: elections only, at most
+// backend.MaxValueBytes of UTF-8 without NUL (as holder: PostgreSQL's text
+// cannot keep a NUL, and one rule in every store beats one per store).
+func checkValue(kind backend.Kind, value string) error {
+	if value != "" && kind != backend.KindElection {
+		return invalidf("value: applies to elections only (KIND_ELECTION), not to %s", aKind(kind))
+	}
+	return checkText("value", value, backend.MaxValueBytes)
 }
 
 // describe names a kind and limit in messages: "a mutex", "a semaphore of
@@ -146,6 +182,8 @@ func describe(kind backend.Kind, limit int) string {
 		return fmt.Sprintf("a semaphore of limit %d", limit)
 	case backend.KindRWLock:
 		return "an rwlock"
+	case backend.KindElection:
+		return "an election"
 	}
 	return "a mutex"
 }
@@ -190,12 +228,13 @@ func setShape(l *lockv1.Lease, r backend.Record) {
 	limit, permits := max(r.Limit, 1), max(r.Permits, 1)
 	l.Kind, l.Limit, l.Permits = toKind(r.Kind), uint32(limit), uint32(permits)
 	l.Mode = mode(r.Kind, limit, permits)
+	l.Value = r.Value
 }
 
 // grantOf is the API's view of the grant a record describes itself.
 func grantOf(r backend.Record) *lockv1.Grant {
 	return grant(r.Kind, max(r.Limit, 1), backend.Grant{
-		FencingToken: r.FencingToken, Holder: r.Holder, ExpiresAt: r.ExpiresAt, Stamp: r.Stamp, Permits: r.Permits,
+		FencingToken: r.FencingToken, Holder: r.Holder, ExpiresAt: r.ExpiresAt, Stamp: r.Stamp, Permits: r.Permits, Value: r.Value,
 	}, r.LockDelay)
 }
 
@@ -207,6 +246,7 @@ func grant(kind backend.Kind, limit int, g backend.Grant, lockDelay time.Duratio
 		Stamp:        g.Stamp.ToProto(),
 		Permits:      uint32(permits),
 		Mode:         mode(kind, limit, permits),
+		Value:        g.Value,
 	}
 	if !g.ExpiresAt.IsZero() {
 		out.ExpiresAt = timestamppb.New(g.ExpiresAt)
@@ -259,7 +299,7 @@ func (s *acquireSpec) refused(rec backend.Record) error {
 // kinds are the kinds the server offers on its backend, with their bounds.
 func kinds(info backend.Info) []lockv1.Kind {
 	out := []lockv1.Kind{lockv1.Kind_KIND_MUTEX}
-	for _, k := range []backend.Kind{backend.KindSemaphore, backend.KindRWLock} {
+	for _, k := range []backend.Kind{backend.KindSemaphore, backend.KindRWLock, backend.KindElection} {
 		if info.Keeps(k) {
 			out = append(out, toKind(k))
 		}
