@@ -204,6 +204,16 @@ func TestRequestOutsideNamespaceIsRefused(t *testing.T) {
 				s.Close()
 			}
 			wantCode(t, "watch a key outside", err, connect.CodePermissionDenied, `"b/job"`)
+			_, err = c.Proclaim(ctx, &lockv1.ProclaimRequest{Key: "b/job", OwnerToken: other.GetOwnerToken(), Value: "x"})
+			wantCode(t, "proclaim outside", err, connect.CodePermissionDenied, `"b/job"`)
+			o, err := c.Observe(ctx, &lockv1.ObserveRequest{Key: "b/job"})
+			if err == nil {
+				for o.Receive() {
+				}
+				err = o.Err()
+				o.Close()
+			}
+			wantCode(t, "observe a key outside", err, connect.CodePermissionDenied, `"b/job"`)
 		})
 	}
 	// The other namespace's lock is untouched.
@@ -265,6 +275,8 @@ func TestReadOnlyToken(t *testing.T) {
 	wantCode(t, "release", err, connect.CodePermissionDenied, "read-only")
 	_, err = v.Extend(ctx, &lockv1.ExtendRequest{Key: "a/x", OwnerToken: lease.GetOwnerToken(), Ttl: durationpb.New(time.Hour)})
 	wantCode(t, "extend", err, connect.CodePermissionDenied, "read-only")
+	_, err = v.Proclaim(ctx, &lockv1.ProclaimRequest{Key: "a/x", OwnerToken: lease.GetOwnerToken(), Value: "x"})
+	wantCode(t, "proclaim", err, connect.CodePermissionDenied, "read-only")
 	if ins, err := v.Inspect(ctx, &lockv1.InspectRequest{Key: "a/x"}); err != nil || !ins.GetHeld() {
 		t.Fatalf("inspect: %v %v", ins, err)
 	}
