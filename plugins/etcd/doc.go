@@ -166,6 +166,14 @@
 // write of the stamp key, as a mutex lock is, so Watch tells its release
 // from its expiry. See grants.go.
 //
+// # Elections (Info.Kinds: KindElection)
+//
+// An election key is a grant key of limit 1; the grant's record carries its
+// value. Proclaim is one transaction comparing the grant key's ModRevision
+// and putting the new value on the key's own lease, so its CreateRevision
+// (the term) and its lease stay; Watch reports the put as EventProclaimed.
+// See elections.go.
+//
 // Every call is bounded by call_timeout; when etcd cannot answer in time the
 // call fails with backend.ErrUnavailable.
 package etcd

@@ -139,11 +139,13 @@
 //   - Semaphores and rwlocks (Info.Kinds; schema v4): a grants table beside
 //     the locks table, and three functions that decide in one round trip
 //     each; see grants.go.
+//   - Elections (Info.Kinds; schema v5): a value per grant and
+//     grant_proclaim, one round trip; see elections.go.
 //   - Not kept: lock-delays (Info.MaxLockDelay 0), so the server refuses a
 //     lock_delay with unimplemented naming the capability.
 //   - Info: shared, durable (rows and the sequence survive a restart of
 //     PostgreSQL), TTL between 1ms and 24h, not fair, sets of up to 64 keys,
-//     semaphores and rwlocks.
+//     semaphores, rwlocks and elections.
 //
 // # Options
 //
