@@ -33,8 +33,9 @@ func observeOn(ctx context.Context, rpc lockv1connect.LockServiceClient, key str
 // An election across two servers sharing a backend: waking a campaigner and
 // telling observers both come from the store's change feed, not from the
 // server where the change was made.
-var _ = describeService("election sharing", Label("election", "sharing", "waiting"), func(sc *ServiceContext) {
-	It("elects a campaigner waiting on another server once the leader resigns, and shows that server's observers every proclaim", func(ctx SpecContext) {
+var _ = describeService("election sharing", Label("election", "sharing"), func(sc *ServiceContext) {
+	var second lockv1connect.LockServiceClient
+	BeforeEach(func(ctx SpecContext) {
 		if !sc.hasKind(lockv1.Kind_KIND_ELECTION) {
 			Skip("the backend does not list KIND_ELECTION in BackendInfo.kinds")
 		}
@@ -46,11 +47,43 @@ var _ = describeService("election sharing", Label("election", "sharing", "waitin
 		if url == "" {
 			Skip("no second server (Config.SecondAddr / --second-addr, or Config.Serve)")
 		}
-		second := sc.RPCFor(url)
-		key := sc.Key("shared-election")
+		second = sc.RPCFor(url)
+	})
+
+	It("elects a campaigner waiting on another server once the leader resigns", Label("waiting"), func(ctx SpecContext) {
+		key := sc.Key("shared-campaign")
+		first := sc.MustGrant(ctx, sc.CampaignRequest(key, "first", sc.LongTTL(), 0))
+		// The leadership is held for a long TTL: only the resignation's
+		// event, through the store, can elect the campaigner in its wait.
+		campaign := acquireAsync(ctx, second, sc.CampaignRequest(key, "second", sc.LongTTL(), 30*time.Second))
+		Eventually(ctx, func() uint32 {
+			ins, err := second.Inspect(ctx, &lockv1.InspectRequest{Key: key})
+			Expect(err).NotTo(HaveOccurred())
+			return ins.GetState().GetWaiters()
+		}).WithTimeout(10*time.Second).WithPolling(5*time.Millisecond).Should(Equal(uint32(1)), "the campaigner never queued on the second server")
+		resigned := time.Now()
+		Expect(sc.Release(ctx, key, first.GetOwnerToken())).To(BeTrue(), "the leader's resignation")
+		var won *lockv1.AcquireResponse
+		Eventually(campaign).WithTimeout(20*time.Second).Should(Receive(&won), "the campaigner on the second server was not elected")
+		GinkgoWriter.Printf("campaigner on server 2 elected %s after the leader on server 1 resigned\n", time.Since(resigned))
+		Expect(won).NotTo(BeNil(), "the campaign failed")
+		Expect(won.GetAcquired()).To(BeTrue(), "the campaign ended without leadership: %v", won.GetCurrent())
+		Expect(won.GetLease().GetFencingToken()).To(BeNumerically(">", first.GetFencingToken()), "the new leader's term is not above the last")
+		Expect(won.GetLease().GetValue()).To(Equal("second"))
+		ins, err := sc.RPC.Inspect(ctx, &lockv1.InspectRequest{Key: key})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ins.GetState().GetFencingToken()).To(Equal(won.GetLease().GetFencingToken()), "the first server does not see the new leader")
+		Expect(ins.GetState().GetHolders()).To(HaveLen(1))
+		Expect(ins.GetState().GetHolders()[0].GetValue()).To(Equal("second"), "the first server does not see the new leader's value")
+		rel, err := second.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: won.GetLease().GetOwnerToken()})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(rel.GetReleased()).To(BeTrue())
+	}, SpecTimeout(time.Minute))
+
+	It("shows an Observe on another server every leader and every proclaim", Label("watch"), func(ctx SpecContext) {
+		key := sc.Key("shared-observe")
 		octx, cancel := context.WithCancel(ctx)
 		defer cancel()
-
 		// next reads the next Observe message from the second server: the
 		// leader of term and value, or (term 0) none.
 		observer := observeOn(octx, second, key)
@@ -67,7 +100,6 @@ var _ = describeService("election sharing", Label("election", "sharing", "waitin
 			Expect(o.msg.GetLeader().GetValue()).To(Equal(value), "the leader's value seen on the second server")
 		}
 		next(0, "")
-
 		first := sc.MustGrant(ctx, sc.CampaignRequest(key, "first", sc.LongTTL(), 0))
 		next(first.GetFencingToken(), "first")
 		for _, v := range []string{"first, moved", "first, again"} {
@@ -79,40 +111,11 @@ var _ = describeService("election sharing", Label("election", "sharing", "waitin
 			next(first.GetFencingToken(), v)
 			GinkgoWriter.Printf("proclaim on server 1 answered in %s, seen by Observe on server 2 after %s\n", answered, time.Since(sent))
 		}
-
-		// The leadership is held for a long TTL: only the resignation's
-		// event, through the store, can elect the campaigner in its wait.
-		campaign := acquireAsync(ctx, second, sc.CampaignRequest(key, "second", sc.LongTTL(), 30*time.Second))
-		Eventually(ctx, func() uint32 {
-			ins, err := second.Inspect(ctx, &lockv1.InspectRequest{Key: key})
-			Expect(err).NotTo(HaveOccurred())
-			return ins.GetState().GetWaiters()
-		}).WithTimeout(10*time.Second).WithPolling(5*time.Millisecond).Should(Equal(uint32(1)), "the campaigner never queued on the second server")
-		resigned := time.Now()
-		Expect(sc.Release(ctx, key, first.GetOwnerToken())).To(BeTrue(), "the leader's resignation")
-		var won *lockv1.AcquireResponse
-		Eventually(campaign).WithTimeout(20*time.Second).Should(Receive(&won), "the campaigner on the second server was not elected")
-		GinkgoWriter.Printf("campaigner on server 2 elected %s after the leader on server 1 resigned\n", time.Since(resigned))
-		Expect(won).NotTo(BeNil(), "the campaign failed")
-		Expect(won.GetAcquired()).To(BeTrue(), "the campaign ended without leadership: %v", won.GetCurrent())
-		term := won.GetLease().GetFencingToken()
-		Expect(term).To(BeNumerically(">", first.GetFencingToken()), "the new leader's term is not above the last")
-		Expect(won.GetLease().GetValue()).To(Equal("second"))
-
-		// The second server's observer saw the resignation (no leader), unless
-		// it saw the new leader at once; never the old term again.
-		var o observed
-		Eventually(observer).WithTimeout(10 * time.Second).Should(Receive(&o))
-		Expect(o.err).NotTo(HaveOccurred())
-		if o.msg.GetLeader() == nil {
-			next(term, "second")
-		} else {
-			Expect(o.msg.GetLeader().GetTerm()).To(Equal(term), "after the resignation the observer shows term %d", o.msg.GetLeader().GetTerm())
-			Expect(o.msg.GetLeader().GetValue()).To(Equal("second"))
-		}
-		rel, err := second.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: won.GetLease().GetOwnerToken()})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(rel.GetReleased()).To(BeTrue())
+		Expect(sc.Release(ctx, key, first.GetOwnerToken())).To(BeTrue())
+		next(0, "")
+		again := sc.MustGrant(ctx, sc.CampaignRequest(key, "again", sc.LongTTL(), 0))
+		next(again.GetFencingToken(), "again")
+		Expect(sc.Release(ctx, key, again.GetOwnerToken())).To(BeTrue())
 		next(0, "")
 	}, SpecTimeout(time.Minute))
 })
