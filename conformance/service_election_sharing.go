@@ -80,7 +80,7 @@ var _ = describeService("election sharing", Label("election", "sharing"), func(s
 		Expect(rel.GetReleased()).To(BeTrue())
 	}, SpecTimeout(time.Minute))
 
-	It("shows an Observe on another server every leader and every proclaim", Label("watch"), func(ctx SpecContext) {
+	It("shows an Observe on another server every leader and every proclaim", func(ctx SpecContext) {
 		key := sc.Key("shared-observe")
 		octx, cancel := context.WithCancel(ctx)
 		defer cancel()

@@ -14,7 +14,7 @@ import (
 // Elections (schema v5). An election key is a grant key (see grants.go) of
 // kind "election", limit 1, whose one grant is the leader; its fencing token
 // is the term. v5 gives every grant a value (the grants table's value
-// column: text, ” for the other kinds), taken by grant_acquire with the
+// column: text, NULL for the other kinds), taken by grant_acquire with the
 // grant and returned in every state row, and adds grant_proclaim, which
 // replaces the value of the owner digest's live grant on an election key:
 //
@@ -24,8 +24,12 @@ import (
 //     stamp to the call's (as grant_release does: the next leader is stamped
 //     after the proclaim). The grant's fencing token, expiry and stamp stay.
 //   - The grants table's trigger announces the update (UPDATE OF value: only
-//     grant_proclaim sets it) as a "proclaimed" event, under the same notify
-//     rule as an acquired one (notify=all). Every event of a grant carries
+//     grant_proclaim sets it) as a "proclaimed" event. An election's grants
+//     (value not NULL) are announced in every notify mode, acquired and
+//     proclaimed included: Observe is built on Watch, elections are few,
+//     and under notify=contended an observer would otherwise never see a
+//     new leader. Other grants' inserts keep notify=contended's rule (not
+//     announced). Every event of a grant carries
 //     its value ("v", when not empty) unless the payload would pass NOTIFY's
 //     8000 bytes (a value of control characters, which JSON spells in six
 //     bytes each): then "vx" says it was left out, and Watch reads it from
@@ -41,7 +45,7 @@ func migrationV5(n names) string {
 	}
 	grantRows := func(code string) string {
 		return `SELECT ` + code + `, coalesce(m.kind, ''), coalesce(m.lim, 0), about, rep, rp, gr.fencing, gr.holder, gr.expires_at,
-			gr.stamp_wall, gr.stamp_logical, (extract(epoch FROM gr.expires_at - clock_timestamp()) * 1000000)::bigint, gr.permits, gr.value
+			gr.stamp_wall, gr.stamp_logical, (extract(epoch FROM gr.expires_at - clock_timestamp()) * 1000000)::bigint, gr.permits, coalesce(gr.value, '')
 		FROM ` + n.grants + ` gr WHERE gr.key = p_key AND gr.expires_at > clock_timestamp() ORDER BY gr.fencing`
 	}
 	state := `(r_code integer, r_kind text, r_lim integer, r_about bigint, r_replayed boolean, r_replay text,
@@ -53,7 +57,7 @@ func migrationV5(n names) string {
 		return `((` + eventJSON("r") + `)::jsonb ||
 		jsonb_build_object('p', r.permits, 'kd', coalesce(k, ''), 'n', coalesce(lm, 0)) || ` + value + `)::text`
 	}
-	return `ALTER TABLE ` + n.grants + ` ADD COLUMN IF NOT EXISTS value text NOT NULL DEFAULT '';
+	return `ALTER TABLE ` + n.grants + ` ADD COLUMN IF NOT EXISTS value text;
 CREATE OR REPLACE FUNCTION ` + n.grantsFn + `() RETURNS trigger LANGUAGE plpgsql AS $fn$
 DECLARE
 	ev text;
@@ -73,7 +77,7 @@ BEGIN
 		r := OLD;
 	END IF;
 	SELECT l.kind, l.lim INTO k, lm FROM ` + n.locks + ` l WHERE l.key = r.key;
-	p := ` + grantJSON(`CASE WHEN r.value = '' THEN '{}'::jsonb ELSE jsonb_build_object('v', r.value) END`) + `;
+	p := ` + grantJSON(`CASE WHEN coalesce(r.value, '') = '' THEN '{}'::jsonb ELSE jsonb_build_object('v', r.value) END`) + `;
 	IF octet_length(p) > 7999 THEN
 		p := ` + grantJSON(`jsonb_build_object('vx', true)`) + `;
 	END IF;
@@ -81,9 +85,12 @@ BEGIN
 	RETURN NULL;
 END
 $fn$;
+DROP TRIGGER IF EXISTS grants_notify_insert ON ` + n.grants + `;
+CREATE TRIGGER grants_notify_insert AFTER INSERT ON ` + n.grants + `
+	FOR EACH ROW WHEN (` + everyChange + ` OR NEW.value IS NOT NULL) EXECUTE FUNCTION ` + n.grantsFn + `();
 DROP TRIGGER IF EXISTS grants_notify_proclaim ON ` + n.grants + `;
 CREATE TRIGGER grants_notify_proclaim AFTER UPDATE OF value ON ` + n.grants + `
-	FOR EACH ROW WHEN (` + everyChange + `) EXECUTE FUNCTION ` + n.grantsFn + `();
+	FOR EACH ROW EXECUTE FUNCTION ` + n.grantsFn + `();
 
 DROP FUNCTION IF EXISTS ` + n.acquireG + `(text, bytea, text, bigint, bigint, bigint, text, integer, integer, text, text, text, boolean);
 CREATE FUNCTION ` + n.acquireG + `(p_key text, p_owner bytea, p_holder text, p_ttl_us bigint,
@@ -151,7 +158,8 @@ BEGIN
 				request_id, request_fp, replay, value)
 			VALUES (p_key, p_owner, p_permits, nextval('` + n.fencing + `'), p_holder,
 				clock_timestamp() + p_ttl_us * interval '1 microsecond', w, lg,
-				nullif(p_rid, ''), nullif(p_rfp, ''), nullif(p_replay, ''), p_value)
+				nullif(p_rid, ''), nullif(p_rfp, ''), nullif(p_replay, ''),
+				CASE WHEN p_kind = 'election' THEN p_value END)
 			RETURNING fencing INTO about;
 			UPDATE ` + n.locks + ` l SET stamp_wall = w, stamp_logical = lg, changed_at = clock_timestamp() WHERE l.key = p_key;
 		END IF;

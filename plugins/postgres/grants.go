@@ -268,16 +268,16 @@ func newGrantStatements(n names) grantStatements {
 		extend:   `SELECT ` + stateCols + ` FROM ` + n.extendG + `($1, $2, $3, $4, $5)`,
 		proclaim: `SELECT ` + stateCols + ` FROM ` + n.proclaimG + `($1, $2, $3, $4, $5, $6)`,
 		// $1 key, $2 fencing token: the grant's value (elections.go).
-		value: `SELECT value FROM ` + n.grants + ` WHERE key = $1 AND fencing = $2`,
+		value: `SELECT coalesce(value, '') FROM ` + n.grants + ` WHERE key = $1 AND fencing = $2`,
 		// $1 key: the live grants, as state rows of code 2.
 		get: `SELECT 2, l.kind, l.lim, 0::bigint, false, '', gr.fencing, gr.holder, gr.expires_at, gr.stamp_wall, gr.stamp_logical,
-	(extract(epoch FROM gr.expires_at - clock_timestamp()) * 1000000)::bigint, gr.permits, gr.value
+	(extract(epoch FROM gr.expires_at - clock_timestamp()) * 1000000)::bigint, gr.permits, coalesce(gr.value, '')
 FROM ` + n.grants + ` gr JOIN ` + n.locks + ` l ON l.key = gr.key
 WHERE gr.key = $1 AND gr.expires_at > clock_timestamp() ORDER BY gr.fencing`,
 		// $1 prefix, $2 last key of the previous page, $3 limit: live grants
 		// in key and fencing order, as state rows of code 2.
 		list: `SELECT gr.key, 2, l.kind, l.lim, 0::bigint, false, '', gr.fencing, gr.holder, gr.expires_at, gr.stamp_wall, gr.stamp_logical,
-	(extract(epoch FROM gr.expires_at - clock_timestamp()) * 1000000)::bigint, gr.permits, gr.value
+	(extract(epoch FROM gr.expires_at - clock_timestamp()) * 1000000)::bigint, gr.permits, coalesce(gr.value, '')
 FROM ` + n.grants + ` gr JOIN ` + n.locks + ` l ON l.key = gr.key
 WHERE gr.key >= $1 AND starts_with(gr.key, $1) AND gr.key > $2 AND gr.expires_at > clock_timestamp()
 ORDER BY gr.key, gr.fencing LIMIT $3`,

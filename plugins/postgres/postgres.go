@@ -78,6 +78,8 @@
 //     A takeover clears the mark. Under notify=contended, Watch therefore
 //     reports no acquired events, and released/expired events only of the
 //     leases in (a) and (b): it wakes waiters, it is not a change feed.
+//     Elections are the exception: their grants' every change is announced
+//     in both modes (see elections.go), so Observe works in both.
 //     Servers sharing a schema should use one mode: the mode of the
 //     session making a change decides whether it is announced.
 //   - Cleaner: one goroutine per plugin marks expired rows free in batches of
