@@ -182,7 +182,7 @@ var _ = describeBackend("election", Label("election"), func(sc *BackendContext) 
 		}
 		sc.MustRelease(ctx, key, leader.OwnerToken)
 		var ev backend.Event
-		Eventually(ctx, events).WithTimeout(5*time.Second).Should(Receive(&ev))
+		Eventually(ctx, events).WithTimeout(5 * time.Second).Should(Receive(&ev))
 		Expect(ev.Type).To(Equal(backend.EventReleased), "a refused proclaim was announced, or the release was not")
 		cancel()
 		Eventually(ctx, done).Should(Receive())

@@ -125,14 +125,14 @@ var _ = describeService("election", Label("election"), func(sc *ServiceContext) 
 		// The expiry may be seen as no leader, or straight away as the
 		// waiting campaigner's leadership: never the stalled leader again.
 		var o observed
-		Eventually(ch).WithTimeout(sc.FreeWithin()+5*time.Second).Should(Receive(&o))
+		Eventually(ch).WithTimeout(sc.FreeWithin() + 5*time.Second).Should(Receive(&o))
 		Expect(o.err).NotTo(HaveOccurred())
 		if o.msg.GetLeader() == nil {
-			Eventually(ch).WithTimeout(10*time.Second).Should(Receive(&o))
+			Eventually(ch).WithTimeout(10 * time.Second).Should(Receive(&o))
 			Expect(o.err).NotTo(HaveOccurred())
 		}
 		var res *lockv1.AcquireResponse
-		Eventually(waiting).WithTimeout(10*time.Second).Should(Receive(&res))
+		Eventually(waiting).WithTimeout(10 * time.Second).Should(Receive(&res))
 		Expect(res.GetAcquired()).To(BeTrue(), "the waiting campaigner was not elected")
 		Expect(o.msg.GetLeader().GetTerm()).To(Equal(res.GetLease().GetFencingToken()), "Observe after the expiry")
 		Expect(o.msg.GetLeader().GetTerm()).To(BeNumerically(">", a.GetFencingToken()))

@@ -225,7 +225,7 @@ func newInfo(stdout io.Writer) *cobra.Command {
 backend is shared (several servers see the same locks; a memory backend is
 not), durable (locks survive a backend restart), fair across servers, its
 TTL granularity and range, the kinds of key it keeps (mutex, semaphore,
-rwlock), and the server's maximum client clock offset.
+rwlock, election), and the server's maximum client clock offset.
 
 Exit status: 0, 69 server unreachable, 1 any other error.`,
 		Example: `  holdfast info

@@ -80,6 +80,10 @@ func TestServeAndScrapeTimeSeries(t *testing.T) {
 	m.AcquireDone(true, true, 20*time.Millisecond)
 	m.Granted(backend.KindRWLock, lockv1.Mode_MODE_SHARED)
 	m.ReleaseDone(false)
+	m.Granted(backend.KindElection, lockv1.Mode_MODE_UNSPECIFIED)
+	m.ProclaimDone(true)
+	m.ProclaimDone(false)
+	m.ProclaimDone(false)
 	m.PluginCall("Get", time.Millisecond, errors.New("boom"))
 	srv, err := Serve("127.0.0.1:0", m, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -96,6 +100,10 @@ func TestServeAndScrapeTimeSeries(t *testing.T) {
 		"holdfast_locks_held 4\n",
 		`holdfast_grants_total{kind="rwlock",mode="shared"} 1` + "\n",
 		`holdfast_grants_total{kind="semaphore",mode=""} 0` + "\n",
+		`holdfast_grants_total{kind="election",mode=""} 1` + "\n",
+		`holdfast_proclaims_total{outcome="proclaimed"} 1` + "\n",
+		`holdfast_proclaims_total{outcome="stale"} 2` + "\n",
+		`holdfast_rpc_streams{method="Observe"} 0` + "\n",
 		`holdfast_acquisitions_total{outcome="acquired"} 1` + "\n",
 		`holdfast_acquisitions_total{outcome="contended"} 0` + "\n",
 		`holdfast_acquire_wait_seconds_bucket{outcome="acquired",le="0.025"} 1` + "\n",
