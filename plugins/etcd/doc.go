@@ -169,6 +169,14 @@
 // write of the stamp key, as a mutex lock is, so Watch tells its release
 // from its expiry. See grants.go.
 //
+// # Elections (Info.Kinds: KindElection)
+//
+// An election key is a grant key of limit 1; the grant's record carries its
+// value. Proclaim is one transaction comparing the grant key's ModRevision
+// and putting the new value on the key's own lease, so its CreateRevision
+// (the term) and its lease stay; Watch reports the put as EventProclaimed.
+// See elections.go.
+//
 // # Batches (backend.BatchBackend)
 //
 // The engine's concurrent Acquires, Releases and Extends arrive in

@@ -78,6 +78,8 @@
 //     A takeover clears the mark. Under notify=contended, Watch therefore
 //     reports no acquired events, and released/expired events only of the
 //     leases in (a) and (b): it wakes waiters, it is not a change feed.
+//     Elections are the exception: their grants' every change is announced
+//     in both modes (see elections.go), so Observe works in both.
 //     Servers sharing a schema should use one mode: the mode of the
 //     session making a change decides whether it is announced.
 //   - Cleaner: one goroutine per plugin marks expired rows free in batches of
@@ -139,11 +141,13 @@
 //   - Semaphores and rwlocks (Info.Kinds; schema v4): a grants table beside
 //     the locks table, and three functions that decide in one round trip
 //     each; see grants.go.
+//   - Elections (Info.Kinds; schema v5): a value per grant and
+//     grant_proclaim, one round trip; see elections.go.
 //   - Not kept: lock-delays (Info.MaxLockDelay 0), so the server refuses a
 //     lock_delay with unimplemented naming the capability.
 //   - Info: shared, durable (rows and the sequence survive a restart of
 //     PostgreSQL), TTL between 1ms and 24h, not fair, sets of up to 64 keys,
-//     semaphores and rwlocks.
+//     semaphores, rwlocks and elections.
 //
 // # Options
 //

@@ -77,6 +77,11 @@
 // notification is the grant's EventExpired (nothing decides by it). A set
 // claiming a key of another kind is refused, naming the key's kind.
 //
+// Elections (KindElection): a grant key of limit 1 whose grant carries a
+// value; Proclaim is one script that replaces the value of the token's live
+// grant on an election key and publishes a proclaimed event (see
+// proclaimScript).
+//
 // Watch: Acquire and Release PUBLISH an event on <key_prefix>events:K (a
 // PUBLISH is cluster-wide); expiries are caught from Redis keyspace
 // notifications (__keyevent@DB__:expired), which the backend turns on at
