@@ -124,7 +124,7 @@ lint: tools ## buf lint and buf breaking (against $(PROTO_BASELINE)), golangci-l
 	cd bench && GOWORK=off $(BIN)/golangci-lint run ./...
 	cd tools && GOWORK=off $(BIN)/golangci-lint run ./...
 	@for m in $(GO_MODULES); do echo "build and vet $$m alone"; \
-		$(BIN)/holdfast-release standalone $$m -- go build ./... && $(BIN)/holdfast-release standalone $$m -- go vet ./...; done
+		$(BIN)/holdfast-release standalone $$m -- go build ./... && $(BIN)/holdfast-release standalone $$m -- go vet ./... || exit 1; done
 	$(MAKE) --no-print-directory lint-ts
 	$(MAKE) --no-print-directory lint-python
 

@@ -12,6 +12,7 @@ require (
 )
 
 require (
+	github.com/google/btree v1.1.3 // indirect
 	github.com/holdfast/holdfast/proto v0.1.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
