@@ -31,7 +31,7 @@ func TestElectionValidation(t *testing.T) {
 			}
 		}
 	}
-	if _, err := (Election{}).Leader(t.Context()); !errors.Is(err, ErrInvalidArgument) {
+	if _, _, err := (Election{}).Leader(t.Context()); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("Leader of the zero Election: %v, want invalid_argument", err)
 	}
 	if n := len(p.snapshot().acquireRecv); n != 0 {
