@@ -24,6 +24,7 @@ from ._durations import MIN_TTL, Duration
 from ._election import AsyncElection, AsyncLeadership, CampaignContext
 from ._guard import AsyncGuard
 from ._options import Backoff, ExpiryMargin
+from ._primitives import MAX_VALUE_BYTES
 from ._sync import Client, Election, Guard, Leadership, LockRequest, ObservationStream, RWLock, WatchStream
 from .errors import (
     CanceledError,
@@ -46,7 +47,6 @@ from .errors import (
 from .events import LeaseEvent, LeaseEventListener, LeaseEventType
 from .fencing import validate_write
 from .hlc import DEFAULT_MAX_OFFSET, Clock, Timestamp
-from ._primitives import MAX_VALUE_BYTES
 from .types import (
     BackendInfo,
     Grant,
@@ -88,8 +88,8 @@ __all__ = [
     "Clock",
     "ClockOffsetError",
     "DeadlineExceededError",
-    "Election",
     "Duration",
+    "Election",
     "ExpiryMargin",
     "Grant",
     "Guard",
@@ -99,8 +99,8 @@ __all__ = [
     "KeyDelay",
     "Kind",
     "Leader",
-    "LeaseEvent",
     "Leadership",
+    "LeaseEvent",
     "LeaseEventListener",
     "LeaseEventType",
     "LeaseLostError",

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from ._durations import Duration
 from ._guard import AsyncGuard
 from ._primitives import Primitive, check_value
 from ._timestamp import Timestamp

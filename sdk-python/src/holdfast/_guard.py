@@ -281,7 +281,9 @@ class AsyncGuard:
         req = lock_pb2.ProclaimRequest(key=self.key, owner_token=self._owner_token, value=value)
 
         async def once() -> lock_pb2.ProclaimResponse:
-            req.client_stamp.CopyFrom(self._session.stamp())
+            stamp = self._session.stamp()
+            if stamp is not None:
+                req.client_stamp.CopyFrom(stamp)
             return await rpc.stub.proclaim(req)
 
         deadline = min(self._expires_at(), time.monotonic() + rpc.retry_budget)
