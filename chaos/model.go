@@ -60,8 +60,9 @@ type Op struct {
 	// to (its other keys have ops of their own: histories are checked per
 	// key).
 	Set []string `json:"set,omitempty"`
-	// Prim is the primitive of Key: PrimMutex (""), PrimSemaphore or
-	// PrimRWLock. Each primitive's ops are checked with its own model.
+	// Prim is the primitive of Key: PrimMutex (""), PrimSemaphore,
+	// PrimRWLock or PrimElection. Each primitive's ops are checked with its
+	// own model.
 	Prim string `json:"prim,omitempty"`
 	// Limit and Permits: a semaphore's or read-write lock's limit, and the
 	// permits of this grant (acquire) or of the writer (write).
@@ -70,6 +71,9 @@ type Op struct {
 	// Occupants: for a write to a semaphore or read-write lock key, the
 	// grants writing to the key at that instant, this one included.
 	Occupants []Occupant `json:"occupants,omitempty"`
+	// Value: an election's campaign value (Acquire) or proclaimed value
+	// (Proclaim); unique in a run (ElectionValue).
+	Value string `json:"value,omitempty"`
 }
 
 // Occupant is one grant writing to a semaphore or read-write lock key.
