@@ -55,8 +55,8 @@
 //     expires (its TTL runs out; not a Release) leaves its key refusing new
 //     holders until d after the expiry, by the store's clock; Get and Acquire
 //     report the time left in Record.DelayRemaining.
-//   - Kinds beyond a mutex (Info.Kinds: KindSemaphore, KindRWLock): see
-//     below.
+//   - Kinds beyond a mutex (Info.Kinds: KindSemaphore, KindRWLock,
+//     KindElection): see below. KindElection needs ElectionBackend.
 //
 // # Keys with more than one lease
 //
@@ -102,6 +102,22 @@
 //     queue's): a backend grants whoever asks while the request fits.
 //   - AcquireRequest.CheckGrant refuses, with ErrInvalidArgument naming the
 //     field, a grant request outside these bounds (the engine sends none).
+//
+// # Elections
+//
+// An election key (KindElection) is a key of limit 1 whose one grant, of 1
+// permit, is its leadership: the rule above decides it unchanged, and the
+// grant's fencing token is the leader's term. The grant carries a Value
+// (AcquireRequest.Value, at most MaxValueBytes of UTF-8, checked by the
+// engine), kept with it and returned in Record.Value and Grant.Value by
+// Acquire, Extend, Get, List and Watch. An ElectionBackend's Proclaim
+// replaces the value, in one atomic step, only if the owner token holds
+// the grant; it changes neither the fencing token, the expiry nor the
+// grant's stamp, and Watch then sends an EventProclaimed carrying the new
+// value, seen by every server sharing the store (it comes from the
+// store's change feed like every other event). A backend lists
+// KindElection in Info.Kinds only if it implements ElectionBackend
+// (backendserver refuses to serve one that does not).
 package backend
 
 import (
@@ -174,6 +190,17 @@ type SetBackend interface {
 	ExtendSet(ctx context.Context, req ExtendSetRequest) (ExtendSetResult, error)
 }
 
+// ElectionBackend is a Backend that keeps election keys (Info.Kinds lists
+// KindElection). The engine calls Proclaim only on such a backend.
+type ElectionBackend interface {
+	Backend
+	// Proclaim replaces the value of the grant req.OwnerToken holds on
+	// req.Key, in one atomic step (Proclaimed=true, Record = the grant with
+	// its new value), or changes nothing and answers Proclaimed=false when
+	// the token holds no grant there now. It emits EventProclaimed.
+	Proclaim(ctx context.Context, req ProclaimRequest) (ProclaimResult, error)
+}
+
 // FairSetBackend is a FairBackend that takes sets of keys: a waiter for a
 // set has an entry in every key's queue, put there in one step.
 type FairSetBackend interface {
@@ -200,6 +227,9 @@ const (
 	// KindRWLock: limit RWLockReaders; a shared grant takes 1 permit, an
 	// exclusive grant all of them.
 	KindRWLock
+	// KindElection: limit 1, grants of 1 permit carrying a Value; the one
+	// grant is the leadership and its fencing token the term.
+	KindElection
 )
 
 // String names the kind.
@@ -211,6 +241,8 @@ func (k Kind) String() string {
 		return "semaphore"
 	case KindRWLock:
 		return "rwlock"
+	case KindElection:
+		return "election"
 	}
 	return "unknown"
 }
@@ -223,6 +255,9 @@ const (
 	// RWLockReaders is the limit of every KindRWLock key: the most shared
 	// grants held at once, and the permits of an exclusive grant.
 	RWLockReaders = MaxLimit
+	// MaxValueBytes is the longest value of a KindElection grant, in bytes
+	// of UTF-8.
+	MaxValueBytes = 4096
 )
 
 // Info is what a backend promises; the server reports it to clients.
@@ -288,6 +323,9 @@ type Record struct {
 	// Holders is every grant held on the key, in fencing-token order, for a
 	// kind other than a mutex (empty for a mutex: the record is its holder).
 	Holders []Grant
+	// Value is the value of the grant this record describes (KindElection;
+	// empty otherwise).
+	Value string
 }
 
 // Grant is one lease held on a key of a kind other than a mutex, without
@@ -300,6 +338,8 @@ type Grant struct {
 	Remaining time.Duration
 	Stamp     hlc.Timestamp
 	Permits   int
+	// Value is the grant's value (KindElection; empty otherwise).
+	Value string
 }
 
 // Request identifies a retry-safe mutating call (Info.RequestIDs). Both
@@ -348,11 +388,15 @@ type AcquireRequest struct {
 	Kind    Kind
 	Limit   int
 	Permits int
+	// Value is stored with a KindElection grant (empty for other kinds).
+	Value string
 }
 
 // CheckGrant refuses a grant request (Kind other than KindMutex) that no
 // backend keeping kinds should take: a Kind not among kinds, a Limit outside
-// 1 to MaxLimit, Permits outside 1 to Limit, or a LockDelay. The error
+// 1 to MaxLimit (1 for an election), Permits outside 1 to Limit, a
+// LockDelay, or a Value on a kind other than an election or longer than
+// MaxValueBytes. The error
 // wraps ErrInvalidArgument and names the field. The engine never sends such
 // a request; a backend checks anyway, as it checks TTLs.
 func (r AcquireRequest) CheckGrant(kinds []Kind) error {
@@ -365,6 +409,12 @@ func (r AcquireRequest) CheckGrant(kinds []Kind) error {
 		return fmt.Errorf("%w: permits %d is outside 1 to the limit %d", ErrInvalidArgument, r.Permits, r.Limit)
 	case r.LockDelay != 0:
 		return fmt.Errorf("%w: lock_delay applies to mutexes only, not to a %s", ErrInvalidArgument, r.Kind)
+	case r.Kind == KindElection && r.Limit != 1:
+		return fmt.Errorf("%w: limit %d: an election's limit is 1", ErrInvalidArgument, r.Limit)
+	case r.Kind != KindElection && r.Value != "":
+		return fmt.Errorf("%w: value applies to elections only, not to a %s", ErrInvalidArgument, r.Kind)
+	case len(r.Value) > MaxValueBytes:
+		return fmt.Errorf("%w: value of %d bytes exceeds the maximum %d", ErrInvalidArgument, len(r.Value), MaxValueBytes)
 	}
 	return nil
 }
@@ -404,6 +454,23 @@ type ExtendRequest struct {
 	// kept before; a zero Request keeps the lock's own (the engine renews a
 	// replayed lease so, and later repeats of its Acquire still match).
 	Request Request
+}
+
+// ProclaimRequest replaces the value of an election's leader.
+type ProclaimRequest struct {
+	Key        string
+	OwnerToken string
+	// Value is the new value (at most MaxValueBytes of UTF-8; the engine
+	// checks it).
+	Value string
+	// Stamp is the engine's HLC reading; the grant keeps its own stamp.
+	Stamp hlc.Timestamp
+}
+
+// ProclaimResult is the grant with its new value when Proclaimed.
+type ProclaimResult struct {
+	Proclaimed bool
+	Record     Record
 }
 
 // AcquireSetRequest asks for a lock on every claimed key, or none.
@@ -500,6 +567,9 @@ const (
 	EventReleased
 	// EventExpired: Record is the lock as it was held.
 	EventExpired
+	// EventProclaimed: Record is the election grant with its new value
+	// (ElectionBackend.Proclaim).
+	EventProclaimed
 )
 
 // String names the event type.
@@ -513,6 +583,8 @@ func (t EventType) String() string {
 		return "released"
 	case EventExpired:
 		return "expired"
+	case EventProclaimed:
+		return "proclaimed"
 	}
 	return "unknown"
 }

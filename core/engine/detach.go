@@ -24,7 +24,7 @@ func (e *Engine) acquireBackend(ctx context.Context, s *acquireSpec, token, wait
 		res, err := e.calls.Acquire(ctx, backend.AcquireRequest{
 			Key: s.keys.keys[0], OwnerToken: token, TTL: s.ttl, Holder: s.holder, Stamp: stamp, WaiterID: waiterID,
 			Request: s.ident, Replay: s.rid.sealFor(s.ident, token), LockDelay: s.lockDelay, ReplayOnly: replayOnly,
-			Kind: s.shape.kind, Limit: s.shape.limit, Permits: s.shape.permits,
+			Kind: s.shape.kind, Limit: s.shape.limit, Permits: s.shape.permits, Value: s.value,
 		})
 		if err != nil {
 			return outcome{}, err

@@ -388,6 +388,7 @@ type acquireSpec struct {
 	holder    string
 	lockDelay time.Duration
 	shape     shape
+	value     string // an election's
 	rid       requestID
 	// ident is what the backend keeps for the request id (zero without
 	// one, or when the backend keeps none).
@@ -409,7 +410,7 @@ func (e *Engine) acquireSpec(req *lockv1.AcquireRequest) (*acquireSpec, error) {
 		return nil, err
 	}
 	lo, hi := e.ttlRange()
-	s := &acquireSpec{keys: ks, holder: req.GetHolder()}
+	s := &acquireSpec{keys: ks, holder: req.GetHolder(), value: req.GetValue()}
 	if s.ttl, err = checkTTL(req.GetTtl(), lo, hi); err != nil {
 		return nil, err
 	}
@@ -435,6 +436,9 @@ func (e *Engine) acquireSpec(req *lockv1.AcquireRequest) (*acquireSpec, error) {
 		// A mutex's fingerprint is what it was before kinds, so a repeat
 		// sent through a server of either version matches.
 		fp.num(int64(s.shape.kind)).num(int64(s.shape.limit)).num(int64(s.shape.permits))
+	}
+	if s.shape.kind == backend.KindElection {
+		fp.str(s.value)
 	}
 	s.ident = e.ident(s.rid, fp)
 	return s, nil

@@ -67,6 +67,8 @@ func fromKind(k lockv1.Kind) (backend.Kind, bool) {
 		return backend.KindSemaphore, true
 	case lockv1.Kind_KIND_RWLOCK:
 		return backend.KindRWLock, true
+	case lockv1.Kind_KIND_ELECTION:
+		return backend.KindElection, true
 	}
 	return 0, false
 }
@@ -77,6 +79,8 @@ func toKind(k backend.Kind) lockv1.Kind {
 		return lockv1.Kind_KIND_SEMAPHORE
 	case backend.KindRWLock:
 		return lockv1.Kind_KIND_RWLOCK
+	case backend.KindElection:
+		return lockv1.Kind_KIND_ELECTION
 	}
 	return lockv1.Kind_KIND_MUTEX
 }
@@ -87,7 +91,7 @@ func toKind(k backend.Kind) lockv1.Kind {
 func (e *Engine) checkShape(req *lockv1.AcquireRequest, ks keySet) (shape, error) {
 	kind, ok := fromKind(req.GetKind())
 	if !ok {
-		return shape{}, invalidf("kind: %d is not a kind (KIND_MUTEX, KIND_SEMAPHORE or KIND_RWLOCK)", req.GetKind())
+		return shape{}, invalidf("kind: %d is not a kind (KIND_MUTEX, KIND_SEMAPHORE, KIND_RWLOCK or KIND_ELECTION)", req.GetKind())
 	}
 	limit, permits, mode := req.GetLimit(), req.GetPermits(), req.GetMode()
 	switch kind {
@@ -126,6 +130,19 @@ func (e *Engine) checkShape(req *lockv1.AcquireRequest, ks keySet) (shape, error
 		if mode == lockv1.Mode_MODE_EXCLUSIVE {
 			permits = backend.RWLockReaders
 		}
+	case backend.KindElection:
+		switch {
+		case limit > 1:
+			return shape{}, invalidf("limit: an election has limit 1 (one leader), got %d; leave it 0", limit)
+		case permits > 1:
+			return shape{}, invalidf("permits: a campaign takes 1 permit, got %d; leave it 0", permits)
+		case mode != lockv1.Mode_MODE_UNSPECIFIED:
+			return shape{}, invalidf("mode: %s is for KIND_RWLOCK only", mode)
+		}
+		limit, permits = 1, 1
+	}
+	if err := checkValue(kind, req.GetValue()); err != nil {
+		return shape{}, err
 	}
 	switch {
 	case ks.multi:
@@ -138,6 +155,16 @@ func (e *Engine) checkShape(req *lockv1.AcquireRequest, ks keySet) (shape, error
 	return shape{kind: kind, limit: int(limit), permits: int(permits)}, nil
 }
 
+// checkValue validates an Acquire's value: elections only, at most
+// backend.MaxValueBytes of UTF-8 without NUL (as holder: PostgreSQL's text
+// cannot keep a NUL, and one rule in every store beats one per store).
+func checkValue(kind backend.Kind, value string) error {
+	if value != "" && kind != backend.KindElection {
+		return invalidf("value: applies to elections only (KIND_ELECTION), not to a %s", kindName(kind))
+	}
+	return checkText("value", value, backend.MaxValueBytes)
+}
+
 // describe names a kind and limit in messages: "a mutex", "a semaphore of
 // limit 3", "an rwlock".
 func describe(kind backend.Kind, limit int) string {
@@ -146,6 +173,8 @@ func describe(kind backend.Kind, limit int) string {
 		return fmt.Sprintf("a semaphore of limit %d", limit)
 	case backend.KindRWLock:
 		return "an rwlock"
+	case backend.KindElection:
+		return "an election"
 	}
 	return "a mutex"
 }
@@ -190,12 +219,13 @@ func setShape(l *lockv1.Lease, r backend.Record) {
 	limit, permits := max(r.Limit, 1), max(r.Permits, 1)
 	l.Kind, l.Limit, l.Permits = toKind(r.Kind), uint32(limit), uint32(permits)
 	l.Mode = mode(r.Kind, limit, permits)
+	l.Value = r.Value
 }
 
 // grantOf is the API's view of the grant a record describes itself.
 func grantOf(r backend.Record) *lockv1.Grant {
 	return grant(r.Kind, max(r.Limit, 1), backend.Grant{
-		FencingToken: r.FencingToken, Holder: r.Holder, ExpiresAt: r.ExpiresAt, Stamp: r.Stamp, Permits: r.Permits,
+		FencingToken: r.FencingToken, Holder: r.Holder, ExpiresAt: r.ExpiresAt, Stamp: r.Stamp, Permits: r.Permits, Value: r.Value,
 	}, r.LockDelay)
 }
 
@@ -207,6 +237,7 @@ func grant(kind backend.Kind, limit int, g backend.Grant, lockDelay time.Duratio
 		Stamp:        g.Stamp.ToProto(),
 		Permits:      uint32(permits),
 		Mode:         mode(kind, limit, permits),
+		Value:        g.Value,
 	}
 	if !g.ExpiresAt.IsZero() {
 		out.ExpiresAt = timestamppb.New(g.ExpiresAt)
@@ -259,7 +290,7 @@ func (s *acquireSpec) refused(rec backend.Record) error {
 // kinds are the kinds the server offers on its backend, with their bounds.
 func kinds(info backend.Info) []lockv1.Kind {
 	out := []lockv1.Kind{lockv1.Kind_KIND_MUTEX}
-	for _, k := range []backend.Kind{backend.KindSemaphore, backend.KindRWLock} {
+	for _, k := range []backend.Kind{backend.KindSemaphore, backend.KindRWLock, backend.KindElection} {
 		if info.Keeps(k) {
 			out = append(out, toKind(k))
 		}

@@ -41,6 +41,9 @@ type Observer interface {
 	// Granted reports an Acquire that acquired, by the kind of its key and,
 	// for an rwlock, its mode (MODE_UNSPECIFIED for the other kinds).
 	Granted(kind backend.Kind, mode lockv1.Mode)
+	// ProclaimDone reports a Proclaim that answered: proclaimed, or not
+	// (the owner token did not hold the leadership: a stale leader).
+	ProclaimDone(proclaimed bool)
 }
 
 // nopObserver observes nothing.
@@ -54,6 +57,7 @@ func (nopObserver) SetAcquired(int)                       {}
 func (nopObserver) Replayed(string)                       {}
 func (nopObserver) LockDelayed()                          {}
 func (nopObserver) Granted(backend.Kind, lockv1.Mode)     {}
+func (nopObserver) ProclaimDone(bool)                     {}
 
 // QueueDepth is the number of callers queued on this server, over every
 // key.

@@ -15,16 +15,17 @@ import (
 
 // recorder is an engine.Observer that remembers what it was told.
 type recorder struct {
-	mu       sync.Mutex
-	acquires []string // "acquired"/"contended", with "+queued"
-	waited   []time.Duration
-	releases []bool
-	extends  []bool
-	events   map[backend.EventType]int
-	sets     []int
-	replays  []string
-	delayed  int
-	grants   []string // kind, with "/mode" for an rwlock
+	mu        sync.Mutex
+	acquires  []string // "acquired"/"contended", with "+queued"
+	waited    []time.Duration
+	releases  []bool
+	extends   []bool
+	events    map[backend.EventType]int
+	sets      []int
+	replays   []string
+	delayed   int
+	grants    []string // kind, with "/mode" for an rwlock
+	proclaims []bool
 }
 
 func (r *recorder) Granted(kind backend.Kind, mode lockv1.Mode) {
@@ -35,6 +36,12 @@ func (r *recorder) Granted(kind backend.Kind, mode lockv1.Mode) {
 		g += "/" + mode.String()
 	}
 	r.grants = append(r.grants, g)
+}
+
+func (r *recorder) ProclaimDone(ok bool) {
+	r.mu.Lock()
+	r.proclaims = append(r.proclaims, ok)
+	r.mu.Unlock()
 }
 
 func (r *recorder) SetAcquired(n int)  { r.mu.Lock(); r.sets = append(r.sets, n); r.mu.Unlock() }

@@ -206,9 +206,10 @@ func (e *Engine) unsync(cause error) {
 }
 
 var eventTypes = map[backend.EventType]lockv1.EventType{
-	backend.EventAcquired: lockv1.EventType_EVENT_TYPE_ACQUIRED,
-	backend.EventReleased: lockv1.EventType_EVENT_TYPE_RELEASED,
-	backend.EventExpired:  lockv1.EventType_EVENT_TYPE_EXPIRED,
+	backend.EventAcquired:   lockv1.EventType_EVENT_TYPE_ACQUIRED,
+	backend.EventReleased:   lockv1.EventType_EVENT_TYPE_RELEASED,
+	backend.EventExpired:    lockv1.EventType_EVENT_TYPE_EXPIRED,
+	backend.EventProclaimed: lockv1.EventType_EVENT_TYPE_PROCLAIMED,
 }
 
 // fanOut hands ev to the watchers it matches. It costs one message (its

@@ -283,6 +283,21 @@ func (h *Host) ExtendBatch(ctx context.Context, reqs []backend.ExtendRequest) ([
 	return wire.FromExtendBatchResponse(resp, reqs, h.cfg.Name)
 }
 
+// Proclaim implements backend.ElectionBackend (a plugin without elections
+// answers unimplemented; the engine calls it only when Info.Kinds lists
+// KindElection).
+func (h *Host) Proclaim(ctx context.Context, req backend.ProclaimRequest) (backend.ProclaimResult, error) {
+	var resp *backendv1.ProclaimResponse
+	err := h.unary(ctx, "Proclaim", func(ctx context.Context, c backendv1.BackendServiceClient) (err error) {
+		resp, err = c.Proclaim(ctx, wire.ToProclaimRequest(req))
+		return err
+	})
+	if err != nil {
+		return backend.ProclaimResult{}, err
+	}
+	return wire.FromProclaimResponse(resp, req)
+}
+
 // AcquireSet implements backend.SetBackend (a plugin without sets answers
 // unavailable; the engine calls it only when Info.MaxKeys > 1).
 func (h *Host) AcquireSet(ctx context.Context, req backend.AcquireSetRequest) (backend.AcquireSetResult, error) {

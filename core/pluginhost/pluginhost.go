@@ -144,11 +144,12 @@ type Host struct {
 }
 
 var (
-	_ backend.Backend        = (*Host)(nil)
-	_ backend.FairBackend    = (*Host)(nil)
-	_ backend.FairSetBackend = (*Host)(nil)
-	_ backend.BatchBackend   = (*Host)(nil)
-	_ io.Closer              = (*Host)(nil)
+	_ backend.Backend         = (*Host)(nil)
+	_ backend.FairBackend     = (*Host)(nil)
+	_ backend.FairSetBackend  = (*Host)(nil)
+	_ backend.BatchBackend    = (*Host)(nil)
+	_ backend.ElectionBackend = (*Host)(nil)
+	_ io.Closer               = (*Host)(nil)
 )
 
 // generation is one launch of the plugin.

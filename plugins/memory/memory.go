@@ -75,6 +75,9 @@
 //     key's kind is fixed only while someone holds it. Release and Extend
 //     find the grant by its owner token; one grant's expiry frees its
 //     permits only. List counts a pool as its grants (see backend.ListRequest).
+//   - Elections (KindElection) are pools of limit 1 whose grant keeps a
+//     value; Proclaim replaces it under the mutex only if the owner token
+//     holds the grant, and emits EventProclaimed to the watchers.
 //   - Info: not shared (each server has its own locks; fairness is the
 //     engine's FIFO within one server), not durable, TTL between 1ms and 24h.
 //     The 24h cap bounds how long a forgotten lock can stay held; clients
@@ -122,7 +125,7 @@ const (
 )
 
 // kinds are the kinds of key kept beside the mutex.
-var kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock}
+var kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock, backend.KindElection}
 
 // watchBuffer is how many undelivered events one watcher may have before its
 // watch is ended.
@@ -177,6 +180,7 @@ type tombstone struct {
 var (
 	_ backend.SetBackend         = (*Backend)(nil)
 	_ backend.BatchBackend       = (*Backend)(nil)
+	_ backend.ElectionBackend    = (*Backend)(nil)
 	_ interface{ Close() error } = (*Backend)(nil)
 )
 
@@ -193,9 +197,11 @@ type entry struct {
 	request backend.Request // of the last Acquire or Extend
 	replay  string
 	claimed bool // a replay of its Acquire was answered
-	// A grant of a pool (semaphore, rwlock): its permits and its pool.
+	// A grant of a pool (semaphore, rwlock, election): its permits and its
+	// pool, and an election's value.
 	permits int
 	pool    *pool
+	value   string
 }
 
 // record is the entry as a record: a mutex, or one grant of a pool with the
@@ -213,6 +219,7 @@ func (e *entry) record(now time.Time) backend.Record {
 	}
 	if p := e.pool; p != nil {
 		r.Kind, r.Limit, r.Permits, r.InUse = p.kind, p.limit, e.permits, p.inUse
+		r.Value = e.value
 	}
 	return r
 }
@@ -235,7 +242,7 @@ func (p *pool) record(now time.Time, subject *entry) backend.Record {
 	for i, g := range p.grants {
 		r.Holders[i] = backend.Grant{
 			FencingToken: g.fence, Holder: g.holder, ExpiresAt: g.expires.Round(0),
-			Remaining: max(g.expires.Sub(now), 0), Stamp: g.stamp, Permits: g.permits,
+			Remaining: max(g.expires.Sub(now), 0), Stamp: g.stamp, Permits: g.permits, Value: g.value,
 		}
 	}
 	return r
@@ -627,6 +634,7 @@ func (b *Backend) acquireGrant(req backend.AcquireRequest) (backend.AcquireResul
 		replay:  req.Replay,
 		permits: req.Permits,
 		pool:    p,
+		value:   req.Value,
 	}
 	p.stamp = g.stamp
 	p.grants = append(p.grants, g)
@@ -814,6 +822,36 @@ func (b *Backend) extendGrant(p *pool, req backend.ExtendRequest, now time.Time)
 		g.request = req.Request
 	}
 	return backend.ExtendResult{Extended: true, Record: g.record(now)}, nil
+}
+
+// Proclaim implements backend.ElectionBackend: the value of the election
+// grant req.OwnerToken holds is replaced, and nothing else of it.
+func (b *Backend) Proclaim(_ context.Context, req backend.ProclaimRequest) (backend.ProclaimResult, error) {
+	if err := checkKey(req.Key); err != nil {
+		return backend.ProclaimResult{}, err
+	}
+	if len(req.Value) > backend.MaxValueBytes {
+		return backend.ProclaimResult{}, fmt.Errorf("%w: value of %d bytes exceeds the maximum %d", backend.ErrInvalidArgument, len(req.Value), backend.MaxValueBytes)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return backend.ProclaimResult{}, ErrClosed
+	}
+	now := time.Now()
+	p := b.livePool(req.Key, now)
+	if p == nil || p.kind != backend.KindElection {
+		return backend.ProclaimResult{}, nil
+	}
+	g := p.grant(req.OwnerToken)
+	if g == nil {
+		return backend.ProclaimResult{}, nil
+	}
+	g.value = req.Value
+	p.stamp = hlc.Max(p.stamp, req.Stamp)
+	rec := g.record(now)
+	b.emit(backend.Event{Type: backend.EventProclaimed, Record: rec})
+	return backend.ProclaimResult{Proclaimed: true, Record: rec}, nil
 }
 
 // ExtendSet implements backend.SetBackend. A zero Request keeps the

@@ -3,6 +3,7 @@ package backendserver
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -33,6 +34,9 @@ func (s *grpcServer) Info(ctx context.Context, _ *backendv1.InfoRequest) (*backe
 		_, sets = s.b.(backend.FairSetBackend)
 	}
 	_, batch := s.b.(backend.BatchBackend)
+	if _, ok := s.b.(backend.ElectionBackend); !ok {
+		info.Kinds = slices.DeleteFunc(slices.Clone(info.Kinds), func(k backend.Kind) bool { return k == backend.KindElection })
+	}
 	return wire.ToInfoResponse(info, fair, sets, batch), nil
 }
 
@@ -84,6 +88,18 @@ func (s *grpcServer) Watch(req *backendv1.WatchRequest, stream backendv1.Backend
 		return nil
 	}
 	return wire.ToStatus(err)
+}
+
+func (s *grpcServer) Proclaim(ctx context.Context, req *backendv1.ProclaimRequest) (*backendv1.ProclaimResponse, error) {
+	e, ok := s.b.(backend.ElectionBackend)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this backend keeps no elections (Info.kinds lacks KIND_ELECTION)")
+	}
+	res, err := e.Proclaim(ctx, wire.FromProclaimRequest(req))
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return wire.ToProclaimResponse(res), nil
 }
 
 func (s *grpcServer) fair() (backend.FairBackend, error) {

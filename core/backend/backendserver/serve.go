@@ -105,10 +105,13 @@ func Serve(open OpenFunc, opts ...Option) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	b, err := open(ctx, backendOpts)
-	cancel()
 	if err == nil && b == nil {
 		err = errors.New("open returned no backend and no error")
 	}
+	if err == nil {
+		err = checkKinds(ctx, b)
+	}
+	cancel()
 	if err != nil {
 		logger.Error("open backend: " + oneLine(err.Error()))
 		os.Exit(1)
@@ -132,6 +135,22 @@ func Serve(open OpenFunc, opts ...Option) {
 	closeBackend(logger, b)
 	cfg.exit()
 	os.Exit(0)
+}
+
+// checkKinds refuses a backend whose Info lists a kind it cannot serve:
+// KindElection without ElectionBackend's Proclaim. A broken promise found at
+// start-up, in the plugin's log, is better than a first Proclaim answered
+// unimplemented in production. An Info that fails now is not refused here:
+// the host asks again and reports it.
+func checkKinds(ctx context.Context, b backend.Backend) error {
+	info, err := b.Info(ctx)
+	if err != nil {
+		return nil
+	}
+	if _, ok := b.(backend.ElectionBackend); info.Keeps(backend.KindElection) && !ok {
+		return fmt.Errorf("its Info.Kinds lists %s but %T does not implement backend.ElectionBackend (Proclaim)", backend.KindElection, b)
+	}
+	return nil
 }
 
 // streamWorkers is how many goroutines the plugin's gRPC server keeps to

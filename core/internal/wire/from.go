@@ -44,6 +44,7 @@ func fromRecord(op string, p *backendv1.Record, key string) (backend.Record, err
 		FencingToken: p.GetFencingToken(),
 		Holder:       p.GetHolder(),
 		Stamp:        FromStamp(p.GetStamp()),
+		Value:        p.GetValue(),
 	}
 	var err error
 	if r.Remaining, r.ExpiresAt, err = leaseTimes(op, "", p.GetRemaining(), p.GetExpiresAt()); err != nil {
@@ -96,6 +97,7 @@ func fromGrant(op string, p *backendv1.Grant) (backend.Grant, error) {
 		Holder:       p.GetHolder(),
 		Stamp:        FromStamp(p.GetStamp()),
 		Permits:      int(max(p.GetPermits(), 1)),
+		Value:        p.GetValue(),
 	}
 	var err error
 	if g.Remaining, g.ExpiresAt, err = leaseTimes(op, "holder's ", p.GetRemaining(), p.GetExpiresAt()); err != nil {
@@ -251,6 +253,22 @@ func FromExtendResponse(resp *backendv1.ExtendResponse, key string) (backend.Ext
 		return backend.ExtendResult{}, err
 	}
 	return backend.ExtendResult{Extended: true, Record: rec}, nil
+}
+
+// FromProclaimResponse decodes the answer to a Proclaim of req.Key: a
+// proclaimed grant must carry the value proclaimed.
+func FromProclaimResponse(resp *backendv1.ProclaimResponse, req backend.ProclaimRequest) (backend.ProclaimResult, error) {
+	if !resp.GetProclaimed() {
+		return backend.ProclaimResult{}, nil
+	}
+	rec, err := fromRecord("Proclaim", resp.GetRecord(), req.Key)
+	if err != nil {
+		return backend.ProclaimResult{}, err
+	}
+	if rec.Value != req.Value {
+		return backend.ProclaimResult{}, errMalformed("Proclaim", "the record carries the value %q, not the one proclaimed", rec.Value)
+	}
+	return backend.ProclaimResult{Proclaimed: true, Record: rec}, nil
 }
 
 // FromGetResponse decodes the answer to a Get of key.

@@ -29,6 +29,7 @@ func ToAcquireRequest(req backend.AcquireRequest) *backendv1.AcquireRequest {
 		Kind:       ToKind(req.Kind),
 		Limit:      toCount(req.Limit),
 		Permits:    toCount(req.Permits),
+		Value:      req.Value,
 	}
 }
 
@@ -59,6 +60,7 @@ func FromAcquireRequest(p *backendv1.AcquireRequest) backend.AcquireRequest {
 		Kind:       requestKind(p.GetKind()),
 		Limit:      int(max(p.GetLimit(), 1)),
 		Permits:    int(max(p.GetPermits(), 1)),
+		Value:      p.GetValue(),
 	}
 }
 
@@ -101,6 +103,16 @@ func FromExtendRequest(p *backendv1.ExtendRequest) backend.ExtendRequest {
 		Stamp:      FromStamp(p.GetStamp()),
 		Request:    fromRequest(p.GetRequest()),
 	}
+}
+
+// ToProclaimRequest encodes a Proclaim.
+func ToProclaimRequest(req backend.ProclaimRequest) *backendv1.ProclaimRequest {
+	return &backendv1.ProclaimRequest{Key: req.Key, OwnerToken: req.OwnerToken, Value: req.Value, Stamp: ToStamp(req.Stamp)}
+}
+
+// FromProclaimRequest decodes a Proclaim.
+func FromProclaimRequest(p *backendv1.ProclaimRequest) backend.ProclaimRequest {
+	return backend.ProclaimRequest{Key: p.GetKey(), OwnerToken: p.GetOwnerToken(), Value: p.GetValue(), Stamp: FromStamp(p.GetStamp())}
 }
 
 // ToAcquireSetRequest encodes an AcquireSet.

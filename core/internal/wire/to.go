@@ -26,6 +26,7 @@ func ToRecord(r backend.Record) *backendv1.Record {
 		Limit:        toCount(r.Limit),
 		Permits:      toCount(r.Permits),
 		InUse:        uint32(max(r.InUse, 0)),
+		Value:        r.Value,
 	}
 	if !r.ExpiresAt.IsZero() {
 		out.ExpiresAt = timestamppb.New(r.ExpiresAt)
@@ -46,6 +47,7 @@ func toGrant(g backend.Grant) *backendv1.Grant {
 		Remaining:    durationpb.New(g.Remaining),
 		Stamp:        ToStamp(g.Stamp),
 		Permits:      toCount(g.Permits),
+		Value:        g.Value,
 	}
 	if !g.ExpiresAt.IsZero() {
 		out.ExpiresAt = timestamppb.New(g.ExpiresAt)
@@ -148,6 +150,15 @@ func toRecords(rs []backend.Record) []*backendv1.Record {
 func ToExtendResponse(res backend.ExtendResult) *backendv1.ExtendResponse {
 	out := &backendv1.ExtendResponse{Extended: res.Extended}
 	if res.Extended {
+		out.Record = ToRecord(res.Record)
+	}
+	return out
+}
+
+// ToProclaimResponse encodes the outcome of a Proclaim.
+func ToProclaimResponse(res backend.ProclaimResult) *backendv1.ProclaimResponse {
+	out := &backendv1.ProclaimResponse{Proclaimed: res.Proclaimed}
+	if res.Proclaimed {
 		out.Record = ToRecord(res.Record)
 	}
 	return out

@@ -46,6 +46,8 @@ func toEventType(t backend.EventType) backendv1.EventType {
 		return backendv1.EventType_EVENT_TYPE_RELEASED
 	case backend.EventExpired:
 		return backendv1.EventType_EVENT_TYPE_EXPIRED
+	case backend.EventProclaimed:
+		return backendv1.EventType_EVENT_TYPE_PROCLAIMED
 	}
 	return backendv1.EventType_EVENT_TYPE_UNSPECIFIED
 }
@@ -61,6 +63,8 @@ func fromEventType(t backendv1.EventType) backend.EventType {
 		return backend.EventReleased
 	case backendv1.EventType_EVENT_TYPE_EXPIRED:
 		return backend.EventExpired
+	case backendv1.EventType_EVENT_TYPE_PROCLAIMED:
+		return backend.EventProclaimed
 	}
 	return 0
 }
@@ -73,6 +77,8 @@ func ToKind(k backend.Kind) backendv1.Kind {
 		return backendv1.Kind_KIND_SEMAPHORE
 	case backend.KindRWLock:
 		return backendv1.Kind_KIND_RWLOCK
+	case backend.KindElection:
+		return backendv1.Kind_KIND_ELECTION
 	}
 	return backendv1.Kind_KIND_UNSPECIFIED
 }
@@ -87,6 +93,8 @@ func FromKind(k backendv1.Kind) (kind backend.Kind, ok bool) {
 		return backend.KindSemaphore, true
 	case backendv1.Kind_KIND_RWLOCK:
 		return backend.KindRWLock, true
+	case backendv1.Kind_KIND_ELECTION:
+		return backend.KindElection, true
 	}
 	return 0, false
 }

@@ -127,6 +127,22 @@ func (h *Handler) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *c
 	return toConnect(err)
 }
 
+// Proclaim implements LockServiceHandler.
+func (h *Handler) Proclaim(ctx context.Context, req *lockv1.ProclaimRequest) (*lockv1.ProclaimResponse, error) {
+	resp, err := h.e.Proclaim(ctx, req)
+	return resp, toConnect(err)
+}
+
+// Observe implements LockServiceHandler. The first message is the leader
+// once the watch of the key is established.
+func (h *Handler) Observe(ctx context.Context, req *lockv1.ObserveRequest, stream *connect.ServerStream[lockv1.ObserveResponse]) error {
+	err := h.e.Observe(ctx, req, stream.Send)
+	if err != nil && ctx.Err() != nil {
+		return nil //nolint:nilerr // the client went away; nobody reads the status
+	}
+	return toConnect(err)
+}
+
 // GetServerInfo implements LockServiceHandler.
 func (h *Handler) GetServerInfo(ctx context.Context, req *lockv1.GetServerInfoRequest) (*lockv1.GetServerInfoResponse, error) {
 	resp, err := h.e.GetServerInfo(ctx, req)

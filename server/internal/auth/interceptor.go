@@ -159,7 +159,13 @@ func authorize(p *Principal, msg any) (grant, error) {
 			}
 		}
 		return grant{}, nil
+	case *lockv1.ProclaimRequest:
+		// The permission of Extend: only the leader's own token changes
+		// anything, and a leader may write its key.
+		return grant{}, p.writeAll("Proclaim", []string{r.GetKey()})
 	case *lockv1.InspectRequest:
+		return grant{}, p.read(r.GetKey())
+	case *lockv1.ObserveRequest:
 		return grant{}, p.read(r.GetKey())
 	case *lockv1.ListRequest:
 		view, err := p.view(r.GetPrefix())
@@ -208,7 +214,7 @@ func (p *Principal) read(key string) error {
 // ignores beside claims, is checked like any other).
 func (p *Principal) writeAll(op string, keys []string) error {
 	if p.ReadOnly {
-		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s: this token is read-only (Inspect, List, Watch only)", op))
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s: this token is read-only (Inspect, List, Watch, Observe only)", op))
 	}
 	for i, k := range keys {
 		if k == "" && i == 0 && len(keys) > 1 {

@@ -15,11 +15,12 @@
 //	holdfast_multi_key_acquisitions_keys               histogram, keys of multi-key Acquires (claims) that acquired
 //	holdfast_replays_total{op}                         repeats (same request_id) answered with the first attempt's lease
 //	holdfast_lock_delay_refusals_total                 Acquires answered not acquired because a key was in its lock-delay
-//	holdfast_grants_total{kind,mode}                   leases granted, by kind (mutex | semaphore | rwlock) and rwlock mode (shared | exclusive; "" otherwise)
+//	holdfast_grants_total{kind,mode}                   leases granted, by kind (mutex | semaphore | rwlock | election) and rwlock mode (shared | exclusive; "" otherwise)
+//	holdfast_proclaims_total{outcome}                  Proclaims answered: proclaimed | stale (the token did not lead the election)
 //	holdfast_waiters                                   callers queued on this server (all keys)
 //	holdfast_locks_held                                leases held in the backend (counted by List at scrape; each holder of a semaphore or rwlock counts)
 //	holdfast_rpc_duration_seconds{method,code}         histogram, unary RPCs (Acquire includes its wait)
-//	holdfast_rpc_streams{method}                       open server streams (Watch)
+//	holdfast_rpc_streams{method}                       open server streams (Watch, Observe)
 //	holdfast_backend_up                                1 while the plugin runs and answers its liveness ping
 //	holdfast_backend_restarts_total                    plugin relaunches after a crash
 //	holdfast_backend_call_duration_seconds{method,outcome}  histogram, calls into the plugin (ok | error)
@@ -68,6 +69,7 @@ type Metrics struct {
 	acquireWait  *prometheus.HistogramVec
 	releases     *prometheus.CounterVec
 	extends      *prometheus.CounterVec
+	proclaims    *prometheus.CounterVec
 	expirations  prometheus.Counter
 	setKeys      prometheus.Histogram
 	replays      *prometheus.CounterVec
@@ -104,6 +106,10 @@ func New() *Metrics {
 		Name: "holdfast_extends_total",
 		Help: "Extends answered (each item of an ExtendBatch counts as one), by outcome: extended, or lost (the owner token no longer held the lock).",
 	}, []string{"outcome"})
+	m.proclaims = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "holdfast_proclaims_total",
+		Help: "Proclaims answered, by outcome: proclaimed, or stale (the owner token did not hold the election's leadership).",
+	}, []string{"outcome"})
 	m.expirations = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "holdfast_lease_expirations_total",
 		Help: "Leases that ran out of TTL while held (the backend's expired events seen by this server).",
@@ -123,7 +129,7 @@ func New() *Metrics {
 	})
 	m.grants = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "holdfast_grants_total",
-		Help: "Leases granted by Acquire, by the kind of the key (mutex, semaphore, rwlock) and, for an rwlock, the mode (shared, exclusive).",
+		Help: "Leases granted by Acquire, by the kind of the key (mutex, semaphore, rwlock, election) and, for an rwlock, the mode (shared, exclusive).",
 	}, []string{"kind", "mode"})
 	m.rpc = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "holdfast_rpc_duration_seconds",
@@ -132,7 +138,7 @@ func New() *Metrics {
 	}, []string{"method", "code"})
 	m.streams = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "holdfast_rpc_streams",
-		Help: "Open server streams by method (Watch).",
+		Help: "Open server streams by method (Watch, Observe).",
 	}, []string{"method"})
 	m.pluginCalls = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "holdfast_backend_call_duration_seconds",
@@ -150,16 +156,21 @@ func New() *Metrics {
 	for _, o := range []string{"extended", "lost"} {
 		m.extends.WithLabelValues(o)
 	}
+	for _, o := range []string{"proclaimed", "stale"} {
+		m.proclaims.WithLabelValues(o)
+	}
 	m.streams.WithLabelValues("Watch")
+	m.streams.WithLabelValues("Observe")
 	m.grants.WithLabelValues("mutex", "")
 	m.grants.WithLabelValues("semaphore", "")
 	m.grants.WithLabelValues("rwlock", "shared")
 	m.grants.WithLabelValues("rwlock", "exclusive")
+	m.grants.WithLabelValues("election", "")
 	m.replays.WithLabelValues("acquire")
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.acquisitions, m.acquireWait, m.releases, m.extends, m.expirations,
+		m.acquisitions, m.acquireWait, m.releases, m.extends, m.proclaims, m.expirations,
 		m.setKeys, m.replays, m.delayed, m.grants,
 		m.rpc, m.streams, m.pluginCalls,
 	)
@@ -201,6 +212,15 @@ func (m *Metrics) ExtendDone(extended bool) {
 		m.extends.WithLabelValues("extended").Inc()
 	} else {
 		m.extends.WithLabelValues("lost").Inc()
+	}
+}
+
+// ProclaimDone implements engine.Observer.
+func (m *Metrics) ProclaimDone(proclaimed bool) {
+	if proclaimed {
+		m.proclaims.WithLabelValues("proclaimed").Inc()
+	} else {
+		m.proclaims.WithLabelValues("stale").Inc()
 	}
 }
 

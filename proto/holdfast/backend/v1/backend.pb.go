@@ -45,6 +45,8 @@ const (
 	Kind_KIND_SEMAPHORE   Kind = 2
 	// A shared grant takes 1 permit, an exclusive one the whole limit.
 	Kind_KIND_RWLOCK Kind = 3
+	// Leader election: limit 1, every grant 1 permit, with a value.
+	Kind_KIND_ELECTION Kind = 4
 )
 
 // Enum value maps for Kind.
@@ -54,12 +56,14 @@ var (
 		1: "KIND_MUTEX",
 		2: "KIND_SEMAPHORE",
 		3: "KIND_RWLOCK",
+		4: "KIND_ELECTION",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
 		"KIND_MUTEX":       1,
 		"KIND_SEMAPHORE":   2,
 		"KIND_RWLOCK":      3,
+		"KIND_ELECTION":    4,
 	}
 )
 
@@ -98,6 +102,8 @@ const (
 	EventType_EVENT_TYPE_RELEASED    EventType = 2
 	EventType_EVENT_TYPE_EXPIRED     EventType = 3
 	EventType_EVENT_TYPE_SYNCED      EventType = 4
+	// A grant's value was replaced by Proclaim (the record carries it).
+	EventType_EVENT_TYPE_PROCLAIMED EventType = 5
 )
 
 // Enum value maps for EventType.
@@ -108,6 +114,7 @@ var (
 		2: "EVENT_TYPE_RELEASED",
 		3: "EVENT_TYPE_EXPIRED",
 		4: "EVENT_TYPE_SYNCED",
+		5: "EVENT_TYPE_PROCLAIMED",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED": 0,
@@ -115,6 +122,7 @@ var (
 		"EVENT_TYPE_RELEASED":    2,
 		"EVENT_TYPE_EXPIRED":     3,
 		"EVENT_TYPE_SYNCED":      4,
+		"EVENT_TYPE_PROCLAIMED":  5,
 	}
 )
 
@@ -257,13 +265,15 @@ func (x *Stamp) GetLogical() uint32 {
 // Grant is one lease held on a key of a kind other than a mutex, without
 // its owner token.
 type Grant struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	FencingToken  uint64                 `protobuf:"varint,1,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
-	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	Remaining     *durationpb.Duration   `protobuf:"bytes,4,opt,name=remaining,proto3" json:"remaining,omitempty"`
-	Stamp         *Stamp                 `protobuf:"bytes,5,opt,name=stamp,proto3" json:"stamp,omitempty"`
-	Permits       uint32                 `protobuf:"varint,6,opt,name=permits,proto3" json:"permits,omitempty"` // Field 7 is kept for the grant's value (leader election).
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	FencingToken uint64                 `protobuf:"varint,1,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	Holder       string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	ExpiresAt    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	Remaining    *durationpb.Duration   `protobuf:"bytes,4,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	Stamp        *Stamp                 `protobuf:"bytes,5,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	Permits      uint32                 `protobuf:"varint,6,opt,name=permits,proto3" json:"permits,omitempty"`
+	// KIND_ELECTION: the grant's value (its Acquire's or last Proclaim's).
+	Value         string `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -340,6 +350,13 @@ func (x *Grant) GetPermits() uint32 {
 	return 0
 }
 
+func (x *Grant) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // Record is a held lock as the backend stores it, without its owner token.
 // For a key of another kind than a mutex, the fields 1 to 7 describe one
 // grant: the one the call made, renewed or the event is about (Acquire
@@ -375,7 +392,9 @@ type Record struct {
 	// fencing-token order, for kinds other than a mutex (empty for a mutex:
 	// fields 1 to 7 are its holder). Watch events, an Acquire that acquired
 	// and an Extend may leave it empty.
-	Holders       []*Grant `protobuf:"bytes,13,rep,name=holders,proto3" json:"holders,omitempty"`
+	Holders []*Grant `protobuf:"bytes,13,rep,name=holders,proto3" json:"holders,omitempty"`
+	// KIND_ELECTION: the value of the grant described by fields 1 to 7.
+	Value         string `protobuf:"bytes,14,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -501,6 +520,13 @@ func (x *Record) GetHolders() []*Grant {
 	return nil
 }
 
+func (x *Record) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // RequestIdentity makes a mutating call retry-safe (backends whose Info says
 // request_ids). Both fields are opaque strings made by the engine: equal ids
 // are repeats of one request, and a repeat whose fingerprint differs is a
@@ -612,7 +638,8 @@ type InfoResponse struct {
 	// The longest lock_delay the backend keeps; 0: none.
 	MaxLockDelay *durationpb.Duration `protobuf:"bytes,12,opt,name=max_lock_delay,json=maxLockDelay,proto3" json:"max_lock_delay,omitempty"`
 	// The kinds of key the backend keeps beside a mutex (which every backend
-	// keeps): KIND_SEMAPHORE and KIND_RWLOCK.
+	// keeps): KIND_SEMAPHORE, KIND_RWLOCK and KIND_ELECTION (which needs
+	// Proclaim).
 	Kinds         []Kind `protobuf:"varint,13,rep,packed,name=kinds,proto3,enum=holdfast.backend.v1.Kind" json:"kinds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -767,9 +794,12 @@ type AcquireRequest struct {
 	// it has none kept) and the permits held plus permits fit within limit;
 	// a key kept with another kind or limit is answered acquired=false with
 	// a record carrying its kind and limit.
-	Kind          Kind   `protobuf:"varint,11,opt,name=kind,proto3,enum=holdfast.backend.v1.Kind" json:"kind,omitempty"`
-	Limit         uint32 `protobuf:"varint,12,opt,name=limit,proto3" json:"limit,omitempty"`
-	Permits       uint32 `protobuf:"varint,13,opt,name=permits,proto3" json:"permits,omitempty"`
+	Kind    Kind   `protobuf:"varint,11,opt,name=kind,proto3,enum=holdfast.backend.v1.Kind" json:"kind,omitempty"`
+	Limit   uint32 `protobuf:"varint,12,opt,name=limit,proto3" json:"limit,omitempty"`
+	Permits uint32 `protobuf:"varint,13,opt,name=permits,proto3" json:"permits,omitempty"`
+	// KIND_ELECTION: stored with the grant (the engine has checked it: 0 to
+	// 4096 bytes of UTF-8) and returned in Record.value and Grant.value.
+	Value         string `protobuf:"bytes,14,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -893,6 +923,13 @@ func (x *AcquireRequest) GetPermits() uint32 {
 		return x.Permits
 	}
 	return 0
+}
+
+func (x *AcquireRequest) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
 }
 
 type AcquireResponse struct {
@@ -1524,6 +1561,130 @@ func (x *WatchResponse) GetRecord() *Record {
 	return nil
 }
 
+type ProclaimRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Key        string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	OwnerToken string                 `protobuf:"bytes,2,opt,name=owner_token,json=ownerToken,proto3" json:"owner_token,omitempty"`
+	Value      string                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// The engine's HLC reading when it made the call. The grant keeps the
+	// stamp of its acquisition: Proclaim never changes it.
+	Stamp         *Stamp `protobuf:"bytes,4,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProclaimRequest) Reset() {
+	*x = ProclaimRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProclaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProclaimRequest) ProtoMessage() {}
+
+func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProclaimRequest.ProtoReflect.Descriptor instead.
+func (*ProclaimRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ProclaimRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ProclaimRequest) GetOwnerToken() string {
+	if x != nil {
+		return x.OwnerToken
+	}
+	return ""
+}
+
+func (x *ProclaimRequest) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *ProclaimRequest) GetStamp() *Stamp {
+	if x != nil {
+		return x.Stamp
+	}
+	return nil
+}
+
+type ProclaimResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when owner_token does not hold key now; nothing changed then.
+	Proclaimed bool `protobuf:"varint,1,opt,name=proclaimed,proto3" json:"proclaimed,omitempty"`
+	// The grant with its new value, when proclaimed.
+	Record        *Record `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProclaimResponse) Reset() {
+	*x = ProclaimResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProclaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProclaimResponse) ProtoMessage() {}
+
+func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProclaimResponse.ProtoReflect.Descriptor instead.
+func (*ProclaimResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ProclaimResponse) GetProclaimed() bool {
+	if x != nil {
+		return x.Proclaimed
+	}
+	return false
+}
+
+func (x *ProclaimResponse) GetRecord() *Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
 type EnqueueRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1534,7 +1695,7 @@ type EnqueueRequest struct {
 
 func (x *EnqueueRequest) Reset() {
 	*x = EnqueueRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1707,7 @@ func (x *EnqueueRequest) String() string {
 func (*EnqueueRequest) ProtoMessage() {}
 
 func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1720,7 @@ func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EnqueueRequest) GetKey() string {
@@ -1586,7 +1747,7 @@ type EnqueueResponse struct {
 
 func (x *EnqueueResponse) Reset() {
 	*x = EnqueueResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1759,7 @@ func (x *EnqueueResponse) String() string {
 func (*EnqueueResponse) ProtoMessage() {}
 
 func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1772,7 @@ func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EnqueueResponse) GetPosition() int64 {
@@ -1631,7 +1792,7 @@ type WaitTurnRequest struct {
 
 func (x *WaitTurnRequest) Reset() {
 	*x = WaitTurnRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1804,7 @@ func (x *WaitTurnRequest) String() string {
 func (*WaitTurnRequest) ProtoMessage() {}
 
 func (x *WaitTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1817,7 @@ func (x *WaitTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTurnRequest.ProtoReflect.Descriptor instead.
 func (*WaitTurnRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WaitTurnRequest) GetKey() string {
@@ -1682,7 +1843,7 @@ type WaitTurnResponse struct {
 
 func (x *WaitTurnResponse) Reset() {
 	*x = WaitTurnResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1855,7 @@ func (x *WaitTurnResponse) String() string {
 func (*WaitTurnResponse) ProtoMessage() {}
 
 func (x *WaitTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1868,7 @@ func (x *WaitTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTurnResponse.ProtoReflect.Descriptor instead.
 func (*WaitTurnResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WaitTurnResponse) GetQueued() bool {
@@ -1727,7 +1888,7 @@ type DequeueRequest struct {
 
 func (x *DequeueRequest) Reset() {
 	*x = DequeueRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1900,7 @@ func (x *DequeueRequest) String() string {
 func (*DequeueRequest) ProtoMessage() {}
 
 func (x *DequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1913,7 @@ func (x *DequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DequeueRequest.ProtoReflect.Descriptor instead.
 func (*DequeueRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DequeueRequest) GetKey() string {
@@ -1777,7 +1938,7 @@ type DequeueResponse struct {
 
 func (x *DequeueResponse) Reset() {
 	*x = DequeueResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1950,7 @@ func (x *DequeueResponse) String() string {
 func (*DequeueResponse) ProtoMessage() {}
 
 func (x *DequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1963,7 @@ func (x *DequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DequeueResponse.ProtoReflect.Descriptor instead.
 func (*DequeueResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 // ItemError is why one item of a batch has no outcome: the store could not
@@ -1818,7 +1979,7 @@ type ItemError struct {
 
 func (x *ItemError) Reset() {
 	*x = ItemError{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1991,7 @@ func (x *ItemError) String() string {
 func (*ItemError) ProtoMessage() {}
 
 func (x *ItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +2004,7 @@ func (x *ItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
 func (*ItemError) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ItemError) GetCode() ItemErrorCode {
@@ -1869,7 +2030,7 @@ type AcquireBatchRequest struct {
 
 func (x *AcquireBatchRequest) Reset() {
 	*x = AcquireBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +2042,7 @@ func (x *AcquireBatchRequest) String() string {
 func (*AcquireBatchRequest) ProtoMessage() {}
 
 func (x *AcquireBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +2055,7 @@ func (x *AcquireBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireBatchRequest.ProtoReflect.Descriptor instead.
 func (*AcquireBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AcquireBatchRequest) GetItems() []*AcquireRequest {
@@ -1914,7 +2075,7 @@ type AcquireBatchResponse struct {
 
 func (x *AcquireBatchResponse) Reset() {
 	*x = AcquireBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2087,7 @@ func (x *AcquireBatchResponse) String() string {
 func (*AcquireBatchResponse) ProtoMessage() {}
 
 func (x *AcquireBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2100,7 @@ func (x *AcquireBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireBatchResponse.ProtoReflect.Descriptor instead.
 func (*AcquireBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AcquireBatchResponse) GetItems() []*AcquireOutcome {
@@ -1960,7 +2121,7 @@ type AcquireOutcome struct {
 
 func (x *AcquireOutcome) Reset() {
 	*x = AcquireOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2133,7 @@ func (x *AcquireOutcome) String() string {
 func (*AcquireOutcome) ProtoMessage() {}
 
 func (x *AcquireOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2146,7 @@ func (x *AcquireOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireOutcome.ProtoReflect.Descriptor instead.
 func (*AcquireOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AcquireOutcome) GetResult() *AcquireResponse {
@@ -2011,7 +2172,7 @@ type ReleaseBatchRequest struct {
 
 func (x *ReleaseBatchRequest) Reset() {
 	*x = ReleaseBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2184,7 @@ func (x *ReleaseBatchRequest) String() string {
 func (*ReleaseBatchRequest) ProtoMessage() {}
 
 func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2197,7 @@ func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReleaseBatchRequest) GetItems() []*ReleaseRequest {
@@ -2055,7 +2216,7 @@ type ReleaseBatchResponse struct {
 
 func (x *ReleaseBatchResponse) Reset() {
 	*x = ReleaseBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2228,7 @@ func (x *ReleaseBatchResponse) String() string {
 func (*ReleaseBatchResponse) ProtoMessage() {}
 
 func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2241,7 @@ func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReleaseBatchResponse) GetItems() []*ReleaseOutcome {
@@ -2100,7 +2261,7 @@ type ReleaseOutcome struct {
 
 func (x *ReleaseOutcome) Reset() {
 	*x = ReleaseOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2273,7 @@ func (x *ReleaseOutcome) String() string {
 func (*ReleaseOutcome) ProtoMessage() {}
 
 func (x *ReleaseOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2286,7 @@ func (x *ReleaseOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseOutcome.ProtoReflect.Descriptor instead.
 func (*ReleaseOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReleaseOutcome) GetReleased() bool {
@@ -2151,7 +2312,7 @@ type ExtendBatchRequest struct {
 
 func (x *ExtendBatchRequest) Reset() {
 	*x = ExtendBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2324,7 @@ func (x *ExtendBatchRequest) String() string {
 func (*ExtendBatchRequest) ProtoMessage() {}
 
 func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2337,7 @@ func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchRequest.ProtoReflect.Descriptor instead.
 func (*ExtendBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ExtendBatchRequest) GetItems() []*ExtendRequest {
@@ -2195,7 +2356,7 @@ type ExtendBatchResponse struct {
 
 func (x *ExtendBatchResponse) Reset() {
 	*x = ExtendBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2368,7 @@ func (x *ExtendBatchResponse) String() string {
 func (*ExtendBatchResponse) ProtoMessage() {}
 
 func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2381,7 @@ func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchResponse.ProtoReflect.Descriptor instead.
 func (*ExtendBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ExtendBatchResponse) GetItems() []*ExtendOutcome {
@@ -2240,7 +2401,7 @@ type ExtendOutcome struct {
 
 func (x *ExtendOutcome) Reset() {
 	*x = ExtendOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2413,7 @@ func (x *ExtendOutcome) String() string {
 func (*ExtendOutcome) ProtoMessage() {}
 
 func (x *ExtendOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2426,7 @@ func (x *ExtendOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendOutcome.ProtoReflect.Descriptor instead.
 func (*ExtendOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ExtendOutcome) GetResult() *ExtendResponse {
@@ -2292,7 +2453,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2465,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2478,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Claim) GetKey() string {
@@ -2349,7 +2510,7 @@ type AcquireSetRequest struct {
 
 func (x *AcquireSetRequest) Reset() {
 	*x = AcquireSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2522,7 @@ func (x *AcquireSetRequest) String() string {
 func (*AcquireSetRequest) ProtoMessage() {}
 
 func (x *AcquireSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2535,7 @@ func (x *AcquireSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSetRequest.ProtoReflect.Descriptor instead.
 func (*AcquireSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AcquireSetRequest) GetClaims() []*Claim {
@@ -2463,7 +2624,7 @@ type AcquireSetResponse struct {
 
 func (x *AcquireSetResponse) Reset() {
 	*x = AcquireSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2636,7 @@ func (x *AcquireSetResponse) String() string {
 func (*AcquireSetResponse) ProtoMessage() {}
 
 func (x *AcquireSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2649,7 @@ func (x *AcquireSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSetResponse.ProtoReflect.Descriptor instead.
 func (*AcquireSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AcquireSetResponse) GetAcquired() bool {
@@ -2539,7 +2700,7 @@ type ReleaseSetRequest struct {
 
 func (x *ReleaseSetRequest) Reset() {
 	*x = ReleaseSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2551,7 +2712,7 @@ func (x *ReleaseSetRequest) String() string {
 func (*ReleaseSetRequest) ProtoMessage() {}
 
 func (x *ReleaseSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2564,7 +2725,7 @@ func (x *ReleaseSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSetRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReleaseSetRequest) GetKeys() []string {
@@ -2611,7 +2772,7 @@ type ReleaseSetResponse struct {
 
 func (x *ReleaseSetResponse) Reset() {
 	*x = ReleaseSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +2784,7 @@ func (x *ReleaseSetResponse) String() string {
 func (*ReleaseSetResponse) ProtoMessage() {}
 
 func (x *ReleaseSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +2797,7 @@ func (x *ReleaseSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSetResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReleaseSetResponse) GetReleased() bool {
@@ -2659,7 +2820,7 @@ type ExtendSetRequest struct {
 
 func (x *ExtendSetRequest) Reset() {
 	*x = ExtendSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2671,7 +2832,7 @@ func (x *ExtendSetRequest) String() string {
 func (*ExtendSetRequest) ProtoMessage() {}
 
 func (x *ExtendSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2684,7 +2845,7 @@ func (x *ExtendSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSetRequest.ProtoReflect.Descriptor instead.
 func (*ExtendSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ExtendSetRequest) GetKeys() []string {
@@ -2733,7 +2894,7 @@ type ExtendSetResponse struct {
 
 func (x *ExtendSetResponse) Reset() {
 	*x = ExtendSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2745,7 +2906,7 @@ func (x *ExtendSetResponse) String() string {
 func (*ExtendSetResponse) ProtoMessage() {}
 
 func (x *ExtendSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2758,7 +2919,7 @@ func (x *ExtendSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSetResponse.ProtoReflect.Descriptor instead.
 func (*ExtendSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ExtendSetResponse) GetExtended() bool {
@@ -2786,7 +2947,7 @@ type EnqueueSetRequest struct {
 
 func (x *EnqueueSetRequest) Reset() {
 	*x = EnqueueSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +2959,7 @@ func (x *EnqueueSetRequest) String() string {
 func (*EnqueueSetRequest) ProtoMessage() {}
 
 func (x *EnqueueSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +2972,7 @@ func (x *EnqueueSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueSetRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{41}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *EnqueueSetRequest) GetKeys() []string {
@@ -2836,7 +2997,7 @@ type EnqueueSetResponse struct {
 
 func (x *EnqueueSetResponse) Reset() {
 	*x = EnqueueSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +3009,7 @@ func (x *EnqueueSetResponse) String() string {
 func (*EnqueueSetResponse) ProtoMessage() {}
 
 func (x *EnqueueSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +3022,7 @@ func (x *EnqueueSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueSetResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{42}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{44}
 }
 
 var File_holdfast_backend_v1_backend_proto protoreflect.FileDescriptor
@@ -2872,7 +3033,7 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x05Stamp\x12 \n" +
 	"\fwall_time_ns\x18\x01 \x01(\x03R\n" +
 	"wallTimeNs\x12\x18\n" +
-	"\alogical\x18\x02 \x01(\rR\alogical\"\x84\x02\n" +
+	"\alogical\x18\x02 \x01(\rR\alogical\"\x9a\x02\n" +
 	"\x05Grant\x12#\n" +
 	"\rfencing_token\x18\x01 \x01(\x04R\ffencingToken\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x129\n" +
@@ -2880,7 +3041,8 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x127\n" +
 	"\tremaining\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\tremaining\x120\n" +
 	"\x05stamp\x18\x05 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\x12\x18\n" +
-	"\apermits\x18\x06 \x01(\rR\apermits\"\xa7\x04\n" +
+	"\apermits\x18\x06 \x01(\rR\apermits\x12\x14\n" +
+	"\x05value\x18\a \x01(\tR\x05value\"\xbd\x04\n" +
 	"\x06Record\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\x12\x16\n" +
@@ -2897,7 +3059,8 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	" \x01(\rR\x05limit\x12\x18\n" +
 	"\apermits\x18\v \x01(\rR\apermits\x12\x15\n" +
 	"\x06in_use\x18\f \x01(\rR\x05inUse\x124\n" +
-	"\aholders\x18\r \x03(\v2\x1a.holdfast.backend.v1.GrantR\aholders\"C\n" +
+	"\aholders\x18\r \x03(\v2\x1a.holdfast.backend.v1.GrantR\aholders\x12\x14\n" +
+	"\x05value\x18\x0e \x01(\tR\x05value\"C\n" +
 	"\x0fRequestIdentity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\"\r\n" +
@@ -2917,7 +3080,7 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\vrequest_ids\x18\v \x01(\bR\n" +
 	"requestIds\x12?\n" +
 	"\x0emax_lock_delay\x18\f \x01(\v2\x19.google.protobuf.DurationR\fmaxLockDelay\x12/\n" +
-	"\x05kinds\x18\r \x03(\x0e2\x19.holdfast.backend.v1.KindR\x05kinds\"\xe9\x03\n" +
+	"\x05kinds\x18\r \x03(\x0e2\x19.holdfast.backend.v1.KindR\x05kinds\"\xff\x03\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
@@ -2935,7 +3098,8 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"replayOnly\x12-\n" +
 	"\x04kind\x18\v \x01(\x0e2\x19.holdfast.backend.v1.KindR\x04kind\x12\x14\n" +
 	"\x05limit\x18\f \x01(\rR\x05limit\x12\x18\n" +
-	"\apermits\x18\r \x01(\rR\apermits\"\x96\x01\n" +
+	"\apermits\x18\r \x01(\rR\apermits\x12\x14\n" +
+	"\x05value\x18\x0e \x01(\tR\x05value\"\x96\x01\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x123\n" +
 	"\x06record\x18\x02 \x01(\v2\x1b.holdfast.backend.v1.RecordR\x06record\x12\x1a\n" +
@@ -2978,6 +3142,17 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"x\n" +
 	"\rWatchResponse\x122\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1e.holdfast.backend.v1.EventTypeR\x04type\x123\n" +
+	"\x06record\x18\x02 \x01(\v2\x1b.holdfast.backend.v1.RecordR\x06record\"\x8c\x01\n" +
+	"\x0fProclaimRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
+	"\vowner_token\x18\x02 \x01(\tR\n" +
+	"ownerToken\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\x120\n" +
+	"\x05stamp\x18\x04 \x01(\v2\x1a.holdfast.backend.v1.StampR\x05stamp\"g\n" +
+	"\x10ProclaimResponse\x12\x1e\n" +
+	"\n" +
+	"proclaimed\x18\x01 \x01(\bR\n" +
+	"proclaimed\x123\n" +
 	"\x06record\x18\x02 \x01(\v2\x1b.holdfast.backend.v1.RecordR\x06record\"?\n" +
 	"\x0eEnqueueRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
@@ -3062,25 +3237,27 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x11EnqueueSetRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x1b\n" +
 	"\twaiter_id\x18\x02 \x01(\tR\bwaiterId\"\x14\n" +
-	"\x12EnqueueSetResponse*Q\n" +
+	"\x12EnqueueSetResponse*d\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"KIND_MUTEX\x10\x01\x12\x12\n" +
 	"\x0eKIND_SEMAPHORE\x10\x02\x12\x0f\n" +
-	"\vKIND_RWLOCK\x10\x03*\x88\x01\n" +
+	"\vKIND_RWLOCK\x10\x03\x12\x11\n" +
+	"\rKIND_ELECTION\x10\x04*\xa3\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x03\x12\x15\n" +
-	"\x11EVENT_TYPE_SYNCED\x10\x04*\xc6\x01\n" +
+	"\x11EVENT_TYPE_SYNCED\x10\x04\x12\x19\n" +
+	"\x15EVENT_TYPE_PROCLAIMED\x10\x05*\xc6\x01\n" +
 	"\rItemErrorCode\x12\x1f\n" +
 	"\x1bITEM_ERROR_CODE_UNSPECIFIED\x10\x00\x12$\n" +
 	" ITEM_ERROR_CODE_INVALID_ARGUMENT\x10\x01\x12\x1f\n" +
 	"\x1bITEM_ERROR_CODE_UNAVAILABLE\x10\x02\x12$\n" +
 	" ITEM_ERROR_CODE_REQUEST_CONFLICT\x10\x03\x12'\n" +
-	"#ITEM_ERROR_CODE_FAILED_PRECONDITION\x10\x042\x91\f\n" +
+	"#ITEM_ERROR_CODE_FAILED_PRECONDITION\x10\x042\xec\f\n" +
 	"\x0eBackendService\x12M\n" +
 	"\x04Info\x12 .holdfast.backend.v1.InfoRequest\x1a!.holdfast.backend.v1.InfoResponse\"\x00\x12V\n" +
 	"\aAcquire\x12#.holdfast.backend.v1.AcquireRequest\x1a$.holdfast.backend.v1.AcquireResponse\"\x00\x12V\n" +
@@ -3101,7 +3278,8 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"ReleaseSet\x12&.holdfast.backend.v1.ReleaseSetRequest\x1a'.holdfast.backend.v1.ReleaseSetResponse\"\x00\x12\\\n" +
 	"\tExtendSet\x12%.holdfast.backend.v1.ExtendSetRequest\x1a&.holdfast.backend.v1.ExtendSetResponse\"\x00\x12_\n" +
 	"\n" +
-	"EnqueueSet\x12&.holdfast.backend.v1.EnqueueSetRequest\x1a'.holdfast.backend.v1.EnqueueSetResponse\"\x00BBZ@github.com/holdfast/holdfast/proto/holdfast/backend/v1;backendv1b\x06proto3"
+	"EnqueueSet\x12&.holdfast.backend.v1.EnqueueSetRequest\x1a'.holdfast.backend.v1.EnqueueSetResponse\"\x00\x12Y\n" +
+	"\bProclaim\x12$.holdfast.backend.v1.ProclaimRequest\x1a%.holdfast.backend.v1.ProclaimResponse\"\x00BBZ@github.com/holdfast/holdfast/proto/holdfast/backend/v1;backendv1b\x06proto3"
 
 var (
 	file_holdfast_backend_v1_backend_proto_rawDescOnce sync.Once
@@ -3116,7 +3294,7 @@ func file_holdfast_backend_v1_backend_proto_rawDescGZIP() []byte {
 }
 
 var file_holdfast_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_holdfast_backend_v1_backend_proto_goTypes = []any{
 	(Kind)(0),                     // 0: holdfast.backend.v1.Kind
 	(EventType)(0),                // 1: holdfast.backend.v1.EventType
@@ -3139,59 +3317,61 @@ var file_holdfast_backend_v1_backend_proto_goTypes = []any{
 	(*ListResponse)(nil),          // 18: holdfast.backend.v1.ListResponse
 	(*WatchRequest)(nil),          // 19: holdfast.backend.v1.WatchRequest
 	(*WatchResponse)(nil),         // 20: holdfast.backend.v1.WatchResponse
-	(*EnqueueRequest)(nil),        // 21: holdfast.backend.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),       // 22: holdfast.backend.v1.EnqueueResponse
-	(*WaitTurnRequest)(nil),       // 23: holdfast.backend.v1.WaitTurnRequest
-	(*WaitTurnResponse)(nil),      // 24: holdfast.backend.v1.WaitTurnResponse
-	(*DequeueRequest)(nil),        // 25: holdfast.backend.v1.DequeueRequest
-	(*DequeueResponse)(nil),       // 26: holdfast.backend.v1.DequeueResponse
-	(*ItemError)(nil),             // 27: holdfast.backend.v1.ItemError
-	(*AcquireBatchRequest)(nil),   // 28: holdfast.backend.v1.AcquireBatchRequest
-	(*AcquireBatchResponse)(nil),  // 29: holdfast.backend.v1.AcquireBatchResponse
-	(*AcquireOutcome)(nil),        // 30: holdfast.backend.v1.AcquireOutcome
-	(*ReleaseBatchRequest)(nil),   // 31: holdfast.backend.v1.ReleaseBatchRequest
-	(*ReleaseBatchResponse)(nil),  // 32: holdfast.backend.v1.ReleaseBatchResponse
-	(*ReleaseOutcome)(nil),        // 33: holdfast.backend.v1.ReleaseOutcome
-	(*ExtendBatchRequest)(nil),    // 34: holdfast.backend.v1.ExtendBatchRequest
-	(*ExtendBatchResponse)(nil),   // 35: holdfast.backend.v1.ExtendBatchResponse
-	(*ExtendOutcome)(nil),         // 36: holdfast.backend.v1.ExtendOutcome
-	(*Claim)(nil),                 // 37: holdfast.backend.v1.Claim
-	(*AcquireSetRequest)(nil),     // 38: holdfast.backend.v1.AcquireSetRequest
-	(*AcquireSetResponse)(nil),    // 39: holdfast.backend.v1.AcquireSetResponse
-	(*ReleaseSetRequest)(nil),     // 40: holdfast.backend.v1.ReleaseSetRequest
-	(*ReleaseSetResponse)(nil),    // 41: holdfast.backend.v1.ReleaseSetResponse
-	(*ExtendSetRequest)(nil),      // 42: holdfast.backend.v1.ExtendSetRequest
-	(*ExtendSetResponse)(nil),     // 43: holdfast.backend.v1.ExtendSetResponse
-	(*EnqueueSetRequest)(nil),     // 44: holdfast.backend.v1.EnqueueSetRequest
-	(*EnqueueSetResponse)(nil),    // 45: holdfast.backend.v1.EnqueueSetResponse
-	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 47: google.protobuf.Duration
+	(*ProclaimRequest)(nil),       // 21: holdfast.backend.v1.ProclaimRequest
+	(*ProclaimResponse)(nil),      // 22: holdfast.backend.v1.ProclaimResponse
+	(*EnqueueRequest)(nil),        // 23: holdfast.backend.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),       // 24: holdfast.backend.v1.EnqueueResponse
+	(*WaitTurnRequest)(nil),       // 25: holdfast.backend.v1.WaitTurnRequest
+	(*WaitTurnResponse)(nil),      // 26: holdfast.backend.v1.WaitTurnResponse
+	(*DequeueRequest)(nil),        // 27: holdfast.backend.v1.DequeueRequest
+	(*DequeueResponse)(nil),       // 28: holdfast.backend.v1.DequeueResponse
+	(*ItemError)(nil),             // 29: holdfast.backend.v1.ItemError
+	(*AcquireBatchRequest)(nil),   // 30: holdfast.backend.v1.AcquireBatchRequest
+	(*AcquireBatchResponse)(nil),  // 31: holdfast.backend.v1.AcquireBatchResponse
+	(*AcquireOutcome)(nil),        // 32: holdfast.backend.v1.AcquireOutcome
+	(*ReleaseBatchRequest)(nil),   // 33: holdfast.backend.v1.ReleaseBatchRequest
+	(*ReleaseBatchResponse)(nil),  // 34: holdfast.backend.v1.ReleaseBatchResponse
+	(*ReleaseOutcome)(nil),        // 35: holdfast.backend.v1.ReleaseOutcome
+	(*ExtendBatchRequest)(nil),    // 36: holdfast.backend.v1.ExtendBatchRequest
+	(*ExtendBatchResponse)(nil),   // 37: holdfast.backend.v1.ExtendBatchResponse
+	(*ExtendOutcome)(nil),         // 38: holdfast.backend.v1.ExtendOutcome
+	(*Claim)(nil),                 // 39: holdfast.backend.v1.Claim
+	(*AcquireSetRequest)(nil),     // 40: holdfast.backend.v1.AcquireSetRequest
+	(*AcquireSetResponse)(nil),    // 41: holdfast.backend.v1.AcquireSetResponse
+	(*ReleaseSetRequest)(nil),     // 42: holdfast.backend.v1.ReleaseSetRequest
+	(*ReleaseSetResponse)(nil),    // 43: holdfast.backend.v1.ReleaseSetResponse
+	(*ExtendSetRequest)(nil),      // 44: holdfast.backend.v1.ExtendSetRequest
+	(*ExtendSetResponse)(nil),     // 45: holdfast.backend.v1.ExtendSetResponse
+	(*EnqueueSetRequest)(nil),     // 46: holdfast.backend.v1.EnqueueSetRequest
+	(*EnqueueSetResponse)(nil),    // 47: holdfast.backend.v1.EnqueueSetResponse
+	(*timestamppb.Timestamp)(nil), // 48: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 49: google.protobuf.Duration
 }
 var file_holdfast_backend_v1_backend_proto_depIdxs = []int32{
-	46, // 0: holdfast.backend.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
-	47, // 1: holdfast.backend.v1.Grant.remaining:type_name -> google.protobuf.Duration
+	48, // 0: holdfast.backend.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	49, // 1: holdfast.backend.v1.Grant.remaining:type_name -> google.protobuf.Duration
 	3,  // 2: holdfast.backend.v1.Grant.stamp:type_name -> holdfast.backend.v1.Stamp
-	46, // 3: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
-	47, // 4: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
+	48, // 3: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
+	49, // 4: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
 	3,  // 5: holdfast.backend.v1.Record.stamp:type_name -> holdfast.backend.v1.Stamp
-	47, // 6: holdfast.backend.v1.Record.lock_delay:type_name -> google.protobuf.Duration
-	47, // 7: holdfast.backend.v1.Record.delay_remaining:type_name -> google.protobuf.Duration
+	49, // 6: holdfast.backend.v1.Record.lock_delay:type_name -> google.protobuf.Duration
+	49, // 7: holdfast.backend.v1.Record.delay_remaining:type_name -> google.protobuf.Duration
 	0,  // 8: holdfast.backend.v1.Record.kind:type_name -> holdfast.backend.v1.Kind
 	4,  // 9: holdfast.backend.v1.Record.holders:type_name -> holdfast.backend.v1.Grant
-	47, // 10: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
-	47, // 11: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
-	47, // 12: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
-	47, // 13: holdfast.backend.v1.InfoResponse.max_lock_delay:type_name -> google.protobuf.Duration
+	49, // 10: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
+	49, // 11: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
+	49, // 12: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
+	49, // 13: holdfast.backend.v1.InfoResponse.max_lock_delay:type_name -> google.protobuf.Duration
 	0,  // 14: holdfast.backend.v1.InfoResponse.kinds:type_name -> holdfast.backend.v1.Kind
-	47, // 15: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	49, // 15: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
 	3,  // 16: holdfast.backend.v1.AcquireRequest.stamp:type_name -> holdfast.backend.v1.Stamp
 	6,  // 17: holdfast.backend.v1.AcquireRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	47, // 18: holdfast.backend.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	49, // 18: holdfast.backend.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 19: holdfast.backend.v1.AcquireRequest.kind:type_name -> holdfast.backend.v1.Kind
 	5,  // 20: holdfast.backend.v1.AcquireResponse.record:type_name -> holdfast.backend.v1.Record
 	3,  // 21: holdfast.backend.v1.ReleaseRequest.stamp:type_name -> holdfast.backend.v1.Stamp
 	6,  // 22: holdfast.backend.v1.ReleaseRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	47, // 23: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	49, // 23: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
 	3,  // 24: holdfast.backend.v1.ExtendRequest.stamp:type_name -> holdfast.backend.v1.Stamp
 	6,  // 25: holdfast.backend.v1.ExtendRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
 	5,  // 26: holdfast.backend.v1.ExtendResponse.record:type_name -> holdfast.backend.v1.Record
@@ -3199,70 +3379,74 @@ var file_holdfast_backend_v1_backend_proto_depIdxs = []int32{
 	5,  // 28: holdfast.backend.v1.ListResponse.records:type_name -> holdfast.backend.v1.Record
 	1,  // 29: holdfast.backend.v1.WatchResponse.type:type_name -> holdfast.backend.v1.EventType
 	5,  // 30: holdfast.backend.v1.WatchResponse.record:type_name -> holdfast.backend.v1.Record
-	2,  // 31: holdfast.backend.v1.ItemError.code:type_name -> holdfast.backend.v1.ItemErrorCode
-	9,  // 32: holdfast.backend.v1.AcquireBatchRequest.items:type_name -> holdfast.backend.v1.AcquireRequest
-	30, // 33: holdfast.backend.v1.AcquireBatchResponse.items:type_name -> holdfast.backend.v1.AcquireOutcome
-	10, // 34: holdfast.backend.v1.AcquireOutcome.result:type_name -> holdfast.backend.v1.AcquireResponse
-	27, // 35: holdfast.backend.v1.AcquireOutcome.error:type_name -> holdfast.backend.v1.ItemError
-	11, // 36: holdfast.backend.v1.ReleaseBatchRequest.items:type_name -> holdfast.backend.v1.ReleaseRequest
-	33, // 37: holdfast.backend.v1.ReleaseBatchResponse.items:type_name -> holdfast.backend.v1.ReleaseOutcome
-	27, // 38: holdfast.backend.v1.ReleaseOutcome.error:type_name -> holdfast.backend.v1.ItemError
-	13, // 39: holdfast.backend.v1.ExtendBatchRequest.items:type_name -> holdfast.backend.v1.ExtendRequest
-	36, // 40: holdfast.backend.v1.ExtendBatchResponse.items:type_name -> holdfast.backend.v1.ExtendOutcome
-	14, // 41: holdfast.backend.v1.ExtendOutcome.result:type_name -> holdfast.backend.v1.ExtendResponse
-	27, // 42: holdfast.backend.v1.ExtendOutcome.error:type_name -> holdfast.backend.v1.ItemError
-	37, // 43: holdfast.backend.v1.AcquireSetRequest.claims:type_name -> holdfast.backend.v1.Claim
-	47, // 44: holdfast.backend.v1.AcquireSetRequest.ttl:type_name -> google.protobuf.Duration
-	3,  // 45: holdfast.backend.v1.AcquireSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	6,  // 46: holdfast.backend.v1.AcquireSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	47, // 47: holdfast.backend.v1.AcquireSetRequest.lock_delay:type_name -> google.protobuf.Duration
-	5,  // 48: holdfast.backend.v1.AcquireSetResponse.records:type_name -> holdfast.backend.v1.Record
-	5,  // 49: holdfast.backend.v1.AcquireSetResponse.blocker:type_name -> holdfast.backend.v1.Record
-	3,  // 50: holdfast.backend.v1.ReleaseSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	6,  // 51: holdfast.backend.v1.ReleaseSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	47, // 52: holdfast.backend.v1.ExtendSetRequest.ttl:type_name -> google.protobuf.Duration
-	3,  // 53: holdfast.backend.v1.ExtendSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	6,  // 54: holdfast.backend.v1.ExtendSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	5,  // 55: holdfast.backend.v1.ExtendSetResponse.records:type_name -> holdfast.backend.v1.Record
-	7,  // 56: holdfast.backend.v1.BackendService.Info:input_type -> holdfast.backend.v1.InfoRequest
-	9,  // 57: holdfast.backend.v1.BackendService.Acquire:input_type -> holdfast.backend.v1.AcquireRequest
-	11, // 58: holdfast.backend.v1.BackendService.Release:input_type -> holdfast.backend.v1.ReleaseRequest
-	13, // 59: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
-	15, // 60: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
-	17, // 61: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
-	19, // 62: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
-	21, // 63: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
-	23, // 64: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
-	25, // 65: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
-	28, // 66: holdfast.backend.v1.BackendService.AcquireBatch:input_type -> holdfast.backend.v1.AcquireBatchRequest
-	31, // 67: holdfast.backend.v1.BackendService.ReleaseBatch:input_type -> holdfast.backend.v1.ReleaseBatchRequest
-	34, // 68: holdfast.backend.v1.BackendService.ExtendBatch:input_type -> holdfast.backend.v1.ExtendBatchRequest
-	38, // 69: holdfast.backend.v1.BackendService.AcquireSet:input_type -> holdfast.backend.v1.AcquireSetRequest
-	40, // 70: holdfast.backend.v1.BackendService.ReleaseSet:input_type -> holdfast.backend.v1.ReleaseSetRequest
-	42, // 71: holdfast.backend.v1.BackendService.ExtendSet:input_type -> holdfast.backend.v1.ExtendSetRequest
-	44, // 72: holdfast.backend.v1.BackendService.EnqueueSet:input_type -> holdfast.backend.v1.EnqueueSetRequest
-	8,  // 73: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
-	10, // 74: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
-	12, // 75: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
-	14, // 76: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
-	16, // 77: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
-	18, // 78: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
-	20, // 79: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
-	22, // 80: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
-	24, // 81: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
-	26, // 82: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
-	29, // 83: holdfast.backend.v1.BackendService.AcquireBatch:output_type -> holdfast.backend.v1.AcquireBatchResponse
-	32, // 84: holdfast.backend.v1.BackendService.ReleaseBatch:output_type -> holdfast.backend.v1.ReleaseBatchResponse
-	35, // 85: holdfast.backend.v1.BackendService.ExtendBatch:output_type -> holdfast.backend.v1.ExtendBatchResponse
-	39, // 86: holdfast.backend.v1.BackendService.AcquireSet:output_type -> holdfast.backend.v1.AcquireSetResponse
-	41, // 87: holdfast.backend.v1.BackendService.ReleaseSet:output_type -> holdfast.backend.v1.ReleaseSetResponse
-	43, // 88: holdfast.backend.v1.BackendService.ExtendSet:output_type -> holdfast.backend.v1.ExtendSetResponse
-	45, // 89: holdfast.backend.v1.BackendService.EnqueueSet:output_type -> holdfast.backend.v1.EnqueueSetResponse
-	73, // [73:90] is the sub-list for method output_type
-	56, // [56:73] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	3,  // 31: holdfast.backend.v1.ProclaimRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	5,  // 32: holdfast.backend.v1.ProclaimResponse.record:type_name -> holdfast.backend.v1.Record
+	2,  // 33: holdfast.backend.v1.ItemError.code:type_name -> holdfast.backend.v1.ItemErrorCode
+	9,  // 34: holdfast.backend.v1.AcquireBatchRequest.items:type_name -> holdfast.backend.v1.AcquireRequest
+	32, // 35: holdfast.backend.v1.AcquireBatchResponse.items:type_name -> holdfast.backend.v1.AcquireOutcome
+	10, // 36: holdfast.backend.v1.AcquireOutcome.result:type_name -> holdfast.backend.v1.AcquireResponse
+	29, // 37: holdfast.backend.v1.AcquireOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	11, // 38: holdfast.backend.v1.ReleaseBatchRequest.items:type_name -> holdfast.backend.v1.ReleaseRequest
+	35, // 39: holdfast.backend.v1.ReleaseBatchResponse.items:type_name -> holdfast.backend.v1.ReleaseOutcome
+	29, // 40: holdfast.backend.v1.ReleaseOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	13, // 41: holdfast.backend.v1.ExtendBatchRequest.items:type_name -> holdfast.backend.v1.ExtendRequest
+	38, // 42: holdfast.backend.v1.ExtendBatchResponse.items:type_name -> holdfast.backend.v1.ExtendOutcome
+	14, // 43: holdfast.backend.v1.ExtendOutcome.result:type_name -> holdfast.backend.v1.ExtendResponse
+	29, // 44: holdfast.backend.v1.ExtendOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	39, // 45: holdfast.backend.v1.AcquireSetRequest.claims:type_name -> holdfast.backend.v1.Claim
+	49, // 46: holdfast.backend.v1.AcquireSetRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 47: holdfast.backend.v1.AcquireSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 48: holdfast.backend.v1.AcquireSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	49, // 49: holdfast.backend.v1.AcquireSetRequest.lock_delay:type_name -> google.protobuf.Duration
+	5,  // 50: holdfast.backend.v1.AcquireSetResponse.records:type_name -> holdfast.backend.v1.Record
+	5,  // 51: holdfast.backend.v1.AcquireSetResponse.blocker:type_name -> holdfast.backend.v1.Record
+	3,  // 52: holdfast.backend.v1.ReleaseSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 53: holdfast.backend.v1.ReleaseSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	49, // 54: holdfast.backend.v1.ExtendSetRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 55: holdfast.backend.v1.ExtendSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 56: holdfast.backend.v1.ExtendSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	5,  // 57: holdfast.backend.v1.ExtendSetResponse.records:type_name -> holdfast.backend.v1.Record
+	7,  // 58: holdfast.backend.v1.BackendService.Info:input_type -> holdfast.backend.v1.InfoRequest
+	9,  // 59: holdfast.backend.v1.BackendService.Acquire:input_type -> holdfast.backend.v1.AcquireRequest
+	11, // 60: holdfast.backend.v1.BackendService.Release:input_type -> holdfast.backend.v1.ReleaseRequest
+	13, // 61: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
+	15, // 62: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
+	17, // 63: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
+	19, // 64: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
+	23, // 65: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
+	25, // 66: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
+	27, // 67: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
+	30, // 68: holdfast.backend.v1.BackendService.AcquireBatch:input_type -> holdfast.backend.v1.AcquireBatchRequest
+	33, // 69: holdfast.backend.v1.BackendService.ReleaseBatch:input_type -> holdfast.backend.v1.ReleaseBatchRequest
+	36, // 70: holdfast.backend.v1.BackendService.ExtendBatch:input_type -> holdfast.backend.v1.ExtendBatchRequest
+	40, // 71: holdfast.backend.v1.BackendService.AcquireSet:input_type -> holdfast.backend.v1.AcquireSetRequest
+	42, // 72: holdfast.backend.v1.BackendService.ReleaseSet:input_type -> holdfast.backend.v1.ReleaseSetRequest
+	44, // 73: holdfast.backend.v1.BackendService.ExtendSet:input_type -> holdfast.backend.v1.ExtendSetRequest
+	46, // 74: holdfast.backend.v1.BackendService.EnqueueSet:input_type -> holdfast.backend.v1.EnqueueSetRequest
+	21, // 75: holdfast.backend.v1.BackendService.Proclaim:input_type -> holdfast.backend.v1.ProclaimRequest
+	8,  // 76: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
+	10, // 77: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
+	12, // 78: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
+	14, // 79: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
+	16, // 80: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
+	18, // 81: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
+	20, // 82: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
+	24, // 83: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
+	26, // 84: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
+	28, // 85: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
+	31, // 86: holdfast.backend.v1.BackendService.AcquireBatch:output_type -> holdfast.backend.v1.AcquireBatchResponse
+	34, // 87: holdfast.backend.v1.BackendService.ReleaseBatch:output_type -> holdfast.backend.v1.ReleaseBatchResponse
+	37, // 88: holdfast.backend.v1.BackendService.ExtendBatch:output_type -> holdfast.backend.v1.ExtendBatchResponse
+	41, // 89: holdfast.backend.v1.BackendService.AcquireSet:output_type -> holdfast.backend.v1.AcquireSetResponse
+	43, // 90: holdfast.backend.v1.BackendService.ReleaseSet:output_type -> holdfast.backend.v1.ReleaseSetResponse
+	45, // 91: holdfast.backend.v1.BackendService.ExtendSet:output_type -> holdfast.backend.v1.ExtendSetResponse
+	47, // 92: holdfast.backend.v1.BackendService.EnqueueSet:output_type -> holdfast.backend.v1.EnqueueSetResponse
+	22, // 93: holdfast.backend.v1.BackendService.Proclaim:output_type -> holdfast.backend.v1.ProclaimResponse
+	76, // [76:94] is the sub-list for method output_type
+	58, // [58:76] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_holdfast_backend_v1_backend_proto_init() }
@@ -3276,7 +3460,7 @@ func file_holdfast_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_holdfast_backend_v1_backend_proto_rawDesc), len(file_holdfast_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

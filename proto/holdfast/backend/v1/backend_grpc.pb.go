@@ -45,6 +45,7 @@ const (
 	BackendService_ReleaseSet_FullMethodName   = "/holdfast.backend.v1.BackendService/ReleaseSet"
 	BackendService_ExtendSet_FullMethodName    = "/holdfast.backend.v1.BackendService/ExtendSet"
 	BackendService_EnqueueSet_FullMethodName   = "/holdfast.backend.v1.BackendService/EnqueueSet"
+	BackendService_Proclaim_FullMethodName     = "/holdfast.backend.v1.BackendService/Proclaim"
 )
 
 // BackendServiceClient is the client API for BackendService service.
@@ -101,6 +102,15 @@ type BackendServiceClient interface {
 	// of every key's queue in one atomic step, so that two waiters stand in
 	// the same order in every queue they share.
 	EnqueueSet(ctx context.Context, in *EnqueueSetRequest, opts ...grpc.CallOption) (*EnqueueSetResponse, error)
+	// Elections: optional, served only by backends whose Info lists
+	// KIND_ELECTION (the others answer UNIMPLEMENTED and the engine never
+	// calls it).
+	//
+	// Proclaim replaces the value of the grant on an election key only if
+	// owner_token holds it, in one atomic step; it changes neither the
+	// fencing token, the expiry nor the grant's stamp, and emits
+	// EVENT_TYPE_PROCLAIMED to watchers of the key.
+	Proclaim(ctx context.Context, in *ProclaimRequest, opts ...grpc.CallOption) (*ProclaimResponse, error)
 }
 
 type backendServiceClient struct {
@@ -290,6 +300,16 @@ func (c *backendServiceClient) EnqueueSet(ctx context.Context, in *EnqueueSetReq
 	return out, nil
 }
 
+func (c *backendServiceClient) Proclaim(ctx context.Context, in *ProclaimRequest, opts ...grpc.CallOption) (*ProclaimResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProclaimResponse)
+	err := c.cc.Invoke(ctx, BackendService_Proclaim_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackendServiceServer is the server API for BackendService service.
 // All implementations must embed UnimplementedBackendServiceServer
 // for forward compatibility.
@@ -344,6 +364,15 @@ type BackendServiceServer interface {
 	// of every key's queue in one atomic step, so that two waiters stand in
 	// the same order in every queue they share.
 	EnqueueSet(context.Context, *EnqueueSetRequest) (*EnqueueSetResponse, error)
+	// Elections: optional, served only by backends whose Info lists
+	// KIND_ELECTION (the others answer UNIMPLEMENTED and the engine never
+	// calls it).
+	//
+	// Proclaim replaces the value of the grant on an election key only if
+	// owner_token holds it, in one atomic step; it changes neither the
+	// fencing token, the expiry nor the grant's stamp, and emits
+	// EVENT_TYPE_PROCLAIMED to watchers of the key.
+	Proclaim(context.Context, *ProclaimRequest) (*ProclaimResponse, error)
 	mustEmbedUnimplementedBackendServiceServer()
 }
 
@@ -404,6 +433,9 @@ func (UnimplementedBackendServiceServer) ExtendSet(context.Context, *ExtendSetRe
 }
 func (UnimplementedBackendServiceServer) EnqueueSet(context.Context, *EnqueueSetRequest) (*EnqueueSetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EnqueueSet not implemented")
+}
+func (UnimplementedBackendServiceServer) Proclaim(context.Context, *ProclaimRequest) (*ProclaimResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Proclaim not implemented")
 }
 func (UnimplementedBackendServiceServer) mustEmbedUnimplementedBackendServiceServer() {}
 func (UnimplementedBackendServiceServer) testEmbeddedByValue()                        {}
@@ -725,6 +757,24 @@ func _BackendService_EnqueueSet_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BackendService_Proclaim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProclaimRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServiceServer).Proclaim(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackendService_Proclaim_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServiceServer).Proclaim(ctx, req.(*ProclaimRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BackendService_ServiceDesc is the grpc.ServiceDesc for BackendService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -795,6 +845,10 @@ var BackendService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "EnqueueSet",
 			Handler:    _BackendService_EnqueueSet_Handler,
+		},
+		{
+			MethodName: "Proclaim",
+			Handler:    _BackendService_Proclaim_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -52,6 +52,10 @@ const (
 	// reader capacity (BackendInfo.rwlock_readers), a shared lease takes 1
 	// permit and an exclusive lease all of them.
 	Kind_KIND_RWLOCK Kind = 3
+	// Leader election: limit 1, every lease 1 permit, like a mutex, and the
+	// lease carries a value (see AcquireRequest.value). The one lease on the
+	// key is its leadership and its fencing token is the leader's term.
+	Kind_KIND_ELECTION Kind = 4
 )
 
 // Enum value maps for Kind.
@@ -61,12 +65,14 @@ var (
 		1: "KIND_MUTEX",
 		2: "KIND_SEMAPHORE",
 		3: "KIND_RWLOCK",
+		4: "KIND_ELECTION",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
 		"KIND_MUTEX":       1,
 		"KIND_SEMAPHORE":   2,
 		"KIND_RWLOCK":      3,
+		"KIND_ELECTION":    4,
 	}
 )
 
@@ -217,6 +223,9 @@ const (
 	EventType_EVENT_TYPE_EXPIRED     EventType = 3
 	// The watch is established; every later change is reported.
 	EventType_EVENT_TYPE_SYNCED EventType = 4
+	// An election's leader proclaimed a new value (the state carries it);
+	// the term and the expiry are unchanged.
+	EventType_EVENT_TYPE_PROCLAIMED EventType = 5
 )
 
 // Enum value maps for EventType.
@@ -227,6 +236,7 @@ var (
 		2: "EVENT_TYPE_RELEASED",
 		3: "EVENT_TYPE_EXPIRED",
 		4: "EVENT_TYPE_SYNCED",
+		5: "EVENT_TYPE_PROCLAIMED",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED": 0,
@@ -234,6 +244,7 @@ var (
 		"EVENT_TYPE_RELEASED":    2,
 		"EVENT_TYPE_EXPIRED":     3,
 		"EVENT_TYPE_SYNCED":      4,
+		"EVENT_TYPE_PROCLAIMED":  5,
 	}
 )
 
@@ -351,7 +362,10 @@ type Lease struct {
 	// lease, limit for an exclusive one, the permits asked for on a semaphore.
 	Permits uint32 `protobuf:"varint,11,opt,name=permits,proto3" json:"permits,omitempty"`
 	// For KIND_RWLOCK: MODE_SHARED or MODE_EXCLUSIVE; unset otherwise.
-	Mode          Mode `protobuf:"varint,12,opt,name=mode,proto3,enum=holdfast.lock.v1.Mode" json:"mode,omitempty"`
+	Mode Mode `protobuf:"varint,12,opt,name=mode,proto3,enum=holdfast.lock.v1.Mode" json:"mode,omitempty"`
+	// For KIND_ELECTION: the leader's value (the Acquire's, or the last
+	// Proclaim's); empty otherwise.
+	Value         string `protobuf:"bytes,13,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -470,6 +484,13 @@ func (x *Lease) GetMode() Mode {
 	return Mode_MODE_UNSPECIFIED
 }
 
+func (x *Lease) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // Grant is one lease held on a key, as others see it: never with its owner
 // token.
 type Grant struct {
@@ -485,7 +506,9 @@ type Grant struct {
 	// For KIND_RWLOCK: MODE_SHARED or MODE_EXCLUSIVE; unset otherwise.
 	Mode Mode `protobuf:"varint,6,opt,name=mode,proto3,enum=holdfast.lock.v1.Mode" json:"mode,omitempty"`
 	// The lock-delay that follows this lease if it expires (mutex only).
-	LockDelay     *durationpb.Duration `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"` // Field 8 is kept for the lease's value (leader election).
+	LockDelay *durationpb.Duration `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// For KIND_ELECTION: the leader's value; empty otherwise.
+	Value         string `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -567,6 +590,13 @@ func (x *Grant) GetLockDelay() *durationpb.Duration {
 		return x.LockDelay
 	}
 	return nil
+}
+
+func (x *Grant) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
 }
 
 // LeasedKey is one key of a multi-key lease.
@@ -901,8 +931,9 @@ type BackendInfo struct {
 	// narrowed by the server's --max-lock-delay); 0 without
 	// CAPABILITY_LOCK_DELAY.
 	MaxLockDelay *durationpb.Duration `protobuf:"bytes,11,opt,name=max_lock_delay,json=maxLockDelay,proto3" json:"max_lock_delay,omitempty"`
-	// The kinds of key the backend keeps; always KIND_MUTEX. An Acquire of
-	// another kind is answered unimplemented, naming the backend and the kind.
+	// The kinds of key the backend keeps; always KIND_MUTEX. An Acquire (or
+	// a Proclaim or an Observe, for KIND_ELECTION) of another kind is
+	// answered unimplemented, naming the backend and the kind.
 	Kinds []Kind `protobuf:"varint,12,rep,packed,name=kinds,proto3,enum=holdfast.lock.v1.Kind" json:"kinds,omitempty"`
 	// The largest limit a KIND_SEMAPHORE key may have (0 without
 	// KIND_SEMAPHORE).
@@ -1090,6 +1121,8 @@ type AcquireRequest struct {
 	//     permits 0 (meaning 1) to limit, mode unset.
 	//   - KIND_RWLOCK: mode MODE_SHARED or MODE_EXCLUSIVE (required), limit 0
 	//     or BackendInfo.rwlock_readers, permits 0.
+	//   - KIND_ELECTION (a campaign): limit and permits 0 or 1, mode unset;
+	//     value allowed. Waiting campaigners are served in arrival order.
 	//
 	// A request outside these is refused with invalid_argument naming the
 	// field and its bound; one whose kind or limit differs from the key's is
@@ -1097,10 +1130,15 @@ type AcquireRequest struct {
 	// arrival order within a server: the first waiter is served first, and a
 	// later one that would fit does not overtake it (so large requests and
 	// writers are not starved, and readers behind a writer wait for it).
-	Kind          Kind   `protobuf:"varint,9,opt,name=kind,proto3,enum=holdfast.lock.v1.Kind" json:"kind,omitempty"`
-	Limit         uint32 `protobuf:"varint,10,opt,name=limit,proto3" json:"limit,omitempty"`
-	Permits       uint32 `protobuf:"varint,11,opt,name=permits,proto3" json:"permits,omitempty"`
-	Mode          Mode   `protobuf:"varint,12,opt,name=mode,proto3,enum=holdfast.lock.v1.Mode" json:"mode,omitempty"`
+	Kind    Kind   `protobuf:"varint,9,opt,name=kind,proto3,enum=holdfast.lock.v1.Kind" json:"kind,omitempty"`
+	Limit   uint32 `protobuf:"varint,10,opt,name=limit,proto3" json:"limit,omitempty"`
+	Permits uint32 `protobuf:"varint,11,opt,name=permits,proto3" json:"permits,omitempty"`
+	Mode    Mode   `protobuf:"varint,12,opt,name=mode,proto3,enum=holdfast.lock.v1.Mode" json:"mode,omitempty"`
+	// KIND_ELECTION only (invalid_argument on any other kind): the value the
+	// leader is known by (its address, its identity), 0 to 4096 bytes of
+	// UTF-8. Kept with the lease, shown to everyone who can read the key
+	// (Inspect, List, Watch, Observe) and replaced by Proclaim.
+	Value         string `protobuf:"bytes,13,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1217,6 +1255,13 @@ func (x *AcquireRequest) GetMode() Mode {
 		return x.Mode
 	}
 	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *AcquireRequest) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
 }
 
 type AcquireResponse struct {
@@ -1590,6 +1635,142 @@ func (x *ExtendResponse) GetServerStamp() *HlcTimestamp {
 	return nil
 }
 
+type ProclaimRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The election key: 1 to 512 bytes of UTF-8 without NUL.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The leader's owner token (its Lease.owner_token).
+	OwnerToken string `protobuf:"bytes,2,opt,name=owner_token,json=ownerToken,proto3" json:"owner_token,omitempty"`
+	// The new value, as AcquireRequest.value: 0 to 4096 bytes of UTF-8.
+	Value         string        `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	ClientStamp   *HlcTimestamp `protobuf:"bytes,4,opt,name=client_stamp,json=clientStamp,proto3" json:"client_stamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProclaimRequest) Reset() {
+	*x = ProclaimRequest{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProclaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProclaimRequest) ProtoMessage() {}
+
+func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProclaimRequest.ProtoReflect.Descriptor instead.
+func (*ProclaimRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ProclaimRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ProclaimRequest) GetOwnerToken() string {
+	if x != nil {
+		return x.OwnerToken
+	}
+	return ""
+}
+
+func (x *ProclaimRequest) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *ProclaimRequest) GetClientStamp() *HlcTimestamp {
+	if x != nil {
+		return x.ClientStamp
+	}
+	return nil
+}
+
+type ProclaimResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when owner_token does not hold the key's leadership now
+	// (expired, resigned, taken over, or never held); nothing was changed
+	// then.
+	Proclaimed bool `protobuf:"varint,1,opt,name=proclaimed,proto3" json:"proclaimed,omitempty"`
+	// The leadership with its new value, when proclaimed; its ttl is unset
+	// (Proclaim renews nothing) and its fencing_token is the term.
+	Lease         *Lease        `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	ServerStamp   *HlcTimestamp `protobuf:"bytes,3,opt,name=server_stamp,json=serverStamp,proto3" json:"server_stamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProclaimResponse) Reset() {
+	*x = ProclaimResponse{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProclaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProclaimResponse) ProtoMessage() {}
+
+func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProclaimResponse.ProtoReflect.Descriptor instead.
+func (*ProclaimResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ProclaimResponse) GetProclaimed() bool {
+	if x != nil {
+		return x.Proclaimed
+	}
+	return false
+}
+
+func (x *ProclaimResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *ProclaimResponse) GetServerStamp() *HlcTimestamp {
+	if x != nil {
+		return x.ServerStamp
+	}
+	return nil
+}
+
 type ExtendBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1 to 1000 leases. A key may appear more than once (each item is
@@ -1602,7 +1783,7 @@ type ExtendBatchRequest struct {
 
 func (x *ExtendBatchRequest) Reset() {
 	*x = ExtendBatchRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1795,7 @@ func (x *ExtendBatchRequest) String() string {
 func (*ExtendBatchRequest) ProtoMessage() {}
 
 func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1808,7 @@ func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchRequest.ProtoReflect.Descriptor instead.
 func (*ExtendBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExtendBatchRequest) GetItems() []*ExtendBatchItem {
@@ -1662,7 +1843,7 @@ type ExtendBatchItem struct {
 
 func (x *ExtendBatchItem) Reset() {
 	*x = ExtendBatchItem{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1855,7 @@ func (x *ExtendBatchItem) String() string {
 func (*ExtendBatchItem) ProtoMessage() {}
 
 func (x *ExtendBatchItem) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1868,7 @@ func (x *ExtendBatchItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchItem.ProtoReflect.Descriptor instead.
 func (*ExtendBatchItem) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExtendBatchItem) GetKey() string {
@@ -1729,7 +1910,7 @@ type ExtendBatchResponse struct {
 
 func (x *ExtendBatchResponse) Reset() {
 	*x = ExtendBatchResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1922,7 @@ func (x *ExtendBatchResponse) String() string {
 func (*ExtendBatchResponse) ProtoMessage() {}
 
 func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[16]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1935,7 @@ func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchResponse.ProtoReflect.Descriptor instead.
 func (*ExtendBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExtendBatchResponse) GetResults() []*ExtendBatchResult {
@@ -1788,7 +1969,7 @@ type ExtendBatchResult struct {
 
 func (x *ExtendBatchResult) Reset() {
 	*x = ExtendBatchResult{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1981,7 @@ func (x *ExtendBatchResult) String() string {
 func (*ExtendBatchResult) ProtoMessage() {}
 
 func (x *ExtendBatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[17]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1994,7 @@ func (x *ExtendBatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchResult.ProtoReflect.Descriptor instead.
 func (*ExtendBatchResult) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExtendBatchResult) GetExtended() bool {
@@ -1849,7 +2030,7 @@ type ItemError struct {
 
 func (x *ItemError) Reset() {
 	*x = ItemError{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2042,7 @@ func (x *ItemError) String() string {
 func (*ItemError) ProtoMessage() {}
 
 func (x *ItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[18]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2055,7 @@ func (x *ItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
 func (*ItemError) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ItemError) GetCode() string {
@@ -1900,7 +2081,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2093,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[19]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2106,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -1949,7 +2130,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +2142,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +2155,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -2023,7 +2204,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2216,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2229,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -2084,7 +2265,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2277,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[22]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2290,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListResponse) GetLocks() []*LockState {
@@ -2146,7 +2327,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[23]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2339,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[23]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2352,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{23}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchRequest) GetTarget() isWatchRequest_Target {
@@ -2230,7 +2411,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[24]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2423,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[24]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2436,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{24}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchResponse) GetType() EventType {
@@ -2279,6 +2460,198 @@ func (x *WatchResponse) GetServerStamp() *HlcTimestamp {
 	return nil
 }
 
+type ObserveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The election key: 1 to 512 bytes of UTF-8 without NUL.
+	Key           string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveRequest) Reset() {
+	*x = ObserveRequest{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveRequest) ProtoMessage() {}
+
+func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
+func (*ObserveRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ObserveRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type ObserveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key's leader; unset when nobody leads it now.
+	Leader        *Leader       `protobuf:"bytes,1,opt,name=leader,proto3" json:"leader,omitempty"`
+	ServerStamp   *HlcTimestamp `protobuf:"bytes,2,opt,name=server_stamp,json=serverStamp,proto3" json:"server_stamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveResponse) Reset() {
+	*x = ObserveResponse{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveResponse) ProtoMessage() {}
+
+func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
+func (*ObserveResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ObserveResponse) GetLeader() *Leader {
+	if x != nil {
+		return x.Leader
+	}
+	return nil
+}
+
+func (x *ObserveResponse) GetServerStamp() *HlcTimestamp {
+	if x != nil {
+		return x.ServerStamp
+	}
+	return nil
+}
+
+// Leader is an election's leadership as everyone sees it: never with its
+// owner token.
+type Leader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The leader's fencing token: strictly increasing per key over every
+	// leadership. Pass it to what the leader acts on and have it reject
+	// smaller terms.
+	Term uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	// Free-text label the leader gave when it campaigned.
+	Holder string `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
+	// The value the leader campaigned with, or its last proclaimed value.
+	Value string `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	// The server's view of when the leadership expires unless renewed;
+	// informational.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// HLC stamp of the leadership's acquisition (Proclaim does not change it).
+	Stamp         *HlcTimestamp `protobuf:"bytes,6,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Leader) Reset() {
+	*x = Leader{}
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Leader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Leader) ProtoMessage() {}
+
+func (x *Leader) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Leader.ProtoReflect.Descriptor instead.
+func (*Leader) Descriptor() ([]byte, []int) {
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Leader) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Leader) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *Leader) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *Leader) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *Leader) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *Leader) GetStamp() *HlcTimestamp {
+	if x != nil {
+		return x.Stamp
+	}
+	return nil
+}
+
 type GetServerInfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2287,7 +2660,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[25]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2672,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[25]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2685,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{25}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{30}
 }
 
 type GetServerInfoResponse struct {
@@ -2332,7 +2705,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[26]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2344,7 +2717,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[26]
+	mi := &file_holdfast_lock_v1_lock_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2357,7 +2730,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{26}
+	return file_holdfast_lock_v1_lock_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetServerInfoResponse) GetVersion() string {
@@ -2403,7 +2776,7 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\fHlcTimestamp\x12 \n" +
 	"\fwall_time_ns\x18\x01 \x01(\x03R\n" +
 	"wallTimeNs\x12\x18\n" +
-	"\alogical\x18\x02 \x01(\rR\alogical\"\xf0\x03\n" +
+	"\alogical\x18\x02 \x01(\rR\alogical\"\x86\x04\n" +
 	"\x05Lease\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
@@ -2420,7 +2793,8 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\x05limit\x18\n" +
 	" \x01(\rR\x05limit\x12\x18\n" +
 	"\apermits\x18\v \x01(\rR\apermits\x12*\n" +
-	"\x04mode\x18\f \x01(\x0e2\x16.holdfast.lock.v1.ModeR\x04mode\"\xb5\x02\n" +
+	"\x04mode\x18\f \x01(\x0e2\x16.holdfast.lock.v1.ModeR\x04mode\x12\x14\n" +
+	"\x05value\x18\r \x01(\tR\x05value\"\xcb\x02\n" +
 	"\x05Grant\x12#\n" +
 	"\rfencing_token\x18\x01 \x01(\x04R\ffencingToken\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x129\n" +
@@ -2430,7 +2804,8 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\apermits\x18\x05 \x01(\rR\apermits\x12*\n" +
 	"\x04mode\x18\x06 \x01(\x0e2\x16.holdfast.lock.v1.ModeR\x04mode\x128\n" +
 	"\n" +
-	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"B\n" +
+	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x14\n" +
+	"\x05value\x18\b \x01(\tR\x05value\"B\n" +
 	"\tLeasedKey\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\"\x19\n" +
@@ -2470,7 +2845,7 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\x0emax_lock_delay\x18\v \x01(\v2\x19.google.protobuf.DurationR\fmaxLockDelay\x12,\n" +
 	"\x05kinds\x18\f \x03(\x0e2\x16.holdfast.lock.v1.KindR\x05kinds\x12\x1b\n" +
 	"\tmax_limit\x18\r \x01(\rR\bmaxLimit\x12%\n" +
-	"\x0erwlock_readers\x18\x0e \x01(\rR\rrwlockReaders\"\xeb\x03\n" +
+	"\x0erwlock_readers\x18\x0e \x01(\rR\rrwlockReaders\"\x81\x04\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
@@ -2486,7 +2861,8 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\x05limit\x18\n" +
 	" \x01(\rR\x05limit\x12\x18\n" +
 	"\apermits\x18\v \x01(\rR\apermits\x12*\n" +
-	"\x04mode\x18\f \x01(\x0e2\x16.holdfast.lock.v1.ModeR\x04mode\"\x8c\x02\n" +
+	"\x04mode\x18\f \x01(\x0e2\x16.holdfast.lock.v1.ModeR\x04mode\x12\x14\n" +
+	"\x05value\x18\r \x01(\tR\x05value\"\x8c\x02\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12-\n" +
 	"\x05lease\x18\x02 \x01(\v2\x17.holdfast.lock.v1.LeaseR\x05lease\x125\n" +
@@ -2515,6 +2891,18 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"request_id\x18\x06 \x01(\tR\trequestId\"\x9e\x01\n" +
 	"\x0eExtendResponse\x12\x1a\n" +
 	"\bextended\x18\x01 \x01(\bR\bextended\x12-\n" +
+	"\x05lease\x18\x02 \x01(\v2\x17.holdfast.lock.v1.LeaseR\x05lease\x12A\n" +
+	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\x9d\x01\n" +
+	"\x0fProclaimRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
+	"\vowner_token\x18\x02 \x01(\tR\n" +
+	"ownerToken\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\x12A\n" +
+	"\fclient_stamp\x18\x04 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vclientStamp\"\xa4\x01\n" +
+	"\x10ProclaimResponse\x12\x1e\n" +
+	"\n" +
+	"proclaimed\x18\x01 \x01(\bR\n" +
+	"proclaimed\x12-\n" +
 	"\x05lease\x18\x02 \x01(\v2\x17.holdfast.lock.v1.LeaseR\x05lease\x12A\n" +
 	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\x90\x01\n" +
 	"\x12ExtendBatchRequest\x127\n" +
@@ -2560,20 +2948,34 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\rWatchResponse\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.holdfast.lock.v1.EventTypeR\x04type\x121\n" +
 	"\x05state\x18\x02 \x01(\v2\x1b.holdfast.lock.v1.LockStateR\x05state\x12A\n" +
-	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\x16\n" +
+	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\"\n" +
+	"\x0eObserveRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\x86\x01\n" +
+	"\x0fObserveResponse\x120\n" +
+	"\x06leader\x18\x01 \x01(\v2\x18.holdfast.lock.v1.LeaderR\x06leader\x12A\n" +
+	"\fserver_stamp\x18\x02 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\"\xcd\x01\n" +
+	"\x06Leader\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x16\n" +
+	"\x06holder\x18\x03 \x01(\tR\x06holder\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\tR\x05value\x129\n" +
+	"\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x124\n" +
+	"\x05stamp\x18\x06 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\x05stamp\"\x16\n" +
 	"\x14GetServerInfoRequest\"\xa8\x02\n" +
 	"\x15GetServerInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x127\n" +
 	"\abackend\x18\x02 \x01(\v2\x1d.holdfast.lock.v1.BackendInfoR\abackend\x12A\n" +
 	"\fserver_stamp\x18\x03 \x01(\v2\x1e.holdfast.lock.v1.HlcTimestampR\vserverStamp\x12C\n" +
 	"\x10max_clock_offset\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0emaxClockOffset\x124\n" +
-	"\bmax_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxWait*Q\n" +
+	"\bmax_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxWait*d\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"KIND_MUTEX\x10\x01\x12\x12\n" +
 	"\x0eKIND_SEMAPHORE\x10\x02\x12\x0f\n" +
-	"\vKIND_RWLOCK\x10\x03*A\n" +
+	"\vKIND_RWLOCK\x10\x03\x12\x11\n" +
+	"\rKIND_ELECTION\x10\x04*A\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vMODE_SHARED\x10\x01\x12\x12\n" +
@@ -2583,21 +2985,24 @@ const file_holdfast_lock_v1_lock_proto_rawDesc = "" +
 	"\x16CAPABILITY_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14CAPABILITY_MULTI_KEY\x10\x01\x12\x19\n" +
 	"\x15CAPABILITY_REQUEST_ID\x10\x02\x12\x19\n" +
-	"\x15CAPABILITY_LOCK_DELAY\x10\x03*\x88\x01\n" +
+	"\x15CAPABILITY_LOCK_DELAY\x10\x03*\xa3\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x02\x12\x16\n" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x03\x12\x15\n" +
-	"\x11EVENT_TYPE_SYNCED\x10\x042\xb4\x05\n" +
+	"\x11EVENT_TYPE_SYNCED\x10\x04\x12\x19\n" +
+	"\x15EVENT_TYPE_PROCLAIMED\x10\x052\xdd\x06\n" +
 	"\vLockService\x12P\n" +
 	"\aAcquire\x12 .holdfast.lock.v1.AcquireRequest\x1a!.holdfast.lock.v1.AcquireResponse\"\x00\x12P\n" +
 	"\aRelease\x12 .holdfast.lock.v1.ReleaseRequest\x1a!.holdfast.lock.v1.ReleaseResponse\"\x00\x12M\n" +
 	"\x06Extend\x12\x1f.holdfast.lock.v1.ExtendRequest\x1a .holdfast.lock.v1.ExtendResponse\"\x00\x12\\\n" +
 	"\vExtendBatch\x12$.holdfast.lock.v1.ExtendBatchRequest\x1a%.holdfast.lock.v1.ExtendBatchResponse\"\x00\x12S\n" +
+	"\bProclaim\x12!.holdfast.lock.v1.ProclaimRequest\x1a\".holdfast.lock.v1.ProclaimResponse\"\x00\x12S\n" +
 	"\aInspect\x12 .holdfast.lock.v1.InspectRequest\x1a!.holdfast.lock.v1.InspectResponse\"\x03\x90\x02\x01\x12J\n" +
 	"\x04List\x12\x1d.holdfast.lock.v1.ListRequest\x1a\x1e.holdfast.lock.v1.ListResponse\"\x03\x90\x02\x01\x12L\n" +
-	"\x05Watch\x12\x1e.holdfast.lock.v1.WatchRequest\x1a\x1f.holdfast.lock.v1.WatchResponse\"\x000\x01\x12e\n" +
+	"\x05Watch\x12\x1e.holdfast.lock.v1.WatchRequest\x1a\x1f.holdfast.lock.v1.WatchResponse\"\x000\x01\x12R\n" +
+	"\aObserve\x12 .holdfast.lock.v1.ObserveRequest\x1a!.holdfast.lock.v1.ObserveResponse\"\x000\x01\x12e\n" +
 	"\rGetServerInfo\x12&.holdfast.lock.v1.GetServerInfoRequest\x1a'.holdfast.lock.v1.GetServerInfoResponse\"\x03\x90\x02\x01B<Z:github.com/holdfast/holdfast/proto/holdfast/lock/v1;lockv1b\x06proto3"
 
 var (
@@ -2613,7 +3018,7 @@ func file_holdfast_lock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_holdfast_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_holdfast_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_holdfast_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_holdfast_lock_v1_lock_proto_goTypes = []any{
 	(Kind)(0),                     // 0: holdfast.lock.v1.Kind
 	(Mode)(0),                     // 1: holdfast.lock.v1.Mode
@@ -2633,52 +3038,57 @@ var file_holdfast_lock_v1_lock_proto_goTypes = []any{
 	(*ReleaseResponse)(nil),       // 15: holdfast.lock.v1.ReleaseResponse
 	(*ExtendRequest)(nil),         // 16: holdfast.lock.v1.ExtendRequest
 	(*ExtendResponse)(nil),        // 17: holdfast.lock.v1.ExtendResponse
-	(*ExtendBatchRequest)(nil),    // 18: holdfast.lock.v1.ExtendBatchRequest
-	(*ExtendBatchItem)(nil),       // 19: holdfast.lock.v1.ExtendBatchItem
-	(*ExtendBatchResponse)(nil),   // 20: holdfast.lock.v1.ExtendBatchResponse
-	(*ExtendBatchResult)(nil),     // 21: holdfast.lock.v1.ExtendBatchResult
-	(*ItemError)(nil),             // 22: holdfast.lock.v1.ItemError
-	(*InspectRequest)(nil),        // 23: holdfast.lock.v1.InspectRequest
-	(*InspectResponse)(nil),       // 24: holdfast.lock.v1.InspectResponse
-	(*ListRequest)(nil),           // 25: holdfast.lock.v1.ListRequest
-	(*ListResponse)(nil),          // 26: holdfast.lock.v1.ListResponse
-	(*WatchRequest)(nil),          // 27: holdfast.lock.v1.WatchRequest
-	(*WatchResponse)(nil),         // 28: holdfast.lock.v1.WatchResponse
-	(*GetServerInfoRequest)(nil),  // 29: holdfast.lock.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil), // 30: holdfast.lock.v1.GetServerInfoResponse
-	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*ProclaimRequest)(nil),       // 18: holdfast.lock.v1.ProclaimRequest
+	(*ProclaimResponse)(nil),      // 19: holdfast.lock.v1.ProclaimResponse
+	(*ExtendBatchRequest)(nil),    // 20: holdfast.lock.v1.ExtendBatchRequest
+	(*ExtendBatchItem)(nil),       // 21: holdfast.lock.v1.ExtendBatchItem
+	(*ExtendBatchResponse)(nil),   // 22: holdfast.lock.v1.ExtendBatchResponse
+	(*ExtendBatchResult)(nil),     // 23: holdfast.lock.v1.ExtendBatchResult
+	(*ItemError)(nil),             // 24: holdfast.lock.v1.ItemError
+	(*InspectRequest)(nil),        // 25: holdfast.lock.v1.InspectRequest
+	(*InspectResponse)(nil),       // 26: holdfast.lock.v1.InspectResponse
+	(*ListRequest)(nil),           // 27: holdfast.lock.v1.ListRequest
+	(*ListResponse)(nil),          // 28: holdfast.lock.v1.ListResponse
+	(*WatchRequest)(nil),          // 29: holdfast.lock.v1.WatchRequest
+	(*WatchResponse)(nil),         // 30: holdfast.lock.v1.WatchResponse
+	(*ObserveRequest)(nil),        // 31: holdfast.lock.v1.ObserveRequest
+	(*ObserveResponse)(nil),       // 32: holdfast.lock.v1.ObserveResponse
+	(*Leader)(nil),                // 33: holdfast.lock.v1.Leader
+	(*GetServerInfoRequest)(nil),  // 34: holdfast.lock.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil), // 35: holdfast.lock.v1.GetServerInfoResponse
+	(*durationpb.Duration)(nil),   // 36: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
 }
 var file_holdfast_lock_v1_lock_proto_depIdxs = []int32{
-	31, // 0: holdfast.lock.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	32, // 1: holdfast.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 0: holdfast.lock.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	37, // 1: holdfast.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
 	4,  // 2: holdfast.lock.v1.Lease.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	7,  // 3: holdfast.lock.v1.Lease.keys:type_name -> holdfast.lock.v1.LeasedKey
-	31, // 4: holdfast.lock.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	36, // 4: holdfast.lock.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 5: holdfast.lock.v1.Lease.kind:type_name -> holdfast.lock.v1.Kind
 	1,  // 6: holdfast.lock.v1.Lease.mode:type_name -> holdfast.lock.v1.Mode
-	32, // 7: holdfast.lock.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 7: holdfast.lock.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
 	4,  // 8: holdfast.lock.v1.Grant.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	1,  // 9: holdfast.lock.v1.Grant.mode:type_name -> holdfast.lock.v1.Mode
-	31, // 10: holdfast.lock.v1.Grant.lock_delay:type_name -> google.protobuf.Duration
-	32, // 11: holdfast.lock.v1.KeyDelay.until:type_name -> google.protobuf.Timestamp
-	31, // 12: holdfast.lock.v1.KeyDelay.remaining:type_name -> google.protobuf.Duration
-	32, // 13: holdfast.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 10: holdfast.lock.v1.Grant.lock_delay:type_name -> google.protobuf.Duration
+	37, // 11: holdfast.lock.v1.KeyDelay.until:type_name -> google.protobuf.Timestamp
+	36, // 12: holdfast.lock.v1.KeyDelay.remaining:type_name -> google.protobuf.Duration
+	37, // 13: holdfast.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
 	4,  // 14: holdfast.lock.v1.LockState.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	31, // 15: holdfast.lock.v1.LockState.lock_delay:type_name -> google.protobuf.Duration
+	36, // 15: holdfast.lock.v1.LockState.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 16: holdfast.lock.v1.LockState.kind:type_name -> holdfast.lock.v1.Kind
 	6,  // 17: holdfast.lock.v1.LockState.holders:type_name -> holdfast.lock.v1.Grant
-	31, // 18: holdfast.lock.v1.BackendInfo.ttl_granularity:type_name -> google.protobuf.Duration
-	31, // 19: holdfast.lock.v1.BackendInfo.min_ttl:type_name -> google.protobuf.Duration
-	31, // 20: holdfast.lock.v1.BackendInfo.max_ttl:type_name -> google.protobuf.Duration
+	36, // 18: holdfast.lock.v1.BackendInfo.ttl_granularity:type_name -> google.protobuf.Duration
+	36, // 19: holdfast.lock.v1.BackendInfo.min_ttl:type_name -> google.protobuf.Duration
+	36, // 20: holdfast.lock.v1.BackendInfo.max_ttl:type_name -> google.protobuf.Duration
 	2,  // 21: holdfast.lock.v1.BackendInfo.capabilities:type_name -> holdfast.lock.v1.Capability
-	31, // 22: holdfast.lock.v1.BackendInfo.max_lock_delay:type_name -> google.protobuf.Duration
+	36, // 22: holdfast.lock.v1.BackendInfo.max_lock_delay:type_name -> google.protobuf.Duration
 	0,  // 23: holdfast.lock.v1.BackendInfo.kinds:type_name -> holdfast.lock.v1.Kind
-	31, // 24: holdfast.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	31, // 25: holdfast.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	36, // 24: holdfast.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 25: holdfast.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	4,  // 26: holdfast.lock.v1.AcquireRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	8,  // 27: holdfast.lock.v1.AcquireRequest.claims:type_name -> holdfast.lock.v1.Claim
-	31, // 28: holdfast.lock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	36, // 28: holdfast.lock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 29: holdfast.lock.v1.AcquireRequest.kind:type_name -> holdfast.lock.v1.Kind
 	1,  // 30: holdfast.lock.v1.AcquireRequest.mode:type_name -> holdfast.lock.v1.Mode
 	5,  // 31: holdfast.lock.v1.AcquireResponse.lease:type_name -> holdfast.lock.v1.Lease
@@ -2687,50 +3097,61 @@ var file_holdfast_lock_v1_lock_proto_depIdxs = []int32{
 	9,  // 34: holdfast.lock.v1.AcquireResponse.delayed:type_name -> holdfast.lock.v1.KeyDelay
 	4,  // 35: holdfast.lock.v1.ReleaseRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	4,  // 36: holdfast.lock.v1.ReleaseResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	31, // 37: holdfast.lock.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 37: holdfast.lock.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
 	4,  // 38: holdfast.lock.v1.ExtendRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
 	5,  // 39: holdfast.lock.v1.ExtendResponse.lease:type_name -> holdfast.lock.v1.Lease
 	4,  // 40: holdfast.lock.v1.ExtendResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	19, // 41: holdfast.lock.v1.ExtendBatchRequest.items:type_name -> holdfast.lock.v1.ExtendBatchItem
-	4,  // 42: holdfast.lock.v1.ExtendBatchRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	31, // 43: holdfast.lock.v1.ExtendBatchItem.ttl:type_name -> google.protobuf.Duration
-	21, // 44: holdfast.lock.v1.ExtendBatchResponse.results:type_name -> holdfast.lock.v1.ExtendBatchResult
-	4,  // 45: holdfast.lock.v1.ExtendBatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	5,  // 46: holdfast.lock.v1.ExtendBatchResult.lease:type_name -> holdfast.lock.v1.Lease
-	22, // 47: holdfast.lock.v1.ExtendBatchResult.error:type_name -> holdfast.lock.v1.ItemError
-	10, // 48: holdfast.lock.v1.InspectResponse.state:type_name -> holdfast.lock.v1.LockState
-	4,  // 49: holdfast.lock.v1.InspectResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	9,  // 50: holdfast.lock.v1.InspectResponse.delayed:type_name -> holdfast.lock.v1.KeyDelay
-	10, // 51: holdfast.lock.v1.ListResponse.locks:type_name -> holdfast.lock.v1.LockState
-	4,  // 52: holdfast.lock.v1.ListResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	3,  // 53: holdfast.lock.v1.WatchResponse.type:type_name -> holdfast.lock.v1.EventType
-	10, // 54: holdfast.lock.v1.WatchResponse.state:type_name -> holdfast.lock.v1.LockState
-	4,  // 55: holdfast.lock.v1.WatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	11, // 56: holdfast.lock.v1.GetServerInfoResponse.backend:type_name -> holdfast.lock.v1.BackendInfo
-	4,  // 57: holdfast.lock.v1.GetServerInfoResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
-	31, // 58: holdfast.lock.v1.GetServerInfoResponse.max_clock_offset:type_name -> google.protobuf.Duration
-	31, // 59: holdfast.lock.v1.GetServerInfoResponse.max_wait:type_name -> google.protobuf.Duration
-	12, // 60: holdfast.lock.v1.LockService.Acquire:input_type -> holdfast.lock.v1.AcquireRequest
-	14, // 61: holdfast.lock.v1.LockService.Release:input_type -> holdfast.lock.v1.ReleaseRequest
-	16, // 62: holdfast.lock.v1.LockService.Extend:input_type -> holdfast.lock.v1.ExtendRequest
-	18, // 63: holdfast.lock.v1.LockService.ExtendBatch:input_type -> holdfast.lock.v1.ExtendBatchRequest
-	23, // 64: holdfast.lock.v1.LockService.Inspect:input_type -> holdfast.lock.v1.InspectRequest
-	25, // 65: holdfast.lock.v1.LockService.List:input_type -> holdfast.lock.v1.ListRequest
-	27, // 66: holdfast.lock.v1.LockService.Watch:input_type -> holdfast.lock.v1.WatchRequest
-	29, // 67: holdfast.lock.v1.LockService.GetServerInfo:input_type -> holdfast.lock.v1.GetServerInfoRequest
-	13, // 68: holdfast.lock.v1.LockService.Acquire:output_type -> holdfast.lock.v1.AcquireResponse
-	15, // 69: holdfast.lock.v1.LockService.Release:output_type -> holdfast.lock.v1.ReleaseResponse
-	17, // 70: holdfast.lock.v1.LockService.Extend:output_type -> holdfast.lock.v1.ExtendResponse
-	20, // 71: holdfast.lock.v1.LockService.ExtendBatch:output_type -> holdfast.lock.v1.ExtendBatchResponse
-	24, // 72: holdfast.lock.v1.LockService.Inspect:output_type -> holdfast.lock.v1.InspectResponse
-	26, // 73: holdfast.lock.v1.LockService.List:output_type -> holdfast.lock.v1.ListResponse
-	28, // 74: holdfast.lock.v1.LockService.Watch:output_type -> holdfast.lock.v1.WatchResponse
-	30, // 75: holdfast.lock.v1.LockService.GetServerInfo:output_type -> holdfast.lock.v1.GetServerInfoResponse
-	68, // [68:76] is the sub-list for method output_type
-	60, // [60:68] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	4,  // 41: holdfast.lock.v1.ProclaimRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	5,  // 42: holdfast.lock.v1.ProclaimResponse.lease:type_name -> holdfast.lock.v1.Lease
+	4,  // 43: holdfast.lock.v1.ProclaimResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	21, // 44: holdfast.lock.v1.ExtendBatchRequest.items:type_name -> holdfast.lock.v1.ExtendBatchItem
+	4,  // 45: holdfast.lock.v1.ExtendBatchRequest.client_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	36, // 46: holdfast.lock.v1.ExtendBatchItem.ttl:type_name -> google.protobuf.Duration
+	23, // 47: holdfast.lock.v1.ExtendBatchResponse.results:type_name -> holdfast.lock.v1.ExtendBatchResult
+	4,  // 48: holdfast.lock.v1.ExtendBatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	5,  // 49: holdfast.lock.v1.ExtendBatchResult.lease:type_name -> holdfast.lock.v1.Lease
+	24, // 50: holdfast.lock.v1.ExtendBatchResult.error:type_name -> holdfast.lock.v1.ItemError
+	10, // 51: holdfast.lock.v1.InspectResponse.state:type_name -> holdfast.lock.v1.LockState
+	4,  // 52: holdfast.lock.v1.InspectResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	9,  // 53: holdfast.lock.v1.InspectResponse.delayed:type_name -> holdfast.lock.v1.KeyDelay
+	10, // 54: holdfast.lock.v1.ListResponse.locks:type_name -> holdfast.lock.v1.LockState
+	4,  // 55: holdfast.lock.v1.ListResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	3,  // 56: holdfast.lock.v1.WatchResponse.type:type_name -> holdfast.lock.v1.EventType
+	10, // 57: holdfast.lock.v1.WatchResponse.state:type_name -> holdfast.lock.v1.LockState
+	4,  // 58: holdfast.lock.v1.WatchResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	33, // 59: holdfast.lock.v1.ObserveResponse.leader:type_name -> holdfast.lock.v1.Leader
+	4,  // 60: holdfast.lock.v1.ObserveResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	37, // 61: holdfast.lock.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 62: holdfast.lock.v1.Leader.stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	11, // 63: holdfast.lock.v1.GetServerInfoResponse.backend:type_name -> holdfast.lock.v1.BackendInfo
+	4,  // 64: holdfast.lock.v1.GetServerInfoResponse.server_stamp:type_name -> holdfast.lock.v1.HlcTimestamp
+	36, // 65: holdfast.lock.v1.GetServerInfoResponse.max_clock_offset:type_name -> google.protobuf.Duration
+	36, // 66: holdfast.lock.v1.GetServerInfoResponse.max_wait:type_name -> google.protobuf.Duration
+	12, // 67: holdfast.lock.v1.LockService.Acquire:input_type -> holdfast.lock.v1.AcquireRequest
+	14, // 68: holdfast.lock.v1.LockService.Release:input_type -> holdfast.lock.v1.ReleaseRequest
+	16, // 69: holdfast.lock.v1.LockService.Extend:input_type -> holdfast.lock.v1.ExtendRequest
+	20, // 70: holdfast.lock.v1.LockService.ExtendBatch:input_type -> holdfast.lock.v1.ExtendBatchRequest
+	18, // 71: holdfast.lock.v1.LockService.Proclaim:input_type -> holdfast.lock.v1.ProclaimRequest
+	25, // 72: holdfast.lock.v1.LockService.Inspect:input_type -> holdfast.lock.v1.InspectRequest
+	27, // 73: holdfast.lock.v1.LockService.List:input_type -> holdfast.lock.v1.ListRequest
+	29, // 74: holdfast.lock.v1.LockService.Watch:input_type -> holdfast.lock.v1.WatchRequest
+	31, // 75: holdfast.lock.v1.LockService.Observe:input_type -> holdfast.lock.v1.ObserveRequest
+	34, // 76: holdfast.lock.v1.LockService.GetServerInfo:input_type -> holdfast.lock.v1.GetServerInfoRequest
+	13, // 77: holdfast.lock.v1.LockService.Acquire:output_type -> holdfast.lock.v1.AcquireResponse
+	15, // 78: holdfast.lock.v1.LockService.Release:output_type -> holdfast.lock.v1.ReleaseResponse
+	17, // 79: holdfast.lock.v1.LockService.Extend:output_type -> holdfast.lock.v1.ExtendResponse
+	22, // 80: holdfast.lock.v1.LockService.ExtendBatch:output_type -> holdfast.lock.v1.ExtendBatchResponse
+	19, // 81: holdfast.lock.v1.LockService.Proclaim:output_type -> holdfast.lock.v1.ProclaimResponse
+	26, // 82: holdfast.lock.v1.LockService.Inspect:output_type -> holdfast.lock.v1.InspectResponse
+	28, // 83: holdfast.lock.v1.LockService.List:output_type -> holdfast.lock.v1.ListResponse
+	30, // 84: holdfast.lock.v1.LockService.Watch:output_type -> holdfast.lock.v1.WatchResponse
+	32, // 85: holdfast.lock.v1.LockService.Observe:output_type -> holdfast.lock.v1.ObserveResponse
+	35, // 86: holdfast.lock.v1.LockService.GetServerInfo:output_type -> holdfast.lock.v1.GetServerInfoResponse
+	77, // [77:87] is the sub-list for method output_type
+	67, // [67:77] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_holdfast_lock_v1_lock_proto_init() }
@@ -2738,7 +3159,7 @@ func file_holdfast_lock_v1_lock_proto_init() {
 	if File_holdfast_lock_v1_lock_proto != nil {
 		return
 	}
-	file_holdfast_lock_v1_lock_proto_msgTypes[23].OneofWrappers = []any{
+	file_holdfast_lock_v1_lock_proto_msgTypes[25].OneofWrappers = []any{
 		(*WatchRequest_Key)(nil),
 		(*WatchRequest_Prefix)(nil),
 	}
@@ -2748,7 +3169,7 @@ func file_holdfast_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_holdfast_lock_v1_lock_proto_rawDesc), len(file_holdfast_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   27,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

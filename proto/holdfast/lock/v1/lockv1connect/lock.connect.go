@@ -47,12 +47,16 @@ const (
 	LockServiceExtendProcedure = "/holdfast.lock.v1.LockService/Extend"
 	// LockServiceExtendBatchProcedure is the fully-qualified name of the LockService's ExtendBatch RPC.
 	LockServiceExtendBatchProcedure = "/holdfast.lock.v1.LockService/ExtendBatch"
+	// LockServiceProclaimProcedure is the fully-qualified name of the LockService's Proclaim RPC.
+	LockServiceProclaimProcedure = "/holdfast.lock.v1.LockService/Proclaim"
 	// LockServiceInspectProcedure is the fully-qualified name of the LockService's Inspect RPC.
 	LockServiceInspectProcedure = "/holdfast.lock.v1.LockService/Inspect"
 	// LockServiceListProcedure is the fully-qualified name of the LockService's List RPC.
 	LockServiceListProcedure = "/holdfast.lock.v1.LockService/List"
 	// LockServiceWatchProcedure is the fully-qualified name of the LockService's Watch RPC.
 	LockServiceWatchProcedure = "/holdfast.lock.v1.LockService/Watch"
+	// LockServiceObserveProcedure is the fully-qualified name of the LockService's Observe RPC.
+	LockServiceObserveProcedure = "/holdfast.lock.v1.LockService/Observe"
 	// LockServiceGetServerInfoProcedure is the fully-qualified name of the LockService's GetServerInfo
 	// RPC.
 	LockServiceGetServerInfoProcedure = "/holdfast.lock.v1.LockService/GetServerInfo"
@@ -77,6 +81,13 @@ type LockServiceClient interface {
 	// how a client renews every lease it holds at the cost of one call (the
 	// SDKs' watchdogs use it); it is not a transaction over its items.
 	ExtendBatch(context.Context, *v1.ExtendBatchRequest) (*v1.ExtendBatchResponse, error)
+	// Proclaim replaces the value of an election's leader if owner_token
+	// holds the key's leadership now, in one atomic step of the store;
+	// otherwise it answers proclaimed=false and changes nothing (like
+	// Extend). It changes neither the term, the TTL nor the lease's stamp,
+	// and it is idempotent: it needs no request id. Watchers of the key see
+	// EVENT_TYPE_PROCLAIMED.
+	Proclaim(context.Context, *v1.ProclaimRequest) (*v1.ProclaimResponse, error)
 	// Inspect reports who holds key, without its owner token.
 	Inspect(context.Context, *v1.InspectRequest) (*v1.InspectResponse, error)
 	// List reports held locks whose keys start with prefix, in key order.
@@ -85,6 +96,12 @@ type LockServiceClient interface {
 	// key under a prefix. The first message has type EVENT_TYPE_SYNCED: every
 	// change after it is reported.
 	Watch(context.Context, *v1.WatchRequest) (*connect.ServerStreamForClient[v1.WatchResponse], error)
+	// Observe streams the leader of one election key: first, once the watch
+	// is established, the current leader (or none), then one message per
+	// change (a new leader, a new value, no leader). Two messages in a row
+	// never say the same thing, and terms never go back on one stream. A key
+	// held as another kind is refused with failed_precondition.
+	Observe(context.Context, *v1.ObserveRequest) (*connect.ServerStreamForClient[v1.ObserveResponse], error)
 	// GetServerInfo reports the server's version and its backend's facts.
 	GetServerInfo(context.Context, *v1.GetServerInfoRequest) (*v1.GetServerInfoResponse, error)
 }
@@ -124,6 +141,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("ExtendBatch")),
 			connect.WithClientOptions(opts...),
 		),
+		proclaim: connect.NewClient[v1.ProclaimRequest, v1.ProclaimResponse](
+			httpClient,
+			baseURL+LockServiceProclaimProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Proclaim")),
+			connect.WithClientOptions(opts...),
+		),
 		inspect: connect.NewClient[v1.InspectRequest, v1.InspectResponse](
 			httpClient,
 			baseURL+LockServiceInspectProcedure,
@@ -144,6 +167,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
+		observe: connect.NewClient[v1.ObserveRequest, v1.ObserveResponse](
+			httpClient,
+			baseURL+LockServiceObserveProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Observe")),
+			connect.WithClientOptions(opts...),
+		),
 		getServerInfo: connect.NewClient[v1.GetServerInfoRequest, v1.GetServerInfoResponse](
 			httpClient,
 			baseURL+LockServiceGetServerInfoProcedure,
@@ -160,9 +189,11 @@ type lockServiceClient struct {
 	release       *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
 	extend        *connect.Client[v1.ExtendRequest, v1.ExtendResponse]
 	extendBatch   *connect.Client[v1.ExtendBatchRequest, v1.ExtendBatchResponse]
+	proclaim      *connect.Client[v1.ProclaimRequest, v1.ProclaimResponse]
 	inspect       *connect.Client[v1.InspectRequest, v1.InspectResponse]
 	list          *connect.Client[v1.ListRequest, v1.ListResponse]
 	watch         *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	observe       *connect.Client[v1.ObserveRequest, v1.ObserveResponse]
 	getServerInfo *connect.Client[v1.GetServerInfoRequest, v1.GetServerInfoResponse]
 }
 
@@ -202,6 +233,15 @@ func (c *lockServiceClient) ExtendBatch(ctx context.Context, req *v1.ExtendBatch
 	return nil, err
 }
 
+// Proclaim calls holdfast.lock.v1.LockService.Proclaim.
+func (c *lockServiceClient) Proclaim(ctx context.Context, req *v1.ProclaimRequest) (*v1.ProclaimResponse, error) {
+	response, err := c.proclaim.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // Inspect calls holdfast.lock.v1.LockService.Inspect.
 func (c *lockServiceClient) Inspect(ctx context.Context, req *v1.InspectRequest) (*v1.InspectResponse, error) {
 	response, err := c.inspect.CallUnary(ctx, connect.NewRequest(req))
@@ -223,6 +263,11 @@ func (c *lockServiceClient) List(ctx context.Context, req *v1.ListRequest) (*v1.
 // Watch calls holdfast.lock.v1.LockService.Watch.
 func (c *lockServiceClient) Watch(ctx context.Context, req *v1.WatchRequest) (*connect.ServerStreamForClient[v1.WatchResponse], error) {
 	return c.watch.CallServerStream(ctx, connect.NewRequest(req))
+}
+
+// Observe calls holdfast.lock.v1.LockService.Observe.
+func (c *lockServiceClient) Observe(ctx context.Context, req *v1.ObserveRequest) (*connect.ServerStreamForClient[v1.ObserveResponse], error) {
+	return c.observe.CallServerStream(ctx, connect.NewRequest(req))
 }
 
 // GetServerInfo calls holdfast.lock.v1.LockService.GetServerInfo.
@@ -253,6 +298,13 @@ type LockServiceHandler interface {
 	// how a client renews every lease it holds at the cost of one call (the
 	// SDKs' watchdogs use it); it is not a transaction over its items.
 	ExtendBatch(context.Context, *v1.ExtendBatchRequest) (*v1.ExtendBatchResponse, error)
+	// Proclaim replaces the value of an election's leader if owner_token
+	// holds the key's leadership now, in one atomic step of the store;
+	// otherwise it answers proclaimed=false and changes nothing (like
+	// Extend). It changes neither the term, the TTL nor the lease's stamp,
+	// and it is idempotent: it needs no request id. Watchers of the key see
+	// EVENT_TYPE_PROCLAIMED.
+	Proclaim(context.Context, *v1.ProclaimRequest) (*v1.ProclaimResponse, error)
 	// Inspect reports who holds key, without its owner token.
 	Inspect(context.Context, *v1.InspectRequest) (*v1.InspectResponse, error)
 	// List reports held locks whose keys start with prefix, in key order.
@@ -261,6 +313,12 @@ type LockServiceHandler interface {
 	// key under a prefix. The first message has type EVENT_TYPE_SYNCED: every
 	// change after it is reported.
 	Watch(context.Context, *v1.WatchRequest, *connect.ServerStream[v1.WatchResponse]) error
+	// Observe streams the leader of one election key: first, once the watch
+	// is established, the current leader (or none), then one message per
+	// change (a new leader, a new value, no leader). Two messages in a row
+	// never say the same thing, and terms never go back on one stream. A key
+	// held as another kind is refused with failed_precondition.
+	Observe(context.Context, *v1.ObserveRequest, *connect.ServerStream[v1.ObserveResponse]) error
 	// GetServerInfo reports the server's version and its backend's facts.
 	GetServerInfo(context.Context, *v1.GetServerInfoRequest) (*v1.GetServerInfoResponse, error)
 }
@@ -296,6 +354,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("ExtendBatch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceProclaimHandler := connect.NewUnaryHandlerSimple(
+		LockServiceProclaimProcedure,
+		svc.Proclaim,
+		connect.WithSchema(lockServiceMethods.ByName("Proclaim")),
+		connect.WithHandlerOptions(opts...),
+	)
 	lockServiceInspectHandler := connect.NewUnaryHandlerSimple(
 		LockServiceInspectProcedure,
 		svc.Inspect,
@@ -316,6 +380,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceObserveHandler := connect.NewServerStreamHandlerSimple(
+		LockServiceObserveProcedure,
+		svc.Observe,
+		connect.WithSchema(lockServiceMethods.ByName("Observe")),
+		connect.WithHandlerOptions(opts...),
+	)
 	lockServiceGetServerInfoHandler := connect.NewUnaryHandlerSimple(
 		LockServiceGetServerInfoProcedure,
 		svc.GetServerInfo,
@@ -333,12 +403,16 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceExtendHandler.ServeHTTP(w, r)
 		case LockServiceExtendBatchProcedure:
 			lockServiceExtendBatchHandler.ServeHTTP(w, r)
+		case LockServiceProclaimProcedure:
+			lockServiceProclaimHandler.ServeHTTP(w, r)
 		case LockServiceInspectProcedure:
 			lockServiceInspectHandler.ServeHTTP(w, r)
 		case LockServiceListProcedure:
 			lockServiceListHandler.ServeHTTP(w, r)
 		case LockServiceWatchProcedure:
 			lockServiceWatchHandler.ServeHTTP(w, r)
+		case LockServiceObserveProcedure:
+			lockServiceObserveHandler.ServeHTTP(w, r)
 		case LockServiceGetServerInfoProcedure:
 			lockServiceGetServerInfoHandler.ServeHTTP(w, r)
 		default:
@@ -366,6 +440,10 @@ func (UnimplementedLockServiceHandler) ExtendBatch(context.Context, *v1.ExtendBa
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("holdfast.lock.v1.LockService.ExtendBatch is not implemented"))
 }
 
+func (UnimplementedLockServiceHandler) Proclaim(context.Context, *v1.ProclaimRequest) (*v1.ProclaimResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("holdfast.lock.v1.LockService.Proclaim is not implemented"))
+}
+
 func (UnimplementedLockServiceHandler) Inspect(context.Context, *v1.InspectRequest) (*v1.InspectResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("holdfast.lock.v1.LockService.Inspect is not implemented"))
 }
@@ -376,6 +454,10 @@ func (UnimplementedLockServiceHandler) List(context.Context, *v1.ListRequest) (*
 
 func (UnimplementedLockServiceHandler) Watch(context.Context, *v1.WatchRequest, *connect.ServerStream[v1.WatchResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("holdfast.lock.v1.LockService.Watch is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) Observe(context.Context, *v1.ObserveRequest, *connect.ServerStream[v1.ObserveResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("holdfast.lock.v1.LockService.Observe is not implemented"))
 }
 
 func (UnimplementedLockServiceHandler) GetServerInfo(context.Context, *v1.GetServerInfoRequest) (*v1.GetServerInfoResponse, error) {
