@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -58,6 +59,14 @@ var mutex = shape{kind: backend.KindMutex, limit: 1, permits: 1}
 // kindName names a kind in messages.
 func kindName(k backend.Kind) string { return k.String() }
 
+// aKind names a kind with its article: "a semaphore", "an election".
+func aKind(k backend.Kind) string {
+	if n := kindName(k); strings.ContainsRune("aeiou", rune(n[0])) {
+		return "an " + n
+	}
+	return "a " + kindName(k)
+}
+
 // fromKind maps the API's kind; ok is false for a value it does not know.
 func fromKind(k lockv1.Kind) (backend.Kind, bool) {
 	switch k {
@@ -92,6 +101,9 @@ func (e *Engine) checkShape(req *lockv1.AcquireRequest, ks keySet) (shape, error
 	kind, ok := fromKind(req.GetKind())
 	if !ok {
 		return shape{}, invalidf("kind: %d is not a kind (KIND_MUTEX, KIND_SEMAPHORE, KIND_RWLOCK or KIND_ELECTION)", req.GetKind())
+	}
+	if err := checkValue(kind, req.GetValue()); err != nil {
+		return shape{}, err
 	}
 	limit, permits, mode := req.GetLimit(), req.GetPermits(), req.GetMode()
 	switch kind {
@@ -141,14 +153,11 @@ func (e *Engine) checkShape(req *lockv1.AcquireRequest, ks keySet) (shape, error
 		}
 		limit, permits = 1, 1
 	}
-	if err := checkValue(kind, req.GetValue()); err != nil {
-		return shape{}, err
-	}
 	switch {
 	case ks.multi:
-		return shape{}, invalidf("kind: sets of keys (claims) take mutexes only; a %s takes key", kindName(kind))
+		return shape{}, invalidf("kind: sets of keys (claims) take mutexes only; %s takes key", aKind(kind))
 	case req.GetLockDelay().AsDuration() != 0:
-		return shape{}, invalidf("lock_delay: applies to mutexes only, not to a %s", kindName(kind))
+		return shape{}, invalidf("lock_delay: applies to mutexes only, not to %s", aKind(kind))
 	case !e.Info().Keeps(kind):
 		return shape{}, newErr(ErrUnimplemented, "kind: the backend %q keeps no %s keys (BackendInfo.kinds)", e.Info().Name, kindName(kind))
 	}
@@ -160,7 +169,7 @@ func (e *Engine) checkShape(req *lockv1.AcquireRequest, ks keySet) (shape, error
 // cannot keep a NUL, and one rule in every store beats one per store).
 func checkValue(kind backend.Kind, value string) error {
 	if value != "" && kind != backend.KindElection {
-		return invalidf("value: applies to elections only (KIND_ELECTION), not to a %s", kindName(kind))
+		return invalidf("value: applies to elections only (KIND_ELECTION), not to %s", aKind(kind))
 	}
 	return checkText("value", value, backend.MaxValueBytes)
 }

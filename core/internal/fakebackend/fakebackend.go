@@ -81,14 +81,16 @@ type lock struct {
 	lockDelay          time.Duration
 	request            backend.Request // of the last Acquire or Extend
 	replay             string
-	claimed            bool // a replay of its Acquire was answered
-	permits            int  // a grant's (grants.go)
+	claimed            bool   // a replay of its Acquire was answered
+	permits            int    // a grant's (grants.go)
+	value              string // an election grant's (grants.go)
 }
 
 func (l *lock) record(now time.Time) backend.Record {
 	return backend.Record{
 		Key: l.key, FencingToken: l.fence, Holder: l.holder,
 		ExpiresAt: l.expires.Round(0), Remaining: max(l.expires.Sub(now), 0), Stamp: l.stamp, LockDelay: l.lockDelay,
+		Value: l.value,
 	}
 }
 
@@ -98,7 +100,10 @@ type watcher struct {
 	ended  chan struct{} // closed when the watcher fell behind or the fake closed
 }
 
-var _ backend.SetBackend = (*Backend)(nil)
+var (
+	_ backend.SetBackend      = (*Backend)(nil)
+	_ backend.ElectionBackend = (*Backend)(nil)
+)
 
 // New returns a fake that is not fair.
 func New() *Backend {

@@ -1,13 +1,14 @@
 package fakebackend
 
 import (
+	"context"
 	"slices"
 	"time"
 
 	"github.com/holdfast/holdfast/core/backend"
 )
 
-// Semaphores and rwlocks, once KeepKinds is called: a key held by grants
+// Semaphores, rwlocks and elections, once KeepKinds is called: a key held by grants
 // keeps its kind, limit and grants in a pool (the key's fencing counter and
 // stamp are the ones a mutex uses, kept forever); a grant is taken only if
 // the pool's kind and limit are the request's and the permits fit, and, for
@@ -37,18 +38,36 @@ func (p *pool) record(key string, subject *lock, now time.Time) backend.Record {
 	r.Kind, r.Limit, r.Permits, r.InUse = p.kind, p.limit, subject.permits, p.inUse()
 	for _, g := range p.grants {
 		r.Holders = append(r.Holders, backend.Grant{FencingToken: g.fence, Holder: g.holder, ExpiresAt: g.expires.Round(0),
-			Remaining: max(g.expires.Sub(now), 0), Stamp: g.stamp, Permits: g.permits})
+			Remaining: max(g.expires.Sub(now), 0), Stamp: g.stamp, Permits: g.permits, Value: g.value})
 	}
 	return r
 }
 
-// KeepKinds makes the fake keep semaphores and rwlocks (Info.Kinds); call
-// it before the first call.
+// KeepKinds makes the fake keep semaphores, rwlocks and elections
+// (Info.Kinds); call it before the first call.
 func (b *Backend) KeepKinds() *Backend {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock}
+	b.kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock, backend.KindElection}
 	return b
+}
+
+// Proclaim implements backend.ElectionBackend.
+func (b *Backend) Proclaim(_ context.Context, req backend.ProclaimRequest) (backend.ProclaimResult, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.check(); err != nil {
+		return backend.ProclaimResult{}, err
+	}
+	now := time.Now()
+	p, g := b.grantOf(req.Key, req.OwnerToken, now)
+	if g == nil || p.kind != backend.KindElection {
+		return backend.ProclaimResult{}, nil
+	}
+	g.value = req.Value
+	rec := p.record(req.Key, g, now)
+	b.emit(backend.Event{Type: backend.EventProclaimed, Record: rec})
+	return backend.ProclaimResult{Proclaimed: true, Record: rec}, nil
 }
 
 // livePool is key's pool with its unexpired grants (nil: none). b.mu must
@@ -122,7 +141,7 @@ func (b *Backend) acquireGrant(req backend.AcquireRequest, now time.Time) (backe
 	b.fences[req.Key] = max(b.fences[req.Key]+1, uint64(now.UnixNano()))
 	b.stamps[req.Key] = backend.NextStamp(b.stamps[req.Key], req.Stamp)
 	g := &lock{key: req.Key, token: req.OwnerToken, holder: req.Holder, fence: b.fences[req.Key], stamp: b.stamps[req.Key],
-		expires: now.Add(req.TTL), request: req.Request, replay: req.Replay, permits: req.Permits}
+		expires: now.Add(req.TTL), request: req.Request, replay: req.Replay, permits: req.Permits, value: req.Value}
 	g.timer = time.AfterFunc(req.TTL, func() { b.expireGrant(g) })
 	p.grants = append(p.grants, g)
 	rec := p.record(req.Key, g, now)

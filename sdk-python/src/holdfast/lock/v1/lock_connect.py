@@ -30,6 +30,9 @@ class LockService(Protocol):
     async def extend_batch(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
 
+    async def proclaim(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
+
     async def inspect(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.InspectRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.InspectResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
 
@@ -37,6 +40,9 @@ class LockService(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
 
     def watch(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.WatchRequest, ctx: RequestContext) -> AsyncIterator[holdfast_dot_lock_dot_v1_dot_lock__pb2.WatchResponse]:
+        raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
+
+    def observe(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveRequest, ctx: RequestContext) -> AsyncIterator[holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveResponse]:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
 
     async def get_server_info(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.GetServerInfoRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.GetServerInfoResponse:
@@ -88,6 +94,16 @@ class LockServiceASGIApplication(ConnectASGIApplication[LockService]):
                     ),
                     function=svc.extend_batch,
                 ),
+                "/holdfast.lock.v1.LockService/Proclaim": Endpoint.unary(
+                    method=MethodInfo(
+                        name="Proclaim",
+                        service_name="holdfast.lock.v1.LockService",
+                        input=holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimRequest,
+                        output=holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                    ),
+                    function=svc.proclaim,
+                ),
                 "/holdfast.lock.v1.LockService/Inspect": Endpoint.unary(
                     method=MethodInfo(
                         name="Inspect",
@@ -117,6 +133,16 @@ class LockServiceASGIApplication(ConnectASGIApplication[LockService]):
                         idempotency_level=IdempotencyLevel.UNKNOWN,
                     ),
                     function=svc.watch,
+                ),
+                "/holdfast.lock.v1.LockService/Observe": Endpoint.server_stream(
+                    method=MethodInfo(
+                        name="Observe",
+                        service_name="holdfast.lock.v1.LockService",
+                        input=holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveRequest,
+                        output=holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                    ),
+                    function=svc.observe,
                 ),
                 "/holdfast.lock.v1.LockService/GetServerInfo": Endpoint.unary(
                     method=MethodInfo(
@@ -222,6 +248,26 @@ class LockServiceClient(ConnectClient):
             timeout_ms=timeout_ms,
         )
 
+    async def proclaim(
+        self,
+        request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="Proclaim",
+                service_name="holdfast.lock.v1.LockService",
+                input=holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimRequest,
+                output=holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+
     async def inspect(
         self,
         request: holdfast_dot_lock_dot_v1_dot_lock__pb2.InspectRequest,
@@ -286,6 +332,26 @@ class LockServiceClient(ConnectClient):
             timeout_ms=timeout_ms,
         )
 
+    def observe(
+        self,
+        request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> AsyncIterator[holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveResponse]:
+        return self.execute_server_stream(
+            request=request,
+            method=MethodInfo(
+                name="Observe",
+                service_name="holdfast.lock.v1.LockService",
+                input=holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveRequest,
+                output=holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+
     async def get_server_info(
         self,
         request: holdfast_dot_lock_dot_v1_dot_lock__pb2.GetServerInfoRequest,
@@ -321,11 +387,15 @@ class LockServiceSync(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
     def extend_batch(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.ExtendBatchResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
+    def proclaim(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
     def inspect(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.InspectRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.InspectResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
     def list(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ListRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.ListResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
     def watch(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.WatchRequest, ctx: RequestContext) -> Iterator[holdfast_dot_lock_dot_v1_dot_lock__pb2.WatchResponse]:
+        raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
+    def observe(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveRequest, ctx: RequestContext) -> Iterator[holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveResponse]:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
     def get_server_info(self, request: holdfast_dot_lock_dot_v1_dot_lock__pb2.GetServerInfoRequest, ctx: RequestContext) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.GetServerInfoResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
@@ -375,6 +445,16 @@ class LockServiceWSGIApplication(ConnectWSGIApplication):
                     ),
                     function=service.extend_batch,
                 ),
+                "/holdfast.lock.v1.LockService/Proclaim": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="Proclaim",
+                        service_name="holdfast.lock.v1.LockService",
+                        input=holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimRequest,
+                        output=holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                    ),
+                    function=service.proclaim,
+                ),
                 "/holdfast.lock.v1.LockService/Inspect": EndpointSync.unary(
                     method=MethodInfo(
                         name="Inspect",
@@ -404,6 +484,16 @@ class LockServiceWSGIApplication(ConnectWSGIApplication):
                         idempotency_level=IdempotencyLevel.UNKNOWN,
                     ),
                     function=service.watch,
+                ),
+                "/holdfast.lock.v1.LockService/Observe": EndpointSync.server_stream(
+                    method=MethodInfo(
+                        name="Observe",
+                        service_name="holdfast.lock.v1.LockService",
+                        input=holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveRequest,
+                        output=holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                    ),
+                    function=service.observe,
                 ),
                 "/holdfast.lock.v1.LockService/GetServerInfo": EndpointSync.unary(
                     method=MethodInfo(
@@ -509,6 +599,26 @@ class LockServiceClientSync(ConnectClientSync):
             timeout_ms=timeout_ms,
         )
 
+    def proclaim(
+        self,
+        request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="Proclaim",
+                service_name="holdfast.lock.v1.LockService",
+                input=holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimRequest,
+                output=holdfast_dot_lock_dot_v1_dot_lock__pb2.ProclaimResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+
     def inspect(
         self,
         request: holdfast_dot_lock_dot_v1_dot_lock__pb2.InspectRequest,
@@ -567,6 +677,26 @@ class LockServiceClientSync(ConnectClientSync):
                 service_name="holdfast.lock.v1.LockService",
                 input=holdfast_dot_lock_dot_v1_dot_lock__pb2.WatchRequest,
                 output=holdfast_dot_lock_dot_v1_dot_lock__pb2.WatchResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+
+    def observe(
+        self,
+        request: holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> Iterator[holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveResponse]:
+        return self.execute_server_stream(
+            request=request,
+            method=MethodInfo(
+                name="Observe",
+                service_name="holdfast.lock.v1.LockService",
+                input=holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveRequest,
+                output=holdfast_dot_lock_dot_v1_dot_lock__pb2.ObserveResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
             ),
             headers=headers,

@@ -17,6 +17,7 @@ class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     KIND_MUTEX: _ClassVar[Kind]
     KIND_SEMAPHORE: _ClassVar[Kind]
     KIND_RWLOCK: _ClassVar[Kind]
+    KIND_ELECTION: _ClassVar[Kind]
 
 class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -38,10 +39,12 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_RELEASED: _ClassVar[EventType]
     EVENT_TYPE_EXPIRED: _ClassVar[EventType]
     EVENT_TYPE_SYNCED: _ClassVar[EventType]
+    EVENT_TYPE_PROCLAIMED: _ClassVar[EventType]
 KIND_UNSPECIFIED: Kind
 KIND_MUTEX: Kind
 KIND_SEMAPHORE: Kind
 KIND_RWLOCK: Kind
+KIND_ELECTION: Kind
 MODE_UNSPECIFIED: Mode
 MODE_SHARED: Mode
 MODE_EXCLUSIVE: Mode
@@ -54,6 +57,7 @@ EVENT_TYPE_ACQUIRED: EventType
 EVENT_TYPE_RELEASED: EventType
 EVENT_TYPE_EXPIRED: EventType
 EVENT_TYPE_SYNCED: EventType
+EVENT_TYPE_PROCLAIMED: EventType
 
 class HlcTimestamp(_message.Message):
     __slots__ = ("wall_time_ns", "logical")
@@ -64,7 +68,7 @@ class HlcTimestamp(_message.Message):
     def __init__(self, wall_time_ns: _Optional[int] = ..., logical: _Optional[int] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("key", "owner_token", "fencing_token", "ttl", "expires_at", "stamp", "keys", "lock_delay", "kind", "limit", "permits", "mode")
+    __slots__ = ("key", "owner_token", "fencing_token", "ttl", "expires_at", "stamp", "keys", "lock_delay", "kind", "limit", "permits", "mode", "value")
     KEY_FIELD_NUMBER: _ClassVar[int]
     OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +81,7 @@ class Lease(_message.Message):
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PERMITS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     key: str
     owner_token: str
     fencing_token: int
@@ -89,10 +94,11 @@ class Lease(_message.Message):
     limit: int
     permits: int
     mode: Mode
-    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., fencing_token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., keys: _Optional[_Iterable[_Union[LeasedKey, _Mapping]]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., kind: _Optional[_Union[Kind, str]] = ..., limit: _Optional[int] = ..., permits: _Optional[int] = ..., mode: _Optional[_Union[Mode, str]] = ...) -> None: ...
+    value: str
+    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., fencing_token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., keys: _Optional[_Iterable[_Union[LeasedKey, _Mapping]]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., kind: _Optional[_Union[Kind, str]] = ..., limit: _Optional[int] = ..., permits: _Optional[int] = ..., mode: _Optional[_Union[Mode, str]] = ..., value: _Optional[str] = ...) -> None: ...
 
 class Grant(_message.Message):
-    __slots__ = ("fencing_token", "holder", "expires_at", "stamp", "permits", "mode", "lock_delay")
+    __slots__ = ("fencing_token", "holder", "expires_at", "stamp", "permits", "mode", "lock_delay", "value")
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +106,7 @@ class Grant(_message.Message):
     PERMITS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     fencing_token: int
     holder: str
     expires_at: _timestamp_pb2.Timestamp
@@ -107,7 +114,8 @@ class Grant(_message.Message):
     permits: int
     mode: Mode
     lock_delay: _duration_pb2.Duration
-    def __init__(self, fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., permits: _Optional[int] = ..., mode: _Optional[_Union[Mode, str]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    value: str
+    def __init__(self, fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., permits: _Optional[int] = ..., mode: _Optional[_Union[Mode, str]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., value: _Optional[str] = ...) -> None: ...
 
 class LeasedKey(_message.Message):
     __slots__ = ("key", "fencing_token")
@@ -192,7 +200,7 @@ class BackendInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., shared: _Optional[bool] = ..., durable: _Optional[bool] = ..., ttl_granularity: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., min_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fair: _Optional[bool] = ..., capabilities: _Optional[_Iterable[_Union[Capability, str]]] = ..., max_keys: _Optional[int] = ..., max_lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., kinds: _Optional[_Iterable[_Union[Kind, str]]] = ..., max_limit: _Optional[int] = ..., rwlock_readers: _Optional[int] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("key", "ttl", "wait", "holder", "client_stamp", "claims", "request_id", "lock_delay", "kind", "limit", "permits", "mode")
+    __slots__ = ("key", "ttl", "wait", "holder", "client_stamp", "claims", "request_id", "lock_delay", "kind", "limit", "permits", "mode", "value")
     KEY_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +213,7 @@ class AcquireRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PERMITS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     key: str
     ttl: _duration_pb2.Duration
     wait: _duration_pb2.Duration
@@ -217,7 +226,8 @@ class AcquireRequest(_message.Message):
     limit: int
     permits: int
     mode: Mode
-    def __init__(self, key: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., holder: _Optional[str] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., claims: _Optional[_Iterable[_Union[Claim, _Mapping]]] = ..., request_id: _Optional[str] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., kind: _Optional[_Union[Kind, str]] = ..., limit: _Optional[int] = ..., permits: _Optional[int] = ..., mode: _Optional[_Union[Mode, str]] = ...) -> None: ...
+    value: str
+    def __init__(self, key: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., holder: _Optional[str] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ..., claims: _Optional[_Iterable[_Union[Claim, _Mapping]]] = ..., request_id: _Optional[str] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., kind: _Optional[_Union[Kind, str]] = ..., limit: _Optional[int] = ..., permits: _Optional[int] = ..., mode: _Optional[_Union[Mode, str]] = ..., value: _Optional[str] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("acquired", "lease", "current", "server_stamp", "delayed")
@@ -280,6 +290,28 @@ class ExtendResponse(_message.Message):
     lease: Lease
     server_stamp: HlcTimestamp
     def __init__(self, extended: _Optional[bool] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class ProclaimRequest(_message.Message):
+    __slots__ = ("key", "owner_token", "value", "client_stamp")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_STAMP_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    owner_token: str
+    value: str
+    client_stamp: HlcTimestamp
+    def __init__(self, key: _Optional[str] = ..., owner_token: _Optional[str] = ..., value: _Optional[str] = ..., client_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class ProclaimResponse(_message.Message):
+    __slots__ = ("proclaimed", "lease", "server_stamp")
+    PROCLAIMED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    SERVER_STAMP_FIELD_NUMBER: _ClassVar[int]
+    proclaimed: bool
+    lease: Lease
+    server_stamp: HlcTimestamp
+    def __init__(self, proclaimed: _Optional[bool] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
 
 class ExtendBatchRequest(_message.Message):
     __slots__ = ("items", "client_stamp")
@@ -382,6 +414,36 @@ class WatchResponse(_message.Message):
     state: LockState
     server_stamp: HlcTimestamp
     def __init__(self, type: _Optional[_Union[EventType, str]] = ..., state: _Optional[_Union[LockState, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class ObserveRequest(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class ObserveResponse(_message.Message):
+    __slots__ = ("leader", "server_stamp")
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    SERVER_STAMP_FIELD_NUMBER: _ClassVar[int]
+    leader: Leader
+    server_stamp: HlcTimestamp
+    def __init__(self, leader: _Optional[_Union[Leader, _Mapping]] = ..., server_stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
+
+class Leader(_message.Message):
+    __slots__ = ("key", "term", "holder", "value", "expires_at", "stamp")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    STAMP_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    term: int
+    holder: str
+    value: str
+    expires_at: _timestamp_pb2.Timestamp
+    stamp: HlcTimestamp
+    def __init__(self, key: _Optional[str] = ..., term: _Optional[int] = ..., holder: _Optional[str] = ..., value: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stamp: _Optional[_Union[HlcTimestamp, _Mapping]] = ...) -> None: ...
 
 class GetServerInfoRequest(_message.Message):
     __slots__ = ()

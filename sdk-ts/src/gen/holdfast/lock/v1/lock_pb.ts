@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file holdfast/lock/v1/lock.proto.
  */
 export const file_holdfast_lock_v1_lock: GenFile = /*@__PURE__*/
-  fileDesc("Chtob2xkZmFzdC9sb2NrL3YxL2xvY2sucHJvdG8SEGhvbGRmYXN0LmxvY2sudjEiNQoMSGxjVGltZXN0YW1wEhQKDHdhbGxfdGltZV9ucxgBIAEoAxIPCgdsb2dpY2FsGAIgASgNIo0DCgVMZWFzZRILCgNrZXkYASABKAkSEwoLb3duZXJfdG9rZW4YAiABKAkSFQoNZmVuY2luZ190b2tlbhgDIAEoBBImCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIpCgRrZXlzGAcgAygLMhsuaG9sZGZhc3QubG9jay52MS5MZWFzZWRLZXkSLQoKbG9ja19kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIkCgRraW5kGAkgASgOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEg0KBWxpbWl0GAogASgNEg8KB3Blcm1pdHMYCyABKA0SJAoEbW9kZRgMIAEoDjIWLmhvbGRmYXN0LmxvY2sudjEuTW9kZSLzAQoFR3JhbnQSFQoNZmVuY2luZ190b2tlbhgBIAEoBBIOCgZob2xkZXIYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBCABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIPCgdwZXJtaXRzGAUgASgNEiQKBG1vZGUYBiABKA4yFi5ob2xkZmFzdC5sb2NrLnYxLk1vZGUSLQoKbG9ja19kZWxheRgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIvCglMZWFzZWRLZXkSCwoDa2V5GAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQiFAoFQ2xhaW0SCwoDa2V5GAEgASgJInAKCEtleURlbGF5EgsKA2tleRgBIAEoCRIpCgV1bnRpbBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoJcmVtYWluaW5nGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uItUCCglMb2NrU3RhdGUSCwoDa2V5GAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQSDgoGaG9sZGVyGAMgASgJEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KBXN0YW1wGAUgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASDwoHd2FpdGVycxgGIAEoDRItCgpsb2NrX2RlbGF5GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiQKBGtpbmQYCCABKA4yFi5ob2xkZmFzdC5sb2NrLnYxLktpbmQSDQoFbGltaXQYCSABKA0SFgoOcGVybWl0c19pbl91c2UYCiABKA0SKAoHaG9sZGVycxgLIAMoCzIXLmhvbGRmYXN0LmxvY2sudjEuR3JhbnQisgMKC0JhY2tlbmRJbmZvEgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIOCgZzaGFyZWQYAyABKAgSDwoHZHVyYWJsZRgEIAEoCBIyCg90dGxfZ3JhbnVsYXJpdHkYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWluX3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgdtYXhfdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBGZhaXIYCCABKAgSMgoMY2FwYWJpbGl0aWVzGAkgAygOMhwuaG9sZGZhc3QubG9jay52MS5DYXBhYmlsaXR5EhAKCG1heF9rZXlzGAogASgNEjEKDm1heF9sb2NrX2RlbGF5GAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiUKBWtpbmRzGAwgAygOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEhEKCW1heF9saW1pdBgNIAEoDRIWCg5yd2xvY2tfcmVhZGVycxgOIAEoDSKMAwoOQWNxdWlyZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKA3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBmhvbGRlchgEIAEoCRI0CgxjbGllbnRfc3RhbXAYBSABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBInCgZjbGFpbXMYBiADKAsyFy5ob2xkZmFzdC5sb2NrLnYxLkNsYWltEhIKCnJlcXVlc3RfaWQYByABKAkSLQoKbG9ja19kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIkCgRraW5kGAkgASgOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEg0KBWxpbWl0GAogASgNEg8KB3Blcm1pdHMYCyABKA0SJAoEbW9kZRgMIAEoDjIWLmhvbGRmYXN0LmxvY2sudjEuTW9kZSLcAQoPQWNxdWlyZVJlc3BvbnNlEhAKCGFjcXVpcmVkGAEgASgIEiYKBWxlYXNlGAIgASgLMhcuaG9sZGZhc3QubG9jay52MS5MZWFzZRIsCgdjdXJyZW50GAMgASgLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSNAoMc2VydmVyX3N0YW1wGAQgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASKwoHZGVsYXllZBgFIAEoCzIaLmhvbGRmYXN0LmxvY2sudjEuS2V5RGVsYXkiigEKDlJlbGVhc2VSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRI0CgxjbGllbnRfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIMCgRrZXlzGAQgAygJEhIKCnJlcXVlc3RfaWQYBSABKAkiWQoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIEjQKDHNlcnZlcl9zdGFtcBgCIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIrEBCg1FeHRlbmRSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRImCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNAoMY2xpZW50X3N0YW1wGAQgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASDAoEa2V5cxgFIAMoCRISCgpyZXF1ZXN0X2lkGAYgASgJIoABCg5FeHRlbmRSZXNwb25zZRIQCghleHRlbmRlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USNAoMc2VydmVyX3N0YW1wGAMgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAifAoSRXh0ZW5kQmF0Y2hSZXF1ZXN0EjAKBWl0ZW1zGAEgAygLMiEuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaEl0ZW0SNAoMY2xpZW50X3N0YW1wGAIgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAibwoPRXh0ZW5kQmF0Y2hJdGVtEgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRImCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKcmVxdWVzdF9pZBgEIAEoCSKBAQoTRXh0ZW5kQmF0Y2hSZXNwb25zZRI0CgdyZXN1bHRzGAEgAygLMiMuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaFJlc3VsdBI0CgxzZXJ2ZXJfc3RhbXAYAiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCJ5ChFFeHRlbmRCYXRjaFJlc3VsdBIQCghleHRlbmRlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USKgoFZXJyb3IYAyABKAsyGy5ob2xkZmFzdC5sb2NrLnYxLkl0ZW1FcnJvciIqCglJdGVtRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIh0KDkluc3BlY3RSZXF1ZXN0EgsKA2tleRgBIAEoCSKuAQoPSW5zcGVjdFJlc3BvbnNlEgwKBGhlbGQYASABKAgSKgoFc3RhdGUYAiABKAsyGy5ob2xkZmFzdC5sb2NrLnYxLkxvY2tTdGF0ZRI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIrCgdkZWxheWVkGAQgASgLMhouaG9sZGZhc3QubG9jay52MS5LZXlEZWxheSJECgtMaXN0UmVxdWVzdBIOCgZwcmVmaXgYASABKAkSEQoJcGFnZV9zaXplGAIgASgNEhIKCnBhZ2VfdG9rZW4YAyABKAkiiQEKDExpc3RSZXNwb25zZRIqCgVsb2NrcxgBIAMoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCI5CgxXYXRjaFJlcXVlc3QSDQoDa2V5GAEgASgJSAASEAoGcHJlZml4GAIgASgJSABCCAoGdGFyZ2V0IpwBCg1XYXRjaFJlc3BvbnNlEikKBHR5cGUYASABKA4yGy5ob2xkZmFzdC5sb2NrLnYxLkV2ZW50VHlwZRIqCgVzdGF0ZRgCIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IvABChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIuCgdiYWNrZW5kGAIgASgLMh0uaG9sZGZhc3QubG9jay52MS5CYWNrZW5kSW5mbxI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIzChBtYXhfY2xvY2tfb2Zmc2V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEisKCG1heF93YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uKlEKBEtpbmQSFAoQS0lORF9VTlNQRUNJRklFRBAAEg4KCktJTkRfTVVURVgQARISCg5LSU5EX1NFTUFQSE9SRRACEg8KC0tJTkRfUldMT0NLEAMqQQoETW9kZRIUChBNT0RFX1VOU1BFQ0lGSUVEEAASDwoLTU9ERV9TSEFSRUQQARISCg5NT0RFX0VYQ0xVU0lWRRACKngKCkNhcGFiaWxpdHkSGgoWQ0FQQUJJTElUWV9VTlNQRUNJRklFRBAAEhgKFENBUEFCSUxJVFlfTVVMVElfS0VZEAESGQoVQ0FQQUJJTElUWV9SRVFVRVNUX0lEEAISGQoVQ0FQQUJJTElUWV9MT0NLX0RFTEFZEAMqiAEKCUV2ZW50VHlwZRIaChZFVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASFwoTRVZFTlRfVFlQRV9BQ1FVSVJFRBABEhcKE0VWRU5UX1RZUEVfUkVMRUFTRUQQAhIWChJFVkVOVF9UWVBFX0VYUElSRUQQAxIVChFFVkVOVF9UWVBFX1NZTkNFRBAEMqoFCgtMb2NrU2VydmljZRJOCgdBY3F1aXJlEiAuaG9sZGZhc3QubG9jay52MS5BY3F1aXJlUmVxdWVzdBohLmhvbGRmYXN0LmxvY2sudjEuQWNxdWlyZVJlc3BvbnNlEk4KB1JlbGVhc2USIC5ob2xkZmFzdC5sb2NrLnYxLlJlbGVhc2VSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5SZWxlYXNlUmVzcG9uc2USSwoGRXh0ZW5kEh8uaG9sZGZhc3QubG9jay52MS5FeHRlbmRSZXF1ZXN0GiAuaG9sZGZhc3QubG9jay52MS5FeHRlbmRSZXNwb25zZRJaCgtFeHRlbmRCYXRjaBIkLmhvbGRmYXN0LmxvY2sudjEuRXh0ZW5kQmF0Y2hSZXF1ZXN0GiUuaG9sZGZhc3QubG9jay52MS5FeHRlbmRCYXRjaFJlc3BvbnNlElMKB0luc3BlY3QSIC5ob2xkZmFzdC5sb2NrLnYxLkluc3BlY3RSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5JbnNwZWN0UmVzcG9uc2UiA5ACARJKCgRMaXN0Eh0uaG9sZGZhc3QubG9jay52MS5MaXN0UmVxdWVzdBoeLmhvbGRmYXN0LmxvY2sudjEuTGlzdFJlc3BvbnNlIgOQAgESSgoFV2F0Y2gSHi5ob2xkZmFzdC5sb2NrLnYxLldhdGNoUmVxdWVzdBofLmhvbGRmYXN0LmxvY2sudjEuV2F0Y2hSZXNwb25zZTABEmUKDUdldFNlcnZlckluZm8SJi5ob2xkZmFzdC5sb2NrLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0GicuaG9sZGZhc3QubG9jay52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2UiA5ACAUI8WjpnaXRodWIuY29tL2hvbGRmYXN0L2hvbGRmYXN0L3Byb3RvL2hvbGRmYXN0L2xvY2svdjE7bG9ja3YxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chtob2xkZmFzdC9sb2NrL3YxL2xvY2sucHJvdG8SEGhvbGRmYXN0LmxvY2sudjEiNQoMSGxjVGltZXN0YW1wEhQKDHdhbGxfdGltZV9ucxgBIAEoAxIPCgdsb2dpY2FsGAIgASgNIpwDCgVMZWFzZRILCgNrZXkYASABKAkSEwoLb3duZXJfdG9rZW4YAiABKAkSFQoNZmVuY2luZ190b2tlbhgDIAEoBBImCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIpCgRrZXlzGAcgAygLMhsuaG9sZGZhc3QubG9jay52MS5MZWFzZWRLZXkSLQoKbG9ja19kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIkCgRraW5kGAkgASgOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEg0KBWxpbWl0GAogASgNEg8KB3Blcm1pdHMYCyABKA0SJAoEbW9kZRgMIAEoDjIWLmhvbGRmYXN0LmxvY2sudjEuTW9kZRINCgV2YWx1ZRgNIAEoCSKCAgoFR3JhbnQSFQoNZmVuY2luZ190b2tlbhgBIAEoBBIOCgZob2xkZXIYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoFc3RhbXAYBCABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIPCgdwZXJtaXRzGAUgASgNEiQKBG1vZGUYBiABKA4yFi5ob2xkZmFzdC5sb2NrLnYxLk1vZGUSLQoKbG9ja19kZWxheRgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgV2YWx1ZRgIIAEoCSIvCglMZWFzZWRLZXkSCwoDa2V5GAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQiFAoFQ2xhaW0SCwoDa2V5GAEgASgJInAKCEtleURlbGF5EgsKA2tleRgBIAEoCRIpCgV1bnRpbBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoJcmVtYWluaW5nGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uItUCCglMb2NrU3RhdGUSCwoDa2V5GAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQSDgoGaG9sZGVyGAMgASgJEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KBXN0YW1wGAUgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASDwoHd2FpdGVycxgGIAEoDRItCgpsb2NrX2RlbGF5GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiQKBGtpbmQYCCABKA4yFi5ob2xkZmFzdC5sb2NrLnYxLktpbmQSDQoFbGltaXQYCSABKA0SFgoOcGVybWl0c19pbl91c2UYCiABKA0SKAoHaG9sZGVycxgLIAMoCzIXLmhvbGRmYXN0LmxvY2sudjEuR3JhbnQisgMKC0JhY2tlbmRJbmZvEgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIOCgZzaGFyZWQYAyABKAgSDwoHZHVyYWJsZRgEIAEoCBIyCg90dGxfZ3JhbnVsYXJpdHkYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWluX3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgdtYXhfdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBGZhaXIYCCABKAgSMgoMY2FwYWJpbGl0aWVzGAkgAygOMhwuaG9sZGZhc3QubG9jay52MS5DYXBhYmlsaXR5EhAKCG1heF9rZXlzGAogASgNEjEKDm1heF9sb2NrX2RlbGF5GAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiUKBWtpbmRzGAwgAygOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEhEKCW1heF9saW1pdBgNIAEoDRIWCg5yd2xvY2tfcmVhZGVycxgOIAEoDSKbAwoOQWNxdWlyZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKA3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBmhvbGRlchgEIAEoCRI0CgxjbGllbnRfc3RhbXAYBSABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBInCgZjbGFpbXMYBiADKAsyFy5ob2xkZmFzdC5sb2NrLnYxLkNsYWltEhIKCnJlcXVlc3RfaWQYByABKAkSLQoKbG9ja19kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIkCgRraW5kGAkgASgOMhYuaG9sZGZhc3QubG9jay52MS5LaW5kEg0KBWxpbWl0GAogASgNEg8KB3Blcm1pdHMYCyABKA0SJAoEbW9kZRgMIAEoDjIWLmhvbGRmYXN0LmxvY2sudjEuTW9kZRINCgV2YWx1ZRgNIAEoCSLcAQoPQWNxdWlyZVJlc3BvbnNlEhAKCGFjcXVpcmVkGAEgASgIEiYKBWxlYXNlGAIgASgLMhcuaG9sZGZhc3QubG9jay52MS5MZWFzZRIsCgdjdXJyZW50GAMgASgLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSNAoMc2VydmVyX3N0YW1wGAQgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASKwoHZGVsYXllZBgFIAEoCzIaLmhvbGRmYXN0LmxvY2sudjEuS2V5RGVsYXkiigEKDlJlbGVhc2VSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRI0CgxjbGllbnRfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIMCgRrZXlzGAQgAygJEhIKCnJlcXVlc3RfaWQYBSABKAkiWQoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIEjQKDHNlcnZlcl9zdGFtcBgCIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIrEBCg1FeHRlbmRSZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRImCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNAoMY2xpZW50X3N0YW1wGAQgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXASDAoEa2V5cxgFIAMoCRISCgpyZXF1ZXN0X2lkGAYgASgJIoABCg5FeHRlbmRSZXNwb25zZRIQCghleHRlbmRlZBgBIAEoCBImCgVsZWFzZRgCIAEoCzIXLmhvbGRmYXN0LmxvY2sudjEuTGVhc2USNAoMc2VydmVyX3N0YW1wGAMgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAieAoPUHJvY2xhaW1SZXF1ZXN0EgsKA2tleRgBIAEoCRITCgtvd25lcl90b2tlbhgCIAEoCRINCgV2YWx1ZRgDIAEoCRI0CgxjbGllbnRfc3RhbXAYBCABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCKEAQoQUHJvY2xhaW1SZXNwb25zZRISCgpwcm9jbGFpbWVkGAEgASgIEiYKBWxlYXNlGAIgASgLMhcuaG9sZGZhc3QubG9jay52MS5MZWFzZRI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCJ8ChJFeHRlbmRCYXRjaFJlcXVlc3QSMAoFaXRlbXMYASADKAsyIS5ob2xkZmFzdC5sb2NrLnYxLkV4dGVuZEJhdGNoSXRlbRI0CgxjbGllbnRfc3RhbXAYAiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCJvCg9FeHRlbmRCYXRjaEl0ZW0SCwoDa2V5GAEgASgJEhMKC293bmVyX3Rva2VuGAIgASgJEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAQgASgJIoEBChNFeHRlbmRCYXRjaFJlc3BvbnNlEjQKB3Jlc3VsdHMYASADKAsyIy5ob2xkZmFzdC5sb2NrLnYxLkV4dGVuZEJhdGNoUmVzdWx0EjQKDHNlcnZlcl9zdGFtcBgCIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wInkKEUV4dGVuZEJhdGNoUmVzdWx0EhAKCGV4dGVuZGVkGAEgASgIEiYKBWxlYXNlGAIgASgLMhcuaG9sZGZhc3QubG9jay52MS5MZWFzZRIqCgVlcnJvchgDIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuSXRlbUVycm9yIioKCUl0ZW1FcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiHQoOSW5zcGVjdFJlcXVlc3QSCwoDa2V5GAEgASgJIq4BCg9JbnNwZWN0UmVzcG9uc2USDAoEaGVsZBgBIAEoCBIqCgVzdGF0ZRgCIAEoCzIbLmhvbGRmYXN0LmxvY2sudjEuTG9ja1N0YXRlEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wEisKB2RlbGF5ZWQYBCABKAsyGi5ob2xkZmFzdC5sb2NrLnYxLktleURlbGF5IkQKC0xpc3RSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRIRCglwYWdlX3NpemUYAiABKA0SEgoKcGFnZV90b2tlbhgDIAEoCSKJAQoMTGlzdFJlc3BvbnNlEioKBWxvY2tzGAEgAygLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEjQKDHNlcnZlcl9zdGFtcBgDIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIjkKDFdhdGNoUmVxdWVzdBINCgNrZXkYASABKAlIABIQCgZwcmVmaXgYAiABKAlIAEIICgZ0YXJnZXQinAEKDVdhdGNoUmVzcG9uc2USKQoEdHlwZRgBIAEoDjIbLmhvbGRmYXN0LmxvY2sudjEuRXZlbnRUeXBlEioKBXN0YXRlGAIgASgLMhsuaG9sZGZhc3QubG9jay52MS5Mb2NrU3RhdGUSNAoMc2VydmVyX3N0YW1wGAMgASgLMh4uaG9sZGZhc3QubG9jay52MS5IbGNUaW1lc3RhbXAiHQoOT2JzZXJ2ZVJlcXVlc3QSCwoDa2V5GAEgASgJInEKD09ic2VydmVSZXNwb25zZRIoCgZsZWFkZXIYASABKAsyGC5ob2xkZmFzdC5sb2NrLnYxLkxlYWRlchI0CgxzZXJ2ZXJfc3RhbXAYAiABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcCKhAQoGTGVhZGVyEgsKA2tleRgBIAEoCRIMCgR0ZXJtGAIgASgEEg4KBmhvbGRlchgDIAEoCRINCgV2YWx1ZRgEIAEoCRIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCgVzdGFtcBgGIAEoCzIeLmhvbGRmYXN0LmxvY2sudjEuSGxjVGltZXN0YW1wIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IvABChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIuCgdiYWNrZW5kGAIgASgLMh0uaG9sZGZhc3QubG9jay52MS5CYWNrZW5kSW5mbxI0CgxzZXJ2ZXJfc3RhbXAYAyABKAsyHi5ob2xkZmFzdC5sb2NrLnYxLkhsY1RpbWVzdGFtcBIzChBtYXhfY2xvY2tfb2Zmc2V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEisKCG1heF93YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uKmQKBEtpbmQSFAoQS0lORF9VTlNQRUNJRklFRBAAEg4KCktJTkRfTVVURVgQARISCg5LSU5EX1NFTUFQSE9SRRACEg8KC0tJTkRfUldMT0NLEAMSEQoNS0lORF9FTEVDVElPThAEKkEKBE1vZGUSFAoQTU9ERV9VTlNQRUNJRklFRBAAEg8KC01PREVfU0hBUkVEEAESEgoOTU9ERV9FWENMVVNJVkUQAip4CgpDYXBhYmlsaXR5EhoKFkNBUEFCSUxJVFlfVU5TUEVDSUZJRUQQABIYChRDQVBBQklMSVRZX01VTFRJX0tFWRABEhkKFUNBUEFCSUxJVFlfUkVRVUVTVF9JRBACEhkKFUNBUEFCSUxJVFlfTE9DS19ERUxBWRADKqMBCglFdmVudFR5cGUSGgoWRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEhcKE0VWRU5UX1RZUEVfQUNRVUlSRUQQARIXChNFVkVOVF9UWVBFX1JFTEVBU0VEEAISFgoSRVZFTlRfVFlQRV9FWFBJUkVEEAMSFQoRRVZFTlRfVFlQRV9TWU5DRUQQBBIZChVFVkVOVF9UWVBFX1BST0NMQUlNRUQQBTLPBgoLTG9ja1NlcnZpY2USTgoHQWNxdWlyZRIgLmhvbGRmYXN0LmxvY2sudjEuQWNxdWlyZVJlcXVlc3QaIS5ob2xkZmFzdC5sb2NrLnYxLkFjcXVpcmVSZXNwb25zZRJOCgdSZWxlYXNlEiAuaG9sZGZhc3QubG9jay52MS5SZWxlYXNlUmVxdWVzdBohLmhvbGRmYXN0LmxvY2sudjEuUmVsZWFzZVJlc3BvbnNlEksKBkV4dGVuZBIfLmhvbGRmYXN0LmxvY2sudjEuRXh0ZW5kUmVxdWVzdBogLmhvbGRmYXN0LmxvY2sudjEuRXh0ZW5kUmVzcG9uc2USWgoLRXh0ZW5kQmF0Y2gSJC5ob2xkZmFzdC5sb2NrLnYxLkV4dGVuZEJhdGNoUmVxdWVzdBolLmhvbGRmYXN0LmxvY2sudjEuRXh0ZW5kQmF0Y2hSZXNwb25zZRJRCghQcm9jbGFpbRIhLmhvbGRmYXN0LmxvY2sudjEuUHJvY2xhaW1SZXF1ZXN0GiIuaG9sZGZhc3QubG9jay52MS5Qcm9jbGFpbVJlc3BvbnNlElMKB0luc3BlY3QSIC5ob2xkZmFzdC5sb2NrLnYxLkluc3BlY3RSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5JbnNwZWN0UmVzcG9uc2UiA5ACARJKCgRMaXN0Eh0uaG9sZGZhc3QubG9jay52MS5MaXN0UmVxdWVzdBoeLmhvbGRmYXN0LmxvY2sudjEuTGlzdFJlc3BvbnNlIgOQAgESSgoFV2F0Y2gSHi5ob2xkZmFzdC5sb2NrLnYxLldhdGNoUmVxdWVzdBofLmhvbGRmYXN0LmxvY2sudjEuV2F0Y2hSZXNwb25zZTABElAKB09ic2VydmUSIC5ob2xkZmFzdC5sb2NrLnYxLk9ic2VydmVSZXF1ZXN0GiEuaG9sZGZhc3QubG9jay52MS5PYnNlcnZlUmVzcG9uc2UwARJlCg1HZXRTZXJ2ZXJJbmZvEiYuaG9sZGZhc3QubG9jay52MS5HZXRTZXJ2ZXJJbmZvUmVxdWVzdBonLmhvbGRmYXN0LmxvY2sudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlIgOQAgFCPFo6Z2l0aHViLmNvbS9ob2xkZmFzdC9ob2xkZmFzdC9wcm90by9ob2xkZmFzdC9sb2NrL3YxO2xvY2t2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * HlcTimestamp is a Hybrid Logical Clock reading (Kulkarni et al. 2014):
@@ -141,6 +141,14 @@ export type Lease = Message<"holdfast.lock.v1.Lease"> & {
    * @generated from field: holdfast.lock.v1.Mode mode = 12;
    */
   mode: Mode;
+
+  /**
+   * For KIND_ELECTION: the leader's value (the Acquire's, or the last
+   * Proclaim's); empty otherwise.
+   *
+   * @generated from field: string value = 13;
+   */
+  value: string;
 };
 
 /**
@@ -198,11 +206,16 @@ export type Grant = Message<"holdfast.lock.v1.Grant"> & {
   /**
    * The lock-delay that follows this lease if it expires (mutex only).
    *
-   * Field 8 is kept for the lease's value (leader election).
-   *
    * @generated from field: google.protobuf.Duration lock_delay = 7;
    */
   lockDelay?: Duration | undefined;
+
+  /**
+   * For KIND_ELECTION: the leader's value; empty otherwise.
+   *
+   * @generated from field: string value = 8;
+   */
+  value: string;
 };
 
 /**
@@ -465,8 +478,9 @@ export type BackendInfo = Message<"holdfast.lock.v1.BackendInfo"> & {
   maxLockDelay?: Duration | undefined;
 
   /**
-   * The kinds of key the backend keeps; always KIND_MUTEX. An Acquire of
-   * another kind is answered unimplemented, naming the backend and the kind.
+   * The kinds of key the backend keeps; always KIND_MUTEX. An Acquire (or
+   * a Proclaim or an Observe, for KIND_ELECTION) of another kind is
+   * answered unimplemented, naming the backend and the kind.
    *
    * @generated from field: repeated holdfast.lock.v1.Kind kinds = 12;
    */
@@ -587,6 +601,8 @@ export type AcquireRequest = Message<"holdfast.lock.v1.AcquireRequest"> & {
    *     permits 0 (meaning 1) to limit, mode unset.
    *   - KIND_RWLOCK: mode MODE_SHARED or MODE_EXCLUSIVE (required), limit 0
    *     or BackendInfo.rwlock_readers, permits 0.
+   *   - KIND_ELECTION (a campaign): limit and permits 0 or 1, mode unset;
+   *     value allowed. Waiting campaigners are served in arrival order.
    *
    * A request outside these is refused with invalid_argument naming the
    * field and its bound; one whose kind or limit differs from the key's is
@@ -613,6 +629,16 @@ export type AcquireRequest = Message<"holdfast.lock.v1.AcquireRequest"> & {
    * @generated from field: holdfast.lock.v1.Mode mode = 12;
    */
   mode: Mode;
+
+  /**
+   * KIND_ELECTION only (invalid_argument on any other kind): the value the
+   * leader is known by (its address, its identity), 0 to 4096 bytes of
+   * UTF-8. Kept with the lease, shown to everyone who can read the key
+   * (Inspect, List, Watch, Observe) and replaced by Proclaim.
+   *
+   * @generated from field: string value = 13;
+   */
+  value: string;
 };
 
 /**
@@ -822,6 +848,78 @@ export const ExtendResponseSchema: GenMessage<ExtendResponse> = /*@__PURE__*/
   messageDesc(file_holdfast_lock_v1_lock, 13);
 
 /**
+ * @generated from message holdfast.lock.v1.ProclaimRequest
+ */
+export type ProclaimRequest = Message<"holdfast.lock.v1.ProclaimRequest"> & {
+  /**
+   * The election key: 1 to 512 bytes of UTF-8 without NUL.
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * The leader's owner token (its Lease.owner_token).
+   *
+   * @generated from field: string owner_token = 2;
+   */
+  ownerToken: string;
+
+  /**
+   * The new value, as AcquireRequest.value: 0 to 4096 bytes of UTF-8.
+   *
+   * @generated from field: string value = 3;
+   */
+  value: string;
+
+  /**
+   * @generated from field: holdfast.lock.v1.HlcTimestamp client_stamp = 4;
+   */
+  clientStamp?: HlcTimestamp | undefined;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.ProclaimRequest.
+ * Use `create(ProclaimRequestSchema)` to create a new message.
+ */
+export const ProclaimRequestSchema: GenMessage<ProclaimRequest> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 14);
+
+/**
+ * @generated from message holdfast.lock.v1.ProclaimResponse
+ */
+export type ProclaimResponse = Message<"holdfast.lock.v1.ProclaimResponse"> & {
+  /**
+   * False when owner_token does not hold the key's leadership now
+   * (expired, resigned, taken over, or never held); nothing was changed
+   * then.
+   *
+   * @generated from field: bool proclaimed = 1;
+   */
+  proclaimed: boolean;
+
+  /**
+   * The leadership with its new value, when proclaimed; its ttl is unset
+   * (Proclaim renews nothing) and its fencing_token is the term.
+   *
+   * @generated from field: holdfast.lock.v1.Lease lease = 2;
+   */
+  lease?: Lease | undefined;
+
+  /**
+   * @generated from field: holdfast.lock.v1.HlcTimestamp server_stamp = 3;
+   */
+  serverStamp?: HlcTimestamp | undefined;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.ProclaimResponse.
+ * Use `create(ProclaimResponseSchema)` to create a new message.
+ */
+export const ProclaimResponseSchema: GenMessage<ProclaimResponse> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 15);
+
+/**
  * @generated from message holdfast.lock.v1.ExtendBatchRequest
  */
 export type ExtendBatchRequest = Message<"holdfast.lock.v1.ExtendBatchRequest"> & {
@@ -844,7 +942,7 @@ export type ExtendBatchRequest = Message<"holdfast.lock.v1.ExtendBatchRequest"> 
  * Use `create(ExtendBatchRequestSchema)` to create a new message.
  */
 export const ExtendBatchRequestSchema: GenMessage<ExtendBatchRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 14);
+  messageDesc(file_holdfast_lock_v1_lock, 16);
 
 /**
  * ExtendBatchItem is one single-key lease to renew: the fields of an
@@ -885,7 +983,7 @@ export type ExtendBatchItem = Message<"holdfast.lock.v1.ExtendBatchItem"> & {
  * Use `create(ExtendBatchItemSchema)` to create a new message.
  */
 export const ExtendBatchItemSchema: GenMessage<ExtendBatchItem> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 15);
+  messageDesc(file_holdfast_lock_v1_lock, 17);
 
 /**
  * @generated from message holdfast.lock.v1.ExtendBatchResponse
@@ -909,7 +1007,7 @@ export type ExtendBatchResponse = Message<"holdfast.lock.v1.ExtendBatchResponse"
  * Use `create(ExtendBatchResponseSchema)` to create a new message.
  */
 export const ExtendBatchResponseSchema: GenMessage<ExtendBatchResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 16);
+  messageDesc(file_holdfast_lock_v1_lock, 18);
 
 /**
  * @generated from message holdfast.lock.v1.ExtendBatchResult
@@ -945,7 +1043,7 @@ export type ExtendBatchResult = Message<"holdfast.lock.v1.ExtendBatchResult"> & 
  * Use `create(ExtendBatchResultSchema)` to create a new message.
  */
 export const ExtendBatchResultSchema: GenMessage<ExtendBatchResult> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 17);
+  messageDesc(file_holdfast_lock_v1_lock, 19);
 
 /**
  * ItemError is why one item of a batch was not decided.
@@ -971,7 +1069,7 @@ export type ItemError = Message<"holdfast.lock.v1.ItemError"> & {
  * Use `create(ItemErrorSchema)` to create a new message.
  */
 export const ItemErrorSchema: GenMessage<ItemError> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 18);
+  messageDesc(file_holdfast_lock_v1_lock, 20);
 
 /**
  * @generated from message holdfast.lock.v1.InspectRequest
@@ -988,7 +1086,7 @@ export type InspectRequest = Message<"holdfast.lock.v1.InspectRequest"> & {
  * Use `create(InspectRequestSchema)` to create a new message.
  */
 export const InspectRequestSchema: GenMessage<InspectRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 19);
+  messageDesc(file_holdfast_lock_v1_lock, 21);
 
 /**
  * @generated from message holdfast.lock.v1.InspectResponse
@@ -1024,7 +1122,7 @@ export type InspectResponse = Message<"holdfast.lock.v1.InspectResponse"> & {
  * Use `create(InspectResponseSchema)` to create a new message.
  */
 export const InspectResponseSchema: GenMessage<InspectResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 20);
+  messageDesc(file_holdfast_lock_v1_lock, 22);
 
 /**
  * @generated from message holdfast.lock.v1.ListRequest
@@ -1061,7 +1159,7 @@ export type ListRequest = Message<"holdfast.lock.v1.ListRequest"> & {
  * Use `create(ListRequestSchema)` to create a new message.
  */
 export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 21);
+  messageDesc(file_holdfast_lock_v1_lock, 23);
 
 /**
  * @generated from message holdfast.lock.v1.ListResponse
@@ -1090,7 +1188,7 @@ export type ListResponse = Message<"holdfast.lock.v1.ListResponse"> & {
  * Use `create(ListResponseSchema)` to create a new message.
  */
 export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 22);
+  messageDesc(file_holdfast_lock_v1_lock, 24);
 
 /**
  * @generated from message holdfast.lock.v1.WatchRequest
@@ -1123,7 +1221,7 @@ export type WatchRequest = Message<"holdfast.lock.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 23);
+  messageDesc(file_holdfast_lock_v1_lock, 25);
 
 /**
  * @generated from message holdfast.lock.v1.WatchResponse
@@ -1153,7 +1251,108 @@ export type WatchResponse = Message<"holdfast.lock.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 24);
+  messageDesc(file_holdfast_lock_v1_lock, 26);
+
+/**
+ * @generated from message holdfast.lock.v1.ObserveRequest
+ */
+export type ObserveRequest = Message<"holdfast.lock.v1.ObserveRequest"> & {
+  /**
+   * The election key: 1 to 512 bytes of UTF-8 without NUL.
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.ObserveRequest.
+ * Use `create(ObserveRequestSchema)` to create a new message.
+ */
+export const ObserveRequestSchema: GenMessage<ObserveRequest> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 27);
+
+/**
+ * @generated from message holdfast.lock.v1.ObserveResponse
+ */
+export type ObserveResponse = Message<"holdfast.lock.v1.ObserveResponse"> & {
+  /**
+   * The key's leader; unset when nobody leads it now.
+   *
+   * @generated from field: holdfast.lock.v1.Leader leader = 1;
+   */
+  leader?: Leader | undefined;
+
+  /**
+   * @generated from field: holdfast.lock.v1.HlcTimestamp server_stamp = 2;
+   */
+  serverStamp?: HlcTimestamp | undefined;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.ObserveResponse.
+ * Use `create(ObserveResponseSchema)` to create a new message.
+ */
+export const ObserveResponseSchema: GenMessage<ObserveResponse> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 28);
+
+/**
+ * Leader is an election's leadership as everyone sees it: never with its
+ * owner token.
+ *
+ * @generated from message holdfast.lock.v1.Leader
+ */
+export type Leader = Message<"holdfast.lock.v1.Leader"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * The leader's fencing token: strictly increasing per key over every
+   * leadership. Pass it to what the leader acts on and have it reject
+   * smaller terms.
+   *
+   * @generated from field: uint64 term = 2;
+   */
+  term: bigint;
+
+  /**
+   * Free-text label the leader gave when it campaigned.
+   *
+   * @generated from field: string holder = 3;
+   */
+  holder: string;
+
+  /**
+   * The value the leader campaigned with, or its last proclaimed value.
+   *
+   * @generated from field: string value = 4;
+   */
+  value: string;
+
+  /**
+   * The server's view of when the leadership expires unless renewed;
+   * informational.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 5;
+   */
+  expiresAt?: Timestamp | undefined;
+
+  /**
+   * HLC stamp of the leadership's acquisition (Proclaim does not change it).
+   *
+   * @generated from field: holdfast.lock.v1.HlcTimestamp stamp = 6;
+   */
+  stamp?: HlcTimestamp | undefined;
+};
+
+/**
+ * Describes the message holdfast.lock.v1.Leader.
+ * Use `create(LeaderSchema)` to create a new message.
+ */
+export const LeaderSchema: GenMessage<Leader> = /*@__PURE__*/
+  messageDesc(file_holdfast_lock_v1_lock, 29);
 
 /**
  * @generated from message holdfast.lock.v1.GetServerInfoRequest
@@ -1166,7 +1365,7 @@ export type GetServerInfoRequest = Message<"holdfast.lock.v1.GetServerInfoReques
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 25);
+  messageDesc(file_holdfast_lock_v1_lock, 30);
 
 /**
  * @generated from message holdfast.lock.v1.GetServerInfoResponse
@@ -1209,7 +1408,7 @@ export type GetServerInfoResponse = Message<"holdfast.lock.v1.GetServerInfoRespo
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_holdfast_lock_v1_lock, 26);
+  messageDesc(file_holdfast_lock_v1_lock, 31);
 
 /**
  * Kind is how a key is held. A key has one kind and one limit (capacity),
@@ -1254,6 +1453,15 @@ export enum Kind {
    * @generated from enum value: KIND_RWLOCK = 3;
    */
   RWLOCK = 3,
+
+  /**
+   * Leader election: limit 1, every lease 1 permit, like a mutex, and the
+   * lease carries a value (see AcquireRequest.value). The one lease on the
+   * key is its leadership and its fencing token is the leader's term.
+   *
+   * @generated from enum value: KIND_ELECTION = 4;
+   */
+  ELECTION = 4,
 }
 
 /**
@@ -1367,6 +1575,14 @@ export enum EventType {
    * @generated from enum value: EVENT_TYPE_SYNCED = 4;
    */
   SYNCED = 4,
+
+  /**
+   * An election's leader proclaimed a new value (the state carries it);
+   * the term and the expiry are unchanged.
+   *
+   * @generated from enum value: EVENT_TYPE_PROCLAIMED = 5;
+   */
+  PROCLAIMED = 5,
 }
 
 /**
@@ -1431,6 +1647,21 @@ export const LockService: GenService<{
     output: typeof ExtendBatchResponseSchema;
   },
   /**
+   * Proclaim replaces the value of an election's leader if owner_token
+   * holds the key's leadership now, in one atomic step of the store;
+   * otherwise it answers proclaimed=false and changes nothing (like
+   * Extend). It changes neither the term, the TTL nor the lease's stamp,
+   * and it is idempotent: it needs no request id. Watchers of the key see
+   * EVENT_TYPE_PROCLAIMED.
+   *
+   * @generated from rpc holdfast.lock.v1.LockService.Proclaim
+   */
+  proclaim: {
+    methodKind: "unary";
+    input: typeof ProclaimRequestSchema;
+    output: typeof ProclaimResponseSchema;
+  },
+  /**
    * Inspect reports who holds key, without its owner token.
    *
    * @generated from rpc holdfast.lock.v1.LockService.Inspect
@@ -1461,6 +1692,20 @@ export const LockService: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchRequestSchema;
     output: typeof WatchResponseSchema;
+  },
+  /**
+   * Observe streams the leader of one election key: first, once the watch
+   * is established, the current leader (or none), then one message per
+   * change (a new leader, a new value, no leader). Two messages in a row
+   * never say the same thing, and terms never go back on one stream. A key
+   * held as another kind is refused with failed_precondition.
+   *
+   * @generated from rpc holdfast.lock.v1.LockService.Observe
+   */
+  observe: {
+    methodKind: "server_streaming";
+    input: typeof ObserveRequestSchema;
+    output: typeof ObserveResponseSchema;
   },
   /**
    * GetServerInfo reports the server's version and its backend's facts.
