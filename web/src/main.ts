@@ -1,8 +1,9 @@
 // holdfast live view: a read-only page over the public API (Connect protocol,
 // JSON, through fetch). It lists the keys held under a prefix with every
 // lease on each (a mutex's holder, a semaphore's permit holders, a
-// read-write lock's readers or writer), streams acquire/release/expire
-// events from Watch and shows the backend's facts.
+// read-write lock's readers or writer, an election's leader with its term
+// and value), streams acquire/release/expire/proclaim events from Watch and
+// shows the backend's facts.
 //
 // Consistency: the page opens Watch first and takes a List snapshot only
 // after the stream's SYNCED event, so no change between the two is missed.
@@ -159,6 +160,7 @@ const KIND_NAMES: Partial<Record<Kind, string>> = {
   [Kind.MUTEX]: "mutex",
   [Kind.SEMAPHORE]: "semaphore",
   [Kind.RWLOCK]: "rwlock",
+  [Kind.ELECTION]: "election",
 };
 
 function kindName(kind: Kind): string {
@@ -177,6 +179,11 @@ function usage(v: KeyView): string {
     case Kind.RWLOCK:
       if (v.holders.some((g) => g.mode === Mode.EXCLUSIVE)) return "writer";
       return plural(v.holders.length, "reader", "readers");
+    case Kind.ELECTION: {
+      // A leader's term is its fencing token.
+      const leader = v.holders.at(-1);
+      return leader ? `term ${leader.fencingToken}` : "";
+    }
     default:
       return "";
   }
@@ -189,9 +196,37 @@ function holds(kind: Kind, g: Grant): string {
       return plural(permitsOf(g), "permit", "permits");
     case Kind.RWLOCK:
       return g.mode === Mode.EXCLUSIVE ? "writer" : "reader";
+    case Kind.ELECTION:
+      return "leader";
     default:
       return "";
   }
+}
+
+const VALUE_SHOWN = 80;
+const graphemes = new Intl.Segmenter(undefined, { granularity: "grapheme" });
+
+// cut keeps the first n characters (graphemes, so that no character is
+// split) of s, marking a cut with an ellipsis.
+function cut(s: string, n: number): string {
+  let out = "";
+  let i = 0;
+  for (const { segment } of graphemes.segment(s)) {
+    if (i++ === n) return `${out}…`;
+    out += segment;
+  }
+  return out;
+}
+
+// valueSpan shows a leader's value (up to 4096 bytes: cut, whole in the
+// tooltip), quoted so that an empty or blank value is visible as such.
+function valueSpan(value: string): HTMLSpanElement {
+  const span = document.createElement("span");
+  span.className = "value";
+  span.dataset.value = value;
+  span.textContent = `“${cut(value, VALUE_SHOWN)}”`;
+  span.title = value;
+  return span;
 }
 
 function cell(cls: string, text: string): HTMLTableCellElement {
@@ -201,16 +236,18 @@ function cell(cls: string, text: string): HTMLTableCellElement {
   return td;
 }
 
-// A key is one row per grant; the key, its kind with what its holders hold
-// together, and its waiters span them.
+// A key is one row per grant (a leader's value on a row of its own below
+// it); the key, its kind with what its holders hold together, and its
+// waiters span them.
 function keyRows(v: KeyView): HTMLTableRowElement[] {
-  return v.holders.map((g, i) => {
+  const election = v.kind === Kind.ELECTION;
+  const span = v.holders.length * (election ? 2 : 1);
+  return v.holders.flatMap((g, i) => {
     const tr = document.createElement("tr");
     tr.dataset.key = v.key;
     tr.dataset.token = g.fencingToken.toString();
     tr.dataset.kind = kindName(v.kind);
     if (i === 0) {
-      const span = v.holders.length;
       const kind = cell("kind", "");
       const name = document.createElement("span");
       name.className = "kind-name";
@@ -230,13 +267,24 @@ function keyRows(v: KeyView): HTMLTableRowElement[] {
     }
     const left = cell("left", "");
     if (g.expiresAt) left.dataset.expires = String(timestampMs(g.expiresAt));
-    tr.append(cell("holder", g.holder || "—"), cell("token num", g.fencingToken.toString()), cell("holds", holds(v.kind, g) || "—"), left);
+    tr.append(cell("holder", g.holder || "—"), cell("token num", g.fencingToken.toString()),
+      cell("holds", holds(v.kind, g) || "—"), left);
     if (i === 0) {
       const w = cell("waiters num", String(v.waiters));
-      w.rowSpan = v.holders.length;
+      w.rowSpan = span;
       tr.append(w);
     }
-    return tr;
+    if (!election) return [tr];
+    // The value can be long (4096 bytes): it gets the grant's full width.
+    const vr = document.createElement("tr");
+    vr.className = "value-row";
+    vr.dataset.key = v.key;
+    vr.dataset.valueToken = g.fencingToken.toString();
+    const td = cell("value-cell", "value ");
+    td.colSpan = 4;
+    td.append(valueSpan(g.value));
+    vr.append(td);
+    return [tr, vr];
   });
 }
 
@@ -269,6 +317,7 @@ const CHANGES: Partial<Record<EventType, Change>> = {
   [EventType.ACQUIRED]: "acquired",
   [EventType.RELEASED]: "released",
   [EventType.EXPIRED]: "expired",
+  [EventType.PROCLAIMED]: "proclaimed",
 };
 
 function addEvent(name: Change, s: LockState): void {
@@ -287,6 +336,7 @@ function addEvent(name: Change, s: LockState): void {
   if (s.holder !== "") meta.append(" · ", span("holder", s.holder));
   const share = g ? holds(s.kind, g) : "";
   if (share !== "") meta.append(" · ", span("holds", share));
+  if (g && s.kind === Kind.ELECTION) meta.append(" · ", valueSpan(g.value));
   li.append(span("time", formatClock(new Date())), span(`badge ${name}`, name), span("key", s.key), meta);
   li.title = `${name} ${s.key} (${kindName(s.kind)}${share ? `, ${share}` : ""}), fencing token ${s.fencingToken}${s.holder ? `, holder ${s.holder}` : ""}`;
   ui.events.prepend(li);

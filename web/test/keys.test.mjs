@@ -12,7 +12,7 @@ import * as esbuild from "esbuild";
 
 const webDir = join(dirname(fileURLToPath(import.meta.url)), "..");
 // lock.v1 enum values (Kind, Mode), as on the wire.
-const MUTEX = 1, SEMAPHORE = 2, RWLOCK = 3;
+const MUTEX = 1, SEMAPHORE = 2, RWLOCK = 3, ELECTION = 4;
 const SHARED = 1, EXCLUSIVE = 2;
 
 /** @type {string} */
@@ -175,6 +175,36 @@ describe("key model", () => {
     t.apply("acquired", acq);
     t.replace([state("m", MUTEX, 1, [grant(4, { expires: 130 })])], [{ change: "acquired", state: acq }]);
     assert.equal(t.keys.get("m").holders[0].expiresAt.seconds, 130n);
+  });
+
+  test("an election: a proclaim changes the leader's value, a deposed leader's late proclaim changes nothing", () => {
+    const t = new keys.KeyTable();
+    t.replace([state("e", ELECTION, 1, [grant(7, { value: "first" })])], []);
+    t.apply("proclaimed", state("e", ELECTION, 1, [grant(7, { value: "second" })]));
+    assert.equal(t.keys.get("e").holders[0].value, "second");
+    // A new leader (term 9) after 7's release.
+    t.apply("released", state("e", ELECTION, 1, [grant(7, { value: "second" })]));
+    t.apply("acquired", state("e", ELECTION, 1, [grant(9, { value: "new leader" })]));
+    t.apply("proclaimed", state("e", ELECTION, 1, [grant(7, { value: "stale" })]));
+    assert.deepEqual(tokens(t, "e"), [9]);
+    assert.equal(t.keys.get("e").holders[0].value, "new leader");
+    // A new leader whose predecessor's end was not seen replaces it.
+    t.apply("acquired", state("e", ELECTION, 1, [grant(11, { value: "next" })]));
+    assert.deepEqual(tokens(t, "e"), [11]);
+  });
+
+  test("an election: a proclaim seen during a List is kept over the List's older value", () => {
+    const t = new keys.KeyTable();
+    t.replace([state("e", ELECTION, 1, [grant(7, { value: "first" })])], []);
+    const p = state("e", ELECTION, 1, [grant(7, { value: "second" })]);
+    t.apply("proclaimed", p);
+    // The List was read before the proclaim.
+    t.replace([state("e", ELECTION, 1, [grant(7, { value: "first" })])], [{ change: "proclaimed", state: p }]);
+    assert.equal(t.keys.get("e").holders[0].value, "second");
+    // A replayed acquired event does not bring the campaign's value back.
+    const acq = state("e", ELECTION, 1, [grant(7, { value: "first" })]);
+    t.replace([state("e", ELECTION, 1, [grant(7, { value: "second" })])], [{ change: "acquired", state: acq }]);
+    assert.equal(t.keys.get("e").holders[0].value, "second");
   });
 
   test("waiters follow the latest state of the key", () => {

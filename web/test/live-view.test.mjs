@@ -152,11 +152,11 @@ async function expectGrants(page, key, tokens) {
   const want = tokens.map(String).join(",");
   try {
     await page.waitForFunction(([k, w]) => {
-      const rows = globalThis.document.querySelectorAll(`#locks-body tr[data-key="${k}"]`);
+      const rows = globalThis.document.querySelectorAll(`#locks-body tr[data-key="${k}"][data-token]`);
       return [...rows].map((r) => r.getAttribute("data-token")).join(",") === w;
     }, [key, want], { timeout: WAIT });
   } catch (err) {
-    const got = await page.locator(`#locks-body tr[data-key="${key}"]`).evaluateAll((rows) => rows.map((r) => r.getAttribute("data-token")));
+    const got = await page.locator(`#locks-body tr[data-key="${key}"][data-token]`).evaluateAll((rows) => rows.map((r) => r.getAttribute("data-token")));
     throw new Error(`rows of ${key}: want tokens [${want}], have [${got.join(",")}]`, { cause: err });
   }
 }
@@ -168,6 +168,15 @@ async function expectGrants(page, key, tokens) {
  * @param {string | number} token
  */
 const grantRow = (page, key, token) => page.locator(`#locks-body tr[data-key="${key}"][data-token="${token}"]`);
+
+/**
+ * The value shown for an election's leader of this term (on its own row,
+ * below the leader's).
+ * @param {import("playwright-core").Page} page
+ * @param {string} key
+ * @param {string | number} term
+ */
+const leaderValue = (page, key, term) => page.locator(`#locks-body tr.value-row[data-key="${key}"][data-value-token="${term}"] .value`);
 
 describe("live view", () => {
   test("shows backend facts, held locks with a ticking time left and waiters, and the event stream", async () => {
@@ -344,6 +353,78 @@ describe("live view", () => {
       await call(server.url, "Release", { key: "prim/mutex", ownerToken: m.lease.ownerToken });
       await page.locator("#locks-empty").waitFor({ state: "visible", timeout: WAIT });
       assert.equal(await page.locator("#locks-body tr").count(), 0);
+      assert.deepEqual(pageErrors, []);
+    } finally {
+      await page.close();
+      assert.equal(await server.stop(), 0, "holdfast serve did not exit 0 on SIGTERM");
+    }
+  });
+
+  test("shows an election's leader with its term and value, updated by proclaims", async () => {
+    const server = await startServer();
+    const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+    /** @type {string[]} */
+    const pageErrors = [];
+    page.on("pageerror", (e) => pageErrors.push(String(e)));
+    const campaign = (/** @type {string} */ holder, /** @type {string} */ value, wait = "0s") =>
+      call(server.url, "Acquire", { key: "elect/primary", ttl: "60s", wait, holder, kind: "KIND_ELECTION", value });
+    try {
+      await page.goto(`${server.url}/ui/?prefix=elect/`);
+      await page.locator('#status[data-state="live"]').waitFor({ timeout: WAIT });
+
+      const a = await campaign("node-a", "http://10.0.0.1:8080");
+      assert.equal(a.acquired, true);
+      const termA = a.lease.fencingToken;
+      await expectGrants(page, "elect/primary", [termA]);
+      const ra = grantRow(page, "elect/primary", termA);
+      await expectText(ra.locator("td.kind .kind-name"), "election");
+      await expectText(ra.locator("td.kind .usage"), `term ${termA}`);
+      await expectText(ra.locator("td.holder"), "node-a");
+      await expectText(leaderValue(page, "elect/primary", termA), "“http://10.0.0.1:8080”");
+
+      // A proclaim replaces the value in place: same term, a PROCLAIMED event.
+      const p = await call(server.url, "Proclaim", { key: "elect/primary", ownerToken: a.lease.ownerToken, value: "http://10.0.0.1:9090" });
+      assert.equal(p.proclaimed, true);
+      await expectText(leaderValue(page, "elect/primary", termA), "“http://10.0.0.1:9090”");
+      await expectText(ra.locator("td.kind .usage"), `term ${termA}`);
+      await expectText(page.locator('#events li[data-type="proclaimed"][data-key="elect/primary"] .value'), "“http://10.0.0.1:9090”");
+
+      // A second campaigner waits; when the leader resigns it leads with a
+      // higher term and its own value.
+      const b = campaign("node-b", "http://10.0.0.2:8080", "20s");
+      await expectText(page.locator('tr[data-key="elect/primary"] td.waiters'), "1");
+      mkdirSync(artifacts, { recursive: true });
+      const shot = join(artifacts, "live-view-election.png");
+      await page.screenshot({ path: shot, fullPage: true });
+      console.log(`screenshot: ${shot}`);
+      assert.equal((await call(server.url, "Release", { key: "elect/primary", ownerToken: a.lease.ownerToken })).released, true);
+      const won = await b;
+      assert.equal(won.acquired, true);
+      const termB = won.lease.fencingToken;
+      assert.ok(BigInt(termB) > BigInt(termA));
+      await expectGrants(page, "elect/primary", [termB]);
+      const rb = grantRow(page, "elect/primary", termB);
+      await expectText(rb.locator("td.kind .usage"), `term ${termB}`);
+      await expectText(rb.locator("td.holder"), "node-b");
+      await expectText(leaderValue(page, "elect/primary", termB), "“http://10.0.0.2:8080”");
+
+      // The deposed leader's proclaim is refused and changes nothing shown.
+      const late = await call(server.url, "Proclaim", { key: "elect/primary", ownerToken: a.lease.ownerToken, value: "stale" });
+      assert.equal(late.proclaimed ?? false, false);
+
+      // The List (a reload) carries the value too.
+      const p2 = await call(server.url, "Proclaim", { key: "elect/primary", ownerToken: won.lease.ownerToken, value: "" });
+      assert.equal(p2.proclaimed, true);
+      await expectText(leaderValue(page, "elect/primary", termB), "“”");
+      await page.reload();
+      await page.locator('#status[data-state="live"]').waitFor({ timeout: WAIT });
+      await expectGrants(page, "elect/primary", [termB]);
+      await expectText(leaderValue(page, "elect/primary", termB), "“”");
+      await expectText(rb.locator("td.kind .usage"), `term ${termB}`);
+      assert.equal(await page.locator('#locks-body .value[data-value="stale"]').count(), 0);
+
+      await call(server.url, "Release", { key: "elect/primary", ownerToken: won.lease.ownerToken });
+      await page.locator("#locks-empty").waitFor({ state: "visible", timeout: WAIT });
       assert.deepEqual(pageErrors, []);
     } finally {
       await page.close();
