@@ -406,6 +406,7 @@ func TestSuiteCatchesBrokenSDKs(t *testing.T) {
 		{"forgets-clock", "stamps", "stamps carries what the SDK clock observed into the next acquisition"},
 		{"rounds-tokens", "fencing", "fencing validates writes"},
 		{"ignores-permits", "semaphore", "semaphore grants permits up to the limit at once and no further"},
+		{"proclaims-blindly", "election", "election answers a deposed leader's proclaim with lease_lost"},
 	}
 	for _, c := range cases {
 		t.Run(c.bug, func(t *testing.T) {

@@ -47,6 +47,17 @@
 // Permits and Mode say what a grant holds; LockState.Holders lists every
 // lease on a key.
 //
+// # Leader election
+//
+// Client.Election(key) describes campaigns for the leadership of a key:
+// Campaign(ctx, value) queues behind earlier campaigners until it leads and
+// returns a *Leadership, a Guard whose fencing token is the leader's term
+// (Term) and whose lease carries a value (Value) that Proclaim replaces;
+// Resign gives it up. The one watchdog renews it and poisons it when it is
+// lost, as for a lock: run the leader's work under its Context and fence
+// every write with its term. Election.Leader reads the current leader and
+// Election.Observe streams every change of leader, value and term.
+//
 // # Defaults
 //
 // The SDK behaves as the TypeScript and Python SDKs do

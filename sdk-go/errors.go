@@ -89,6 +89,8 @@ func (e *NotAcquiredError) Error() string {
 		} else {
 			fmt.Fprintf(&b, ": read by %d holders", len(e.Current.Holders))
 		}
+	case e.Current != nil && e.Current.Kind == KindElection:
+		fmt.Fprintf(&b, ": led by %q (term %d)", e.Current.Holder, e.Current.FencingToken)
 	case e.Current != nil && e.Keys != nil:
 		fmt.Fprintf(&b, ": %q held by %q (fencing token %d)", e.Current.Key, e.Current.Holder, e.Current.FencingToken)
 	case e.Current != nil:

@@ -66,6 +66,7 @@ type Guard struct {
 	lossTimer *time.Timer // poisons at expiry, independently of any RPC
 	lastErr   error       // last renewal error since the last success
 	err       error       // nil while held; *LeaseLostError or ErrReleased after
+	value     string      // an election leadership's value (Proclaim replaces it)
 }
 
 func newGuard(c *Client, holder string, lease *lockv1.Lease, gr grant, sent time.Time, ttl time.Duration) *Guard {
@@ -82,6 +83,7 @@ func newGuard(c *Client, holder string, lease *lockv1.Lease, gr grant, sent time
 		ttl:       ttl,
 		expiry:    c.localExpiry(sent, ttl),
 		lastSent:  sent,
+		value:     lease.GetValue(),
 	}
 	for _, k := range lease.GetKeys() {
 		g.keys = append(g.keys, k.GetKey())
@@ -620,6 +622,8 @@ func (g *Guard) String() string {
 		return fmt.Sprintf("holdfast.Guard(%q, semaphore, %d of %d permits, fencing token %d)", g.key, g.grant.permits, g.grant.limit, g.fencing)
 	case KindRWLock:
 		return fmt.Sprintf("holdfast.Guard(%q, rwlock, %s, fencing token %d)", g.key, g.grant.mode, g.fencing)
+	case KindElection:
+		return fmt.Sprintf("holdfast.Leadership(%q, term %d)", g.key, g.fencing)
 	}
 	return fmt.Sprintf("holdfast.Guard(%q, fencing token %d)", g.key, g.fencing)
 }

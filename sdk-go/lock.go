@@ -39,6 +39,8 @@ type Lock struct {
 	permits    int
 	permitsSet bool
 	mode       Mode
+	// value is a campaign's (KindElection; election.go).
+	value string
 }
 
 // Lock starts describing a lock on key (and on every key of more, taken

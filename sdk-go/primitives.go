@@ -31,6 +31,10 @@ const (
 	// KindRWLock is a read-write lock: many shared (read) grants, or one
 	// exclusive (write) grant and nobody else.
 	KindRWLock
+	// KindElection is a leader election (Client.Election): one leader at
+	// a time, whose lease carries a value and whose fencing token is its
+	// term.
+	KindElection
 )
 
 func (k Kind) String() string {
@@ -41,6 +45,8 @@ func (k Kind) String() string {
 		return "semaphore"
 	case KindRWLock:
 		return "rwlock"
+	case KindElection:
+		return "election"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -159,6 +165,9 @@ func (l Lock) checkKind() error {
 	if l.kind != KindMutex && l.lockDelay != 0 {
 		return invalidArgument("lock_delay: only a lock (Client.Lock) takes a lock-delay; this is a %s", l.kind)
 	}
+	if l.kind == KindElection {
+		return checkValue(l.value)
+	}
 	return nil
 }
 
@@ -170,6 +179,8 @@ func (l Lock) fill(req *lockv1.AcquireRequest) {
 		req.Kind, req.Limit, req.Permits = lockv1.Kind_KIND_SEMAPHORE, uint32(l.limit), uint32(l.permits)
 	case KindRWLock:
 		req.Kind, req.Mode = lockv1.Kind_KIND_RWLOCK, modeToProto(l.mode)
+	case KindElection:
+		req.Kind, req.Value = lockv1.Kind_KIND_ELECTION, l.value
 	}
 }
 
@@ -205,6 +216,8 @@ func kindFromProto(k lockv1.Kind) Kind {
 		return KindSemaphore
 	case lockv1.Kind_KIND_RWLOCK:
 		return KindRWLock
+	case lockv1.Kind_KIND_ELECTION:
+		return KindElection
 	}
 	return KindMutex
 }

@@ -56,6 +56,8 @@ type Grant struct {
 	// LockDelay is the lock-delay that follows the lease if it expires
 	// (mutex only).
 	LockDelay time.Duration
+	// Value is an election leader's value (KindElection); "" otherwise.
+	Value string
 }
 
 // KeyDelay is a key nobody holds that refuses new holders for a while: the
@@ -101,7 +103,7 @@ type BackendInfo struct {
 	// MaxLockDelay is the longest LockDelay accepted (0: none).
 	MaxLockDelay time.Duration
 	// Kinds are the kinds of key the backend keeps: always KindMutex, and
-	// KindSemaphore, KindRWLock when it keeps those.
+	// KindSemaphore, KindRWLock, KindElection when it keeps those.
 	Kinds []Kind
 	// MaxLimit is the largest semaphore limit (0: no semaphores).
 	MaxLimit int
@@ -140,6 +142,9 @@ const (
 	EventReleased
 	// EventExpired: the lease ran out.
 	EventExpired
+	// EventProclaimed: an election's leader replaced its value (State
+	// carries it in Holders[0].Value); its term and expiry are unchanged.
+	EventProclaimed
 )
 
 func (t EventType) String() string {
@@ -152,6 +157,8 @@ func (t EventType) String() string {
 		return "released"
 	case EventExpired:
 		return "expired"
+	case EventProclaimed:
+		return "proclaimed"
 	}
 	return fmt.Sprintf("EventType(%d)", int(t))
 }
@@ -207,6 +214,7 @@ func grantFromProto(p *lockv1.Grant) Grant {
 		Permits:      int(max(p.GetPermits(), 1)),
 		Mode:         modeFromProto(p.GetMode()),
 		LockDelay:    p.GetLockDelay().AsDuration(),
+		Value:        p.GetValue(),
 	}
 	if p.GetExpiresAt() != nil {
 		g.ExpiresAt = p.GetExpiresAt().AsTime()
@@ -268,6 +276,8 @@ func eventTypeFromProto(t lockv1.EventType) EventType {
 		return EventReleased
 	case lockv1.EventType_EVENT_TYPE_EXPIRED:
 		return EventExpired
+	case lockv1.EventType_EVENT_TYPE_PROCLAIMED:
+		return EventProclaimed
 	}
 	return 0
 }

@@ -56,7 +56,7 @@ type Adapter struct {
 
 	mu       sync.Mutex
 	nextID   uint64
-	pending  map[uint64]chan Message
+	pending  map[uint64]chan answer
 	events   []Event
 	eventsCh chan struct{} // closed and replaced on every new event
 	readErr  error
@@ -64,6 +64,12 @@ type Adapter struct {
 
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// answer is a response with the time the suite read it.
+type answer struct {
+	Message
+	at time.Time
 }
 
 // Start runs the adapter command line argv, performs the hello handshake
@@ -76,7 +82,7 @@ func Start(ctx context.Context, argv []string, opts Options) (*Adapter, error) {
 	a := &Adapter{
 		logs:     harness.NewTail(16 << 10),
 		done:     make(chan struct{}),
-		pending:  map[uint64]chan Message{},
+		pending:  map[uint64]chan answer{},
 		eventsCh: make(chan struct{}),
 	}
 	// Not CommandContext: the adapter outlives ctx, which bounds start-up.
@@ -146,7 +152,7 @@ func (a *Adapter) read(stdout io.Reader) {
 		case m.ID != 0:
 			if ch, ok := a.pending[m.ID]; ok {
 				delete(a.pending, m.ID)
-				ch <- m
+				ch <- answer{Message: m, at: at}
 			} else {
 				rerr = fmt.Errorf("adapter answered id %d, which is not pending", m.ID)
 			}
@@ -198,7 +204,8 @@ type Pending struct {
 	ID  uint64
 	a   *Adapter
 	cmd string
-	ch  chan Message
+	ch  chan answer
+	at  time.Time // when Wait received the answer
 }
 
 // Send sends one command without waiting for its answer; Wait collects it.
@@ -207,7 +214,7 @@ func (a *Adapter) Send(cmd string, args any) (*Pending, error) {
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan Message, 1)
+	ch := make(chan answer, 1)
 	a.mu.Lock()
 	if a.readErr != nil {
 		a.mu.Unlock()
@@ -245,6 +252,7 @@ func (p *Pending) Wait(ctx context.Context, result any) error {
 		if !ok {
 			return p.a.goneErr()
 		}
+		p.at = m.at
 		if m.Error != nil {
 			return m.Error
 		}
@@ -263,6 +271,11 @@ func (p *Pending) Wait(ctx context.Context, result any) error {
 	}
 }
 
+// AnsweredAt is when the suite read the answer that Wait returned (zero
+// before): lines of one adapter are read in the order it wrote them, so
+// comparing it with an event's At orders the two as the adapter did.
+func (p *Pending) AnsweredAt() time.Time { return p.at }
+
 // forget drops a pending call; a late answer for it is then a protocol
 // error only if the adapter invents ids, so keep a tombstone instead.
 func (a *Adapter) forget(id uint64) {
@@ -270,7 +283,7 @@ func (a *Adapter) forget(id uint64) {
 	defer a.mu.Unlock()
 	if _, ok := a.pending[id]; ok {
 		// A late answer must still be accepted: keep a sink.
-		a.pending[id] = make(chan Message, 1)
+		a.pending[id] = make(chan answer, 1)
 	}
 }
 

@@ -39,6 +39,13 @@ const (
 	CmdList          = "list"
 	CmdServerInfo    = "server_info"
 	CmdLockMany      = "lock_many"
+	// Leader election (capability CapElection).
+	CmdCampaign    = "campaign"
+	CmdProclaim    = "proclaim"
+	CmdResign      = "resign"
+	CmdLeader      = "leader"
+	CmdObserve     = "observe"
+	CmdObserveStop = "observe_stop"
 )
 
 // Error kinds: the language-neutral names an adapter maps its SDK's errors
@@ -89,6 +96,9 @@ const (
 	CapSemaphore = "semaphore"
 	// CapRWLock: lock takes kind "rwlock" with mode.
 	CapRWLock = "rwlock"
+	// CapElection: campaign, proclaim, resign, leader, observe and
+	// observe_stop are implemented.
+	CapElection = "election"
 )
 
 // Lock kinds (lock's kind argument, the kind lock answers).
@@ -96,6 +106,7 @@ const (
 	LockKindMutex     = "mutex"
 	LockKindSemaphore = "semaphore"
 	LockKindRWLock    = "rwlock"
+	LockKindElection  = "election"
 )
 
 // Grant modes (lock's mode argument for an rwlock, the mode lock answers).
@@ -111,6 +122,8 @@ const (
 	EventLeaseLost  = "lease_lost"
 	EventLease      = "lease_event"
 	EventRunStarted = "run_started"
+	// EventObserved: one message of an observe command's stream.
+	EventObserved = "observed"
 )
 
 // Lease event types in lease_event events.
@@ -153,6 +166,9 @@ type Message struct {
 	ErrorCode    string `json:"error_code,omitempty"`
 	// run_started (FencingToken too).
 	Run string `json:"run,omitempty"`
+	// observed: the observe command's id and the leader (nil: none).
+	Observe string  `json:"observe,omitempty"`
+	Leader  *Leader `json:"leader,omitempty"`
 }
 
 // Error is a failed command's answer.
@@ -491,12 +507,80 @@ type Holder struct {
 	Permits      int    `json:"permits"`
 	Mode         string `json:"mode"`
 	Stamp        Stamp  `json:"stamp"`
+	// Value is an election leader's value.
+	Value string `json:"value,omitempty"`
 }
 
 // InspectResult answers inspect.
 type InspectResult struct {
 	Held  bool       `json:"held"`
 	State *LockState `json:"state,omitempty"`
+}
+
+// CampaignArgs campaigns for an election's leadership (campaign): the
+// lock command's TTL, wait and holder arguments, and the value.
+type CampaignArgs struct {
+	Client    string `json:"client"`
+	Key       string `json:"key"`
+	Value     string `json:"value"`
+	TTLMs     int64  `json:"ttl_ms,omitempty"`
+	WaitMs    int64  `json:"wait_ms,omitempty"`
+	WaitUnset bool   `json:"wait_unset,omitempty"`
+	Holder    string `json:"holder,omitempty"`
+}
+
+// CampaignResult is the leadership campaign won: a lock result (its guard
+// works with every guard command) with the term and value the
+// leadership's own accessors report.
+type CampaignResult struct {
+	LockResult
+	Term  U64    `json:"term"`
+	Value string `json:"value"`
+}
+
+// ProclaimArgs replaces a leadership's value (proclaim).
+type ProclaimArgs struct {
+	Guard string `json:"guard"`
+	Value string `json:"value"`
+}
+
+// LeaderArgs names an election (leader).
+type LeaderArgs struct {
+	Client string `json:"client"`
+	Key    string `json:"key"`
+}
+
+// Leader is an election's leader as the SDK reports it.
+type Leader struct {
+	Key    string `json:"key"`
+	Term   U64    `json:"term"`
+	Holder string `json:"holder"`
+	Value  string `json:"value"`
+	Stamp  Stamp  `json:"stamp"`
+}
+
+// LeaderResult answers leader: nil when nobody leads.
+type LeaderResult struct {
+	Leader *Leader `json:"leader,omitempty"`
+}
+
+// ObserveArgs starts observing an election (observe); Observe is the id
+// its observed events carry and observe_stop names.
+type ObserveArgs struct {
+	Client  string `json:"client"`
+	Key     string `json:"key"`
+	Observe string `json:"observe"`
+}
+
+// ObserveResult answers observe once it was stopped: how many messages
+// the SDK's stream yielded.
+type ObserveResult struct {
+	Messages int `json:"messages"`
+}
+
+// ObserveStopArgs ends an observe (observe_stop).
+type ObserveStopArgs struct {
+	Observe string `json:"observe"`
 }
 
 // Empty is the result of commands that answer nothing but success.

@@ -27,11 +27,13 @@ import holdfast
 from holdfast import (
     AsyncClient,
     AsyncGuard,
+    AsyncLeadership,
     ClientClosedError,
     ClockOffsetError,
     ExpiryMargin,
     HoldfastError,
     InvalidArgumentError,
+    Leader,
     LeaseEvent,
     LeaseLostError,
     LockContext,
@@ -117,10 +119,24 @@ def lock_state(s: LockState) -> Result:
                 "permits": g.permits,
                 "mode": g.mode,
                 "stamp": stamp(g.stamp),
+                **({"value": g.value} if g.value else {}),
             }
             for g in s.holders
         ],
     }
+
+
+def leader(ld: Leader) -> Result:
+    """A leader in the protocol's form."""
+    return {"key": ld.key, "term": str(ld.term), "holder": ld.holder, "value": ld.value, "stamp": stamp(ld.stamp)}
+
+
+def arg_value(args: Args) -> str:
+    """The value argument (absent: "")."""
+    v = args.get("value", "")
+    if not isinstance(v, str):
+        raise CommandError("bad_command", "argument value: want a string")
+    return v
 
 
 def write(msg: Result) -> None:
@@ -173,6 +189,8 @@ class Adapter:
         self.guards: dict[str, AsyncGuard] = {}
         self.guard_ids: dict[tuple[str, int], str] = {}  # (key, fencing token) -> id, for lease events
         self.runs: dict[str, asyncio.Event] = {}
+        self.leads: dict[str, AsyncLeadership] = {}
+        self.observes: dict[str, asyncio.Task[int]] = {}  # observe id -> the task iterating observe()
         self.tasks: dict[Any, asyncio.Task[None]] = {}  # command id -> its task, for cancel
         self.seq = 0
 
@@ -244,6 +262,7 @@ class Adapter:
                 "request_ids",
                 "semaphore",
                 "rwlock",
+                "election",
             ],
         }
 
@@ -336,6 +355,77 @@ class Adapter:
                         await g.unlock()
             raise failed
         return {"guards": [self.track(g) for g in got if isinstance(g, AsyncGuard)]}
+
+    def leadership(self, args: Args) -> AsyncLeadership:
+        """The leadership named by args["guard"]."""
+        gid = arg_str(args, "guard")
+        if gid not in self.leads:
+            raise CommandError("bad_command", f"unknown leadership {gid!r} (guards of campaign only)")
+        return self.leads[gid]
+
+    async def cmd_campaign(self, args: Args) -> Result:
+        """election(key, ...).campaign(value)."""
+        wait = None if args.get("wait_unset") else arg_ms(args, "wait_ms")
+        election = self.client(args).election(
+            arg_str(args, "key"), ttl=ttl_of(args), wait=wait, holder=args.get("holder") or None
+        )
+        lead = await election.campaign(arg_value(args))
+        res = self.track(lead.guard)
+        self.leads[res["guard"]] = lead
+        return {**res, "term": str(lead.term), "value": lead.value}
+
+    async def cmd_proclaim(self, args: Args) -> Result:
+        """lead.proclaim(value)."""
+        await self.leadership(args).proclaim(arg_value(args))
+        return {}
+
+    async def cmd_resign(self, args: Args) -> Result:
+        """lead.resign()."""
+        await self.leadership(args).resign()
+        return {}
+
+    async def cmd_leader(self, args: Args) -> Result:
+        """election(key).leader()."""
+        ld = await self.client(args).election(arg_str(args, "key")).leader()
+        return {} if ld is None else {"leader": leader(ld)}
+
+    async def cmd_observe(self, args: Args) -> Result:
+        """async for over election(key).observe(), each message an observed
+        event, until observe_stop cancels the task iterating it."""
+        name = arg_str(args, "observe")
+        if name in self.observes:
+            raise CommandError("bad_command", f"observe {name!r} is already running")
+        election = self.client(args).election(arg_str(args, "key"))
+
+        count = [0]
+
+        async def iterate() -> int:
+            async for o in election.observe():
+                count[0] += 1
+                write({"event": "observed", "observe": name, **({"leader": leader(o.leader)} if o.leader else {})})
+            return count[0]
+
+        task = asyncio.get_running_loop().create_task(iterate())
+        self.observes[name] = task
+        try:
+            return {"messages": await asyncio.shield(task)}
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # this command was cancelled (the cancel command), not stopped
+            return {"messages": count[0]}
+        finally:
+            self.observes.pop(name, None)
+            if not task.done():
+                task.cancel()
+
+    async def cmd_observe_stop(self, args: Args) -> Result:
+        """Ends an observe by cancelling the task iterating it."""
+        name = arg_str(args, "observe")
+        task = self.observes.get(name)
+        if task is None:
+            raise CommandError("bad_command", f"unknown observe {name!r} (none running under that name)")
+        task.cancel()
+        return {}
 
     async def cmd_unlock(self, args: Args) -> Result:
         """unlock(): a lost lease raises LeaseLostError; a second unlock is a no-op."""

@@ -32,6 +32,8 @@ import {
   validateWrite,
   type Client,
   type Guard,
+  type Leader,
+  type Leadership,
   type LeaseEvent,
   type LockBuilder,
   type LockState,
@@ -66,6 +68,10 @@ const guards = new Map<string, Guard>();
 const guardIds = new Map<bigint, string>();
 /** Commands in flight, by id, with the controller `cancel` aborts. */
 const inFlight = new Map<number, { controller: AbortController; done: Promise<void> }>();
+/** Leaderships won by campaign, by their guard's id. */
+const leads = new Map<string, Leadership>();
+/** observe commands in flight, by the suite's observe id: aborting ends the SDK's iteration. */
+const observes = new Map<string, AbortController>();
 /** run_if_free functions waiting for run_finish, by run name. */
 const runs = new Map<string, () => void>();
 /** Aborts what the adapter itself waits on (run_if_free functions) at shutdown. */
@@ -160,8 +166,19 @@ function lockState(st: LockState): Record<string, unknown> {
     kind: st.kind,
     limit: st.limit,
     permits_in_use: st.permitsInUse,
-    holders: st.holders.map((g) => ({ fencing_token: g.fencingToken.toString(), holder: g.holder, permits: g.permits, mode: g.mode, stamp: stamp(g.stamp) })),
+    holders: st.holders.map((g) => ({
+      fencing_token: g.fencingToken.toString(),
+      holder: g.holder,
+      permits: g.permits,
+      mode: g.mode,
+      stamp: stamp(g.stamp),
+      ...(g.value === "" ? {} : { value: g.value }),
+    })),
   };
+}
+
+function leader(l: Leader): Record<string, unknown> {
+  return { key: l.key, term: l.term.toString(), holder: l.holder, value: l.value, stamp: stamp(l.stamp) };
 }
 
 function codeOf(err: unknown): string | undefined {
@@ -386,6 +403,58 @@ async function runIfFree(args: Args, signal: AbortSignal): Promise<unknown> {
   }
 }
 
+function leadership(args: Args): Leadership {
+  const id = str(args, "guard");
+  const l = leads.get(id);
+  if (!l) throw new CommandError("bad_command", `unknown leadership ${JSON.stringify(id)} (guards of campaign only)`);
+  return l;
+}
+
+async function campaign(args: Args, signal: AbortSignal): Promise<unknown> {
+  const e = client(args).election(str(args, "key")).signal(signal);
+  const ttl = ttlOf(args);
+  if (ttl !== undefined) e.ttl(ttl);
+  const holder = optStr(args, "holder");
+  if (holder !== undefined) e.holder(holder);
+  if (args.wait_unset !== true) e.wait(optNum(args, "wait_ms") ?? 0);
+  const value = args.value ?? "";
+  if (typeof value !== "string") throw new CommandError("bad_command", "argument value: want a string");
+  const lead = await e.campaign(value);
+  const id = track(lead.guard);
+  leads.set(id, lead);
+  const g = lead.guard;
+  return {
+    guard: id,
+    fencing_token: g.fencingToken().toString(),
+    stamp: stamp(lead.stamp),
+    kind: g.kind,
+    limit: g.limit,
+    permits: g.permits,
+    mode: g.mode,
+    term: lead.term().toString(),
+    value: lead.value,
+  };
+}
+
+/** observe: every message of the SDK's observe() as an observed event, until observe_stop (or cancel). */
+async function observe(args: Args, signal: AbortSignal): Promise<unknown> {
+  const name = str(args, "observe");
+  if (observes.has(name)) throw new CommandError("bad_command", `observe ${JSON.stringify(name)} is already running`);
+  const stop = new AbortController();
+  observes.set(name, stop);
+  let messages = 0;
+  try {
+    for await (const o of client(args).election(str(args, "key")).observe({ signal: AbortSignal.any([signal, stop.signal]) })) {
+      messages++;
+      write({ event: "observed", observe: name, ...(o.leader ? { leader: leader(o.leader) } : {}) });
+    }
+  } finally {
+    observes.delete(name);
+  }
+  signal.throwIfAborted(); // cancelled by the suite, not stopped
+  return { messages };
+}
+
 async function handle(cmd: string, args: Args, signal: AbortSignal): Promise<unknown> {
   switch (cmd) {
     case "hello":
@@ -393,7 +462,7 @@ async function handle(cmd: string, args: Args, signal: AbortSignal): Promise<unk
         protocol_version: PROTOCOL_VERSION,
         sdk: "typescript",
         version: `@holdfast/sdk (this source tree), node ${process.version}`,
-        capabilities: ["protocol:connect", "protocol:grpc", "protocol:grpc-web", "clock_update", "event:lease_lost", "request_ids", "semaphore", "rwlock"],
+        capabilities: ["protocol:connect", "protocol:grpc", "protocol:grpc-web", "clock_update", "event:lease_lost", "request_ids", "semaphore", "rwlock", "election"],
         duration_unit: "ms",
       };
     case "connect": {
@@ -420,6 +489,30 @@ async function handle(cmd: string, args: Args, signal: AbortSignal): Promise<unk
       return guardState(guard(args));
     case "run_if_free":
       return runIfFree(args, signal);
+    case "campaign":
+      return campaign(args, signal);
+    case "proclaim": {
+      const value = args.value ?? "";
+      if (typeof value !== "string") throw new CommandError("bad_command", "argument value: want a string");
+      await leadership(args).proclaim(value);
+      return {};
+    }
+    case "resign":
+      await leadership(args).resign();
+      return {};
+    case "leader": {
+      const l = await client(args).election(str(args, "key")).leader();
+      return l ? { leader: leader(l) } : {};
+    }
+    case "observe":
+      return observe(args, signal);
+    case "observe_stop": {
+      const name = str(args, "observe");
+      const stop = observes.get(name);
+      if (!stop) throw new CommandError("bad_command", `unknown observe ${JSON.stringify(name)} (none running under that name)`);
+      stop.abort();
+      return {};
+    }
     case "run_finish": {
       const run = str(args, "run");
       const finish = runs.get(run);
@@ -473,6 +566,7 @@ async function shutdown(id: number | undefined): Promise<void> {
   if (shuttingDown) return;
   shuttingDown = true;
   shutdownSignal.abort();
+  for (const o of observes.values()) o.abort();
   const all = [...clients.values()];
   clients.clear();
   await Promise.all(all.map((c) => c.close().catch(() => undefined)));

@@ -10,6 +10,7 @@ import { Capability, EventType, Kind as PbKind, type BackendInfo as PbBackendInf
 import { Guard, runUnder } from "./guard.js";
 import type { Clock } from "./hlc.js";
 import { Timestamp } from "./hlc.js";
+import { ElectionBuilder } from "./election.js";
 import { LockBuilder, RWLock, type RunResult } from "./lock-builder.js";
 import { kindFromProto } from "./primitives.js";
 import { runScheduled, type ScheduledJob } from "./scheduled.js";
@@ -46,6 +47,7 @@ const eventTypes: Partial<Record<EventType, LockEventType>> = {
   [EventType.ACQUIRED]: "acquired",
   [EventType.RELEASED]: "released",
   [EventType.EXPIRED]: "expired",
+  [EventType.PROCLAIMED]: "proclaimed",
 };
 
 /**
@@ -109,6 +111,22 @@ export class Client {
    */
   rwlock(key: string): RWLock {
     return RWLock.for(this.#session, key);
+  }
+
+  /**
+   * Describes campaigns for the leadership of key:
+   * `const lead = await client.election("svc/primary").ttl("10s").campaign("10.0.0.7:8080")`
+   * queues behind earlier campaigners until it leads. The Leadership is a
+   * guard (the same watchdog, the same poisoning: run the leader's work
+   * under `lead.signal`) whose fencing token is the leader's term
+   * (`lead.term()`) and whose lease carries a value that `lead.proclaim(v)`
+   * replaces; `lead.resign()` gives it up. `election.leader()` reads the
+   * current leader, `election.observe()` streams every change. A key used as
+   * another kind is refused with a ServerError whose code is
+   * `failed_precondition`.
+   */
+  election(key: string): ElectionBuilder {
+    return ElectionBuilder.for(this.#session, key);
   }
 
   /**

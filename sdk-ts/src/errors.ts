@@ -38,6 +38,7 @@ export class NotAcquiredError extends HoldfastError {
       message += `: semaphore with ${current.permitsInUse} of ${current.limit} permits in use by ${current.holders.length} holders`;
     } else if (writer) message += `: written by ${JSON.stringify(writer.holder)} (fencing token ${writer.fencingToken})`;
     else if (current?.kind === "rwlock") message += `: read by ${current.holders.length} holders`;
+    else if (current?.kind === "election") message += `: led by ${JSON.stringify(current.holder)} (term ${current.fencingToken})`;
     else if (current && keys) message += `: ${JSON.stringify(current.key)} held by ${JSON.stringify(current.holder)} (fencing token ${current.fencingToken})`;
     else if (current) message += `: held by ${JSON.stringify(current.holder)} (fencing token ${current.fencingToken})`;
     else if (delay) message += `: ${JSON.stringify(delay.key)} is in its lock-delay (${Math.round(delay.remainingMs)}ms left)`;

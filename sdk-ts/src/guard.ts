@@ -83,6 +83,8 @@ export class Guard {
    * prove a loss.
    */
   #releaseInDoubt = false;
+  /** An election leadership's value (proclaimValue replaces it); "" otherwise. */
+  #value: string;
 
   private constructor(session: Session, lease: Lease, holder: string, validFrom: number, watchdog: boolean) {
     this.#session = session;
@@ -102,6 +104,7 @@ export class Guard {
     }
     ({ kind: this.kind, limit: this.limit, permits: this.permits, mode: this.mode } = shareOf(lease));
     this.#stamp = Timestamp.fromProto(lease.stamp);
+    this.#value = lease.value;
     this.#ttlMs = msFromDuration(lease.ttl);
     this.#validFrom = validFrom;
     session.open.add(this);
@@ -142,6 +145,11 @@ export class Guard {
       throw new InvalidArgumentError(`holdfast: fencing token: ${JSON.stringify(key)} is not a key of this lease (${JSON.stringify(this.keys)})`);
     }
     return token;
+  }
+
+  /** An election leadership's value: the campaign's, or the last proclaimed; "" for any other kind. */
+  get value(): string {
+    return this.#value;
   }
 
   /** HLC stamp of the acquisition. */
@@ -215,6 +223,49 @@ export class Guard {
       }
     }
     this.#throwIfNotHeld();
+  }
+
+  /**
+   * @internal Leadership.proclaim: replaces an election leadership's value
+   * if it still leads. proclaimed=false poisons the guard (reason
+   * "rejected") and throws the LeaseLostError, as extended=false does;
+   * unavailable is retried within the retry budget and the local expiry
+   * (replacing a value twice is harmless).
+   */
+  async proclaimValue(value: string): Promise<void> {
+    this.#throwIfNotHeld();
+    if (this.kind !== "election") {
+      throw new InvalidArgumentError(`holdfast: value: only an election's leadership takes a value (client.election); this is a ${this.kind}`);
+    }
+    const session = this.#session;
+    const what = `proclaim ${this.#what()}`;
+    const deadline = Math.min(this.#expiresAt(), monotonicNow() + session.settings.retryBudgetMs);
+    for (let attempt = 0; ; attempt++) {
+      let res: Awaited<ReturnType<Session["rpc"]["proclaim"]>>;
+      try {
+        res = await session.rpc.proclaim(
+          { key: this.key, ownerToken: this.#ownerToken, value, clientStamp: session.clock.now().toProto() },
+          session.callOptions(deadline - monotonicNow(), this.#controller.signal),
+        );
+      } catch (e) {
+        this.#throwIfNotHeld();
+        const err = fromConnectError(e, what);
+        if (!isTransient(err)) throw err;
+        if (!(await session.backoffWithin(attempt, deadline))) {
+          this.#throwIfNotHeld(); // past the local expiry: "expired"
+          throw exhausted(err, what, formatDuration(session.settings.retryBudgetMs));
+        }
+        continue;
+      }
+      session.merge(res.serverStamp);
+      session.merge(res.lease?.stamp);
+      if (!res.proclaimed) this.#poison("rejected");
+      // Proclaimed after the local expiry still finds the guard lost: the
+      // work may have stopped, and the loss stands.
+      this.#throwIfNotHeld();
+      this.#value = value;
+      return;
+    }
   }
 
   /**

@@ -20,7 +20,8 @@ import { dateFromTimestamp, msFromDuration } from "./util.js";
 export type Primitive =
   | { kind: "mutex"; permits?: number }
   | { kind: "semaphore"; limit: number; permits?: number }
-  | { kind: "rwlock"; mode: GrantMode; permits?: number };
+  | { kind: "rwlock"; mode: GrantMode; permits?: number }
+  | { kind: "election"; value: string; permits?: number };
 
 /** A lock (a mutex): what client.lock() describes. */
 export const LOCK: Primitive = { kind: "mutex" };
@@ -33,7 +34,26 @@ export interface Share {
   mode: GrantMode;
 }
 
-const kinds: Partial<Record<PbKind, Kind>> = { [PbKind.SEMAPHORE]: "semaphore", [PbKind.RWLOCK]: "rwlock" };
+const kinds: Partial<Record<PbKind, Kind>> = { [PbKind.SEMAPHORE]: "semaphore", [PbKind.RWLOCK]: "rwlock", [PbKind.ELECTION]: "election" };
+
+/** The longest value an election's leader may carry, in bytes of UTF-8. */
+export const MAX_VALUE_BYTES = 4096;
+
+const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/**
+ * Refuses, before anything is sent, a value the server would refuse, with
+ * the server's words: longer than 4096 bytes of UTF-8, not UTF-8 (a lone
+ * surrogate), or holding a NUL (which PostgreSQL's text cannot keep).
+ */
+export function checkValue(value: string): void {
+  if (typeof value !== "string") throw new InvalidArgumentError(`holdfast: value: ${String(value)} is not a string`);
+  const bytes = new TextEncoder().encode(value);
+  if (bytes.length > MAX_VALUE_BYTES) throw new InvalidArgumentError(`holdfast: value: ${bytes.length} bytes exceeds the maximum ${MAX_VALUE_BYTES} bytes`);
+  if (loneSurrogate.test(value)) throw new InvalidArgumentError("holdfast: value: must be valid UTF-8");
+  const nul = bytes.indexOf(0);
+  if (nul >= 0) throw new InvalidArgumentError(`holdfast: value: must not contain NUL (found at byte ${nul})`);
+}
 
 /** The SDK's name of a wire kind (unset and KIND_MUTEX are a mutex). */
 export function kindFromProto(k: PbKind): Kind {
@@ -61,12 +81,13 @@ export function checkPrimitive(p: Primitive, keys: readonly string[], lockDelayM
     throw new InvalidArgumentError(`holdfast: permits: only a semaphore takes permits (client.semaphore); this is a ${p.kind}`);
   }
   if (p.kind === "mutex") return;
+  if (p.kind === "election") checkValue(p.value);
   if (keys.length > 1) throw new InvalidArgumentError(`holdfast: keys: a ${p.kind} is one key; only a lock takes several`);
   if (lockDelayMs > 0) throw new InvalidArgumentError(`holdfast: lockDelay: only a lock takes a lock-delay; this is a ${p.kind}`);
 }
 
 /** The Acquire fields of p: none for a lock (its request is a lock's as before kinds). */
-export function requestFields(p: Primitive): { kind?: PbKind; limit?: number; permits?: number; mode?: PbMode } {
+export function requestFields(p: Primitive): { kind?: PbKind; limit?: number; permits?: number; mode?: PbMode; value?: string } {
   switch (p.kind) {
     case "mutex":
       return {};
@@ -74,6 +95,8 @@ export function requestFields(p: Primitive): { kind?: PbKind; limit?: number; pe
       return { kind: PbKind.SEMAPHORE, limit: p.limit, permits: p.permits ?? 1 };
     case "rwlock":
       return { kind: PbKind.RWLOCK, mode: p.mode === "shared" ? PbMode.SHARED : PbMode.EXCLUSIVE };
+    case "election":
+      return { kind: PbKind.ELECTION, value: p.value };
   }
 }
 
@@ -85,7 +108,7 @@ export function requestFields(p: Primitive): { kind?: PbKind; limit?: number; pe
  */
 export function shareOf(lease: Lease): Share {
   const kind = kindFromProto(lease.kind);
-  if (kind === "mutex") return { kind, limit: 1, permits: 1, mode: "exclusive" };
+  if (kind === "mutex" || kind === "election") return { kind, limit: 1, permits: 1, mode: "exclusive" };
   return { kind, limit: lease.limit, permits: Math.max(lease.permits, 1), mode: modeFromProto(lease.mode) };
 }
 
@@ -110,6 +133,7 @@ export function grantFromProto(g: PbGrant): Grant {
     permits: Math.max(g.permits, 1),
     mode: modeFromProto(g.mode),
     lockDelayMs: msFromDuration(g.lockDelay),
+    value: g.value,
   };
 }
 
@@ -131,6 +155,7 @@ export function stateShareFromProto(p: PbLockState): { kind: Kind; limit: number
           permits: 1,
           mode: "exclusive",
           lockDelayMs: msFromDuration(p.lockDelay),
+          value: "",
         },
       ],
     };

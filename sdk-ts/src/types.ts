@@ -35,7 +35,7 @@ export interface LockState {
 }
 
 /** What a key is: one holder ("mutex": a lock), holders sharing a limit of permits (a semaphore), or many readers or one writer (an rwlock). */
-export type Kind = "mutex" | "semaphore" | "rwlock";
+export type Kind = "mutex" | "semaphore" | "rwlock" | "election";
 
 /** Whether a grant shares its key: "shared" is an rwlock's reader; a lock, a semaphore grant and a writer are "exclusive". */
 export type GrantMode = "exclusive" | "shared";
@@ -54,6 +54,8 @@ export interface Grant {
   mode: GrantMode;
   /** The lock-delay (ms) that follows this lease if it expires (locks only; 0: none). */
   lockDelayMs: number;
+  /** An election leader's value ("election" keys; "" otherwise). */
+  value: string;
 }
 
 /**
@@ -128,7 +130,30 @@ export interface ServerInfo {
   stamp: Timestamp;
 }
 
-export type LockEventType = "synced" | "acquired" | "released" | "expired";
+/** "proclaimed": an election's leader replaced its value (its term and expiry unchanged). */
+export type LockEventType = "synced" | "acquired" | "released" | "expired" | "proclaimed";
+
+/** An election's leadership as anyone may see it (never its owner token). */
+export interface Leader {
+  key: string;
+  /** The leadership's fencing token: strictly increasing per key over every leadership. */
+  term: bigint;
+  /** The label the leader campaigned with. */
+  holder: string;
+  /** The value the leader campaigned with, or its last proclaimed one. */
+  value: string;
+  /** The server's view of the expiry unless renewed; informational only. */
+  expiresAt: Date | undefined;
+  /** HLC stamp of the leadership's acquisition. */
+  stamp: Timestamp;
+}
+
+/** One message of `election.observe()`: the leader at that moment, or undefined when nobody leads. */
+export interface Observation {
+  leader: Leader | undefined;
+  /** The server's HLC reading when it sent the message. */
+  stamp: Timestamp;
+}
 
 /** One event of `client.watch()`: what happened to a lock, seen by the server. */
 export interface LockEvent {

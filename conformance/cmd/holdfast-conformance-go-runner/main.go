@@ -50,6 +50,8 @@ type adapter struct {
 	tokens   map[uint64]string // fencing token -> guard id, for lease events
 	inFlight map[uint64]*command
 	runs     map[string]chan struct{} // run_if_free functions waiting for run_finish
+	leads    map[string]*holdfast.Leadership
+	observes map[string]context.CancelFunc // observe commands in flight, by the suite's id
 
 	wg sync.WaitGroup // commands in flight and guard watchers
 }
@@ -68,6 +70,8 @@ func run(ctx context.Context, in io.Reader, out io.Writer) error {
 		tokens:   map[uint64]string{},
 		inFlight: map[uint64]*command{},
 		runs:     map[string]chan struct{}{},
+		leads:    map[string]*holdfast.Leadership{},
+		observes: map[string]context.CancelFunc{},
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -301,6 +305,7 @@ func lockState(st holdfast.LockState) sdkrunner.LockState {
 	for _, h := range st.Holders {
 		s.Holders = append(s.Holders, sdkrunner.Holder{
 			FencingToken: sdkrunner.U64(h.FencingToken), Holder: h.Holder, Permits: h.Permits, Mode: h.Mode.String(), Stamp: stamp(h.Stamp),
+			Value: h.Value,
 		})
 	}
 	return s
@@ -318,7 +323,7 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 			Capabilities: []string{
 				sdkrunner.CapProtocolConnect, sdkrunner.CapProtocolGRPC, sdkrunner.CapProtocolGRPCWeb,
 				sdkrunner.CapClockUpdate, sdkrunner.CapLeaseLostEvent, sdkrunner.CapRequestIDs,
-				sdkrunner.CapSemaphore, sdkrunner.CapRWLock,
+				sdkrunner.CapSemaphore, sdkrunner.CapRWLock, sdkrunner.CapElection,
 			},
 			DurationUnit: sdkrunner.UnitNanoseconds,
 		}, nil
@@ -453,6 +458,9 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 	case sdkrunner.CmdRunIfFree:
 		return a.runIfFree(ctx, req)
 
+	case sdkrunner.CmdCampaign, sdkrunner.CmdProclaim, sdkrunner.CmdResign, sdkrunner.CmdLeader, sdkrunner.CmdObserve, sdkrunner.CmdObserveStop:
+		return a.election(ctx, req)
+
 	case sdkrunner.CmdRunFinish:
 		args, err := decode[sdkrunner.RunFinishArgs](req)
 		if err != nil {
@@ -547,6 +555,150 @@ func (a *adapter) handle(ctx context.Context, req sdkrunner.Request) (any, error
 		return sdkrunner.ServerInfoResult{Version: info.Version, Backend: info.Backend.Name}, nil
 	}
 	return nil, &sdkrunner.Error{Kind: sdkrunner.KindUnsupported, Message: "unknown command " + strconv.Quote(req.Cmd)}
+}
+
+// election runs the leader-election commands with Client.Election and
+// its Leadership.
+func (a *adapter) election(ctx context.Context, req sdkrunner.Request) (any, error) {
+	switch req.Cmd {
+	case sdkrunner.CmdCampaign:
+		args, c, err := withClient(a, req, func(x sdkrunner.CampaignArgs) string { return x.Client })
+		if err != nil {
+			return nil, err
+		}
+		e := c.Election(args.Key)
+		if args.TTLMs != 0 {
+			e = e.TTL(ms(args.TTLMs))
+		}
+		if args.Holder != "" {
+			e = e.Holder(args.Holder)
+		}
+		if !args.WaitUnset {
+			e = e.Wait(ms(args.WaitMs))
+		}
+		lead, err := e.Campaign(ctx, args.Value)
+		if err != nil {
+			return nil, err
+		}
+		term, err := lead.Term()
+		if err != nil {
+			return nil, err
+		}
+		id := a.newID("g")
+		a.mu.Lock()
+		a.guards[id] = lead.Guard
+		a.leads[id] = lead
+		a.tokens[term] = id
+		a.mu.Unlock()
+		a.watch(id, lead.Guard)
+		return sdkrunner.CampaignResult{
+			LockResult: sdkrunner.LockResult{
+				Guard: id, FencingToken: sdkrunner.U64(term), Stamp: stamp(lead.Stamp()),
+				Kind: lead.Kind().String(), Limit: lead.Limit(), Permits: lead.Permits(), Mode: lead.Mode().String(),
+			},
+			Term: sdkrunner.U64(term), Value: lead.Value(),
+		}, nil
+
+	case sdkrunner.CmdProclaim:
+		args, err := decode[sdkrunner.ProclaimArgs](req)
+		if err != nil {
+			return nil, err
+		}
+		lead, err := a.leadership(args.Guard)
+		if err != nil {
+			return nil, err
+		}
+		return sdkrunner.Empty{}, lead.Proclaim(ctx, args.Value)
+
+	case sdkrunner.CmdResign:
+		args, err := decode[sdkrunner.GuardArgs](req)
+		if err != nil {
+			return nil, err
+		}
+		lead, err := a.leadership(args.Guard)
+		if err != nil {
+			return nil, err
+		}
+		return sdkrunner.Empty{}, lead.Resign(ctx)
+
+	case sdkrunner.CmdLeader:
+		args, c, err := withClient(a, req, func(x sdkrunner.LeaderArgs) string { return x.Client })
+		if err != nil {
+			return nil, err
+		}
+		ld, ok, err := c.Election(args.Key).Leader(ctx)
+		if err != nil || !ok {
+			return sdkrunner.LeaderResult{}, err
+		}
+		return sdkrunner.LeaderResult{Leader: leader(ld)}, nil
+
+	case sdkrunner.CmdObserve:
+		args, c, err := withClient(a, req, func(x sdkrunner.ObserveArgs) string { return x.Client })
+		if err != nil {
+			return nil, err
+		}
+		if args.Observe == "" {
+			return nil, badCommand("observe: observe (the id of its events) is required")
+		}
+		octx, stop := context.WithCancel(ctx)
+		defer stop()
+		a.mu.Lock()
+		if _, dup := a.observes[args.Observe]; dup {
+			a.mu.Unlock()
+			return nil, badCommand("observe %q is already running", args.Observe)
+		}
+		a.observes[args.Observe] = stop
+		a.mu.Unlock()
+		defer func() {
+			a.mu.Lock()
+			delete(a.observes, args.Observe)
+			a.mu.Unlock()
+		}()
+		n := 0
+		for o, err := range c.Election(args.Key).Observe(octx) {
+			if err != nil {
+				return nil, err
+			}
+			n++
+			m := sdkrunner.Message{Event: sdkrunner.EventObserved, Observe: args.Observe}
+			if o.Leader != nil {
+				m.Leader = leader(*o.Leader)
+			}
+			a.write(m)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // cancelled (the cancel command) or shut down
+		}
+		return sdkrunner.ObserveResult{Messages: n}, nil
+
+	default: // CmdObserveStop
+		args, err := decode[sdkrunner.ObserveStopArgs](req)
+		if err != nil {
+			return nil, err
+		}
+		a.mu.Lock()
+		stop, ok := a.observes[args.Observe]
+		a.mu.Unlock()
+		if !ok {
+			return nil, badCommand("unknown observe %q (none running under that name)", args.Observe)
+		}
+		stop()
+		return sdkrunner.Empty{}, nil
+	}
+}
+
+func (a *adapter) leadership(id string) (*holdfast.Leadership, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l, ok := a.leads[id]
+	if !ok {
+		return nil, badCommand("unknown leadership %q (guards of campaign only)", id)
+	}
+	return l, nil
+}
+
+func leader(l holdfast.Leader) *sdkrunner.Leader {
+	return &sdkrunner.Leader{Key: l.Key, Term: sdkrunner.U64(l.Term), Holder: l.Holder, Value: l.Value, Stamp: stamp(l.Stamp)}
 }
 
 // builder is the SDK builder lock's kind names: Client.Lock,

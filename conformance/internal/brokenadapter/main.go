@@ -36,7 +36,7 @@ import (
 
 func main() {
 	if len(os.Args) < 3 {
-		fmt.Fprintln(os.Stderr, "usage: brokenadapter silent-unlock|hides-loss|forgets-clock|rounds-tokens|ignores-permits ADAPTER [ARGS...]")
+		fmt.Fprintln(os.Stderr, "usage: brokenadapter silent-unlock|hides-loss|forgets-clock|rounds-tokens|ignores-permits|proclaims-blindly ADAPTER [ARGS...]")
 		os.Exit(2)
 	}
 	bug := os.Args[1]
@@ -53,7 +53,7 @@ func main() {
 	if err := child.Start(); err != nil {
 		fail(err)
 	}
-	p := &proxy{bug: bug, out: json.NewEncoder(os.Stdout), pending: map[uint64]sdkrunner.Request{}, tokens: map[string]string{}}
+	p := &proxy{bug: bug, out: json.NewEncoder(os.Stdout), pending: map[uint64]sdkrunner.Request{}, tokens: map[string]string{}, blind: map[string]bool{}}
 
 	done := make(chan struct{})
 	go func() {
@@ -101,7 +101,8 @@ type proxy struct {
 	mu      sync.Mutex
 	out     *json.Encoder
 	pending map[uint64]sdkrunner.Request // commands in flight, by id
-	tokens  map[string]string            // guard -> fencing token (hides-loss)
+	tokens  map[string]string            // guard -> fencing token (hides-loss, proclaims-blindly)
+	blind   map[string]bool              // leaderships whose loss a proclaim hid (proclaims-blindly)
 }
 
 func (p *proxy) write(v any) {
@@ -132,6 +133,21 @@ func (p *proxy) toAdapter(req sdkrunner.Request) (sdkrunner.Request, bool) {
 		tok, ok := p.tokens[a.Guard]
 		p.mu.Unlock()
 		if ok {
+			if req.Cmd == sdkrunner.CmdFencingToken {
+				p.write(map[string]any{"id": req.ID, "result": map[string]any{"fencing_token": tok}})
+			} else {
+				p.write(map[string]any{"id": req.ID, "result": map[string]any{"state": sdkrunner.StateHeld}})
+			}
+			return req, false
+		}
+	}
+	if p.bug == "proclaims-blindly" && (req.Cmd == sdkrunner.CmdFencingToken || req.Cmd == sdkrunner.CmdGuardState) {
+		var a sdkrunner.GuardArgs
+		_ = json.Unmarshal(req.Args, &a)
+		p.mu.Lock()
+		tok, blind := p.tokens[a.Guard], p.blind[a.Guard]
+		p.mu.Unlock()
+		if blind {
 			if req.Cmd == sdkrunner.CmdFencingToken {
 				p.write(map[string]any{"id": req.ID, "result": map[string]any{"fencing_token": tok}})
 			} else {
@@ -190,6 +206,22 @@ func (p *proxy) fromAdapter(m map[string]json.RawMessage) {
 		if json.Unmarshal(req.Args, &a) == nil && a.Permits != nil && json.Unmarshal(m["result"], &res) == nil {
 			res["permits"], _ = json.Marshal(*a.Permits)
 			m["result"], _ = json.Marshal(res)
+		}
+	case p.bug == "proclaims-blindly" && req.Cmd == sdkrunner.CmdCampaign && m["result"] != nil:
+		var res sdkrunner.CampaignResult
+		if err := json.Unmarshal(m["result"], &res); err == nil {
+			p.mu.Lock()
+			p.tokens[res.Guard] = res.Term.String()
+			p.mu.Unlock()
+		}
+	case p.bug == "proclaims-blindly" && req.Cmd == sdkrunner.CmdProclaim && m["error"] != nil:
+		var e sdkrunner.Error
+		var a sdkrunner.ProclaimArgs
+		if json.Unmarshal(m["error"], &e) == nil && e.Kind == sdkrunner.KindLeaseLost && json.Unmarshal(req.Args, &a) == nil {
+			p.mu.Lock()
+			p.blind[a.Guard] = true
+			p.mu.Unlock()
+			m = map[string]json.RawMessage{"id": m["id"], "result": json.RawMessage("{}")}
 		}
 	case p.bug == "hides-loss" && (req.Cmd == sdkrunner.CmdUnlock || req.Cmd == sdkrunner.CmdExtend):
 		// The silent watchdog also answers its holder's calls kindly.

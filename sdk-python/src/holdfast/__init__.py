@@ -21,9 +21,10 @@ from importlib.metadata import version as _version
 
 from ._async import DEFAULT_REQUEST_TIMEOUT, DEFAULT_RETRY_BUDGET, DEFAULT_TTL, AsyncClient, AsyncRWLock, LockContext
 from ._durations import MIN_TTL, Duration
+from ._election import AsyncElection, AsyncLeadership, CampaignContext
 from ._guard import AsyncGuard
 from ._options import Backoff, ExpiryMargin
-from ._sync import Client, Guard, LockRequest, RWLock, WatchStream
+from ._sync import Client, Election, Guard, Leadership, LockRequest, ObservationStream, RWLock, WatchStream
 from .errors import (
     CanceledError,
     ClientClosedError,
@@ -45,7 +46,21 @@ from .errors import (
 from .events import LeaseEvent, LeaseEventListener, LeaseEventType
 from .fencing import validate_write
 from .hlc import DEFAULT_MAX_OFFSET, Clock, Timestamp
-from .types import BackendInfo, Grant, Inspection, KeyDelay, Kind, LockEvent, LockState, Mode, RunResult, ServerInfo
+from ._primitives import MAX_VALUE_BYTES
+from .types import (
+    BackendInfo,
+    Grant,
+    Inspection,
+    KeyDelay,
+    Kind,
+    Leader,
+    LockEvent,
+    LockState,
+    Mode,
+    Observation,
+    RunResult,
+    ServerInfo,
+)
 
 try:
     __version__ = _version("holdfast")
@@ -57,18 +72,23 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "DEFAULT_RETRY_BUDGET",
     "DEFAULT_TTL",
+    "MAX_VALUE_BYTES",
     "MIN_TTL",
     "AsyncClient",
+    "AsyncElection",
     "AsyncGuard",
+    "AsyncLeadership",
     "AsyncRWLock",
     "BackendInfo",
     "Backoff",
+    "CampaignContext",
     "CanceledError",
     "Client",
     "ClientClosedError",
     "Clock",
     "ClockOffsetError",
     "DeadlineExceededError",
+    "Election",
     "Duration",
     "ExpiryMargin",
     "Grant",
@@ -78,7 +98,9 @@ __all__ = [
     "InvalidArgumentError",
     "KeyDelay",
     "Kind",
+    "Leader",
     "LeaseEvent",
+    "Leadership",
     "LeaseEventListener",
     "LeaseEventType",
     "LeaseLostError",
@@ -90,6 +112,8 @@ __all__ = [
     "LockState",
     "Mode",
     "NotAcquiredError",
+    "Observation",
+    "ObservationStream",
     "PermissionDeniedError",
     "RWLock",
     "ResourceExhaustedError",

@@ -22,6 +22,7 @@ from connectrpc.protocol import ProtocolType
 from . import _durations
 from ._address import base_url
 from ._durations import Duration
+from ._election import AsyncElection
 from ._guard import AsyncGuard, Session, from_duration, lease_target, to_duration
 from ._options import Backoff, ExpiryMargin
 from ._primitives import LOCK, Primitive
@@ -75,6 +76,7 @@ _EVENT_TYPES: dict[int, EventType] = {
     lock_pb2.EVENT_TYPE_ACQUIRED: "acquired",
     lock_pb2.EVENT_TYPE_RELEASED: "released",
     lock_pb2.EVENT_TYPE_EXPIRED: "expired",
+    lock_pb2.EVENT_TYPE_PROCLAIMED: "proclaimed",
 }
 
 
@@ -333,6 +335,26 @@ class AsyncClient:
         it. A key used as a lock or a semaphore is refused with a
         ServerError whose code is ``failed_precondition``."""
         return AsyncRWLock(self, key)
+
+    def election(
+        self,
+        key: str,
+        *,
+        ttl: Duration | None = None,
+        wait: Duration | None = None,
+        holder: str | None = None,
+    ) -> AsyncElection:
+        """Campaigns for the leadership of key: ``async with
+        client.election("svc/primary", ttl=10).campaign("10.0.0.7:8080") as
+        lead:`` queues behind earlier campaigners until it leads, and resigns
+        at the end of the block. The Leadership is a guard (the same
+        watchdog, the same poisoning) whose fencing token is the leader's
+        term (``lead.term``) and whose lease carries a value that ``await
+        lead.proclaim(v)`` replaces. ``await election.leader()`` reads the
+        current leader; ``async for o in election.observe()`` streams every
+        change. A key used as another kind is refused with a ServerError
+        whose code is ``failed_precondition``."""
+        return AsyncElection(self, key, ttl=ttl, wait=wait, holder=holder)
 
     async def acquire(
         self,

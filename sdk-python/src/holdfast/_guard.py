@@ -127,6 +127,7 @@ class AsyncGuard:
         self._target = lease_target(lease)
         self._fencing_token: int = lease.keys[0].fencing_token if lease.keys else lease.fencing_token
         self._stamp = Timestamp.from_proto(lease.stamp if lease.HasField("stamp") else None)
+        self._value: str = lease.value
         self._ttl = from_duration(lease.ttl)
         self._valid_from = valid_from
         self._state: Literal["held", "lost", "released"] = "held"
@@ -258,6 +259,45 @@ class AsyncGuard:
             self._raise_if_not_held()
             # Not reached: _extend_once answers False only after the guard ended.
             raise LeaseLostError(self.key, "rejected", self._fencing_token, self._multi_keys())
+
+    @property
+    def value(self) -> str:
+        """An election leadership's value: the campaign's, or the last
+        proclaimed; "" for any other kind."""
+        return self._value
+
+    async def _proclaim(self, value: str) -> None:
+        """Replaces an election leadership's value if it still leads
+        (AsyncLeadership.proclaim). proclaimed=false poisons the guard
+        (reason ``rejected``) and raises the LeaseLostError, as
+        extended=false does; ``unavailable`` is retried within the retry
+        budget and the local expiry (replacing a value twice is harmless)."""
+        self._raise_if_not_held()
+        if self.kind != "election":
+            raise InvalidArgumentError(
+                f"holdfast: value: only an election's leadership takes a value (election()); this is a {self.kind}"
+            )
+        rpc = self._session.rpc
+        req = lock_pb2.ProclaimRequest(key=self.key, owner_token=self._owner_token, value=value)
+
+        async def once() -> lock_pb2.ProclaimResponse:
+            req.client_stamp.CopyFrom(self._session.stamp())
+            return await rpc.stub.proclaim(req)
+
+        deadline = min(self._expires_at(), time.monotonic() + rpc.retry_budget)
+        try:
+            res = await rpc.call(f"proclaim {self._what()}", once, deadline=deadline)
+        except HoldfastError:
+            self._raise_if_not_held()
+            raise
+        self._session.merge(res.server_stamp)
+        self._session.merge(res.lease.stamp if res.HasField("lease") and res.lease.HasField("stamp") else None)
+        if not res.proclaimed:
+            self._poison("rejected")
+        # Proclaimed after the local expiry still finds the guard lost: the
+        # work may have stopped, and the loss stands.
+        self._raise_if_not_held()
+        self._value = value
 
     async def unlock(self) -> None:
         """Stops the watchdog and releases the lease.

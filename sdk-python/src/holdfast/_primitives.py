@@ -29,6 +29,7 @@ class Primitive:
     limit: Any = None
     permits: Any = None
     mode: Mode = "exclusive"
+    value: Any = ""
 
     def check(self, keys: tuple[str, ...], lock_delay: float) -> None:
         """Refuses, before anything is sent, a semaphore without a usable
@@ -57,6 +58,8 @@ class Primitive:
             )
         if self.kind == "mutex":
             return
+        if self.kind == "election":
+            check_value(self.value)
         if len(keys) > 1:
             raise InvalidArgumentError(f"holdfast: keys: a {self.kind} is one key; only a lock takes several")
         if lock_delay > 0:
@@ -74,6 +77,8 @@ class Primitive:
         if self.kind == "rwlock":
             mode = lock_pb2.MODE_SHARED if self.mode == "shared" else lock_pb2.MODE_EXCLUSIVE
             return {"kind": lock_pb2.KIND_RWLOCK, "mode": mode}
+        if self.kind == "election":
+            return {"kind": lock_pb2.KIND_ELECTION, "value": self.value}
         return {}
 
     def granted_as_asked(self, lease: lock_pb2.Lease) -> bool:
@@ -103,9 +108,31 @@ class Share:
         but a reader's is exclusive. A server from before kinds says
         nothing: a mutex."""
         kind = kind_from_proto(lease.kind)
-        if kind == "mutex":
+        if kind in ("mutex", "election"):
             return Share(kind, 1, 1, "exclusive")
         return Share(kind, lease.limit, max(lease.permits, 1), mode_from_proto(lease.mode))
+
+
+MAX_VALUE_BYTES = 4096
+"""The longest value an election's leader may carry, in bytes of UTF-8."""
+
+
+def check_value(value: Any) -> None:
+    """Refuses, before anything is sent, a value the server would refuse,
+    with the server's words: not a str, longer than 4096 bytes of UTF-8,
+    not UTF-8 (a lone surrogate), or holding a NUL (which PostgreSQL's text
+    cannot keep)."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"holdfast: value: {value!r} is not a str")
+    raw = value.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_VALUE_BYTES:
+        raise InvalidArgumentError(f"holdfast: value: {len(raw)} bytes exceeds the maximum {MAX_VALUE_BYTES} bytes")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError("holdfast: value: must be valid UTF-8") from None
+    if (nul := raw.find(b"\x00")) >= 0:
+        raise InvalidArgumentError(f"holdfast: value: must not contain NUL (found at byte {nul})")
 
 
 def _whole(n: Any) -> bool:

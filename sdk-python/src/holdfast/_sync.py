@@ -11,7 +11,7 @@ import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from connectrpc.interceptor import Interceptor
 
@@ -28,15 +28,18 @@ from ._async import (
     key_list,
 )
 from ._durations import Duration
+from ._election import AsyncElection, AsyncLeadership
 from ._guard import AsyncGuard
 from ._options import Backoff, ExpiryMargin
 from ._timestamp import Timestamp
 from .errors import DeadlineExceededError, HoldfastError, InvalidArgumentError, LeaseLostError
 from .events import LeaseEventListener
 from .hlc import Clock
-from .types import Inspection, Kind, LockEvent, LockState, Mode, RunResult, ServerInfo
+from .types import Inspection, Kind, Leader, LockEvent, LockState, Mode, Observation, RunResult, ServerInfo
 
 T = TypeVar("T")
+E = TypeVar("E")
+S = TypeVar("S", bound="_LoopStream[Any]")
 
 
 class _LoopThread:
@@ -228,6 +231,15 @@ class Client:
             self._loop,
             self._async.semaphore(key, limit, permits=permits, ttl=ttl, wait=wait, holder=holder, watchdog=watchdog),
         )
+
+    def election(
+        self, key: str, *, ttl: Duration | None = None, wait: Duration | None = None, holder: str | None = None
+    ) -> Election:
+        """Campaigns for the leadership of key, as AsyncClient.election:
+        ``with client.election("svc/primary").campaign("10.0.0.7:8080") as
+        lead:`` leads for the block; ``election.leader()`` and
+        ``election.observe()`` read it."""
+        return Election(self._loop, self._async.election(key, ttl=ttl, wait=wait, holder=holder))
 
     def rwlock(self, key: str) -> RWLock:
         """The read-write lock key, as AsyncClient.rwlock: ``with
@@ -451,19 +463,19 @@ class RWLock:
         return LockRequest(self._loop, self._inner.write(ttl=ttl, wait=wait, holder=holder, watchdog=watchdog))
 
 
-class WatchStream:
-    """A blocking iterator over a watch's LockEvents."""
+class _LoopStream(Generic[E]):
+    """A blocking iterator over an async generator stepped on the client's loop."""
 
-    def __init__(self, loop: _LoopThread, events: AsyncIterator[LockEvent]) -> None:
+    def __init__(self, loop: _LoopThread, events: AsyncIterator[E]) -> None:
         self._loop = loop
         self._events = events
 
-    def __iter__(self) -> WatchStream:
+    def __iter__(self: S) -> S:
         return self
 
-    def __next__(self) -> LockEvent:
+    def __next__(self) -> E:
         # The async generator is stepped on the loop's thread only.
-        async def step() -> LockEvent:
+        async def step() -> E:
             return await self._events.__anext__()
 
         try:
@@ -483,11 +495,93 @@ class WatchStream:
         with contextlib.suppress(RuntimeError):  # the client's loop already stopped
             self._loop.run(close())
 
-    def __enter__(self) -> WatchStream:
+    def __enter__(self: S) -> S:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class WatchStream(_LoopStream[LockEvent]):
+    """A blocking iterator over a watch's LockEvents."""
+
+
+class ObservationStream(_LoopStream[Observation]):
+    """A blocking iterator over an election's Observations (Election.observe)."""
+
+
+class Election:
+    """Returned by Client.election: campaigns for the leadership of one key
+    (as AsyncElection)."""
+
+    def __init__(self, loop: _LoopThread, inner: AsyncElection) -> None:
+        self._loop = loop
+        self._inner = inner
+        self.key: str = inner.key
+        """The election's key."""
+
+    def campaign(self, value: str) -> Leadership:
+        """Blocks until this client leads with value, as
+        AsyncElection.campaign; ``with client.election(k).campaign(v) as
+        lead:`` resigns at the block's end."""
+
+        async def campaign() -> Leadership:
+            return Leadership(self._loop, await self._inner.campaign(value))
+
+        return self._loop.run(campaign())
+
+    def leader(self) -> Leader | None:
+        """The current leader, or None when nobody leads."""
+        return self._loop.run(self._inner.leader())
+
+    def observe(self) -> ObservationStream:
+        """The election's leader and every change of it (as
+        AsyncElection.observe); close the stream (or leave its ``with``
+        block) to end it."""
+        return ObservationStream(self._loop, self._inner.observe())
+
+
+class Leadership:
+    """A won campaign: the blocking view of an AsyncLeadership; ``guard`` is
+    its Guard (``lost``, ``done``, ``held``, ``remaining()``)."""
+
+    def __init__(self, loop: _LoopThread, inner: AsyncLeadership) -> None:
+        # Made on the loop's thread (Election.campaign), where inner lives.
+        self._loop = loop
+        self._inner = inner
+        self.guard = Guard(loop, inner.guard)
+        """The leadership's guard."""
+        self.key: str = inner.key
+        """The election's key."""
+
+    @property
+    def term(self) -> int:
+        """The leadership's term (fencing token); raises LeaseLostError once lost."""
+        return self.guard.fencing_token
+
+    @property
+    def value(self) -> str:
+        """The campaign's value, or the last proclaimed."""
+        return self._inner.value
+
+    @property
+    def held(self) -> bool:
+        """Whether this client still leads (by the local expiry too)."""
+        return self.guard.held
+
+    def proclaim(self, value: str) -> None:
+        """Replaces the leadership's value (as AsyncLeadership.proclaim)."""
+        self._loop.run(self._inner.proclaim(value))
+
+    def resign(self) -> None:
+        """Gives the leadership up (as AsyncLeadership.resign)."""
+        self._loop.run(self._inner.resign())
+
+    def __enter__(self) -> Leadership:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self.guard.__exit__(exc_type, *exc)
 
 
 class Guard:

@@ -88,6 +88,8 @@ class NotAcquiredError(HoldfastError):
             msg += f": written by {writer.holder!r} (fencing token {writer.fencing_token})"
         elif current is not None and rwlock:
             msg += f": read by {len(current.holders)} holders"
+        elif current is not None and current.kind == "election":
+            msg += f": led by {current.holder!r} (term {current.fencing_token})"
         elif current is not None and multi:
             msg += f": {current.key!r} held by {current.holder!r} (fencing token {current.fencing_token})"
         elif current is not None:

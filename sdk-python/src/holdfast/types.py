@@ -10,15 +10,20 @@ from typing import Any, Literal, NamedTuple
 from ._timestamp import Timestamp
 from .lock.v1 import lock_pb2
 
-Kind = Literal["mutex", "semaphore", "rwlock"]
+Kind = Literal["mutex", "semaphore", "rwlock", "election"]
 """What a key is: one holder (``mutex``: a lock), holders sharing a limit of
-permits (a semaphore), or many readers or one writer (an rwlock)."""
+permits (a semaphore), many readers or one writer (an rwlock), or one
+leader whose lease carries a value (an election)."""
 
 Mode = Literal["exclusive", "shared"]
 """Whether a grant shares its key: ``shared`` is an rwlock's reader; a lock,
 a semaphore grant and a writer are ``exclusive``."""
 
-_KINDS: dict[int, Kind] = {lock_pb2.KIND_SEMAPHORE: "semaphore", lock_pb2.KIND_RWLOCK: "rwlock"}
+_KINDS: dict[int, Kind] = {
+    lock_pb2.KIND_SEMAPHORE: "semaphore",
+    lock_pb2.KIND_RWLOCK: "rwlock",
+    lock_pb2.KIND_ELECTION: "election",
+}
 
 
 def kind_from_proto(k: int) -> Kind:
@@ -56,6 +61,8 @@ class Grant:
     mode: Mode
     lock_delay: float = 0.0
     """Seconds of lock-delay that follow this lease if it expires (locks only)."""
+    value: str = ""
+    """An election leader's value (``election`` keys; "" otherwise)."""
 
     @staticmethod
     def from_proto(g: lock_pb2.Grant) -> Grant:
@@ -68,6 +75,7 @@ class Grant:
             permits=max(g.permits, 1),
             mode=mode_from_proto(g.mode),
             lock_delay=_seconds(g.lock_delay) if g.HasField("lock_delay") else 0.0,
+            value=g.value,
         )
 
 
@@ -198,7 +206,9 @@ class ServerInfo:
     stamp: Timestamp
 
 
-EventType = Literal["synced", "acquired", "released", "expired"]
+EventType = Literal["synced", "acquired", "released", "expired", "proclaimed"]
+"""``proclaimed``: an election's leader replaced its value (its term and
+expiry unchanged)."""
 
 
 @dataclass(frozen=True)
@@ -218,3 +228,47 @@ class RunResult(NamedTuple):
 
     ran: bool
     value: Any = None
+
+
+@dataclass(frozen=True)
+class Leader:
+    """An election's leadership as anyone may see it (never its owner token)."""
+
+    key: str
+    term: int
+    """The leadership's fencing token: strictly increasing per key over every leadership."""
+    holder: str
+    """The label the leader campaigned with."""
+    value: str
+    """The value the leader campaigned with, or its last proclaimed one."""
+    expires_at: _dt.datetime | None
+    """The server's view of the expiry unless renewed; informational only."""
+    stamp: Timestamp
+    """HLC stamp of the leadership's acquisition."""
+
+    @staticmethod
+    def from_proto(p: lock_pb2.Leader) -> Leader:
+        """Converts the wire form."""
+        return Leader(
+            key=p.key,
+            term=p.term,
+            holder=p.holder,
+            value=p.value,
+            expires_at=_time(p, "expires_at"),
+            stamp=Timestamp.from_proto(p.stamp if p.HasField("stamp") else None),
+        )
+
+    @staticmethod
+    def from_state(st: LockState) -> Leader:
+        """The leader of a held election key: its one holder."""
+        value = st.holders[0].value if st.holders else ""
+        return Leader(st.key, st.fencing_token, st.holder, value, st.expires_at, st.stamp)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One message of ``observe()``: the leader at that moment, or None when nobody leads."""
+
+    leader: Leader | None
+    stamp: Timestamp
+    """The server's HLC reading when it sent the message."""
