@@ -2,7 +2,9 @@ package chaos
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
@@ -200,4 +202,36 @@ func CheckObservations(history []Op, obs []Observation) []string {
 		last[id] = seen{term: ob.Term, op: o}
 	}
 	return bad
+}
+
+// SaveObservations writes the election ops of history and the observations,
+// in time order, as JSON lines to path (for a run whose observations
+// CheckObservations refused).
+func SaveObservations(history []Op, obs []Observation, path string) error {
+	type line struct {
+		at int64
+		v  any
+	}
+	var lines []line
+	for _, o := range history {
+		if o.Prim == PrimElection {
+			lines = append(lines, line{o.Call, o})
+		}
+	}
+	for _, ob := range obs {
+		lines = append(lines, line{ob.At, ob})
+	}
+	slices.SortStableFunc(lines, func(a, b line) int { return cmp.Compare(a.at, b.at) })
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	for _, l := range lines {
+		if err := enc.Encode(l.v); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
 }

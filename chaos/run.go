@@ -43,6 +43,10 @@ type Config struct {
 	// RWLock adds a read-write lock workload: some cycles take a shared
 	// (two in three) or exclusive grant of the key chaos/rw.
 	RWLock bool
+	// Election adds a leader election workload: some cycles campaign for
+	// chaos/elect, proclaim values as leader and resign, and every client
+	// observes the key (an Observe stream) for the whole run.
+	Election bool
 	TTL    time.Duration // lease TTL
 	// FaultEvery is the mean gap between faults.
 	FaultEvery time.Duration
@@ -70,6 +74,9 @@ type Fault struct {
 type Report struct {
 	History []Op
 	Faults  []Fault
+	// Observations: what the clients' Observe streams of the election key
+	// received (checked by CheckObservations).
+	Observations []Observation
 	// Findings are problems that are not lock-safety violations (an orphaned
 	// plugin, a server that did not stop cleanly).
 	Findings []string
@@ -193,8 +200,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, err
 	}
 	cleanups = append(cleanups, func() { _ = r.res.Close() })
+	observe := ""
+	if cfg.Election {
+		observe = ElectionKey
+	}
 	for i := range cfg.Clients {
-		c, err := startClient(cfg.Client, i, "http://"+r.proxies[i%len(r.proxies)].Addr(), r.res.URL())
+		c, err := startClient(cfg.Client, i, "http://"+r.proxies[i%len(r.proxies)].Addr(), r.res.URL(), observe)
 		if err != nil {
 			return nil, err
 		}
@@ -203,8 +214,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 
 	r.stopAt = time.Now().Add(cfg.Duration)
-	cfg.Logf("running %d clients on %d lock keys (semaphore limit %d, rwlock %v) against %d %s server(s) for %s, seed %d",
-		cfg.Clients, cfg.Keys, cfg.SemaphoreLimit, cfg.RWLock, nServers, cfg.Backend, cfg.Duration, cfg.Seed)
+	cfg.Logf("running %d clients on %d lock keys (semaphore limit %d, rwlock %v, election %v) against %d %s server(s) for %s, seed %d",
+		cfg.Clients, cfg.Keys, cfg.SemaphoreLimit, cfg.RWLock, cfg.Election, nServers, cfg.Backend, cfg.Duration, cfg.Seed)
 	fctx, stopFaults := context.WithCancel(ctx)
 	faultsDone := make(chan error, 1)
 	go func() { faultsDone <- r.faults(fctx) }()
@@ -222,6 +233,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	for _, c := range r.clients {
 		r.report.LostWrites += c.lostWrites
 		r.report.LostWritesRefused += c.lostRefused
+	}
+	// Every cycle is over; what the streams deliver from now on sees no
+	// operation the history has not got already.
+	for _, c := range r.clients {
+		r.report.Observations = append(r.report.Observations, c.observations()...)
 	}
 	r.report.History = append(r.report.History, r.res.Ops()...)
 	return &r.report, nil
@@ -243,6 +259,15 @@ type client struct {
 	stderr *harness.Tail
 
 	lostWrites, lostRefused int
+
+	mu       sync.Mutex
+	observed []Observation
+}
+
+func (c *client) observations() []Observation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.observed)
 }
 
 type clientCommand struct {
@@ -262,10 +287,11 @@ type clientCommand struct {
 	Writer  bool   `json:"writer,omitempty"`
 }
 
-// Keys of the semaphore and read-write lock workloads.
+// Keys of the semaphore, read-write lock and election workloads.
 const (
 	SemaphoreKey = "chaos/sem"
 	RWLockKey    = "chaos/rw"
+	ElectionKey  = "chaos/elect"
 )
 
 // primKeys lists every key of the run with its primitive.
@@ -279,12 +305,15 @@ func (r *run) primKeys() (keys, prims []string) {
 	if r.cfg.RWLock {
 		keys, prims = append(keys, RWLockKey), append(prims, PrimRWLock)
 	}
+	if r.cfg.Election {
+		keys, prims = append(keys, ElectionKey), append(prims, PrimElection)
+	}
 	return keys, prims
 }
 
-// grantCycle turns cmd into a semaphore or read-write lock cycle, one time
-// in two when the run has those workloads (split between them evenly); a
-// lock cycle otherwise.
+// grantCycle turns cmd into a semaphore, read-write lock or election cycle,
+// one time in two when the run has those workloads (split between them
+// evenly); a lock cycle otherwise.
 func (r *run) grantCycle(cmd *clientCommand, rng *rand.Rand) {
 	var choices []string
 	if r.cfg.SemaphoreLimit > 0 {
@@ -292,6 +321,9 @@ func (r *run) grantCycle(cmd *clientCommand, rng *rand.Rand) {
 	}
 	if r.cfg.RWLock {
 		choices = append(choices, PrimRWLock)
+	}
+	if r.cfg.Election {
+		choices = append(choices, PrimElection)
 	}
 	if len(choices) == 0 || rng.IntN(2) == 0 {
 		return
@@ -305,6 +337,10 @@ func (r *run) grantCycle(cmd *clientCommand, rng *rand.Rand) {
 		if cmd.Writer = rng.IntN(3) == 0; cmd.Writer {
 			cmd.Permits = RWLockReaders
 		}
+	case PrimElection:
+		// A campaign; as leader, a proclaim after each write (the values
+		// are ElectionValue(client, seq, n)), then a resignation.
+		cmd.Key = ElectionKey
 	}
 }
 
@@ -321,11 +357,21 @@ type clientEvent struct {
 	Accepted   int    `json:"accepted"`
 	Refused    int    `json:"refused"`
 	LostBefore int    `json:"lost_before"`
+	// Value: a campaign's or proclaim's value; for "observed", the leader's.
+	Value string `json:"value"`
+	// "observed": one message of the client's Observe stream.
+	Stream int    `json:"stream"`
+	At     int64  `json:"at"`
+	None   bool   `json:"none"`
+	Term   uint64 `json:"term"`
+	Holder string `json:"holder"`
 }
 
-func startClient(bin string, id int, serverURL, resourceURL string) (*client, error) {
+// startClient starts client id; observe, when set, is a key it observes
+// (an Observe stream) from start to exit.
+func startClient(bin string, id int, serverURL, resourceURL, observe string) (*client, error) {
 	c := &client{id: id, events: make(chan clientEvent, 16), done: make(chan struct{}), stderr: harness.NewTail(16 << 10)}
-	c.cmd = exec.Command(bin, "-id", fmt.Sprint(id), "-server", serverURL, "-resource", resourceURL)
+	c.cmd = exec.Command(bin, "-id", fmt.Sprint(id), "-server", serverURL, "-resource", resourceURL, "-observe", observe)
 	c.cmd.Stderr = c.stderr
 	var err error
 	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
@@ -345,6 +391,13 @@ func startClient(bin string, id int, serverURL, resourceURL string) (*client, er
 			var ev clientEvent
 			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 				fmt.Fprintf(c.stderr, "harness: bad event %q: %v\n", sc.Text(), err)
+				continue
+			}
+			if ev.Op == "observed" {
+				c.mu.Lock()
+				c.observed = append(c.observed, Observation{Client: c.id, Stream: ev.Stream, Key: ev.Key, At: ev.At,
+					None: ev.None, Term: ev.Term, Value: ev.Value, Holder: ev.Holder})
+				c.mu.Unlock()
 				continue
 			}
 			c.events <- ev
@@ -442,7 +495,7 @@ func (r *run) drive(ctx context.Context, c *client) error {
 				break
 			}
 			o := Op{Key: ev.Key, Client: c.id, Call: ev.Call, Return: ev.Return, Outcome: outcome(ev.Outcome), Fence: ev.Fence, Note: ev.Err,
-				Prim: cmd.Prim, Limit: cmd.Limit, Permits: cmd.Permits}
+				Prim: cmd.Prim, Limit: cmd.Limit, Permits: cmd.Permits, Value: ev.Value}
 			if len(cmd.More) > 0 {
 				o.Set = append([]string{cmd.Key}, cmd.More...)
 			}
@@ -459,6 +512,9 @@ func (r *run) drive(ctx context.Context, c *client) error {
 						return err
 					}
 				}
+			case "proclaim":
+				o.Kind = Proclaim
+				r.record(o)
 			case "release":
 				c.lostWrites += ev.LostBefore
 				if ev.LostBefore > 0 {
