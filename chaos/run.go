@@ -47,7 +47,7 @@ type Config struct {
 	// chaos/elect, proclaim values as leader and resign, and every client
 	// observes the key (an Observe stream) for the whole run.
 	Election bool
-	TTL    time.Duration // lease TTL
+	TTL      time.Duration // lease TTL
 	// FaultEvery is the mean gap between faults.
 	FaultEvery time.Duration
 	// Faults are the kinds to inject; nil means every kind that applies,
