@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/harness"
+	holdfast "github.com/holdfast/holdfast/sdk-go"
 )
 
 // Fault kinds the harness injects.
@@ -77,6 +78,9 @@ type Report struct {
 	// Observations: what the clients' Observe streams of the election key
 	// received (checked by CheckObservations).
 	Observations []Observation
+	// NoElection: Config.Election was asked for, but the backend does not
+	// list KIND_ELECTION, so the election workload did not run.
+	NoElection bool
 	// Findings are problems that are not lock-safety violations (an orphaned
 	// plugin, a server that did not stop cleanly).
 	Findings []string
@@ -184,6 +188,19 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		})
 	}
 	nServers := len(r.servers)
+	if cfg.Election {
+		keeps, err := keepsElections(ctx, r.servers[0].get().URL)
+		if err != nil {
+			return nil, err
+		}
+		if !keeps {
+			// A backend that does not keep elections answers every campaign
+			// unimplemented: run the others, and say so in the report.
+			r.cfg.Election, r.report.NoElection = false, true
+			cfg = r.cfg
+			cfg.Logf("%s does not list KIND_ELECTION: the election workload does not run", cfg.Backend)
+		}
+	}
 	// Two proxies: with one server both lead to it, so a partition cuts off
 	// half of the clients; with two, one each.
 	for i := range 2 {
@@ -241,6 +258,22 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	r.report.History = append(r.report.History, r.res.Ops()...)
 	return &r.report, nil
+}
+
+// keepsElections asks the server at url whether its backend keeps elections.
+func keepsElections(ctx context.Context, url string) (bool, error) {
+	c, err := holdfast.Dial(url)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	info, err := c.ServerInfo(ctx)
+	if err != nil {
+		return false, fmt.Errorf("server info: %w", err)
+	}
+	return info.Backend.Keeps(holdfast.KindElection), nil
 }
 
 func firstLine(err error) string {
