@@ -42,6 +42,7 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 		{backend: "extenddoesnotrenew", label: "ttl", spec: "TTL renews a lease for its TTL counted from the extend"},
 		{backend: "claimsshared", label: "sharing", spec: "sharing shows a lock taken through one plugin instance to another"},
 		{backend: "overgrants", label: "semaphore", spec: "semaphore never grants more permits than the limit to racing acquirers, checked at a fenced counter"},
+		{backend: "proclaimswithoutowner", label: "election", spec: "election lets the leader's token alone replace the value, changing nothing else, and announces it in Watch"},
 		{backend: "secondowner", label: "sharing", spec: "sharing refuses a second plugin instance on a single-instance store while the first runs",
 			args: func(dir string) []string { return append(store(dir), "--single-instance") }},
 	}

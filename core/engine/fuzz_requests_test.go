@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/holdfast/holdfast/core/engine"
+	"github.com/holdfast/holdfast/core/internal/fakebackend"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
@@ -31,16 +32,26 @@ func FuzzRequestValidation(f *testing.F) {
 		&lockv1.InspectRequest{Key: "k"},
 		&lockv1.ListRequest{Prefix: "k", PageSize: 2, PageToken: "x"},
 		&lockv1.WatchRequest{Target: &lockv1.WatchRequest_Prefix{Prefix: "k"}},
+		&lockv1.ProclaimRequest{Key: "k", OwnerToken: "t", Value: "v"},
+		&lockv1.ObserveRequest{Key: "k"},
 	} {
 		b, _ := proto.Marshal(m)
 		f.Add(uint8(kind), b)
 	}
-	e, _ := newEngine(f, engine.Config{MaxWait: time.Minute})
+	// A fake keeping every kind, so that campaigns, Proclaim and Observe
+	// are decided, not refused as unimplemented.
+	fake := fakebackend.New().KeepKinds()
+	f.Cleanup(func() { fake.Close() })
+	e, err := engine.New(context.Background(), fake, engine.Config{MaxWait: time.Minute})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { e.Close() })
 	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var err error
-		switch kind % 6 {
+		switch kind % 8 {
 		case 0:
 			var r lockv1.AcquireRequest
 			if proto.Unmarshal(data, &r) != nil {
@@ -105,6 +116,25 @@ func FuzzRequestValidation(f *testing.F) {
 			if errors.Is(err, errStop) {
 				err = nil
 			}
+		case 6:
+			var r lockv1.ProclaimRequest
+			if proto.Unmarshal(data, &r) != nil {
+				return
+			}
+			var resp *lockv1.ProclaimResponse
+			if resp, err = e.Proclaim(ctx, &r); err == nil && resp.GetProclaimed() {
+				t.Fatalf("proclaimed on %q with a made-up token", r.GetKey())
+			}
+		case 7:
+			var r lockv1.ObserveRequest
+			if proto.Unmarshal(data, &r) != nil {
+				return
+			}
+			// Stop at the first message (the leader, or none).
+			err = e.Observe(ctx, &r, func(*lockv1.ObserveResponse) error { return errStop })
+			if errors.Is(err, errStop) {
+				err = nil
+			}
 		}
 		switch {
 		case err == nil:
@@ -113,7 +143,7 @@ func FuzzRequestValidation(f *testing.F) {
 				t.Fatalf("message %q does not start with a field's name", err.Error())
 			}
 		default:
-			t.Fatalf("kind %d: unexpected error %v", kind%6, err)
+			t.Fatalf("kind %d: unexpected error %v", kind%8, err)
 		}
 	})
 }
@@ -121,7 +151,7 @@ func FuzzRequestValidation(f *testing.F) {
 // namesField reports whether msg starts with a request field's name.
 func namesField(msg string) bool {
 	for _, f := range []string{"key", "ttl", "wait", "holder", "client_stamp", "owner_token", "prefix", "page_size", "page_token",
-		"claims", "keys", "request_id", "lock_delay", "kind", "limit", "permits", "mode"} {
+		"claims", "keys", "request_id", "lock_delay", "kind", "limit", "permits", "mode", "value"} {
 		if strings.HasPrefix(msg, f+":") || strings.HasPrefix(msg, f+" ") || strings.HasPrefix(msg, f+"[") {
 			return true
 		}

@@ -44,6 +44,7 @@ var bugs = map[string]backendserver.OpenFunc{
 	"claimsshared":          on(memory.Open, ClaimsShared),
 	"secondowner":           OpenFilestorePerProcess,
 	"overgrants":            on(memory.Open, Overgrants),
+	"proclaimswithoutowner": on(memory.Open, ProclaimsWithoutOwner),
 }
 
 // Names lists the broken backends.
@@ -67,7 +68,11 @@ func on(open backendserver.OpenFunc, bug func(backend.Backend) backend.Backend) 
 		if err != nil {
 			return nil, err
 		}
-		return closing{bug(b), b}, nil
+		broken := bug(b)
+		if e, ok := broken.(backend.ElectionBackend); ok {
+			return electing{closing{broken, b}, e}, nil
+		}
+		return closing{broken, b}, nil
 	}
 }
 
@@ -76,6 +81,28 @@ func on(open backendserver.OpenFunc, bug func(backend.Backend) backend.Backend) 
 type closing struct {
 	backend.Backend
 	inner backend.Backend
+}
+
+// Info implements backend.Backend. A bug's wrapper hides the optional
+// interfaces of the backend it wraps; it hides their promises too, as the
+// plugin server does for sets and batches, or the plugin would not start
+// (KindElection without Proclaim).
+func (c closing) Info(ctx context.Context) (backend.Info, error) {
+	info, err := c.Backend.Info(ctx)
+	if _, ok := c.Backend.(backend.ElectionBackend); !ok {
+		info.Kinds = slices.DeleteFunc(slices.Clone(info.Kinds), func(k backend.Kind) bool { return k == backend.KindElection })
+	}
+	return info, err
+}
+
+// electing is a broken backend that keeps elections.
+type electing struct {
+	closing
+	e backend.ElectionBackend
+}
+
+func (e electing) Proclaim(ctx context.Context, req backend.ProclaimRequest) (backend.ProclaimResult, error) {
+	return e.e.Proclaim(ctx, req)
 }
 
 func (c closing) Close() error {
@@ -429,6 +456,21 @@ func (o *overgrants) Acquire(ctx context.Context, req backend.AcquireRequest) (b
 		res.Record.Limit = asked
 	}
 	return res, err
+}
+
+// ProclaimsWithoutOwner replaces an election's value whoever asks: it
+// proclaims with the token of the key's latest leader, not the caller's.
+func ProclaimsWithoutOwner(b backend.Backend) backend.Backend {
+	return &proclaimsWithoutOwner{remembering{Backend: b}}
+}
+
+type proclaimsWithoutOwner struct{ remembering }
+
+func (p *proclaimsWithoutOwner) Proclaim(ctx context.Context, req backend.ProclaimRequest) (backend.ProclaimResult, error) {
+	if tok, ok := p.last(req.Key); ok {
+		req.OwnerToken = tok // the bug: no compare
+	}
+	return p.Backend.(backend.ElectionBackend).Proclaim(ctx, req)
 }
 
 // OpenFilestorePerProcess opens a filestore of its own for each process,

@@ -24,6 +24,8 @@ func FuzzAuthorize(f *testing.F) {
 		&lockv1.ListRequest{Prefix: ""},
 		&lockv1.WatchRequest{Target: &lockv1.WatchRequest_Prefix{Prefix: "c"}},
 		&lockv1.WatchRequest{},
+		&lockv1.ProclaimRequest{Key: "a/1", OwnerToken: "t", Value: "v"},
+		&lockv1.ObserveRequest{Key: "b/1"},
 	} {
 		b, _ := proto.Marshal(m)
 		f.Add(uint8(kind), b, false)
@@ -31,7 +33,7 @@ func FuzzAuthorize(f *testing.F) {
 	f.Fuzz(func(t *testing.T, kind uint8, data []byte, readOnly bool) {
 		p := &Principal{Name: "fuzz", Prefixes: []string{"a/", "c/x"}, ReadOnly: readOnly}
 		msgs := []proto.Message{&lockv1.AcquireRequest{}, &lockv1.ReleaseRequest{}, &lockv1.ExtendRequest{},
-			&lockv1.InspectRequest{}, &lockv1.ListRequest{}, &lockv1.WatchRequest{}}
+			&lockv1.InspectRequest{}, &lockv1.ListRequest{}, &lockv1.WatchRequest{}, &lockv1.ProclaimRequest{}, &lockv1.ObserveRequest{}}
 		m := msgs[int(kind)%len(msgs)]
 		if proto.Unmarshal(data, m) != nil {
 			return
@@ -48,7 +50,7 @@ func FuzzAuthorize(f *testing.F) {
 		}
 		inside := func(s string) bool { return strings.HasPrefix(s, "a/") || strings.HasPrefix(s, "c/x") }
 		switch r := m.(type) {
-		case *lockv1.AcquireRequest, *lockv1.ReleaseRequest, *lockv1.ExtendRequest:
+		case *lockv1.AcquireRequest, *lockv1.ReleaseRequest, *lockv1.ExtendRequest, *lockv1.ProclaimRequest:
 			if readOnly {
 				t.Fatal("a read-only token may write")
 			}
@@ -64,6 +66,10 @@ func FuzzAuthorize(f *testing.F) {
 				}
 			}
 		case *lockv1.InspectRequest:
+			if !inside(r.GetKey()) {
+				t.Fatalf("allowed %v", r)
+			}
+		case *lockv1.ObserveRequest:
 			if !inside(r.GetKey()) {
 				t.Fatalf("allowed %v", r)
 			}
@@ -137,6 +143,8 @@ func writtenKeys(m proto.Message) []string {
 		for _, k := range r.GetKeys() {
 			add(k)
 		}
+	case *lockv1.ProclaimRequest:
+		add(r.GetKey())
 	}
 	return keys
 }

@@ -109,9 +109,10 @@ func TestReloadOnChange(t *testing.T) {
 }
 
 // No response message may carry an owner token except Lease (which only
-// Acquire, Extend and ExtendBatch answer, to the acquirer, who already has
-// the token on Extend and on each ExtendBatch item); LockState, which Inspect, List, Watch and a contended Acquire
-// answer, has none.
+// Acquire, Extend, ExtendBatch and Proclaim answer, to the acquirer, who
+// already has the token on Extend, on each ExtendBatch item and on
+// Proclaim); LockState, which Inspect, List, Watch and a contended Acquire
+// answer, and Leader, which Observe answers, have none.
 func TestOwnerTokenOnlyInLease(t *testing.T) {
 	fd := lockv1.File_holdfast_lock_v1_lock_proto
 	leaseName := (&lockv1.Lease{}).ProtoReflect().Descriptor().FullName()
@@ -146,7 +147,7 @@ func TestOwnerTokenOnlyInLease(t *testing.T) {
 			holders = append(holders, m.Output().FullName())
 		}
 	}
-	want := []protoreflect.FullName{"holdfast.lock.v1.AcquireResponse", "holdfast.lock.v1.ExtendResponse", "holdfast.lock.v1.ExtendBatchResponse"}
+	want := []protoreflect.FullName{"holdfast.lock.v1.AcquireResponse", "holdfast.lock.v1.ExtendResponse", "holdfast.lock.v1.ExtendBatchResponse", "holdfast.lock.v1.ProclaimResponse"}
 	if !slices.Equal(holders, want) {
 		t.Fatalf("responses that can carry an owner token: %v, want only %v", holders, want)
 	}
