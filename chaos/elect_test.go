@@ -147,6 +147,14 @@ var observedHistory = []Op{
 	resign(0, 6*ms, 7*ms, 10, OK),
 	camp(1, 8*ms, 9*ms, 11, 0), procl(1, 10*ms, 0, 11, 0, 1, Unknown), resign(1, 12*ms, 13*ms, 11, OK),
 	campOut(2, 1*ms, 2*ms, 0, Busy), campOut(3, 14*ms, 0, 0, Unknown),
+	waitedBusy(4, 15*ms, 30*ms, 10*ms),
+}
+
+// waitedBusy is a campaign that waited up to wait and was answered busy.
+func waitedBusy(client int, call, ret, wait int64) Op {
+	o := campOut(client, call, ret, 0, Busy)
+	o.Wait = wait
+	return o
 }
 
 func TestObservationsAcceptCorrectStreams(t *testing.T) {
@@ -158,6 +166,9 @@ func TestObservationsAcceptCorrectStreams(t *testing.T) {
 		noLeader(5, 0, 14*ms),
 		// The unknown campaign got a term nobody answered.
 		obsOf(5, 0, 20*ms, 13, ElectionValue(3, 0, 0)),
+		// The waiting campaign won as its wait ran out and the server gave
+		// the lease back at once: a leader for an instant.
+		obsOf(5, 0, 25*ms, 14, ElectionValue(4, 0, 0)),
 		// Another stream, opened late: starts from the current state.
 		obsOf(6, 1, 11*ms, 11, ElectionValue(1, 0, 0)),
 		// A stream opened again after a fault may start below where the
@@ -191,7 +202,10 @@ func TestObservationsCatchViolations(t *testing.T) {
 		}, "proclaimed=false"},
 		"a busy campaign's value": {[]Observation{
 			obsOf(5, 0, 3*ms, 7, ElectionValue(2, 0, 0)),
-		}, "answered busy"},
+		}, "one-attempt campaign answered busy"},
+		"a waiting busy campaign's value under a term another campaign got": {[]Observation{
+			obsOf(5, 0, 25*ms, 11, ElectionValue(4, 0, 0)),
+		}, "which campaign"},
 		"a value before its proclaim was sent": {[]Observation{
 			obsOf(5, 0, 1*ms+500, 10, ElectionValue(0, 0, 1)),
 		}, "before its proclaim was called"},

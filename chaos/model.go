@@ -53,6 +53,8 @@ type Op struct {
 	Call    int64   `json:"call"`
 	Return  int64   `json:"return"` // math.MaxInt64 when Outcome is Unknown
 	TTL     int64   `json:"ttl_ns,omitempty"`
+	// Wait: an acquire's wait (0: one attempt).
+	Wait int64 `json:"wait_ns,omitempty"`
 	Fence   uint64  `json:"fence,omitempty"` // acquire: the token granted; release/write: the token used
 	Outcome Outcome `json:"outcome"`
 	Note    string  `json:"note,omitempty"`

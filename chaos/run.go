@@ -534,7 +534,7 @@ func (r *run) drive(ctx context.Context, c *client) error {
 			}
 			switch ev.Op {
 			case "acquire":
-				o.Kind, o.TTL = Acquire, int64(ttl)
+				o.Kind, o.TTL, o.Wait = Acquire, int64(ttl), int64(time.Duration(cmd.WaitMs)*time.Millisecond)
 				fences[ev.Key] = ev.Fence
 				r.record(o)
 				if ev.Holding {
