@@ -47,14 +47,14 @@ const (
 // Op is one recorded operation. Times are Unix nanoseconds on the host's
 // wall clock, shared by every process of a run (all run on one machine).
 type Op struct {
-	Kind    Kind    `json:"kind"`
-	Key     string  `json:"key"`
-	Client  int     `json:"client"`
-	Call    int64   `json:"call"`
-	Return  int64   `json:"return"` // math.MaxInt64 when Outcome is Unknown
-	TTL     int64   `json:"ttl_ns,omitempty"`
+	Kind   Kind   `json:"kind"`
+	Key    string `json:"key"`
+	Client int    `json:"client"`
+	Call   int64  `json:"call"`
+	Return int64  `json:"return"` // math.MaxInt64 when Outcome is Unknown
+	TTL    int64  `json:"ttl_ns,omitempty"`
 	// Wait: an acquire's wait (0: one attempt).
-	Wait int64 `json:"wait_ns,omitempty"`
+	Wait    int64   `json:"wait_ns,omitempty"`
 	Fence   uint64  `json:"fence,omitempty"` // acquire: the token granted; release/write: the token used
 	Outcome Outcome `json:"outcome"`
 	Note    string  `json:"note,omitempty"`
