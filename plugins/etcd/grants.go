@@ -20,7 +20,7 @@ import (
 )
 
 // Kinds are the kinds of key the backend keeps beside a mutex.
-var Kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock}
+var Kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock, backend.KindElection}
 
 // Semaphores and rwlocks. A key K of another kind than a mutex is, under
 // P "locks/":
@@ -102,7 +102,7 @@ func grantsRecord(key string, kind backend.Kind, limit int, kvs []*mvccpb.KeyVal
 			return backend.Record{}, err
 		}
 		rec.Holders = append(rec.Holders, backend.Grant{FencingToken: g.FencingToken, Holder: g.Holder, ExpiresAt: g.ExpiresAt,
-			Remaining: g.Remaining, Stamp: g.Stamp, Permits: g.Permits})
+			Remaining: g.Remaining, Stamp: g.Stamp, Permits: g.Permits, Value: g.Value})
 		rec.InUse += g.Permits
 		if kv.CreateRevision == about || about == 0 && (own == nil || g.Remaining < own.Remaining) {
 			own = &g
@@ -111,7 +111,7 @@ func grantsRecord(key string, kind backend.Kind, limit int, kvs []*mvccpb.KeyVal
 	slices.SortFunc(rec.Holders, func(a, b backend.Grant) int { return cmp.Compare(a.FencingToken, b.FencingToken) })
 	if own != nil {
 		rec.FencingToken, rec.Holder, rec.ExpiresAt, rec.Remaining = own.FencingToken, own.Holder, own.ExpiresAt, own.Remaining
-		rec.Stamp, rec.Permits = own.Stamp, own.Permits
+		rec.Stamp, rec.Permits, rec.Value = own.Stamp, own.Permits, own.Value
 	}
 	return rec, nil
 }
@@ -279,7 +279,7 @@ attempts:
 		// CreateRevision).
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(b.grantPrefix(req.Key)), "<", cur.Header.Revision+1).WithPrefix())
 		v := newRecord(req.Holder, stored, false, req.Request, req.Replay, 0)
-		v.Permits, v.Kind, v.Limit = req.Permits, req.Kind.String(), req.Limit
+		v.Permits, v.Kind, v.Limit, v.Value = req.Permits, req.Kind.String(), req.Limit, req.Value
 		resp, err := b.cli.Txn(cctx).If(cmps...).Then(append(slices.Clip(ops),
 			clientv3.OpPut(mine, v.encode(expires, granted), clientv3.WithLease(leaseID)),
 			clientv3.OpPut(stampKey, encodeStamp(stored)),
@@ -297,10 +297,10 @@ attempts:
 			}
 			fence := uint64(resp.Header.Revision) // the grant key's CreateRevision
 			rec.Holders = append(rec.Holders, backend.Grant{FencingToken: fence, Holder: req.Holder, ExpiresAt: expires,
-				Remaining: max(0, time.Until(expires)), Stamp: stored, Permits: req.Permits})
+				Remaining: max(0, time.Until(expires)), Stamp: stored, Permits: req.Permits, Value: req.Value})
 			rec.InUse += req.Permits
-			rec.FencingToken, rec.Holder, rec.ExpiresAt, rec.Remaining, rec.Stamp, rec.Permits =
-				fence, req.Holder, expires, max(0, time.Until(expires)), stored, req.Permits
+			rec.FencingToken, rec.Holder, rec.ExpiresAt, rec.Remaining, rec.Stamp, rec.Permits, rec.Value =
+				fence, req.Holder, expires, max(0, time.Until(expires)), stored, req.Permits, req.Value
 			return backend.AcquireResult{Acquired: true, Record: rec}, true, nil
 		}
 		// Another grant won the race: decide again, at once, on what the

@@ -50,6 +50,10 @@ type recordValue struct {
 	Permits int    `json:"permits,omitempty"`
 	Kind    string `json:"kind,omitempty"`
 	Limit   int    `json:"limit,omitempty"`
+	// An election's grant (elections.go): its value, and how many times
+	// Proclaim replaced it (so Watch tells a proclaim's put from others).
+	Value     string `json:"value,omitempty"`
+	Proclaims int64  `json:"proclaims,omitempty"`
 }
 
 // encode is the record's value with the lease's expiry and TTL.
@@ -114,7 +118,7 @@ func decodeRecord(key string, kv *mvccpb.KeyValue) (backend.Record, error) {
 		LockDelay:    time.Duration(v.LockDelayMs) * time.Millisecond,
 	}
 	if kind, ok := kindByName(v.Kind); ok { // a grant
-		rec.Kind, rec.Limit, rec.Permits = kind, v.Limit, v.Permits
+		rec.Kind, rec.Limit, rec.Permits, rec.Value = kind, v.Limit, v.Permits, v.Value
 	}
 	return rec, nil
 }

@@ -81,10 +81,19 @@ func (b *Backend) translate(evs []*clientv3.Event) ([]backend.Event, error) {
 		key, suffix := splitName(strings.TrimPrefix(k, b.locks))
 		if isGrantSuffix(suffix) {
 			// A grant (grants.go): created is acquired; deleted with a
-			// write of the key's stamp key is released, alone expired.
+			// write of the key's stamp key is released, alone expired;
+			// put by Proclaim is proclaimed.
 			switch {
 			case ev.Type == mvccpb.PUT && ev.IsCreate():
 				e, err := grantEvent(backend.EventAcquired, key, ev.Kv)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, e)
+			case ev.Type == mvccpb.PUT && proclaimed(ev.Kv, ev.PrevKv):
+				// An election's value replaced (elections.go); an
+				// Extend's or a replay's put is no change of holder.
+				e, err := grantEvent(backend.EventProclaimed, key, ev.Kv)
 				if err != nil {
 					return nil, err
 				}

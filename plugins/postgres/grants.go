@@ -15,7 +15,7 @@ import (
 )
 
 // Kinds are the kinds of key the backend keeps beside a mutex.
-var Kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock}
+var Kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock, backend.KindElection}
 
 // errConflict is a repeat of a kept request id with another fingerprint.
 var errConflict = fmt.Errorf("%w: the request id was used with other arguments", backend.ErrRequestConflict)
@@ -254,26 +254,30 @@ $fn$;`
 
 // grantStatements are the SQL texts of the grant calls.
 type grantStatements struct {
-	acquire, release, extend, get, list, expire string
+	acquire, release, extend, proclaim, get, list, expire, value string
 }
 
-// stateCols are the columns of a grant function's rows (see migrationV4).
-const stateCols = `r_code, r_kind, r_lim, r_about, r_replayed, r_replay, r_fencing, r_holder, r_expires, r_wall, r_logical, r_remaining, r_permits`
+// stateCols are the columns of a grant function's rows (see migrationV4
+// and migrationV5).
+const stateCols = `r_code, r_kind, r_lim, r_about, r_replayed, r_replay, r_fencing, r_holder, r_expires, r_wall, r_logical, r_remaining, r_permits, r_value`
 
 func newGrantStatements(n names) grantStatements {
 	return grantStatements{
-		acquire: `SELECT ` + stateCols + ` FROM ` + n.acquireG + `($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-		release: `SELECT ` + n.releaseG + `($1, $2, $3, $4, $5, $6, $7)`,
-		extend:  `SELECT ` + stateCols + ` FROM ` + n.extendG + `($1, $2, $3, $4, $5)`,
+		acquire:  `SELECT ` + stateCols + ` FROM ` + n.acquireG + `($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+		release:  `SELECT ` + n.releaseG + `($1, $2, $3, $4, $5, $6, $7)`,
+		extend:   `SELECT ` + stateCols + ` FROM ` + n.extendG + `($1, $2, $3, $4, $5)`,
+		proclaim: `SELECT ` + stateCols + ` FROM ` + n.proclaimG + `($1, $2, $3, $4, $5, $6)`,
+		// $1 key, $2 fencing token: the grant's value (elections.go).
+		value: `SELECT value FROM ` + n.grants + ` WHERE key = $1 AND fencing = $2`,
 		// $1 key: the live grants, as state rows of code 2.
 		get: `SELECT 2, l.kind, l.lim, 0::bigint, false, '', gr.fencing, gr.holder, gr.expires_at, gr.stamp_wall, gr.stamp_logical,
-	(extract(epoch FROM gr.expires_at - clock_timestamp()) * 1000000)::bigint, gr.permits
+	(extract(epoch FROM gr.expires_at - clock_timestamp()) * 1000000)::bigint, gr.permits, gr.value
 FROM ` + n.grants + ` gr JOIN ` + n.locks + ` l ON l.key = gr.key
 WHERE gr.key = $1 AND gr.expires_at > clock_timestamp() ORDER BY gr.fencing`,
 		// $1 prefix, $2 last key of the previous page, $3 limit: live grants
 		// in key and fencing order, as state rows of code 2.
 		list: `SELECT gr.key, 2, l.kind, l.lim, 0::bigint, false, '', gr.fencing, gr.holder, gr.expires_at, gr.stamp_wall, gr.stamp_logical,
-	(extract(epoch FROM gr.expires_at - clock_timestamp()) * 1000000)::bigint, gr.permits
+	(extract(epoch FROM gr.expires_at - clock_timestamp()) * 1000000)::bigint, gr.permits, gr.value
 FROM ` + n.grants + ` gr JOIN ` + n.locks + ` l ON l.key = gr.key
 WHERE gr.key >= $1 AND starts_with(gr.key, $1) AND gr.key > $2 AND gr.expires_at > clock_timestamp()
 ORDER BY gr.key, gr.fencing LIMIT $3`,
@@ -316,10 +320,11 @@ type stateRow struct {
 	wall, lg *int64
 	remain   *int64
 	permits  *int
+	value    *string
 }
 
 func (r *stateRow) dest() []any {
-	return []any{&r.code, &r.kind, &r.limit, &r.about, &r.replayed, &r.replay, &r.fencing, &r.holder, &r.expires, &r.wall, &r.lg, &r.remain, &r.permits}
+	return []any{&r.code, &r.kind, &r.limit, &r.about, &r.replayed, &r.replay, &r.fencing, &r.holder, &r.expires, &r.wall, &r.lg, &r.remain, &r.permits, &r.value}
 }
 
 // collectState reads a grant function's rows.
@@ -358,6 +363,7 @@ func stateRecord(key string, rows []stateRow) (backend.Record, error) {
 			Remaining:    max(time.Duration(*r.remain)*time.Microsecond, 0),
 			Stamp:        hlc.Timestamp{WallTime: *r.wall, Logical: uint32(*r.lg)},
 			Permits:      *r.permits,
+			Value:        *r.value,
 		})
 		rec.InUse += *r.permits
 	}
@@ -369,7 +375,7 @@ func stateRecord(key string, rows []stateRow) (backend.Record, error) {
 	}
 	if about != nil {
 		rec.FencingToken, rec.Holder, rec.ExpiresAt, rec.Remaining = about.FencingToken, about.Holder, about.ExpiresAt, about.Remaining
-		rec.Stamp, rec.Permits = about.Stamp, about.Permits
+		rec.Stamp, rec.Permits, rec.Value = about.Stamp, about.Permits, about.Value
 	}
 	return rec, nil
 }
@@ -388,7 +394,7 @@ func (b *Backend) acquireGrant(ctx context.Context, req backend.AcquireRequest) 
 	st := backend.NextStamp(hlc.Timestamp{}, req.Stamp)
 	rows, err := collectState(b.pool.Query(ctx, b.grants.acquire, req.Key, digest(req.OwnerToken), req.Holder, micros(req.TTL),
 		st.WallTime, int64(st.Logical), req.Kind.String(), req.Limit, req.Permits,
-		req.Request.ID, req.Request.Fingerprint, req.Replay, req.ReplayOnly))
+		req.Request.ID, req.Request.Fingerprint, req.Replay, req.ReplayOnly, req.Value))
 	if err == nil && len(rows) == 0 {
 		err = errors.New("grant_acquire answered no rows")
 	}

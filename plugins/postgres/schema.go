@@ -13,8 +13,8 @@ import (
 )
 
 // SchemaVersion is the version of the table layout this plugin writes. It is
-// kept in the locks table's comment ("holdfast locks v4").
-const SchemaVersion = 4
+// kept in the locks table's comment ("holdfast locks v5").
+const SchemaVersion = 5
 
 // notifyGUC is the session setting the trigger reads to decide what to
 // announce: "contended" (set on every connection of a plugin with
@@ -32,17 +32,18 @@ const migrationLockClass = 0x486c6446
 
 // names are the quoted SQL names of one schema's objects.
 type names struct {
-	schema   string // the user's schema name, unquoted
-	qschema  string // quoted
-	locks    string // "schema"."locks"
-	grants   string // "schema"."grants"
-	grantsFn string // "schema"."grants_notify" (trigger function)
-	acquireG string // "schema"."grant_acquire"
-	releaseG string // "schema"."grant_release"
-	extendG  string // "schema"."grant_extend"
-	fencing  string // "schema"."fencing" (sequence)
-	notifyFn string // "schema"."locks_notify" (trigger function)
-	channel  string // NOTIFY channel, unquoted
+	schema    string // the user's schema name, unquoted
+	qschema   string // quoted
+	locks     string // "schema"."locks"
+	grants    string // "schema"."grants"
+	grantsFn  string // "schema"."grants_notify" (trigger function)
+	acquireG  string // "schema"."grant_acquire"
+	releaseG  string // "schema"."grant_release"
+	extendG   string // "schema"."grant_extend"
+	proclaimG string // "schema"."grant_proclaim"
+	fencing   string // "schema"."fencing" (sequence)
+	notifyFn  string // "schema"."locks_notify" (trigger function)
+	channel   string // NOTIFY channel, unquoted
 }
 
 func newNames(schema string) names {
@@ -53,17 +54,18 @@ func newNames(schema string) names {
 		channel = "holdfast:" + hex.EncodeToString(sum[:16])
 	}
 	return names{
-		schema:   schema,
-		qschema:  q(schema),
-		locks:    q(schema, "locks"),
-		grants:   q(schema, "grants"),
-		grantsFn: q(schema, "grants_notify"),
-		acquireG: q(schema, "grant_acquire"),
-		releaseG: q(schema, "grant_release"),
-		extendG:  q(schema, "grant_extend"),
-		fencing:  q(schema, "fencing"),
-		notifyFn: q(schema, "locks_notify"),
-		channel:  channel,
+		schema:    schema,
+		qschema:   q(schema),
+		locks:     q(schema, "locks"),
+		grants:    q(schema, "grants"),
+		grantsFn:  q(schema, "grants_notify"),
+		acquireG:  q(schema, "grant_acquire"),
+		releaseG:  q(schema, "grant_release"),
+		extendG:   q(schema, "grant_extend"),
+		proclaimG: q(schema, "grant_proclaim"),
+		fencing:   q(schema, "fencing"),
+		notifyFn:  q(schema, "locks_notify"),
+		channel:   channel,
 	}
 }
 
@@ -180,6 +182,9 @@ ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS released_until timestamptz;
 
 		// v4: semaphores and rwlocks (grants.go).
 		migrationV4(n),
+
+		// v5: elections: a value per grant, grant_proclaim (elections.go).
+		migrationV5(n),
 	}
 }
 

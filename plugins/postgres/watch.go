@@ -36,6 +36,10 @@ type payload struct {
 	Permits int    `json:"p"`
 	Kind    string `json:"kd"`
 	Limit   int    `json:"n"`
+	// A grant's value (elections.go), unless the trigger left it out of a
+	// payload it would have made too long (ValueOut).
+	Value    string `json:"v"`
+	ValueOut bool   `json:"vx"`
 }
 
 func (p payload) event() (backend.Event, error) {
@@ -47,6 +51,8 @@ func (p payload) event() (backend.Event, error) {
 		t = backend.EventReleased
 	case "expired":
 		t = backend.EventExpired
+	case "proclaimed":
+		t = backend.EventProclaimed
 	default:
 		return backend.Event{}, fmt.Errorf("unknown event type %q", p.Type)
 	}
@@ -56,8 +62,9 @@ func (p payload) event() (backend.Event, error) {
 		Holder:       p.Holder,
 		ExpiresAt:    time.UnixMicro(p.ExpiresUS),
 		Stamp:        hlc.Timestamp{WallTime: p.Wall, Logical: uint32(p.Logical)},
+		Value:        p.Value,
 	}
-	if t == backend.EventAcquired {
+	if t == backend.EventAcquired || t == backend.EventProclaimed {
 		rec.Remaining = max(time.Duration(p.RemainUS)*time.Microsecond, 0)
 	}
 	if p.Permits > 0 {
@@ -137,10 +144,38 @@ func (b *Backend) Watch(ctx context.Context, prefix string, send func(backend.Ev
 		if err != nil {
 			return fmt.Errorf("%w: postgres: watch: %w", backend.ErrUnavailable, err)
 		}
+		if p.ValueOut {
+			var ok bool
+			if ev, ok, err = b.withValue(wctx, ev); err != nil {
+				return b.watchErr(ctx, err)
+			}
+			if !ok {
+				continue
+			}
+		}
 		if err := send(ev); err != nil {
 			return err
 		}
 	}
+}
+
+// withValue completes the event of a grant whose value the trigger left out
+// of the payload (see migrationV5). A released or expired grant's value is
+// gone with its row: the event goes without it, since the lease it names has
+// ended. An acquired or proclaimed grant's value is read from its row, as it
+// is now (a later Proclaim's value, whose own event follows); once the grant
+// is gone, the event is dropped (ok=false): its release or expiry follows,
+// and an event must not report a value the grant never had.
+func (b *Backend) withValue(ctx context.Context, ev backend.Event) (backend.Event, bool, error) {
+	if ev.Type != backend.EventAcquired && ev.Type != backend.EventProclaimed {
+		return ev, true, nil
+	}
+	v, found, err := b.grantValue(ctx, ev.Record.Key, int64(ev.Record.FencingToken))
+	if err != nil || !found {
+		return ev, false, err
+	}
+	ev.Record.Value = v
+	return ev, true, nil
 }
 
 func (b *Backend) watchErr(ctx context.Context, err error) error {

@@ -13,7 +13,7 @@ import (
 )
 
 // Kinds are the kinds of key the backend keeps beside a mutex.
-var Kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock}
+var Kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock, backend.KindElection}
 
 // grantKeys are the keys a call on one key names: lock, meta, delay and
 // grants (see luaGrants), in one Cluster slot.
@@ -48,7 +48,7 @@ func (b *Backend) acquireGrant(ctx context.Context, req backend.AcquireRequest) 
 	s, n, l := splitStamp(req.Stamp)
 	res, err := grantScript.Run(ctx, b.client, b.grantKeys(req.Key), req.OwnerToken, millis(req.TTL), req.Holder, s, n, l,
 		millis(b.opts.MetaRetention), req.Request.ID, req.Request.Fingerprint, req.Replay, flag(req.ReplayOnly),
-		req.Kind.String(), req.Limit, req.Permits, b.channel(req.Key)).Slice()
+		req.Kind.String(), req.Limit, req.Permits, b.channel(req.Key), req.Value).Slice()
 	if err != nil {
 		return backend.AcquireResult{}, b.fail("acquire", err)
 	}
@@ -113,10 +113,10 @@ func (b *Backend) withHolders(ctx context.Context, key string, out backend.Acqui
 
 // stateHead is the length of a state reply's head: code, time s, time us,
 // replayed, replay, kind, limit, in use, index; stateGrant is the length of
-// one grant in it (fence, holder, ss, sn, sl, pttl ms, permits).
+// one grant in it (fence, holder, ss, sn, sl, pttl ms, permits, value).
 const (
 	stateHead  = 9
-	stateGrant = 7
+	stateGrant = 8
 )
 
 // parseState reads a state reply (see luaGrants) into the key's record:
@@ -148,6 +148,7 @@ func parseState(key string, res []any) (rec backend.Record, replayed bool, repla
 			Remaining:    left,
 			Stamp:        hlc.Timestamp{WallTime: asInt(v[2])*1e9 + asInt(v[3]), Logical: uint32(asInt(v[4]))},
 			Permits:      int(asInt(v[6])),
+			Value:        asString(v[7]),
 		}
 		if i == idx || idx < 0 && (len(rec.Holders) == 0 || g.Remaining < about.Remaining) {
 			about = g
@@ -157,7 +158,7 @@ func parseState(key string, res []any) (rec backend.Record, replayed bool, repla
 	slices.SortFunc(rec.Holders, func(a, b backend.Grant) int { return compareUint(a.FencingToken, b.FencingToken) })
 	if len(rec.Holders) > 0 {
 		rec.FencingToken, rec.Holder, rec.ExpiresAt, rec.Remaining = about.FencingToken, about.Holder, about.ExpiresAt, about.Remaining
-		rec.Stamp, rec.Permits = about.Stamp, about.Permits
+		rec.Stamp, rec.Permits, rec.Value = about.Stamp, about.Permits, about.Value
 	}
 	return rec, asInt(res[3]) == 1, asString(res[4]), nil
 }
@@ -172,14 +173,19 @@ func compareUint(a, b uint64) int {
 	return 0
 }
 
-// grantEvent reads a grant's acquired or released event: type, fence, ss,
-// sn, sl, ttl ms, time s, time us, permits, kind, limit, holder.
+// grantEvent reads a grant's acquired, released or proclaimed event (see
+// announce): type, fence, ss, sn, sl, ttl ms, time s, time us, permits,
+// kind, limit, the holder's length, then the holder and the value.
 func grantEvent(key string, typ backend.EventType, payload string) (backend.Event, bool) {
-	f := strings.SplitN(payload, "\n", 12)
-	if len(f) != 12 {
+	f := strings.SplitN(payload, "\n", 13)
+	if len(f) != 13 {
 		return backend.Event{}, false
 	}
-	rec, err := parseRecord(key, []any{f[1], f[11], f[2], f[3], f[4], f[5], f[6], f[7]})
+	n, err := strconv.Atoi(f[11])
+	if err != nil || n < 0 || n > len(f[12]) {
+		return backend.Event{}, false
+	}
+	rec, err := parseRecord(key, []any{f[1], f[12][:n], f[2], f[3], f[4], f[5], f[6], f[7]})
 	if err != nil {
 		return backend.Event{}, false
 	}
@@ -187,8 +193,41 @@ func grantEvent(key string, typ backend.EventType, payload string) (backend.Even
 	if !ok {
 		return backend.Event{}, false
 	}
-	rec.Permits, rec.Kind, rec.Limit = int(asInt(f[8])), kind, int(asInt(f[10]))
+	rec.Permits, rec.Kind, rec.Limit, rec.Value = int(asInt(f[8])), kind, int(asInt(f[10])), f[12][n:]
 	return backend.Event{Type: typ, Record: rec}, true
+}
+
+// Proclaim implements backend.ElectionBackend: one script replaces the value
+// of the token's live grant on an election key (see proclaimScript). A token
+// that holds none, the empty one included, answers false and changes
+// nothing.
+func (b *Backend) Proclaim(ctx context.Context, req backend.ProclaimRequest) (backend.ProclaimResult, error) {
+	if req.Key == "" {
+		return backend.ProclaimResult{}, fmt.Errorf("%w: key must not be empty", backend.ErrInvalidArgument)
+	}
+	if len(req.Value) > backend.MaxValueBytes {
+		return backend.ProclaimResult{}, fmt.Errorf("%w: value of %d bytes exceeds the maximum %d", backend.ErrInvalidArgument, len(req.Value), backend.MaxValueBytes)
+	}
+	if req.OwnerToken == "" {
+		return backend.ProclaimResult{}, nil
+	}
+	s, n, l := splitStamp(req.Stamp)
+	res, err := proclaimScript.Run(ctx, b.client, b.grantKeys(req.Key), req.OwnerToken, req.Value, s, n, l,
+		b.channel(req.Key), backend.KindElection.String()).Slice()
+	if err != nil {
+		return backend.ProclaimResult{}, b.fail("proclaim", err)
+	}
+	switch asInt(res[0]) {
+	case 0:
+		return backend.ProclaimResult{}, nil
+	case 7:
+		rec, _, _, err := parseState(req.Key, res)
+		if err != nil {
+			return backend.ProclaimResult{}, b.fail("proclaim", err)
+		}
+		return backend.ProclaimResult{Proclaimed: true, Record: rec}, nil
+	}
+	return backend.ProclaimResult{}, b.fail("proclaim", fmt.Errorf("unexpected script reply %v", res))
 }
 
 // decodeGrantKey reads a grant's expiry key (<base>:g:<fence>:<permits>):

@@ -2,12 +2,12 @@ package redis
 
 import goredis "github.com/redis/go-redis/v9"
 
-// Keys of another kind than a mutex (semaphores, rwlocks) hold grants, one
-// per lease, in one more hash beside the key's lock, meta and delay keys,
-// in the same Cluster slot:
+// Keys of another kind than a mutex (semaphores, rwlocks, elections) hold
+// grants, one per lease, in one more hash beside the key's lock, meta and
+// delay keys, in the same Cluster slot:
 //
 //	<prefix>{K}:grants  owner token -> msgpack {f, permits, deadline µs, ttl ms,
-//	                    ss, sn, sl, holder, rid, rfp, replay, claimed};
+//	                    ss, sn, sl, holder, rid, rfp, replay, claimed, value};
 //	                    PX = the latest deadline
 //	<prefix>{K}:g:<f>:<permits>  one empty string per grant, PX = the
 //	                    grant's TTL: its expiry is the grant's expired-key
@@ -19,7 +19,9 @@ import goredis "github.com/redis/go-redis/v9"
 // it reads, so the count of permits in use is always of live grants, by
 // Redis's clock. The :g: keys only announce expiries (Watch); nothing
 // decides by them. msgpack (cmsgpack, built into Redis's Lua) keeps a
-// grant's fields binary-safe in one hash value.
+// grant's fields binary-safe in one hash value. The value (an election's,
+// empty for the other kinds) is the last field, so a grant written before
+// it existed reads as an empty value.
 //
 // The kind and limit live in the meta hash as long as the fencing counter
 // and the last stamp do; a meta hash with a fencing token and no kind is a
@@ -51,8 +53,8 @@ local function live(nowus)
   return out, used
 end
 -- state is a reply: {code, time s, time us, replayed, replay, kind, limit,
--- permits in use, index of the grant the call is about (0: none), then 7
--- fields per grant: fence, holder, ss, sn, sl, pttl ms, permits}.
+-- permits in use, index of the grant the call is about (0: none), then 8
+-- fields per grant: fence, holder, ss, sn, sl, pttl ms, permits, value}.
 local function state(code, ts, tus, nowus, replayed, replay, kind, limit, gs, used, idx)
   local out = {code, ts, tus, replayed, replay, kind, limit, used, idx}
   for _, e in ipairs(gs) do
@@ -64,6 +66,7 @@ local function state(code, ts, tus, nowus, replayed, replay, kind, limit, gs, us
     out[#out + 1] = fmt(g[7])
     out[#out + 1] = math.floor((g[3] - nowus) / 1000)
     out[#out + 1] = g[2]
+    out[#out + 1] = g[13] or ''
   end
   return out
 end
@@ -81,16 +84,19 @@ end
 local function keepMeta(meta, ms, fresh, retain)
   if retain > 0 then pexpireAtLeast(meta, ms, fresh) else redis.call('PERSIST', meta) end
 end
+-- announce publishes a grant's event: type, fence, ss, sn, sl, ttl ms, time
+-- s, time us, permits, kind, limit, the holder's length in bytes, then the
+-- holder followed by the value (both may hold newlines).
 local function announce(channel, typ, g, ttl, ts, tus, kind, limit)
   redis.call('PUBLISH', channel, table.concat({typ, fmt(g[1]), fmt(g[5]), fmt(g[6]), fmt(g[7]), fmt(ttl), ts, tus,
-    fmt(g[2]), kind, fmt(limit), g[8]}, '\n'))
+    fmt(g[2]), kind, fmt(limit), fmt(#g[8]), g[8] .. (g[13] or '')}, '\n'))
 end
 `
 
 // grantScript: KEYS = lock, meta, delay, grants; ARGV = token, ttl ms,
 // holder, stamp seconds, nanoseconds and logical, meta retention ms,
 // request id, fingerprint, replay, replay only (1/0), kind, limit, permits,
-// event channel. Returns a state (see luaGrants) with code 1 (acquired: a
+// event channel, value. Returns a state (see luaGrants) with code 1 (acquired: a
 // new grant, a replay of the request that took one, or a retry by the owner
 // token that holds one; idx names it) or 0 (the permits do not fit; idx 0),
 // or {5, kind, limit} when the key is kept with another kind or limit (a
@@ -125,7 +131,7 @@ local ps, pn, pl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local ns, nn, nl = succ(tonumber(m[2]) or 0, tonumber(m[3]) or 0, tonumber(m[4]) or 0)
 if before(ps, pn, pl, ns, nn, nl) then ps, pn, pl = ns, nn, nl end
 local f = math.max((tonumber(m[1]) or 0) + 1, nowus)
-local g = {f, permits, nowus + ttl * 1000, ttl, ps, pn, pl, holder, rid, rfp, replay, 0}
+local g = {f, permits, nowus + ttl * 1000, ttl, ps, pn, pl, holder, rid, rfp, replay, 0, ARGV[16]}
 redis.call('HSET', grantsk(), token, cmsgpack.pack(g))
 keepGrants(ttl)
 redis.call('SET', gsentinel(g), '', 'PX', ttl)
@@ -201,3 +207,31 @@ local function extendGrant()
   return state(6, ts, tus, nowus, 0, '', k[1] or '', tonumber(k[2]) or 0, gs, used, idx)
 end
 `
+
+// proclaimScript: KEYS = lock, meta, delay, grants; ARGV = token, value,
+// stamp seconds, nanoseconds and logical, event channel, the election
+// kind's name. If the token holds
+// a live grant of an election key, it replaces the grant's value, raises
+// the meta hash's stamp to the call's (as a release does: the key's next
+// leader is stamped after it) and announces the grant as proclaimed; the
+// grant's fencing token, deadline and stamp stay as they were. Returns a
+// state (see luaGrants) with code 7 whose idx is the grant, or {0} when the
+// token holds no live grant of an election.
+var proclaimScript = goredis.NewScript(luaPrelude + luaGrants + `
+local token = ARGV[1]
+local ts, tus, nowus = now()
+local v = redis.call('HGET', grantsk(), token)
+local g = v and cmsgpack.unpack(v)
+if not g or g[3] <= nowus then return {0} end
+local meta = KEYS[2]
+local k = redis.call('HMGET', meta, 'k', 'n')
+if k[1] ~= ARGV[7] then return {0} end
+g[13] = ARGV[2]
+redis.call('HSET', grantsk(), token, cmsgpack.pack(g))
+remember(meta, fmt(g[1]), g[8], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
+announce(ARGV[6], 'proclaimed', g, math.floor((g[3] - nowus) / 1000), ts, tus, k[1], tonumber(k[2]) or 1)
+local gs, used = live(nowus)
+local idx = 0
+for i, e in ipairs(gs) do if e[1] == token then idx = i end end
+return state(7, ts, tus, nowus, 0, '', k[1], tonumber(k[2]) or 1, gs, used, idx)
+`)

@@ -156,6 +156,8 @@ func (b *Backend) event(ctx context.Context, m *goredis.Message, eventPrefix, pr
 			return grantEvent(key, backend.EventAcquired, m.Payload)
 		case "ungranted":
 			return grantEvent(key, backend.EventReleased, m.Payload)
+		case "proclaimed":
+			return grantEvent(key, backend.EventProclaimed, m.Payload)
 		}
 		f := strings.SplitN(m.Payload, "\n", 9)
 		if len(f) != 9 {
