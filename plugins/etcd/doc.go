@@ -41,12 +41,15 @@
 // # Semantics
 //
 //   - Acquire takes a lease of the TTL and then runs one transaction: if the
-//     lock key does not exist and the stored stamp is below the stamp to
-//     store, put the record, the owner and the stamp, all or nothing. The
-//     stamp condition implements backend.NextStamp without a prior read: the
+//     lock key does not exist (and the queue, lock-delay and kind allow),
+//     put the record, the owner and the stamp, all or nothing, in a nested
+//     transaction that stores the stamp only if the stored one is below it,
+//     or, in its else branch, if the key has no stamp key yet. The stamp
+//     condition implements backend.NextStamp without a prior read: the
 //     first attempt proposes the engine's stamp; when etcd's stamp is not
-//     below it, the transaction's else branch returns it and the second
-//     attempt proposes its successor.
+//     below it, the innermost else branch returns it and the second attempt
+//     proposes its successor. An uncontended acquire, of a key used before
+//     or never, is thus one transaction (one raft write).
 //   - Leases are pooled (see leasepool.go): a lease detached from a released
 //     lock, or left over from a lost race, is kept and reused for the next
 //     lock of the same TTL, renewed at reuse so its TTL runs from then;
@@ -165,6 +168,26 @@
 // address a grant by its owner token; a grant released is deleted with a
 // write of the stamp key, as a mutex lock is, so Watch tells its release
 // from its expiry. See grants.go.
+//
+// # Batches (backend.BatchBackend)
+//
+// The engine's concurrent Acquires, Releases and Extends arrive in
+// AcquireBatch, ReleaseBatch and ExtendBatch. The plain items of a batch go
+// to etcd as one transaction whose Then branch holds each item's own
+// transaction, nested, with its own compares: each item is decided on its
+// own and atomically, and all of them in one raft entry (one fsync), in
+// chunks of at most 96 items (etcd's --max-txn-ops, 128 by default, counts
+// the items plus the deepest item's levels). The acquires of a chunk (one
+// TTL) share one lease, pooled and renewed beside the transaction as a
+// single Acquire's is, and their records say so (SharedLease), so that no
+// Release or Extend of one of them pools or revokes it: etcd ends it at its
+// TTL. An ExtendBatch reads its items in one transaction and moves those
+// still held onto one new lease per chunk in another, each comparing its
+// owner and its record's ModRevision. Waiters, lock-delays, grants,
+// ReplayOnly and Abandon go their single paths beside the batch, and an
+// item whose nested transaction found something to look into (a replay of
+// its request id, a stamp to propose again, a record changed since read)
+// continues on its single path from there. See batch.go.
 //
 // Every call is bounded by call_timeout; when etcd cannot answer in time the
 // call fails with backend.ErrUnavailable.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -61,13 +62,16 @@ type Backend struct {
 	// (delays.go).
 	delays string
 
-	q         queueState
-	gates     grantGates // grants.go
-	revoke    chan clientv3.LeaseID
-	pool      *leasePool
-	closeOnce sync.Once
-	done      chan struct{}
-	wg        sync.WaitGroup
+	q      queueState
+	gates  grantGates // grants.go
+	revoke chan clientv3.LeaseID
+	pool   *leasePool
+	// batchRefused counts batch transactions etcd refused as too large
+	// (batch.go): their items went their single paths.
+	batchRefused atomic.Int64
+	closeOnce    sync.Once
+	done         chan struct{}
+	wg           sync.WaitGroup
 }
 
 var _ backend.FairBackend = (*Backend)(nil)

@@ -3,13 +3,16 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/proto/hlc"
 )
 
 // maxTxnAttempts bounds the optimistic retries of one Acquire or Extend when
@@ -134,93 +137,182 @@ func (b *Backend) acquireOn(cctx, ctx context.Context, req backend.AcquireReques
 // parent is the caller's context (for wrap), cctx the bounded one.
 func (b *Backend) attach(cctx, parent context.Context, req backend.AcquireRequest, leaseID clientv3.LeaseID, expires time.Time, granted time.Duration,
 	delay delaySpec) (res backend.AcquireResult, attached bool, err error) {
-	lockKey, ownerKey, stampKey := b.lockKey(req.Key), b.ownerKey(req.Key), b.stampKey(req.Key)
-	// First attempt: assume the key has a stamp below the engine's proposal
-	// (the common case: the engine's clock has moved on since the last
-	// holder). The else branch tells us otherwise.
-	stored := req.Stamp
-	stampCmp := clientv3.Compare(clientv3.Value(stampKey), "<", encodeStamp(stored))
-	pfx := b.queuePrefix(req.Key)
-	qk := b.queueKey(req.Key, req.WaiterID)
-	queueCmps, leave, myRev := b.queueGuards(req.Key, req.WaiterID)
-	// A key with a meta key holds grants (grants.go): never a mutex.
-	queueCmps = append(queueCmps, b.noDelay(req.Key), clientv3.Compare(clientv3.CreateRevision(b.metaKey(req.Key)), "=", 0))
-	if delay.lease != clientv3.NoLease {
-		leave = append(leave, b.putDelay(req.Key, delay.lease, delay.until))
-	}
-	for attempt := 1; ; attempt++ {
-		resp, err := b.cli.Txn(cctx).If(append([]clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(lockKey), "=", 0),
-			stampCmp,
-		}, queueCmps...)...).Then(append([]clientv3.Op{
-			clientv3.OpPut(lockKey, newRecord(req.Holder, stored, false, req.Request, req.Replay, req.LockDelay).encode(expires, granted), clientv3.WithLease(leaseID)),
-			clientv3.OpPut(ownerKey, req.OwnerToken, clientv3.WithLease(leaseID)),
-			clientv3.OpPut(stampKey, encodeStamp(stored)),
-		}, leave...)...).Else(
-			clientv3.OpGet(lockKey),
-			clientv3.OpGet(stampKey),
-			clientv3.OpGet(pfx, clientv3.WithFirstCreate()...),
-			clientv3.OpGet(b.delayKey(req.Key)),
-			clientv3.OpGet(b.metaKey(req.Key)),
-		).Commit()
+	return b.attachFrom(cctx, parent, b.newAcquireTxn(req, leaseID, expires, granted, delay, false), 1)
+}
+
+// attachFrom runs a's transaction until it is decided, counting attempts
+// from attempt (a batch made the first one).
+func (b *Backend) attachFrom(cctx, parent context.Context, a *acquireTxn, attempt int) (backend.AcquireResult, bool, error) {
+	for ; ; attempt++ {
+		cmps, then, els := a.ops()
+		resp, err := b.cli.Txn(cctx).If(cmps...).Then(then...).Else(els...).Commit()
 		if err != nil {
 			return backend.AcquireResult{}, false, wrap(parent, "acquire", err)
 		}
-		if resp.Succeeded {
-			if req.WaiterID != "" {
-				b.setRev(qk, 0)
-			}
-			return backend.AcquireResult{Acquired: true, Record: backend.Record{
-				Key:          req.Key,
-				FencingToken: uint64(resp.Header.Revision), // the lock key's CreateRevision
-				Holder:       req.Holder,
-				ExpiresAt:    expires,
-				Remaining:    max(0, time.Until(expires)),
-				Stamp:        stored,
-				LockDelay:    req.LockDelay,
-			}}, true, nil
+		res, attached, again, err := b.acquireDecided(cctx, parent, a, resp.Succeeded, resp.Header.Revision, resp.Responses)
+		if !again {
+			return res, attached, err
 		}
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			// Held: by this request's earlier attempt (a replay), or by
-			// someone else.
-			recs, replay, ok, err := b.replay(cctx, parent, []string{req.Key}, kvs, req.Request)
-			if err != nil || ok {
-				return single(backend.AcquireSetResult{Acquired: ok, Records: recs, Replayed: ok, Replay: replay}), false, err
-			}
-			rec, err := decodeRecord(req.Key, kvs[0])
-			return backend.AcquireResult{Record: rec}, false, err
-		}
-		if kvs := resp.Responses[4].GetResponseRange().Kvs; len(kvs) > 0 {
-			res, err := b.keptOther(parent, req.Key, kvs[0]) // a semaphore's or rwlock's
-			return res, false, err
-		}
-		if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) > 0 {
-			return backend.AcquireResult{Record: delayed(req.Key, kvs[0])}, false, nil // in its lock-delay
-		}
-		// Free, but others are queued ahead (or this waiter's entry is
-		// gone): not acquired, and no holder to report.
-		first := resp.Responses[2].GetResponseRange().Kvs
-		if req.WaiterID == "" && len(first) > 0 ||
-			req.WaiterID != "" && (len(first) == 0 || string(first[0].Key) != qk || first[0].CreateRevision != myRev) {
-			return backend.AcquireResult{}, false, nil
-		}
-		// The key is free; our stamp condition failed. Propose the successor
-		// of what is stored (or, for a key never locked, the proposal as is).
-		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 0 {
-			stored = req.Stamp
-			stampCmp = clientv3.Compare(clientv3.CreateRevision(stampKey), "=", 0)
-		} else {
-			last, err := decodeStamp(kvs[0].Value)
-			if err != nil {
-				return backend.AcquireResult{}, false, err
-			}
-			stored = backend.NextStamp(last, req.Stamp)
-			stampCmp = clientv3.Compare(clientv3.Value(stampKey), "<", encodeStamp(stored))
-		}
-		if attempt == maxTxnAttempts {
-			return backend.AcquireResult{}, false, fmt.Errorf("etcd acquire %q: stamp kept changing over %d attempts: %w", req.Key, attempt, backend.ErrUnavailable)
+		if attempt >= maxTxnAttempts {
+			return backend.AcquireResult{}, false, fmt.Errorf("etcd acquire %q: stamp kept changing over %d attempts: %w", a.req.Key, attempt, backend.ErrUnavailable)
 		}
 	}
+}
+
+// acquireTxn is an Acquire's transaction on one lease, attempt after
+// attempt: if the key has no lock, no meta key, no lock-delay, its queue
+// lets the caller in and its stored stamp is below the one to store, put
+// the record, the owner and the stamp; else read what refused it.
+type acquireTxn struct {
+	b       *Backend
+	req     backend.AcquireRequest
+	lease   clientv3.LeaseID
+	expires time.Time
+	granted time.Duration
+	// shared: the lease carries other records too (a batch's), so that no
+	// Release or Extend of this one key pools or revokes it.
+	shared bool
+	// stored is the stamp this attempt stores, if the stored one is below
+	// it or the key has none.
+	stored hlc.Timestamp
+	guards []clientv3.Cmp // the queue's, the lock-delay's, the kind's
+	leave  []clientv3.Op  // a waiter's leaving the queue; the delay key
+	myRev  int64          // a waiter's entry's create revision
+}
+
+func (b *Backend) newAcquireTxn(req backend.AcquireRequest, leaseID clientv3.LeaseID, expires time.Time, granted time.Duration,
+	delay delaySpec, shared bool) *acquireTxn {
+	// First attempt: propose the engine's stamp (the common case: the
+	// engine's clock has moved on since the last holder). The transaction
+	// tells us otherwise.
+	a := &acquireTxn{b: b, req: req, lease: leaseID, expires: expires, granted: granted, shared: shared, stored: req.Stamp}
+	a.guards, a.leave, a.myRev = b.queueGuards(req.Key, req.WaiterID)
+	// A key with a meta key holds grants (grants.go): never a mutex.
+	a.guards = append(a.guards, b.noDelay(req.Key), clientv3.Compare(clientv3.CreateRevision(b.metaKey(req.Key)), "=", 0))
+	if delay.lease != clientv3.NoLease {
+		a.leave = append(a.leave, b.putDelay(req.Key, delay.lease, delay.until))
+	}
+	return a
+}
+
+// ops is the attempt's transaction: its compares, its writes, and the
+// reads of its else branch (acquireDecided reads them by position). The
+// writes sit in a nested transaction that stores the stamp only if the
+// stored one is below it, and in that one's else branch another that
+// stores it if the key has no stamp key yet (a key never locked: a value
+// compare on a missing key fails), else reads the stamp: one round trip
+// decides both cases.
+func (a *acquireTxn) ops() (cmps []clientv3.Cmp, then, els []clientv3.Op) {
+	b, req := a.b, a.req
+	lockKey, stampKey := b.lockKey(req.Key), b.stampKey(req.Key)
+	rec := newRecord(req.Holder, a.stored, false, req.Request, req.Replay, req.LockDelay)
+	rec.SharedLease = a.shared
+	stamp := encodeStamp(a.stored)
+	cmps = append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lockKey), "=", 0)}, a.guards...)
+	writes := append([]clientv3.Op{
+		clientv3.OpPut(lockKey, rec.encode(a.expires, a.granted), clientv3.WithLease(a.lease)),
+		clientv3.OpPut(b.ownerKey(req.Key), req.OwnerToken, clientv3.WithLease(a.lease)),
+		clientv3.OpPut(stampKey, stamp),
+	}, a.leave...)
+	then = []clientv3.Op{clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(stampKey), "<", stamp)},
+		writes,
+		[]clientv3.Op{clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(stampKey), "=", 0)},
+			writes,
+			[]clientv3.Op{clientv3.OpGet(stampKey)},
+		)},
+	)}
+	els = []clientv3.Op{
+		clientv3.OpGet(lockKey),
+		clientv3.OpGet(b.queuePrefix(req.Key), clientv3.WithFirstCreate()...),
+		clientv3.OpGet(b.delayKey(req.Key)),
+		clientv3.OpGet(b.metaKey(req.Key)),
+	}
+	return cmps, then, els
+}
+
+// stampRefused reads the nested stamp transactions of a taken branch
+// (rs: its responses): the stamp stored when one of them wrote, else
+// (refused=true) the stamp the key keeps.
+func stampRefused(key string, rs []*etcdserverpb.ResponseOp) (last hlc.Timestamp, refused bool, err error) {
+	bad := fmt.Errorf("etcd acquire %q: the stamp transaction's answer is not the one sent: %w", key, backend.ErrUnavailable)
+	if len(rs) != 1 || rs[0].GetResponseTxn() == nil {
+		return hlc.Timestamp{}, false, bad
+	}
+	below := rs[0].GetResponseTxn()
+	if below.Succeeded {
+		return hlc.Timestamp{}, false, nil
+	}
+	if len(below.Responses) != 1 || below.Responses[0].GetResponseTxn() == nil {
+		return hlc.Timestamp{}, false, bad
+	}
+	first := below.Responses[0].GetResponseTxn()
+	if first.Succeeded {
+		return hlc.Timestamp{}, false, nil
+	}
+	if len(first.Responses) != 1 || len(first.Responses[0].GetResponseRange().GetKvs()) == 0 {
+		return hlc.Timestamp{}, false, bad
+	}
+	last, err = decodeStamp(first.Responses[0].GetResponseRange().Kvs[0].Value)
+	return last, true, err
+}
+
+// acquireDecided reads the outcome of one attempt of a (committed at
+// revision rev; rs: its branch's responses). again: the key is free but
+// its stamp was not below the proposal; a now proposes the successor of
+// the stored stamp, for the next attempt.
+func (b *Backend) acquireDecided(cctx, parent context.Context, a *acquireTxn, succeeded bool, rev int64, rs []*etcdserverpb.ResponseOp) (
+	res backend.AcquireResult, attached, again bool, err error) {
+	req := a.req
+	if succeeded {
+		last, refused, err := stampRefused(req.Key, rs)
+		if err != nil {
+			return backend.AcquireResult{}, false, false, err
+		}
+		if refused {
+			// The key is free but its stamp is not below the proposal:
+			// propose its successor.
+			a.stored = backend.NextStamp(last, req.Stamp)
+			return backend.AcquireResult{}, false, true, nil
+		}
+		if req.WaiterID != "" {
+			b.setRev(b.queueKey(req.Key, req.WaiterID), 0)
+		}
+		return backend.AcquireResult{Acquired: true, Record: backend.Record{
+			Key:          req.Key,
+			FencingToken: uint64(rev), // the lock key's CreateRevision
+			Holder:       req.Holder,
+			ExpiresAt:    a.expires,
+			Remaining:    max(0, time.Until(a.expires)),
+			Stamp:        a.stored,
+			LockDelay:    req.LockDelay,
+		}}, true, false, nil
+	}
+	if len(rs) != 4 {
+		return backend.AcquireResult{}, false, false, fmt.Errorf("etcd acquire %q: %d reads in the refusal, want 4: %w", req.Key, len(rs), backend.ErrUnavailable)
+	}
+	if kvs := rs[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		// Held: by this request's earlier attempt (a replay), or by
+		// someone else.
+		recs, replay, ok, err := b.replay(cctx, parent, []string{req.Key}, kvs, req.Request)
+		if err != nil || ok {
+			return single(backend.AcquireSetResult{Acquired: ok, Records: recs, Replayed: ok, Replay: replay}), false, false, err
+		}
+		rec, err := decodeRecord(req.Key, kvs[0])
+		return backend.AcquireResult{Record: rec}, false, false, err
+	}
+	if kvs := rs[3].GetResponseRange().Kvs; len(kvs) > 0 {
+		res, err := b.keptOther(parent, req.Key, kvs[0]) // a semaphore's or rwlock's
+		return res, false, false, err
+	}
+	if kvs := rs[2].GetResponseRange().Kvs; len(kvs) > 0 {
+		return backend.AcquireResult{Record: delayed(req.Key, kvs[0])}, false, false, nil // in its lock-delay
+	}
+	// Free, but others are queued ahead (or this waiter's entry is
+	// gone): not acquired, and no holder to report. (Only the queue's
+	// compares are left to have refused it.)
+	return backend.AcquireResult{}, false, false, nil
 }
 
 // queueGuards are an Acquire's compares for the fair queue (queue.go): a
@@ -309,8 +401,6 @@ func (b *Backend) undo(req backend.AcquireRequest) {
 func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool, error) {
 	cctx, cancel := b.call(ctx)
 	defer cancel()
-	lockKey, ownerKey, stampKey := b.lockKey(req.Key), b.ownerKey(req.Key), b.stampKey(req.Key)
-	stamp := encodeStamp(req.Stamp)
 	if req.Abandon {
 		if released, held, err := b.abandonGrant(cctx, ctx, req); err != nil || held {
 			return released, err
@@ -320,9 +410,23 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 	if err != nil || spared {
 		return false, err
 	}
-	resp, err := b.cli.Txn(cctx).If(append(guards,
-		clientv3.Compare(clientv3.Value(ownerKey), "=", req.OwnerToken),
-	)...).Then(append(kept,
+	cmps, then, els := b.releaseOps(req, guards, kept)
+	resp, err := b.cli.Txn(cctx).If(cmps...).Then(then...).Else(els...).Commit()
+	if err != nil {
+		return false, wrap(ctx, "release", err)
+	}
+	return b.releaseDecided(cctx, ctx, req, len(kept), resp.Succeeded, resp.Responses)
+}
+
+// releaseOps is a Release's transaction: if the owner key holds the token
+// (and guards hold), delete the lock and write the stamp key; else release
+// the token's grant of the key, if it has one. kept are the writes of the
+// release's identity.
+func (b *Backend) releaseOps(req backend.ReleaseRequest, guards []clientv3.Cmp, kept []clientv3.Op) (cmps []clientv3.Cmp, then, els []clientv3.Op) {
+	lockKey, ownerKey, stampKey := b.lockKey(req.Key), b.ownerKey(req.Key), b.stampKey(req.Key)
+	stamp := encodeStamp(req.Stamp)
+	cmps = append(slices.Clip(guards), clientv3.Compare(clientv3.Value(ownerKey), "=", req.OwnerToken))
+	then = append(slices.Clip(kept),
 		clientv3.OpDelete(lockKey, clientv3.WithPrevKV()),
 		clientv3.OpDelete(ownerKey),
 		clientv3.OpDelete(b.delayKey(req.Key)), // a released key has no lock-delay
@@ -333,25 +437,31 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 			[]clientv3.Op{clientv3.OpPut(stampKey, stamp)},
 			[]clientv3.Op{clientv3.OpPut(stampKey, "", clientv3.WithIgnoreValue())},
 		),
-	)...).Else(
-		// Not this token's mutex lock: perhaps its grant (grants.go).
-		b.releaseGrantOps(req.Key, req.OwnerToken, stamp, kept),
-	).Commit()
-	if err != nil {
-		return false, wrap(ctx, "release", err)
-	}
-	if !resp.Succeeded {
-		if g := resp.Responses[0].GetResponseTxn(); g != nil && g.Succeeded {
-			b.grantReleased(g, len(kept))
-			return true, nil
+	)
+	// Not this token's mutex lock: perhaps its grant (grants.go).
+	els = []clientv3.Op{b.releaseGrantOps(req.Key, req.OwnerToken, stamp, kept)}
+	return cmps, then, els
+}
+
+// releaseDecided reads the outcome of releaseOps (rs: its branch's
+// responses; nKept: how many writes of the identity lead its Then).
+func (b *Backend) releaseDecided(cctx, parent context.Context, req backend.ReleaseRequest, nKept int, succeeded bool, rs []*etcdserverpb.ResponseOp) (bool, error) {
+	if !succeeded {
+		if len(rs) > 0 {
+			if g := rs[0].GetResponseTxn(); g != nil && g.Succeeded {
+				b.grantReleased(g, nKept)
+				return true, nil
+			}
 		}
 		if req.Abandon {
 			return false, nil
 		}
-		return b.releasedBefore(cctx, ctx, []string{req.Key}, req.Request)
+		return b.releasedBefore(cctx, parent, []string{req.Key}, req.Request)
 	}
-	if prev := resp.Responses[len(kept)].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
-		b.detached(prev[0])
+	if len(rs) > nKept {
+		if prev := rs[nKept].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
+			b.detached(prev[0])
+		}
 	}
 	return true, nil
 }
@@ -557,11 +667,11 @@ func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.Li
 
 // detached hands the lease of a lock record that a committed transaction
 // just detached from it (deleted or moved the record and the owner key) to
-// the pool. The lease of a set's record is left alone: the set's other
-// records are still on it (a single-key Release or Extend of one key of a
-// set detaches that key only; the lease expires with the rest).
+// the pool. The lease of a set's record, or of a batch's, is left alone:
+// other records are still on it (a single-key Release or Extend of one key
+// of a set detaches that key only; the lease expires with the rest).
 func (b *Backend) detached(kv *mvccpb.KeyValue) {
-	if inSet(kv) {
+	if sharesLease(kv) {
 		return
 	}
 	b.detachedLease(kv)

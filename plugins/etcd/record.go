@@ -36,6 +36,10 @@ type recordValue struct {
 	// Set: the record is one key of a set, whose records share one lease;
 	// only the set's own Release or Extend detaches that lease.
 	Set bool `json:"set,omitempty"`
+	// SharedLease: the record shares its lease with the other records a
+	// batch stored or moved (batch.go); no Release or Extend of one key
+	// pools or revokes that lease, which etcd ends at its TTL.
+	SharedLease bool `json:"shared_lease,omitempty"`
 	// The request identity of the last Acquire or Extend applied to the
 	// lock, its Acquire's replay, and whether a replay was answered
 	// (Claimed): see requests.go.
@@ -69,10 +73,11 @@ func newRecord(holder string, stamp hlc.Timestamp, set bool, req backend.Request
 		ReqID: req.ID, ReqFP: req.Fingerprint, Replay: replay, LockDelayMs: lockDelay.Milliseconds()}
 }
 
-// inSet reports a record stored by AcquireSet or ExtendSet.
-func inSet(kv *mvccpb.KeyValue) bool {
+// sharesLease reports a record whose lease other records use too: one
+// stored by AcquireSet or ExtendSet, or by a batch.
+func sharesLease(kv *mvccpb.KeyValue) bool {
 	v, err := decodeValue(kv)
-	return err == nil && v.Set
+	return err == nil && (v.Set || v.SharedLease)
 }
 
 // decodeValue reads the lock key's value.
