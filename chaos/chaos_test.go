@@ -50,10 +50,11 @@ func envUint(k string, def uint64) uint64 {
 	return def
 }
 
-// TestChaos runs the seeded fault run on every backend — locks, a semaphore
-// and a read-write lock side by side under the same faults — and checks each
-// primitive's history with porcupine against its model, logging a "figures"
-// line per backend and primitive.
+// TestChaos runs the seeded fault run on every backend — locks, a semaphore,
+// a read-write lock and a leader election side by side under the same
+// faults — and checks each primitive's history with porcupine against its
+// model (and the election's Observe streams with CheckObservations),
+// logging a "figures" line per backend and primitive.
 func TestChaos(t *testing.T) {
 	t.Logf("chaos seed %d (rerun with -chaos.seed=%d or HOLDFAST_CHAOS_SEED=%d), duration %s per backend",
 		*flagSeed, *flagSeed, *flagSeed, *flagDuration)
@@ -88,7 +89,7 @@ func TestChaos(t *testing.T) {
 			}
 			cfg := Config{
 				Backend: b, Duration: *flagDuration, Seed: *flagSeed,
-				Clients: 6, Keys: 3, SemaphoreLimit: 3, RWLock: true,
+				Clients: 6, Keys: 3, SemaphoreLimit: 3, RWLock: true, Election: true,
 				TTL: 2 * time.Second, FaultEvery: 1500 * time.Millisecond,
 				Server: serverBin, Plugin: plugin, Client: clientBin, Service: svc,
 				Logf: t.Logf,
@@ -103,7 +104,13 @@ func TestChaos(t *testing.T) {
 			}
 			// One check per primitive, each with its own model; the faults
 			// were injected into the one run all of them shared.
-			for _, prim := range []string{PrimMutex, PrimSemaphore, PrimRWLock} {
+			for _, prim := range []string{PrimMutex, PrimSemaphore, PrimRWLock, PrimElection} {
+				if prim == PrimElection && rep.NoElection {
+					line := fmt.Sprintf("%-8s %-9s not run: the backend does not list KIND_ELECTION seed=%d", b, prim, *flagSeed)
+					t.Log(line)
+					addFigures("%s", line)
+					continue
+				}
 				res := CheckPrimitive(rep.History, prim, 5*time.Minute)
 				name := cmp.Or(prim, "mutex")
 				n := 0
@@ -114,7 +121,7 @@ func TestChaos(t *testing.T) {
 				// shows the sharing the model checks did happen.
 				// (Lock keys' writes are fenced by watermark: "-".)
 				peak := "-"
-				if prim != PrimMutex {
+				if prim != PrimMutex && prim != PrimElection {
 					n := 0
 					for _, o := range rep.History {
 						if o.Prim == prim && o.Kind == Write {
@@ -123,21 +130,43 @@ func TestChaos(t *testing.T) {
 					}
 					peak = fmt.Sprint(n)
 				}
-				line := fmt.Sprintf("%-8s %-9s ops=%-5d grants=%-4d faults=%-2d porcupine=%-7s check=%-5s peak-writers=%s seed=%d",
-					b, name, n, res.Grants, len(rep.Faults), res.Result, res.Took.Round(time.Millisecond), peak, *flagSeed)
+				extra := ""
+				if prim == PrimElection {
+					// What the Observe streams saw, checked on their own.
+					bad := CheckObservations(rep.History, rep.Observations)
+					leaders := 0
+					for _, o := range rep.Observations {
+						if !o.None {
+							leaders++
+						}
+					}
+					verdict := "Ok"
+					if len(bad) > 0 {
+						verdict = fmt.Sprintf("%d-violations", len(bad))
+						for _, v := range bad[:min(len(bad), 20)] {
+							t.Errorf("%s: observation: %s", b, v)
+						}
+						path := filepath.Join(outDir(t), fmt.Sprintf("%s-election-observations-seed%d.jsonl", b, *flagSeed))
+						if err := SaveObservations(rep.History, rep.Observations, path); err != nil {
+							t.Fatalf("saving the observations: %v", err)
+						}
+						t.Errorf("%s: %d observations refused; election ops and observations in %s", b, len(bad), path)
+					}
+					extra = fmt.Sprintf(" proclaims=%d observed=%d(%d leaders) observe-check=%s",
+						res.Ops[Proclaim], len(rep.Observations), leaders, verdict)
+					if leaders == 0 {
+						t.Errorf("%s: the Observe streams saw no leader: the observers did not run", b)
+					}
+				}
+				line := fmt.Sprintf("%-8s %-9s ops=%-5d grants=%-4d faults=%-2d porcupine=%-7s check=%-5s peak-writers=%s%s seed=%d",
+					b, name, n, res.Grants, len(rep.Faults), res.Result, res.Took.Round(time.Millisecond), peak, extra, *flagSeed)
 				t.Log(line)
 				addFigures("%s", line)
 				if n == 0 || res.Grants == 0 {
 					t.Errorf("%s %s: no grants in the run: the workload did not run", b, name)
 				}
 				if res.Result != porcupine.Ok {
-					dir := *flagOut
-					if dir == "" {
-						if dir, err = os.MkdirTemp("", "holdfast-chaos-"); err != nil {
-							t.Fatal(err)
-						}
-					}
-					base := filepath.Join(dir, fmt.Sprintf("%s-%s-seed%d", b, name, *flagSeed))
+					base := filepath.Join(outDir(t), fmt.Sprintf("%s-%s-seed%d", b, name, *flagSeed))
 					jsonl, html, err := SaveWithFaults(rep.History, rep.Faults, res, base)
 					if err != nil {
 						t.Fatalf("saving the history: %v", err)
@@ -151,4 +180,18 @@ func TestChaos(t *testing.T) {
 			}
 		})
 	}
+}
+
+// outDir is where a failing run's files go: -chaos.out, else a new temp dir
+// (kept: the test prints the paths).
+func outDir(t *testing.T) string {
+	t.Helper()
+	if *flagOut != "" {
+		return *flagOut
+	}
+	dir, err := os.MkdirTemp("", "holdfast-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

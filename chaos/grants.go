@@ -219,6 +219,8 @@ func ModelFor(prim string) porcupine.Model {
 		return SemaphoreModel
 	case PrimRWLock:
 		return RWLockModel
+	case PrimElection:
+		return ElectionModel
 	}
 	return LockModel
 }

@@ -47,12 +47,14 @@ const (
 // Op is one recorded operation. Times are Unix nanoseconds on the host's
 // wall clock, shared by every process of a run (all run on one machine).
 type Op struct {
-	Kind    Kind    `json:"kind"`
-	Key     string  `json:"key"`
-	Client  int     `json:"client"`
-	Call    int64   `json:"call"`
-	Return  int64   `json:"return"` // math.MaxInt64 when Outcome is Unknown
-	TTL     int64   `json:"ttl_ns,omitempty"`
+	Kind   Kind   `json:"kind"`
+	Key    string `json:"key"`
+	Client int    `json:"client"`
+	Call   int64  `json:"call"`
+	Return int64  `json:"return"` // math.MaxInt64 when Outcome is Unknown
+	TTL    int64  `json:"ttl_ns,omitempty"`
+	// Wait: an acquire's wait (0: one attempt).
+	Wait    int64   `json:"wait_ns,omitempty"`
 	Fence   uint64  `json:"fence,omitempty"` // acquire: the token granted; release/write: the token used
 	Outcome Outcome `json:"outcome"`
 	Note    string  `json:"note,omitempty"`
@@ -60,8 +62,9 @@ type Op struct {
 	// to (its other keys have ops of their own: histories are checked per
 	// key).
 	Set []string `json:"set,omitempty"`
-	// Prim is the primitive of Key: PrimMutex (""), PrimSemaphore or
-	// PrimRWLock. Each primitive's ops are checked with its own model.
+	// Prim is the primitive of Key: PrimMutex (""), PrimSemaphore,
+	// PrimRWLock or PrimElection. Each primitive's ops are checked with its
+	// own model.
 	Prim string `json:"prim,omitempty"`
 	// Limit and Permits: a semaphore's or read-write lock's limit, and the
 	// permits of this grant (acquire) or of the writer (write).
@@ -70,6 +73,9 @@ type Op struct {
 	// Occupants: for a write to a semaphore or read-write lock key, the
 	// grants writing to the key at that instant, this one included.
 	Occupants []Occupant `json:"occupants,omitempty"`
+	// Value: an election's campaign value (Acquire) or proclaimed value
+	// (Proclaim); unique in a run (ElectionValue).
+	Value string `json:"value,omitempty"`
 }
 
 // Occupant is one grant writing to a semaphore or read-write lock key.

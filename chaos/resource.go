@@ -18,7 +18,8 @@ type WriteRequest struct {
 	Fence  uint64 `json:"fence"`
 	Client int    `json:"client"`
 	// Prim, Limit, Permits: set for a semaphore's or read-write lock's
-	// grant (see Resource).
+	// grant (see Resource); Prim alone for an election's leader, whose
+	// writes are fenced by term like a lock holder's by token.
 	Prim    string `json:"prim,omitempty"`
 	Limit   int    `json:"limit,omitempty"`
 	Permits int    `json:"permits,omitempty"`
@@ -36,6 +37,8 @@ type WriteResponse struct {
 // writes with an equal token pass). It serves POST /write over HTTP on a
 // loopback port so that client processes write to it themselves, and records
 // each decision as a Write op at the instant it was made.
+//
+// An election's leaders write as lock holders do, fenced by their term.
 //
 // A semaphore's or read-write lock's key has several holders at once, so a
 // single watermark would refuse every holder but the newest: there the
@@ -112,7 +115,7 @@ func (r *Resource) Write(wr WriteRequest) WriteResponse {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now().UnixNano()
-	if wr.Prim != "" {
+	if wr.Prim != PrimMutex && wr.Prim != PrimElection {
 		occ := r.occupants[wr.Key]
 		if occ == nil {
 			occ = map[uint64]int{}
@@ -136,7 +139,7 @@ func (r *Resource) Write(wr WriteRequest) WriteResponse {
 		r.watermark[wr.Key] = wr.Fence
 		resp.Watermark = wr.Fence
 	}
-	r.ops = append(r.ops, Op{Kind: Write, Key: wr.Key, Client: wr.Client, Call: now, Return: now + 1, Fence: wr.Fence, Outcome: out})
+	r.ops = append(r.ops, Op{Kind: Write, Prim: wr.Prim, Key: wr.Key, Client: wr.Client, Call: now, Return: now + 1, Fence: wr.Fence, Outcome: out})
 	return resp
 }
 

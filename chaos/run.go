@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/harness"
+	holdfast "github.com/holdfast/holdfast/sdk-go"
 )
 
 // Fault kinds the harness injects.
@@ -43,7 +44,11 @@ type Config struct {
 	// RWLock adds a read-write lock workload: some cycles take a shared
 	// (two in three) or exclusive grant of the key chaos/rw.
 	RWLock bool
-	TTL    time.Duration // lease TTL
+	// Election adds a leader election workload: some cycles campaign for
+	// chaos/elect, proclaim values as leader and resign, and every client
+	// observes the key (an Observe stream) for the whole run.
+	Election bool
+	TTL      time.Duration // lease TTL
 	// FaultEvery is the mean gap between faults.
 	FaultEvery time.Duration
 	// Faults are the kinds to inject; nil means every kind that applies,
@@ -70,6 +75,12 @@ type Fault struct {
 type Report struct {
 	History []Op
 	Faults  []Fault
+	// Observations: what the clients' Observe streams of the election key
+	// received (checked by CheckObservations).
+	Observations []Observation
+	// NoElection: Config.Election was asked for, but the backend does not
+	// list KIND_ELECTION, so the election workload did not run.
+	NoElection bool
 	// Findings are problems that are not lock-safety violations (an orphaned
 	// plugin, a server that did not stop cleanly).
 	Findings []string
@@ -177,6 +188,19 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		})
 	}
 	nServers := len(r.servers)
+	if cfg.Election {
+		keeps, err := keepsElections(ctx, r.servers[0].get().URL)
+		if err != nil {
+			return nil, err
+		}
+		if !keeps {
+			// A backend that does not keep elections answers every campaign
+			// unimplemented: run the others, and say so in the report.
+			r.cfg.Election, r.report.NoElection = false, true
+			cfg = r.cfg
+			cfg.Logf("%s does not list KIND_ELECTION: the election workload does not run", cfg.Backend)
+		}
+	}
 	// Two proxies: with one server both lead to it, so a partition cuts off
 	// half of the clients; with two, one each.
 	for i := range 2 {
@@ -193,8 +217,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, err
 	}
 	cleanups = append(cleanups, func() { _ = r.res.Close() })
+	observe := ""
+	if cfg.Election {
+		observe = ElectionKey
+	}
 	for i := range cfg.Clients {
-		c, err := startClient(cfg.Client, i, "http://"+r.proxies[i%len(r.proxies)].Addr(), r.res.URL())
+		c, err := startClient(cfg.Client, i, "http://"+r.proxies[i%len(r.proxies)].Addr(), r.res.URL(), observe)
 		if err != nil {
 			return nil, err
 		}
@@ -203,8 +231,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 
 	r.stopAt = time.Now().Add(cfg.Duration)
-	cfg.Logf("running %d clients on %d lock keys (semaphore limit %d, rwlock %v) against %d %s server(s) for %s, seed %d",
-		cfg.Clients, cfg.Keys, cfg.SemaphoreLimit, cfg.RWLock, nServers, cfg.Backend, cfg.Duration, cfg.Seed)
+	cfg.Logf("running %d clients on %d lock keys (semaphore limit %d, rwlock %v, election %v) against %d %s server(s) for %s, seed %d",
+		cfg.Clients, cfg.Keys, cfg.SemaphoreLimit, cfg.RWLock, cfg.Election, nServers, cfg.Backend, cfg.Duration, cfg.Seed)
 	fctx, stopFaults := context.WithCancel(ctx)
 	faultsDone := make(chan error, 1)
 	go func() { faultsDone <- r.faults(fctx) }()
@@ -223,8 +251,29 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		r.report.LostWrites += c.lostWrites
 		r.report.LostWritesRefused += c.lostRefused
 	}
+	// Every cycle is over; what the streams deliver from now on sees no
+	// operation the history has not got already.
+	for _, c := range r.clients {
+		r.report.Observations = append(r.report.Observations, c.observations()...)
+	}
 	r.report.History = append(r.report.History, r.res.Ops()...)
 	return &r.report, nil
+}
+
+// keepsElections asks the server at url whether its backend keeps elections.
+func keepsElections(ctx context.Context, url string) (bool, error) {
+	c, err := holdfast.Dial(url)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	info, err := c.ServerInfo(ctx)
+	if err != nil {
+		return false, fmt.Errorf("server info: %w", err)
+	}
+	return info.Backend.Keeps(holdfast.KindElection), nil
 }
 
 func firstLine(err error) string {
@@ -243,6 +292,15 @@ type client struct {
 	stderr *harness.Tail
 
 	lostWrites, lostRefused int
+
+	mu       sync.Mutex
+	observed []Observation
+}
+
+func (c *client) observations() []Observation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.observed)
 }
 
 type clientCommand struct {
@@ -262,10 +320,11 @@ type clientCommand struct {
 	Writer  bool   `json:"writer,omitempty"`
 }
 
-// Keys of the semaphore and read-write lock workloads.
+// Keys of the semaphore, read-write lock and election workloads.
 const (
 	SemaphoreKey = "chaos/sem"
 	RWLockKey    = "chaos/rw"
+	ElectionKey  = "chaos/elect"
 )
 
 // primKeys lists every key of the run with its primitive.
@@ -279,12 +338,15 @@ func (r *run) primKeys() (keys, prims []string) {
 	if r.cfg.RWLock {
 		keys, prims = append(keys, RWLockKey), append(prims, PrimRWLock)
 	}
+	if r.cfg.Election {
+		keys, prims = append(keys, ElectionKey), append(prims, PrimElection)
+	}
 	return keys, prims
 }
 
-// grantCycle turns cmd into a semaphore or read-write lock cycle, one time
-// in two when the run has those workloads (split between them evenly); a
-// lock cycle otherwise.
+// grantCycle turns cmd into a semaphore, read-write lock or election cycle,
+// one time in two when the run has those workloads (split between them
+// evenly); a lock cycle otherwise.
 func (r *run) grantCycle(cmd *clientCommand, rng *rand.Rand) {
 	var choices []string
 	if r.cfg.SemaphoreLimit > 0 {
@@ -292,6 +354,9 @@ func (r *run) grantCycle(cmd *clientCommand, rng *rand.Rand) {
 	}
 	if r.cfg.RWLock {
 		choices = append(choices, PrimRWLock)
+	}
+	if r.cfg.Election {
+		choices = append(choices, PrimElection)
 	}
 	if len(choices) == 0 || rng.IntN(2) == 0 {
 		return
@@ -305,6 +370,10 @@ func (r *run) grantCycle(cmd *clientCommand, rng *rand.Rand) {
 		if cmd.Writer = rng.IntN(3) == 0; cmd.Writer {
 			cmd.Permits = RWLockReaders
 		}
+	case PrimElection:
+		// A campaign; as leader, a proclaim after each write (the values
+		// are ElectionValue(client, seq, n)), then a resignation.
+		cmd.Key = ElectionKey
 	}
 }
 
@@ -321,11 +390,21 @@ type clientEvent struct {
 	Accepted   int    `json:"accepted"`
 	Refused    int    `json:"refused"`
 	LostBefore int    `json:"lost_before"`
+	// Value: a campaign's or proclaim's value; for "observed", the leader's.
+	Value string `json:"value"`
+	// "observed": one message of the client's Observe stream.
+	Stream int    `json:"stream"`
+	At     int64  `json:"at"`
+	None   bool   `json:"none"`
+	Term   uint64 `json:"term"`
+	Holder string `json:"holder"`
 }
 
-func startClient(bin string, id int, serverURL, resourceURL string) (*client, error) {
+// startClient starts client id; observe, when set, is a key it observes
+// (an Observe stream) from start to exit.
+func startClient(bin string, id int, serverURL, resourceURL, observe string) (*client, error) {
 	c := &client{id: id, events: make(chan clientEvent, 16), done: make(chan struct{}), stderr: harness.NewTail(16 << 10)}
-	c.cmd = exec.Command(bin, "-id", fmt.Sprint(id), "-server", serverURL, "-resource", resourceURL)
+	c.cmd = exec.Command(bin, "-id", fmt.Sprint(id), "-server", serverURL, "-resource", resourceURL, "-observe", observe)
 	c.cmd.Stderr = c.stderr
 	var err error
 	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
@@ -345,6 +424,13 @@ func startClient(bin string, id int, serverURL, resourceURL string) (*client, er
 			var ev clientEvent
 			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 				fmt.Fprintf(c.stderr, "harness: bad event %q: %v\n", sc.Text(), err)
+				continue
+			}
+			if ev.Op == "observed" {
+				c.mu.Lock()
+				c.observed = append(c.observed, Observation{Client: c.id, Stream: ev.Stream, Key: ev.Key, At: ev.At,
+					None: ev.None, Term: ev.Term, Value: ev.Value, Holder: ev.Holder})
+				c.mu.Unlock()
 				continue
 			}
 			c.events <- ev
@@ -442,13 +528,13 @@ func (r *run) drive(ctx context.Context, c *client) error {
 				break
 			}
 			o := Op{Key: ev.Key, Client: c.id, Call: ev.Call, Return: ev.Return, Outcome: outcome(ev.Outcome), Fence: ev.Fence, Note: ev.Err,
-				Prim: cmd.Prim, Limit: cmd.Limit, Permits: cmd.Permits}
+				Prim: cmd.Prim, Limit: cmd.Limit, Permits: cmd.Permits, Value: ev.Value}
 			if len(cmd.More) > 0 {
 				o.Set = append([]string{cmd.Key}, cmd.More...)
 			}
 			switch ev.Op {
 			case "acquire":
-				o.Kind, o.TTL = Acquire, int64(ttl)
+				o.Kind, o.TTL, o.Wait = Acquire, int64(ttl), int64(time.Duration(cmd.WaitMs)*time.Millisecond)
 				fences[ev.Key] = ev.Fence
 				r.record(o)
 				if ev.Holding {
@@ -459,6 +545,9 @@ func (r *run) drive(ctx context.Context, c *client) error {
 						return err
 					}
 				}
+			case "proclaim":
+				o.Kind = Proclaim
+				r.record(o)
 			case "release":
 				c.lostWrites += ev.LostBefore
 				if ev.LostBefore > 0 {

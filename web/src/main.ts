@@ -1,17 +1,25 @@
 // holdfast live view: a read-only page over the public API (Connect protocol,
-// JSON, through fetch). It lists held locks under a prefix, streams
-// acquire/release/expire events from Watch and shows the backend's facts.
+// JSON, through fetch). It lists the keys held under a prefix with every
+// lease on each (a mutex's holder, a semaphore's permit holders, a
+// read-write lock's readers or writer, an election's leader with its term
+// and value), streams acquire/release/expire/proclaim events from Watch and
+// shows the backend's facts.
 //
 // Consistency: the page opens Watch first and takes a List snapshot only
 // after the stream's SYNCED event, so no change between the two is missed.
 // Events that arrive while a List is in flight are replayed on top of its
-// result, and fencing tokens decide between a stale and a fresh view of a key.
+// result, and fencing tokens decide between a stale and a fresh view of a
+// grant (keys.ts: an event is about one grant of a key, never the whole key).
 // A List every few seconds refreshes what no event reports (waiters, extends).
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
-import { EventType, LockService, type GetServerInfoResponse, type HlcTimestamp, type LockState } from "./gen.js";
+import {
+  EventType, Kind, LockService, Mode,
+  type GetServerInfoResponse, type Grant, type HlcTimestamp, type LockState,
+} from "./gen.js";
 import { formatClock, formatDuration, formatTimeLeft } from "./format.js";
+import { inUse, KeyTable, permitsOf, type Change, type KeyView } from "./keys.js";
 
 const TOKEN_KEY = "holdfast.token";
 const REFRESH_MS = 3000;
@@ -145,51 +153,144 @@ async function loadFacts(signal: AbortSignal): Promise<void> {
 
 // ---- locks ----------------------------------------------------------------
 
-let locks = new Map<string, LockState>();
-// The highest fencing token seen released or expired per key: an acquired
-// event or a List entry at or below it is stale.
-let gone = new Map<string, bigint>();
+const table = new KeyTable();
 let truncated = false;
 
-function applyEvent(type: EventType, s: LockState): void {
-  const cur = locks.get(s.key);
-  switch (type) {
-    case EventType.ACQUIRED:
-      if ((gone.get(s.key) ?? -1n) >= s.fencingToken) return;
-      if (cur && cur.fencingToken > s.fencingToken) return;
-      locks.set(s.key, s);
-      break;
-    case EventType.RELEASED:
-    case EventType.EXPIRED:
-      if ((gone.get(s.key) ?? -1n) < s.fencingToken) gone.set(s.key, s.fencingToken);
-      if (cur && cur.fencingToken <= s.fencingToken) locks.delete(s.key);
-      break;
+const KIND_NAMES: Partial<Record<Kind, string>> = {
+  [Kind.MUTEX]: "mutex",
+  [Kind.SEMAPHORE]: "semaphore",
+  [Kind.RWLOCK]: "rwlock",
+  [Kind.ELECTION]: "election",
+};
+
+function kindName(kind: Kind): string {
+  return KIND_NAMES[kind] ?? "mutex";
+}
+
+function plural(n: number, one: string, many: string): string {
+  return `${n} ${n === 1 ? one : many}`;
+}
+
+// usage is what a key's holders hold together, in the kind's own terms.
+function usage(v: KeyView): string {
+  switch (v.kind) {
+    case Kind.SEMAPHORE:
+      return `${inUse(v)} of ${v.limit} permits`;
+    case Kind.RWLOCK:
+      if (v.holders.some((g) => g.mode === Mode.EXCLUSIVE)) return "writer";
+      return plural(v.holders.length, "reader", "readers");
+    case Kind.ELECTION: {
+      // A leader's term is its fencing token.
+      const leader = v.holders.at(-1);
+      return leader ? `term ${leader.fencingToken}` : "";
+    }
+    default:
+      return "";
   }
 }
 
-function renderLocks(): void {
-  const sorted = [...locks].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  const rows = sorted.map(([, s]) => {
+// holds is what one grant holds of a key of this kind ("" for a mutex).
+function holds(kind: Kind, g: Grant): string {
+  switch (kind) {
+    case Kind.SEMAPHORE:
+      return plural(permitsOf(g), "permit", "permits");
+    case Kind.RWLOCK:
+      return g.mode === Mode.EXCLUSIVE ? "writer" : "reader";
+    case Kind.ELECTION:
+      return "leader";
+    default:
+      return "";
+  }
+}
+
+const VALUE_SHOWN = 80;
+const graphemes = new Intl.Segmenter(undefined, { granularity: "grapheme" });
+
+// cut keeps the first n characters (graphemes, so that no character is
+// split) of s, marking a cut with an ellipsis.
+function cut(s: string, n: number): string {
+  let out = "";
+  let i = 0;
+  for (const { segment } of graphemes.segment(s)) {
+    if (i++ === n) return `${out}…`;
+    out += segment;
+  }
+  return out;
+}
+
+// valueSpan shows a leader's value (up to 4096 bytes: cut, whole in the
+// tooltip), quoted so that an empty or blank value is visible as such.
+function valueSpan(value: string): HTMLSpanElement {
+  const span = document.createElement("span");
+  span.className = "value";
+  span.dataset.value = value;
+  span.textContent = `“${cut(value, VALUE_SHOWN)}”`;
+  span.title = value;
+  return span;
+}
+
+function cell(cls: string, text: string): HTMLTableCellElement {
+  const td = document.createElement("td");
+  td.className = cls;
+  td.textContent = text;
+  return td;
+}
+
+// A key is one row per grant (a leader's value on a row of its own below
+// it); the key, its kind with what its holders hold together, and its
+// waiters span them.
+function keyRows(v: KeyView): HTMLTableRowElement[] {
+  const election = v.kind === Kind.ELECTION;
+  const span = v.holders.length * (election ? 2 : 1);
+  return v.holders.flatMap((g, i) => {
     const tr = document.createElement("tr");
-    tr.dataset.key = s.key;
-    const cell = (cls: string, text: string) => {
-      const td = document.createElement("td");
-      td.className = cls;
-      td.textContent = text;
-      return td;
-    };
+    tr.dataset.key = v.key;
+    tr.dataset.token = g.fencingToken.toString();
+    tr.dataset.kind = kindName(v.kind);
+    if (i === 0) {
+      const kind = cell("kind", "");
+      const name = document.createElement("span");
+      name.className = "kind-name";
+      name.textContent = kindName(v.kind);
+      kind.append(name);
+      const u = usage(v);
+      if (u !== "") {
+        const em = document.createElement("span");
+        em.className = "usage";
+        em.textContent = u;
+        kind.append(em);
+      }
+      const cells = [cell("key", v.key), kind];
+      for (const c of cells) c.rowSpan = span;
+      tr.append(...cells);
+      tr.classList.add("first");
+    }
     const left = cell("left", "");
-    if (s.expiresAt) left.dataset.expires = String(timestampMs(s.expiresAt));
-    tr.append(
-      cell("key", s.key),
-      cell("holder", s.holder || "—"),
-      cell("token num", s.fencingToken.toString()),
-      left,
-      cell("waiters num", String(s.waiters)),
-    );
-    return tr;
+    if (g.expiresAt) left.dataset.expires = String(timestampMs(g.expiresAt));
+    tr.append(cell("holder", g.holder || "—"), cell("token num", g.fencingToken.toString()),
+      cell("holds", holds(v.kind, g) || "—"), left);
+    if (i === 0) {
+      const w = cell("waiters num", String(v.waiters));
+      w.rowSpan = span;
+      tr.append(w);
+    }
+    if (!election) return [tr];
+    // The value can be long (4096 bytes): it gets the grant's full width.
+    const vr = document.createElement("tr");
+    vr.className = "value-row";
+    vr.dataset.key = v.key;
+    vr.dataset.valueToken = g.fencingToken.toString();
+    const td = cell("value-cell", "value ");
+    td.colSpan = 4;
+    td.append(valueSpan(g.value));
+    vr.append(td);
+    return [tr, vr];
   });
-  ui.locks.replaceChildren(...rows);
+}
+
+function renderLocks(): void {
+  const sorted = [...table.keys.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  ui.locks.replaceChildren(...sorted.flatMap(keyRows));
   ui.lockCount.textContent = truncated ? `first ${sorted.length}` : String(sorted.length);
   ui.empty.hidden = sorted.length > 0;
   tick();
@@ -212,15 +313,14 @@ function tick(): void {
 
 // ---- events ---------------------------------------------------------------
 
-const EVENT_NAMES: Partial<Record<EventType, string>> = {
+const CHANGES: Partial<Record<EventType, Change>> = {
   [EventType.ACQUIRED]: "acquired",
   [EventType.RELEASED]: "released",
   [EventType.EXPIRED]: "expired",
+  [EventType.PROCLAIMED]: "proclaimed",
 };
 
-function addEvent(type: EventType, s: LockState): void {
-  const name = EVENT_NAMES[type];
-  if (!name) return;
+function addEvent(name: Change, s: LockState): void {
   const li = document.createElement("li");
   li.dataset.type = name;
   li.dataset.key = s.key;
@@ -230,11 +330,15 @@ function addEvent(type: EventType, s: LockState): void {
     e.textContent = text;
     return e;
   };
+  const g = s.holders.at(0);
   const meta = span("meta", "");
   meta.append(span("token", `#${s.fencingToken}`));
   if (s.holder !== "") meta.append(" · ", span("holder", s.holder));
+  const share = g ? holds(s.kind, g) : "";
+  if (share !== "") meta.append(" · ", span("holds", share));
+  if (g && s.kind === Kind.ELECTION) meta.append(" · ", valueSpan(g.value));
   li.append(span("time", formatClock(new Date())), span(`badge ${name}`, name), span("key", s.key), meta);
-  li.title = `${name} ${s.key}, fencing token ${s.fencingToken}${s.holder ? `, holder ${s.holder}` : ""}`;
+  li.title = `${name} ${s.key} (${kindName(s.kind)}${share ? `, ${share}` : ""}), fencing token ${s.fencingToken}${s.holder ? `, holder ${s.holder}` : ""}`;
   ui.events.prepend(li);
   while (ui.events.children.length > MAX_EVENTS) ui.events.lastElementChild?.remove();
   ui.eventsEmpty.hidden = true;
@@ -254,7 +358,7 @@ async function listAll(prefix: string, signal: AbortSignal): Promise<{ states: L
   return { states, more: pageToken !== "" };
 }
 
-type Pending = { type: EventType; state: LockState }[];
+type Pending = { change: Change; state: LockState }[];
 
 /** One watch-and-list session for a prefix; ends when signal aborts. */
 async function follow(prefix: string, signal: AbortSignal): Promise<void> {
@@ -269,16 +373,7 @@ async function follow(prefix: string, signal: AbortSignal): Promise<void> {
       pending = [];
       try {
         const { states, more } = await listAll(prefix, signal);
-        const next = new Map<string, LockState>();
-        const prevGone = gone;
-        locks = next;
-        gone = new Map();
-        for (const s of states) {
-          if ((prevGone.get(s.key) ?? -1n) >= s.fencingToken) continue;
-          next.set(s.key, s);
-        }
-        for (const [k, t] of prevGone) if (!next.has(k)) gone.set(k, t);
-        for (const e of pending) applyEvent(e.type, e.state);
+        table.replace(states, pending);
         truncated = more;
         renderLocks();
       } finally {
@@ -306,11 +401,12 @@ async function follow(prefix: string, signal: AbortSignal): Promise<void> {
           }, REFRESH_MS);
           continue;
         }
-        if (!ev.state) continue;
+        const change = CHANGES[ev.type];
+        if (!ev.state || !change) continue;
         const held = pending as Pending | null;
-        if (held) held.push({ type: ev.type, state: ev.state });
-        applyEvent(ev.type, ev.state);
-        addEvent(ev.type, ev.state);
+        if (held) held.push({ change, state: ev.state });
+        table.apply(change, ev.state);
+        addEvent(change, ev.state);
         renderLocks();
       }
       if (stopped()) return;
@@ -356,8 +452,7 @@ function start(): void {
   session?.abort();
   const ctl = new AbortController();
   session = ctl;
-  locks = new Map();
-  gone = new Map();
+  table.clear();
   truncated = false;
   renderLocks();
   showBanner("");

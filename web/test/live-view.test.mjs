@@ -141,6 +141,43 @@ async function expectText(loc, text) {
  */
 const row = (page, key) => page.locator(`#locks-body tr[data-key="${key}"]`);
 
+/**
+ * Waits until key's rows name exactly these fencing tokens, in order (one
+ * row per grant; [] for a key no longer shown).
+ * @param {import("playwright-core").Page} page
+ * @param {string} key
+ * @param {(string | number)[]} tokens
+ */
+async function expectGrants(page, key, tokens) {
+  const want = tokens.map(String).join(",");
+  try {
+    await page.waitForFunction(([k, w]) => {
+      const rows = globalThis.document.querySelectorAll(`#locks-body tr[data-key="${k}"][data-token]`);
+      return [...rows].map((r) => r.getAttribute("data-token")).join(",") === w;
+    }, [key, want], { timeout: WAIT });
+  } catch (err) {
+    const got = await page.locator(`#locks-body tr[data-key="${key}"][data-token]`).evaluateAll((rows) => rows.map((r) => r.getAttribute("data-token")));
+    throw new Error(`rows of ${key}: want tokens [${want}], have [${got.join(",")}]`, { cause: err });
+  }
+}
+
+/**
+ * The row of one grant of a key.
+ * @param {import("playwright-core").Page} page
+ * @param {string} key
+ * @param {string | number} token
+ */
+const grantRow = (page, key, token) => page.locator(`#locks-body tr[data-key="${key}"][data-token="${token}"]`);
+
+/**
+ * The value shown for an election's leader of this term (on its own row,
+ * below the leader's).
+ * @param {import("playwright-core").Page} page
+ * @param {string} key
+ * @param {string | number} term
+ */
+const leaderValue = (page, key, term) => page.locator(`#locks-body tr.value-row[data-key="${key}"][data-value-token="${term}"] .value`);
+
 describe("live view", () => {
   test("shows backend facts, held locks with a ticking time left and waiters, and the event stream", async () => {
     const server = await startServer();
@@ -219,6 +256,176 @@ describe("live view", () => {
       assert.equal(await server.stop(), 0, "holdfast serve did not exit 0 on SIGTERM");
       await page.locator('#status[data-state="reconnecting"]').waitFor({ timeout: WAIT });
       await page.locator("#banner").waitFor({ state: "visible", timeout: WAIT });
+    } finally {
+      await page.close();
+      assert.equal(await server.stop(), 0, "holdfast serve did not exit 0 on SIGTERM");
+    }
+  });
+
+  test("shows every kind truthfully: a mutex holder, a semaphore's permits, a read-write lock's readers or writer", async () => {
+    const server = await startServer();
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    /** @type {string[]} */
+    const pageErrors = [];
+    page.on("pageerror", (e) => pageErrors.push(String(e)));
+    const sem = (/** @type {string} */ holder, permits = 1, wait = "0s") =>
+      call(server.url, "Acquire", { key: "prim/sem", ttl: "60s", wait, holder, kind: "KIND_SEMAPHORE", limit: 3, permits });
+    const rw = (/** @type {string} */ holder, /** @type {string} */ mode, wait = "0s") =>
+      call(server.url, "Acquire", { key: "prim/rw", ttl: "60s", wait, holder, kind: "KIND_RWLOCK", mode });
+    try {
+      await page.goto(`${server.url}/ui/?prefix=prim/`);
+      await page.locator('#status[data-state="live"]').waitFor({ timeout: WAIT });
+
+      // A mutex: one row, its holder.
+      const m = await call(server.url, "Acquire", { key: "prim/mutex", ttl: "60s", holder: "mutex-holder" });
+      await expectGrants(page, "prim/mutex", [m.lease.fencingToken]);
+      const mr = grantRow(page, "prim/mutex", m.lease.fencingToken);
+      await expectText(mr.locator("td.kind"), "mutex");
+      await expectText(mr.locator("td.holder"), "mutex-holder");
+      await expectText(mr.locator("td.holds"), "—");
+
+      // A semaphore of limit 3: three holders of one permit each, all shown.
+      const s1 = await sem("sem-a"), s2 = await sem("sem-b"), s3 = await sem("sem-c");
+      for (const s of [s1, s2, s3]) assert.equal(s.acquired, true);
+      const [t1, t2, t3] = [s1, s2, s3].map((s) => s.lease.fencingToken);
+      await expectGrants(page, "prim/sem", [t1, t2, t3]);
+      await expectText(page.locator('tr[data-key="prim/sem"] td.kind .kind-name'), "semaphore");
+      await expectText(page.locator('tr[data-key="prim/sem"] td.kind .usage'), "3 of 3 permits");
+      await expectText(grantRow(page, "prim/sem", t2).locator("td.holder"), "sem-b");
+      await expectText(grantRow(page, "prim/sem", t2).locator("td.holds"), "1 permit");
+      // A waiter for 2 permits queues behind them.
+      const big = sem("sem-big", 2, "20s");
+      await expectText(page.locator('tr[data-key="prim/sem"] td.waiters'), "1");
+      // The release of one of three leaves the other two (a Watch event is
+      // about one grant, never the whole key); 2 permits do not fit yet.
+      assert.equal((await call(server.url, "Release", { key: "prim/sem", ownerToken: s2.lease.ownerToken })).released, true);
+      await expectGrants(page, "prim/sem", [t1, t3]);
+      await expectText(page.locator('tr[data-key="prim/sem"] td.kind .usage'), "2 of 3 permits");
+      await expectText(page.locator('#events li[data-type="released"][data-key="prim/sem"] .token'), `#${t2}`);
+      // Another release lets the waiter in with its 2 permits.
+      assert.equal((await call(server.url, "Release", { key: "prim/sem", ownerToken: s1.lease.ownerToken })).released, true);
+      const b = await big;
+      assert.equal(b.acquired, true);
+      await expectGrants(page, "prim/sem", [t3, b.lease.fencingToken]);
+      await expectText(grantRow(page, "prim/sem", b.lease.fencingToken).locator("td.holds"), "2 permits");
+      await expectText(page.locator('tr[data-key="prim/sem"] td.kind .usage'), "3 of 3 permits");
+      await expectText(page.locator('tr[data-key="prim/sem"] td.waiters'), "0");
+
+      // A read-write lock: two readers share it, a writer waits for both.
+      const r1 = await rw("reader-1", "MODE_SHARED"), r2 = await rw("reader-2", "MODE_SHARED");
+      await expectGrants(page, "prim/rw", [r1.lease.fencingToken, r2.lease.fencingToken]);
+      await expectText(page.locator('tr[data-key="prim/rw"] td.kind .kind-name'), "rwlock");
+      await expectText(page.locator('tr[data-key="prim/rw"] td.kind .usage'), "2 readers");
+      await expectText(grantRow(page, "prim/rw", r1.lease.fencingToken).locator("td.holds"), "reader");
+      const writer = rw("the-writer", "MODE_EXCLUSIVE", "20s");
+      await expectText(page.locator('tr[data-key="prim/rw"] td.waiters'), "1");
+
+      // The page's List (a reload) shows what the events built.
+      mkdirSync(artifacts, { recursive: true });
+      const shot = join(artifacts, "live-view-kinds.png");
+      await page.screenshot({ path: shot, fullPage: true });
+      console.log(`screenshot: ${shot}`);
+      await page.reload();
+      await page.locator('#status[data-state="live"]').waitFor({ timeout: WAIT });
+      await expectGrants(page, "prim/mutex", [m.lease.fencingToken]);
+      await expectGrants(page, "prim/sem", [t3, b.lease.fencingToken]);
+      await expectText(page.locator('tr[data-key="prim/sem"] td.kind .usage'), "3 of 3 permits");
+      await expectGrants(page, "prim/rw", [r1.lease.fencingToken, r2.lease.fencingToken]);
+      await expectText(page.locator('tr[data-key="prim/rw"] td.kind .usage'), "2 readers");
+      await expectText(page.locator('tr[data-key="prim/rw"] td.waiters'), "1");
+
+      await call(server.url, "Release", { key: "prim/rw", ownerToken: r1.lease.ownerToken });
+      await expectGrants(page, "prim/rw", [r2.lease.fencingToken]);
+      await expectText(page.locator('tr[data-key="prim/rw"] td.kind .usage'), "1 reader");
+      await call(server.url, "Release", { key: "prim/rw", ownerToken: r2.lease.ownerToken });
+      const w = await writer;
+      assert.equal(w.acquired, true);
+      await expectGrants(page, "prim/rw", [w.lease.fencingToken]);
+      await expectText(page.locator('tr[data-key="prim/rw"] td.kind .usage'), "writer");
+      await expectText(grantRow(page, "prim/rw", w.lease.fencingToken).locator("td.holder"), "the-writer");
+      await expectText(grantRow(page, "prim/rw", w.lease.fencingToken).locator("td.holds"), "writer");
+      await expectText(page.locator('#events li[data-type="acquired"][data-key="prim/rw"] .holds').first(), "writer");
+
+      // Everything released: nothing is shown.
+      await call(server.url, "Release", { key: "prim/rw", ownerToken: w.lease.ownerToken });
+      await call(server.url, "Release", { key: "prim/sem", ownerToken: s3.lease.ownerToken });
+      await call(server.url, "Release", { key: "prim/sem", ownerToken: b.lease.ownerToken });
+      await call(server.url, "Release", { key: "prim/mutex", ownerToken: m.lease.ownerToken });
+      await page.locator("#locks-empty").waitFor({ state: "visible", timeout: WAIT });
+      assert.equal(await page.locator("#locks-body tr").count(), 0);
+      assert.deepEqual(pageErrors, []);
+    } finally {
+      await page.close();
+      assert.equal(await server.stop(), 0, "holdfast serve did not exit 0 on SIGTERM");
+    }
+  });
+
+  test("shows an election's leader with its term and value, updated by proclaims", async () => {
+    const server = await startServer();
+    const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+    /** @type {string[]} */
+    const pageErrors = [];
+    page.on("pageerror", (e) => pageErrors.push(String(e)));
+    const campaign = (/** @type {string} */ holder, /** @type {string} */ value, wait = "0s") =>
+      call(server.url, "Acquire", { key: "elect/primary", ttl: "60s", wait, holder, kind: "KIND_ELECTION", value });
+    try {
+      await page.goto(`${server.url}/ui/?prefix=elect/`);
+      await page.locator('#status[data-state="live"]').waitFor({ timeout: WAIT });
+
+      const a = await campaign("node-a", "http://10.0.0.1:8080");
+      assert.equal(a.acquired, true);
+      const termA = a.lease.fencingToken;
+      await expectGrants(page, "elect/primary", [termA]);
+      const ra = grantRow(page, "elect/primary", termA);
+      await expectText(ra.locator("td.kind .kind-name"), "election");
+      await expectText(ra.locator("td.kind .usage"), `term ${termA}`);
+      await expectText(ra.locator("td.holder"), "node-a");
+      await expectText(leaderValue(page, "elect/primary", termA), "“http://10.0.0.1:8080”");
+
+      // A proclaim replaces the value in place: same term, a PROCLAIMED event.
+      const p = await call(server.url, "Proclaim", { key: "elect/primary", ownerToken: a.lease.ownerToken, value: "http://10.0.0.1:9090" });
+      assert.equal(p.proclaimed, true);
+      await expectText(leaderValue(page, "elect/primary", termA), "“http://10.0.0.1:9090”");
+      await expectText(ra.locator("td.kind .usage"), `term ${termA}`);
+      await expectText(page.locator('#events li[data-type="proclaimed"][data-key="elect/primary"] .value'), "“http://10.0.0.1:9090”");
+
+      // A second campaigner waits; when the leader resigns it leads with a
+      // higher term and its own value.
+      const b = campaign("node-b", "http://10.0.0.2:8080", "20s");
+      await expectText(page.locator('tr[data-key="elect/primary"] td.waiters'), "1");
+      mkdirSync(artifacts, { recursive: true });
+      const shot = join(artifacts, "live-view-election.png");
+      await page.screenshot({ path: shot, fullPage: true });
+      console.log(`screenshot: ${shot}`);
+      assert.equal((await call(server.url, "Release", { key: "elect/primary", ownerToken: a.lease.ownerToken })).released, true);
+      const won = await b;
+      assert.equal(won.acquired, true);
+      const termB = won.lease.fencingToken;
+      assert.ok(BigInt(termB) > BigInt(termA));
+      await expectGrants(page, "elect/primary", [termB]);
+      const rb = grantRow(page, "elect/primary", termB);
+      await expectText(rb.locator("td.kind .usage"), `term ${termB}`);
+      await expectText(rb.locator("td.holder"), "node-b");
+      await expectText(leaderValue(page, "elect/primary", termB), "“http://10.0.0.2:8080”");
+
+      // The deposed leader's proclaim is refused and changes nothing shown.
+      const late = await call(server.url, "Proclaim", { key: "elect/primary", ownerToken: a.lease.ownerToken, value: "stale" });
+      assert.equal(late.proclaimed ?? false, false);
+
+      // The List (a reload) carries the value too.
+      const p2 = await call(server.url, "Proclaim", { key: "elect/primary", ownerToken: won.lease.ownerToken, value: "" });
+      assert.equal(p2.proclaimed, true);
+      await expectText(leaderValue(page, "elect/primary", termB), "“”");
+      await page.reload();
+      await page.locator('#status[data-state="live"]').waitFor({ timeout: WAIT });
+      await expectGrants(page, "elect/primary", [termB]);
+      await expectText(leaderValue(page, "elect/primary", termB), "“”");
+      await expectText(rb.locator("td.kind .usage"), `term ${termB}`);
+      assert.equal(await page.locator('#locks-body .value[data-value="stale"]').count(), 0);
+
+      await call(server.url, "Release", { key: "elect/primary", ownerToken: won.lease.ownerToken });
+      await page.locator("#locks-empty").waitFor({ state: "visible", timeout: WAIT });
+      assert.deepEqual(pageErrors, []);
     } finally {
       await page.close();
       assert.equal(await server.stop(), 0, "holdfast serve did not exit 0 on SIGTERM");

@@ -11,8 +11,11 @@
 // with that key's fencing token from the acquisition — as a naive client
 // would after a pause — then (a semaphore's or read-write lock's grant) tells
 // the resource it is done writing, unlocks and reports that outcome for each
-// key. Times are Unix nanoseconds on the wall clock, which every process of a
-// run shares.
+// key. An election cycle campaigns instead (Election.Campaign with a value),
+// and as leader proclaims a new value after each write, then resigns; with
+// -observe the client also keeps an Observe stream of that key open for its
+// whole life and reports every message it receives. Times are Unix
+// nanoseconds on the wall clock, which every process of a run shares.
 package main
 
 import (
@@ -27,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,8 +47,8 @@ type Command struct {
 	WaitMs int64    `json:"wait_ms"`
 	WorkMs int64    `json:"work_ms"`
 	Writes int      `json:"writes"`
-	// Prim: "" for a lock, "semaphore" (Limit, Permits) or "rwlock"
-	// (Writer: an exclusive grant, else a shared one).
+	// Prim: "" for a lock, "semaphore" (Limit, Permits), "rwlock"
+	// (Writer: an exclusive grant, else a shared one) or "election".
 	Prim    string `json:"prim,omitempty"`
 	Limit   int    `json:"limit,omitempty"`
 	Permits int    `json:"permits,omitempty"`
@@ -54,7 +58,7 @@ type Command struct {
 // Event reports one finished operation, or "done" for the end of a cycle.
 type Event struct {
 	Seq     int    `json:"seq"`
-	Op      string `json:"op"` // acquire, release, done
+	Op      string `json:"op"` // acquire, proclaim, release, done; observed
 	Key     string `json:"key,omitempty"`
 	Call    int64  `json:"call,omitempty"`
 	Return  int64  `json:"return,omitempty"`
@@ -68,20 +72,44 @@ type Event struct {
 	Accepted   int `json:"accepted,omitempty"`
 	Refused    int `json:"refused,omitempty"`
 	LostBefore int `json:"lost_before,omitempty"`
+	// Value: an election's campaign or proclaimed value; for "observed",
+	// the leader's.
+	Value string `json:"value,omitempty"`
+	// "observed": one message of the Observe stream numbered Stream,
+	// received at At: the leader's Term, Value and Holder, or None.
+	Stream int    `json:"stream,omitempty"`
+	At     int64  `json:"at,omitempty"`
+	None   bool   `json:"none,omitempty"`
+	Term   uint64 `json:"term,omitempty"`
+	Holder string `json:"holder,omitempty"`
+}
+
+// encoder writes events from the cycle and from the observer, one whole
+// line at a time.
+type encoder struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+}
+
+func (e *encoder) Encode(v any) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.enc.Encode(v)
 }
 
 func main() {
 	server := flag.String("server", "", "holdfast server base URL")
 	resource := flag.String("resource", "", "fenced resource base URL")
 	id := flag.Int("id", 0, "client id")
+	observe := flag.String("observe", "", "election key to observe for the client's whole life (none when empty)")
 	flag.Parse()
-	if err := run(*server, *resource, *id); err != nil {
+	if err := run(*server, *resource, *id, *observe); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos-client:", err)
 		os.Exit(1)
 	}
 }
 
-func run(server, resource string, id int) error {
+func run(server, resource string, id int, observe string) error {
 	// Our own transport, to see Release attempts that failed in transit.
 	tr := &watchTransport{base: http.DefaultTransport.(*http.Transport).Clone()}
 	defer tr.base.CloseIdleConnections()
@@ -94,7 +122,19 @@ func run(server, resource string, id int) error {
 	defer c.Close()
 	hc := &http.Client{Timeout: 5 * time.Second}
 	in := bufio.NewScanner(os.Stdin)
-	out := json.NewEncoder(os.Stdout)
+	out := &encoder{enc: json.NewEncoder(os.Stdout)}
+	if observe != "" {
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			observeKey(ctx, c, observe, out)
+		}()
+		defer func() {
+			stop()
+			<-done
+		}()
+	}
 	for in.Scan() {
 		var cmd Command
 		if err := json.Unmarshal(in.Bytes(), &cmd); err != nil {
@@ -109,7 +149,40 @@ func run(server, resource string, id int) error {
 
 func now() int64 { return time.Now().UnixNano() }
 
-func cycle(c *holdfast.Client, tr *watchTransport, hc *http.Client, resource string, id int, cmd Command, in *bufio.Scanner, out *json.Encoder) error {
+// observeKey keeps an Observe stream of key open until ctx ends and reports
+// each message; a stream that ends (a fault) is opened again under the next
+// number, after a short pause so that a server down does not spin it.
+func observeKey(ctx context.Context, c *holdfast.Client, key string, out *encoder) {
+	e := c.Election(key)
+	for stream := 0; ctx.Err() == nil; stream++ {
+		for o, err := range e.Observe(ctx) {
+			if err != nil {
+				if ctx.Err() == nil {
+					fmt.Fprintln(os.Stderr, "chaos-client: observe:", err)
+				}
+				break
+			}
+			ev := Event{Op: "observed", Key: key, Stream: stream, At: now(), None: o.Leader == nil}
+			if l := o.Leader; l != nil {
+				ev.Term, ev.Value, ev.Holder = l.Term, l.Value, l.Holder
+			}
+			if err := out.Encode(ev); err != nil {
+				return
+			}
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func cycle(c *holdfast.Client, tr *watchTransport, hc *http.Client, resource string, id int, cmd Command, in *bufio.Scanner, out *encoder) error {
+	if cmd.Prim == "election" {
+		return electionCycle(c, tr, hc, resource, id, cmd, in, out)
+	}
 	ttl := time.Duration(cmd.TTLms) * time.Millisecond
 	wait := time.Duration(cmd.WaitMs) * time.Millisecond
 	keys := append([]string{cmd.Key}, cmd.More...)
@@ -202,27 +275,7 @@ func cycle(c *holdfast.Client, tr *watchTransport, hc *http.Client, resource str
 			fmt.Fprintln(os.Stderr, "chaos-client: leave:", err)
 		}
 	}
-	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
-	troubleBefore := tr.releaseTrouble.Load()
-	res.Call = now()
-	err = g.Unlock(uctx)
-	res.Return = now()
-	retried := tr.releaseTrouble.Load() != troubleBefore
-	ucancel()
-	var lost *holdfast.LeaseLostError
-	switch {
-	case err == nil:
-		res.Outcome = "ok"
-	case errors.As(err, &lost) && lost.Reason == holdfast.LossRejected && !retried:
-		res.Outcome, res.Err = "rejected", err.Error()
-	case retried:
-		// Unlock retried a Release that failed in transit: the first attempt
-		// may have released the lease, so a later released=false proves
-		// nothing.
-		res.Outcome, res.Err = "unknown", fmt.Sprintf("release retried after a failed attempt: %v", err)
-	default:
-		res.Outcome, res.Err = "unknown", err.Error()
-	}
+	unlock(tr, g.Unlock, &res)
 	// One release event per key; the write counts go with the first.
 	for j, k := range keys {
 		ev := res
@@ -237,35 +290,182 @@ func cycle(c *holdfast.Client, tr *watchTransport, hc *http.Client, resource str
 	return out.Encode(Event{Seq: cmd.Seq, Op: "done"})
 }
 
-// watchTransport counts Release calls whose answer was lost: a transport
-// error, a non-200 status, or a body cut off.
-type watchTransport struct {
-	base           *http.Transport
-	releaseTrouble atomic.Int64
+// unlock releases a lease through release (Guard.Unlock, Leadership.Resign)
+// and sets res's times and outcome.
+func unlock(tr *watchTransport, release func(context.Context) error, res *Event) {
+	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ucancel()
+	_, troubleBefore := tr.release.load()
+	res.Call = now()
+	err := release(uctx)
+	res.Return = now()
+	_, trouble := tr.release.load()
+	retried := trouble != troubleBefore
+	var lost *holdfast.LeaseLostError
+	switch {
+	case err == nil:
+		res.Outcome = "ok"
+	case errors.As(err, &lost) && lost.Reason == holdfast.LossRejected && !retried:
+		res.Outcome, res.Err = "rejected", err.Error()
+	case retried:
+		// Unlock retried a Release that failed in transit: the first attempt
+		// may have released the lease, so a later released=false proves
+		// nothing.
+		res.Outcome, res.Err = "unknown", fmt.Sprintf("release retried after a failed attempt: %v", err)
+	default:
+		res.Outcome, res.Err = "unknown", err.Error()
+	}
 }
 
+// electionCycle is one campaign: campaign with the value ElectionValue(id,
+// seq, 0); as leader, wait for "go" (the harness may pause the process
+// first), then for each write: write to the resource with the term, proclaim
+// the next value; resign. A proclaim the SDK never sent (the leadership was
+// already lost here) is not reported: it reached no server.
+func electionCycle(c *holdfast.Client, tr *watchTransport, hc *http.Client, resource string, id int, cmd Command, in *bufio.Scanner, out *encoder) error {
+	ttl := time.Duration(cmd.TTLms) * time.Millisecond
+	wait := time.Duration(cmd.WaitMs) * time.Millisecond
+	e := c.Election(cmd.Key).TTL(ttl).Wait(wait)
+	value := electionValue(id, cmd.Seq, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), wait+5*time.Second)
+	call := now()
+	lead, err := e.Campaign(ctx, value)
+	ret := now()
+	cancel()
+	ev := Event{Seq: cmd.Seq, Op: "acquire", Key: cmd.Key, Call: call, Return: ret, Value: value}
+	var term uint64
+	switch {
+	case err == nil:
+		ev.Outcome = "ok"
+		var terr error
+		if term, terr = lead.Term(); terr != nil {
+			ev.Outcome, ev.Err = "unknown", terr.Error()
+		}
+		ev.Fence = term
+	case errors.Is(err, holdfast.ErrNotAcquired):
+		ev.Outcome, ev.Err = "busy", err.Error()
+	default:
+		ev.Outcome, ev.Err = "unknown", err.Error()
+	}
+	ev.Holding = lead != nil
+	if err := out.Encode(ev); err != nil {
+		return err
+	}
+	if lead == nil {
+		return out.Encode(Event{Seq: cmd.Seq, Op: "done"})
+	}
+	if !in.Scan() {
+		return fmt.Errorf("stdin closed while leading %q", cmd.Key)
+	}
+	res := Event{Seq: cmd.Seq, Op: "release", Key: cmd.Key, Fence: term}
+	for i := range cmd.Writes {
+		if i > 0 && cmd.WorkMs > 0 {
+			// Simulated work between writes (not synchronisation).
+			time.Sleep(time.Duration(cmd.WorkMs/int64(cmd.Writes)) * time.Millisecond)
+		}
+		if term == 0 {
+			break
+		}
+		lost := lead.Err() != nil
+		acc, err := write(hc, resource, "/write", WriteRequest{Key: cmd.Key, Fence: term, Client: id, Prim: cmd.Prim})
+		switch {
+		case err != nil:
+			fmt.Fprintln(os.Stderr, "chaos-client: write:", err)
+		case acc:
+			res.Accepted++
+		default:
+			res.Refused++
+		}
+		if lost {
+			res.LostBefore++
+		}
+		if err := proclaim(tr, lead, cmd, id, i+1, term, out); err != nil {
+			return err
+		}
+	}
+	unlock(tr, lead.Resign, &res)
+	if term != 0 {
+		if err := out.Encode(res); err != nil {
+			return err
+		}
+	}
+	return out.Encode(Event{Seq: cmd.Seq, Op: "done"})
+}
+
+// proclaim sends the n-th value of the cycle and reports the outcome: ok;
+// rejected when the server answered proclaimed=false (and every attempt
+// came back whole); unknown when an attempt failed in transit or the call
+// errored otherwise; nothing when no request left (a leadership already
+// lost).
+func proclaim(tr *watchTransport, lead *holdfast.Leadership, cmd Command, id, n int, term uint64, out *encoder) error {
+	value := electionValue(id, cmd.Seq, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sentBefore, troubleBefore := tr.proclaim.load()
+	ev := Event{Seq: cmd.Seq, Op: "proclaim", Key: cmd.Key, Fence: term, Value: value, Call: now()}
+	err := lead.Proclaim(ctx, value)
+	ev.Return = now()
+	sent, trouble := tr.proclaim.load()
+	var lost *holdfast.LeaseLostError
+	switch {
+	case sent == sentBefore:
+		return nil
+	case err == nil:
+		ev.Outcome = "ok"
+	case errors.As(err, &lost) && lost.Reason == holdfast.LossRejected && trouble == troubleBefore:
+		ev.Outcome, ev.Err = "rejected", err.Error()
+	default:
+		ev.Outcome, ev.Err = "unknown", err.Error()
+	}
+	return out.Encode(ev)
+}
+
+// electionValue mirrors chaos.ElectionValue (the command stays free of the
+// test package): unique per client, campaign and proclaim.
+func electionValue(client, seq, n int) string {
+	return fmt.Sprintf("c%d.s%d.v%d", client, seq, n)
+}
+
+// watchTransport counts Release and Proclaim calls sent, and those whose
+// answer was lost: a transport error, a non-200 status, or a body cut off.
+type watchTransport struct {
+	base              *http.Transport
+	release, proclaim rpcCounts
+}
+
+type rpcCounts struct{ sent, trouble atomic.Int64 }
+
+func (c *rpcCounts) load() (sent, trouble int64) { return c.sent.Load(), c.trouble.Load() }
+
 func (w *watchTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	var counts *rpcCounts
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/Release"):
+		counts = &w.release
+	case strings.HasSuffix(r.URL.Path, "/Proclaim"):
+		counts = &w.proclaim
+	default:
+		return w.base.RoundTrip(r)
+	}
+	counts.sent.Add(1)
 	resp, err := w.base.RoundTrip(r)
-	if !strings.HasSuffix(r.URL.Path, "/Release") {
-		return resp, err
-	}
 	if err != nil || resp.StatusCode != http.StatusOK {
-		w.releaseTrouble.Add(1)
+		counts.trouble.Add(1)
 		return resp, err
 	}
-	resp.Body = &watchBody{ReadCloser: resp.Body, w: w}
+	resp.Body = &watchBody{ReadCloser: resp.Body, counts: counts}
 	return resp, nil
 }
 
 type watchBody struct {
 	io.ReadCloser
-	w *watchTransport
+	counts *rpcCounts
 }
 
 func (b *watchBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil && !errors.Is(err, io.EOF) {
-		b.w.releaseTrouble.Add(1)
+		b.counts.trouble.Add(1)
 	}
 	return n, err
 }
