@@ -65,7 +65,7 @@ above the work's pauses, and pass the fencing token to what you protect.`,
 	root.SetContext(ctx)
 	root.AddCommand(newServe(version, stdout, stderr), newVersion(version, stdout), newBackend())
 	// The client commands (client.go): they talk to a server.
-	root.AddCommand(newLock(stdout, stderr), newSemaphore(stdout, stderr), newRWLock(stdout, stderr), newAcquire(stdout), newRelease(stdout), newExtend(stdout),
+	root.AddCommand(newLock(stdout, stderr), newSemaphore(stdout, stderr), newRWLock(stdout, stderr), newElect(stdout, stderr), newAcquire(stdout), newRelease(stdout), newExtend(stdout),
 		newInspect(stdout), newList(stdout), newWatch(stdout), newObserve(stdout), newInfo(stdout), newHealth(stdout))
 	return root
 }

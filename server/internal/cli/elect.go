@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/holdfast/holdfast/proto/hlc"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	holdfast "github.com/holdfast/holdfast/sdk-go"
 )
 
 // leaderJSON is an election's leader as `observe -o json` prints it.
@@ -34,6 +36,70 @@ func leaderOf(l *lockv1.Leader) *leaderJSON {
 		j.ExpiresAt = &t
 	}
 	return j
+}
+
+func newElect(stdout, stderr io.Writer) *cobra.Command {
+	var (
+		r     lockRun
+		value string
+	)
+	cmd := &cobra.Command{
+		Use:   "elect KEY [--value V] -- CMD [ARGS...]",
+		Short: "campaign for the leadership of the election KEY and run a command while leader",
+		Long: `Elect campaigns for the leadership of the election KEY with --value (what
+observers are told: an address, a name; up to 4096 bytes of UTF-8),
+queueing behind earlier campaigners in arrival order, runs CMD while it
+leads, and resigns when CMD exits. A watchdog renews the leadership at
+about a third of --ttl while CMD runs.
+
+CMD gets the leadership's term in HOLDFAST_TERM (also in
+HOLDFAST_FENCING_TOKEN: the term is the lease's fencing token, strictly
+increasing over every leader of KEY) and the key in HOLDFAST_ELECTION_KEY.
+Pass the term to whatever CMD writes to, and have it refuse terms older
+than the last one it saw: a leader can lose its leadership (a pause or
+partition longer than --ttl) and then another leads.
+
+If the leadership is lost while CMD runs, CMD's process group gets
+SIGTERM, then SIGKILL after --grace, and elect exits with 75. Signals are
+passed on as in lock. holdfast observe KEY follows the leader from
+anywhere.
+
+KEY used as a lock, a semaphore or an rwlock is refused (exit 1, the
+server's failed_precondition). The backend must keep elections (holdfast
+info lists the kinds it keeps).
+
+Exit status: CMD's exit status when it ran to the end, 3 not the leader
+within --wait (or at once with --no-wait), 75 the leadership was lost and
+CMD was stopped, 69 server unreachable, 127 CMD could not be started, 1
+any other error.`,
+		Example: `  # one scheduler leads at a time; the others wait to take over
+  holdfast elect services/scheduler --value "$(hostname):8080" -- ./scheduler
+
+  # the term fences the leader's writes
+  holdfast elect services/scheduler -- sh -c './scheduler --term "$HOLDFAST_TERM"'`,
+		Args: oneKeyThenCommand("elect"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key := args[0]
+			r.campaign = func(ctx context.Context, c *holdfast.Client, once bool) (*holdfast.Guard, error) {
+				e := c.Election(key).TTL(r.ttl)
+				switch {
+				case once:
+					e = e.Wait(0)
+				case r.wait > 0:
+					e = e.Wait(r.wait)
+				}
+				lead, err := e.Campaign(ctx, value)
+				if err != nil {
+					return nil, err
+				}
+				return lead.Guard, nil
+			}
+			return r.start(cmd, args)
+		},
+	}
+	r.addFlags(cmd, stdout, stderr)
+	cmd.Flags().StringVar(&value, "value", "", "the leader's value observers see (up to 4096 bytes of UTF-8)")
+	return cmd
 }
 
 func newObserve(stdout io.Writer) *cobra.Command {

@@ -90,7 +90,7 @@ not be started, 1 any other error.`,
 }
 
 // addFlags gives cmd the flags every command that runs CMD under a lease
-// takes (lock, semaphore, rwlock), bound to r.
+// takes (lock, semaphore, rwlock, elect), bound to r.
 func (r *lockRun) addFlags(cmd *cobra.Command, stdout, stderr io.Writer) {
 	r.o, r.stdout, r.stderr = &clientOptions{}, stdout, stderr
 	addClientFlags(cmd, r.o)
@@ -124,7 +124,11 @@ type lockRun struct {
 	o *clientOptions
 	// builder makes the lock to take (nil: the lock on keys, with
 	// lockDelay); TTL and wait are set on it.
-	builder        func(c *holdfast.Client) holdfast.Lock
+	builder func(c *holdfast.Client) holdfast.Lock
+	// campaign, when set, takes the lease instead of a Lock: `holdfast
+	// elect` campaigns and holds the leadership's guard (once: one attempt,
+	// --no-wait). TTL and wait are set on the election by campaign itself.
+	campaign       func(ctx context.Context, c *holdfast.Client, once bool) (*holdfast.Guard, error)
 	keys           []string
 	argv           []string
 	ttl, wait      time.Duration
@@ -155,6 +159,11 @@ func (r *lockRun) env(g *holdfast.Guard) ([]string, string, error) {
 		token, err := g.FencingToken()
 		if err != nil {
 			return nil, "", err
+		}
+		if r.campaign != nil {
+			t := strconv.FormatUint(token, 10)
+			return []string{"HOLDFAST_TERM=" + t, "HOLDFAST_FENCING_TOKEN=" + t, "HOLDFAST_ELECTION_KEY=" + r.keys[0]},
+				"term " + t, nil
 		}
 		return []string{"HOLDFAST_FENCING_TOKEN=" + strconv.FormatUint(token, 10), "HOLDFAST_LOCK_KEY=" + r.keys[0]},
 			fmt.Sprintf("fencing token %d", token), nil
@@ -281,15 +290,22 @@ func (r *lockRun) acquire(ctx context.Context, c *holdfast.Client, sigs <-chan o
 	}
 	go func() {
 		var out result
-		if r.noWait {
+		switch {
+		case r.campaign != nil && r.noWait:
+			out.g, out.err = r.campaign(ctx, c, true)
+		case r.noWait:
 			out.g, out.err = l.TryLock(ctx)
-		} else {
+		default:
 			if !r.quiet {
 				// Say so only when the wait is noticeable.
 				t := time.AfterFunc(time.Second, func() { r.say("waiting for %s ...", r.what()) })
 				defer t.Stop()
 			}
-			out.g, out.err = l.Lock(ctx)
+			if r.campaign != nil {
+				out.g, out.err = r.campaign(ctx, c, false)
+			} else {
+				out.g, out.err = l.Lock(ctx)
+			}
 		}
 		res <- out
 	}()
@@ -315,6 +331,8 @@ func (r *lockRun) acquire(ctx context.Context, c *holdfast.Client, sigs <-chan o
 				msg += " within " + r.wait.String()
 			}
 			switch {
+			case na.Current != nil && na.Current.Kind == holdfast.KindElection:
+				msg += fmt.Sprintf(": led by %q (term %d)", na.Current.Holder, na.Current.FencingToken)
 			case na.Current != nil && na.Current.Kind != holdfast.KindMutex:
 				msg += fmt.Sprintf(": %d of its %d permits held by %d holder(s)", na.Current.PermitsInUse, na.Current.Limit, len(na.Current.Holders))
 			case na.Current != nil && len(r.keys) > 1:

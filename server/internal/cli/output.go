@@ -44,12 +44,13 @@ type stateJSON struct {
 	Holders      []grantJSON `json:"holders,omitempty"`
 }
 
-// grantJSON is one holder of a semaphore or an rwlock.
+// grantJSON is one holder of a semaphore or an rwlock, or an election's leader.
 type grantJSON struct {
 	FencingToken uint64     `json:"fencingToken,string"`
 	Holder       string     `json:"holder"`
 	Permits      int        `json:"permits"`
-	Mode         string     `json:"mode,omitempty"` // rwlock: shared or exclusive
+	Mode         string     `json:"mode,omitempty"`  // rwlock: shared or exclusive
+	Value        *string    `json:"value,omitempty"` // election: the leader's value ("" included)
 	ExpiresAt    *time.Time `json:"expiresAt,omitempty"`
 	ExpiresIn    string     `json:"expiresIn,omitempty"`
 	Stamp        stampJSON  `json:"stamp"`
@@ -64,8 +65,12 @@ func stateOf(s holdfast.LockState) stateJSON {
 		j.Kind, j.Limit, j.PermitsInUse = s.Kind.String(), s.Limit, s.PermitsInUse
 		for _, h := range s.Holders {
 			g := grantJSON{FencingToken: h.FencingToken, Holder: h.Holder, Permits: h.Permits, Stamp: stampOf(h.Stamp)}
-			if s.Kind == holdfast.KindRWLock {
+			switch s.Kind {
+			case holdfast.KindRWLock:
 				g.Mode = h.Mode.String()
+			case holdfast.KindElection:
+				v := h.Value
+				g.Value = &v
 			}
 			if !h.ExpiresAt.IsZero() {
 				t := h.ExpiresAt.UTC()

@@ -73,8 +73,12 @@ Exit status: 0 (held or not), 69 server unreachable, 1 any other error.`,
 				pairs = append(pairs, "kind", st.Kind.String(), "permits in use", fmt.Sprintf("%d of %d", st.PermitsInUse, st.Limit))
 				for i, h := range out.State.Holders {
 					what := fmt.Sprintf("%q, %d permit(s)", h.Holder, h.Permits)
-					if h.Mode != "" {
+					switch {
+					case h.Mode != "":
 						what = fmt.Sprintf("%q, %s", h.Holder, h.Mode)
+					case h.Value != nil:
+						pairs = append(pairs, "leader", fmt.Sprintf("%q, value %q, term %d, expires in %s", h.Holder, *h.Value, h.FencingToken, orDash(h.ExpiresIn)))
+						continue
 					}
 					pairs = append(pairs, fmt.Sprintf("holder %d", i+1), fmt.Sprintf("%s, fencing token %d, expires in %s", what, h.FencingToken, orDash(h.ExpiresIn)))
 				}

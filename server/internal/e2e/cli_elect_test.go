@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -103,5 +106,82 @@ func TestCLIObserveStreams(t *testing.T) {
 	r := runCLI(t, s.addr, "observe", "svc/mutex")
 	if r.code != 1 || !strings.Contains(r.stderr, "Observe follows elections only") {
 		t.Fatalf("observe of a mutex: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// Two `holdfast elect` at once: the first leads and runs its command with
+// its term, the second queues until the first resigns and then leads with
+// a higher term; a third with --no-wait is refused (exit 3) naming the
+// leader; inspect shows the leader's value.
+func TestCLIElectRunsOneLeaderAtATime(t *testing.T) {
+	s := startServer(t, nil, "--addr", "127.0.0.1:0")
+	dir := t.TempDir()
+	log, gate := filepath.Join(dir, "log"), filepath.Join(dir, "gate")
+	script := `[ "$HOLDFAST_TERM" = "$HOLDFAST_FENCING_TOKEN" ] && [ "$HOLDFAST_ELECTION_KEY" = svc/sched ] && echo "start $HOLDFAST_TERM" >> "$LOG"; while [ ! -e "$GATE" ]; do sleep 0.01; done`
+	start := func(value string) (wait func()) {
+		cmd := holdfastCmd(s.addr, "elect", "svc/sched", "--value", value, "--holder", value, "-q", "--", "sh", "-c", script)
+		cmd.Env = append(cmd.Env, "LOG="+log, "GATE="+gate)
+		var errb syncBuffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := waitCmd(cmd)
+		return func() {
+			t.Helper()
+			<-done
+			if code := cmd.ProcessState.ExitCode(); code != 0 {
+				t.Errorf("holdfast elect --value %s exited %d: %s", value, code, errb.String())
+			}
+		}
+	}
+	a := start("node-a")
+	eventually(t, "the first leads", func() bool {
+		b, _ := os.ReadFile(log)
+		return strings.Count(string(b), "start") == 1
+	})
+	b := start("node-b")
+	eventually(t, "the second queues", func() bool {
+		_, st := inspectJSON(t, s.addr, "svc/sched")
+		return st["waiters"] == float64(1)
+	})
+	held, st := inspectJSON(t, s.addr, "svc/sched")
+	hs, _ := st["holders"].([]any)
+	if !held || st["kind"] != "election" || len(hs) != 1 || hs[0].(map[string]any)["value"] != "node-a" {
+		t.Fatalf("inspect: held=%v %v", held, st)
+	}
+	if text := runCLI(t, s.addr, "inspect", "svc/sched"); !strings.Contains(text.stdout, `"node-a", value "node-a", term`) {
+		t.Fatalf("inspect's text does not show the leader:\n%s", text.stdout)
+	}
+	r := runCLI(t, s.addr, "elect", "svc/sched", "--no-wait", "--", "true")
+	if r.code != 3 || !strings.Contains(r.stderr, `led by "node-a"`) {
+		t.Fatalf("a third campaigner with --no-wait: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if raw, _ := os.ReadFile(log); strings.Count(string(raw), "start") != 1 {
+		t.Fatalf("a second leader ran beside the first: %q", raw)
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a()
+	b()
+	raw, _ := os.ReadFile(log)
+	var terms []uint64
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		term, err := strconv.ParseUint(strings.TrimPrefix(line, "start "), 10, 64)
+		if err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		terms = append(terms, term)
+	}
+	if len(terms) != 2 || terms[1] <= terms[0] {
+		t.Fatalf("terms %v: want two, the second above the first", terms)
+	}
+	// A key held as a lock is refused, not queued.
+	if r := runCLI(t, s.addr, "acquire", "svc/mutex"); r.code != 0 {
+		t.Fatalf("acquire: %d %s", r.code, r.stderr)
+	}
+	if r := runCLI(t, s.addr, "elect", "svc/mutex", "--", "true"); r.code != 1 || r.stderr == "" {
+		t.Fatalf("elect on a mutex: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
