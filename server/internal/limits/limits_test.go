@@ -205,6 +205,11 @@ func acquire(ctx context.Context, c lockv1connect.LockServiceClient, key string,
 	return c.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(ttl)})
 }
 
+// shortTTL is a lease the tests let run out. It must outlast the calls
+// made while the test still counts on it being held (on a loaded machine
+// 200 ms did not: the lease ended before the Extend that was to keep it).
+const shortTTL = time.Second
+
 func mustAcquire(ctx context.Context, t *testing.T, c lockv1connect.LockServiceClient, key string, ttl time.Duration) *lockv1.Lease {
 	t.Helper()
 	r, err := acquire(ctx, c, key, ttl)
@@ -241,7 +246,7 @@ func TestLockLimits(t *testing.T) {
 	if _, err := a.Release(ctx, &lockv1.ReleaseRequest{Key: "a/3", OwnerToken: third.GetOwnerToken()}); err != nil {
 		t.Fatal(err)
 	}
-	mustAcquire(ctx, t, a, "a/3", 300*time.Millisecond)
+	mustAcquire(ctx, t, a, "a/3", shortTTL)
 	if lim.Locks() != 3 {
 		t.Fatalf("%d locks counted, want 3", lim.Locks())
 	}
@@ -256,13 +261,13 @@ func TestLockLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Extended leases stay counted past their first TTL.
-	short := mustAcquire(ctx, t, a, "a/3", 200*time.Millisecond)
+	short := mustAcquire(ctx, t, a, "a/3", shortTTL)
 	_, err = acquire(ctx, a, "a/5", time.Minute)
 	wantExhausted(t, "over the limit again", err, "(the server's --max-locks)")
 	if r, err := a.Extend(ctx, &lockv1.ExtendRequest{Key: "a/3", OwnerToken: short.GetOwnerToken(), Ttl: durationpb.New(time.Minute)}); err != nil || !r.GetExtended() {
 		t.Fatalf("extend: %v %v", r, err)
 	}
-	time.Sleep(300 * time.Millisecond) // past the first TTL: nothing to poll for, the count must not change
+	time.Sleep(shortTTL + 200*time.Millisecond) // past the first TTL: nothing to poll for, the count must not change
 	if n := lim.Locks(); n != 5 {
 		t.Fatalf("%d locks counted after the extended lease's first TTL, want 5", n)
 	}
@@ -277,9 +282,9 @@ func TestExtendBatchKeepsLeasesCounted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	a := client("")
-	one := mustAcquire(ctx, t, a, "x/1", 200*time.Millisecond)
-	two := mustAcquire(ctx, t, a, "x/2", 200*time.Millisecond)
-	mustAcquire(ctx, t, a, "x/3", 200*time.Millisecond)
+	one := mustAcquire(ctx, t, a, "x/1", shortTTL)
+	two := mustAcquire(ctx, t, a, "x/2", shortTTL)
+	mustAcquire(ctx, t, a, "x/3", shortTTL)
 	r, err := a.ExtendBatch(ctx, &lockv1.ExtendBatchRequest{Items: []*lockv1.ExtendBatchItem{
 		{Key: "x/1", OwnerToken: one.GetOwnerToken(), Ttl: durationpb.New(time.Minute)},
 		{Key: "x/2", OwnerToken: two.GetOwnerToken(), Ttl: durationpb.New(time.Minute)},
@@ -292,7 +297,7 @@ func TestExtendBatchKeepsLeasesCounted(t *testing.T) {
 	// two renewed leases stay counted. (Were they not, the count would pass
 	// 2 on its way to 0 when x/1's first TTL ran out.)
 	eventually(t, func() bool { return lim.Locks() <= 2 })
-	time.Sleep(300 * time.Millisecond) // past every first TTL: nothing to poll for, the count must not change
+	time.Sleep(shortTTL + 200*time.Millisecond) // past every first TTL: nothing to poll for, the count must not change
 	if n := lim.Locks(); n != 2 {
 		t.Fatalf("%d locks counted after the renewed leases' first TTL, want 2", n)
 	}
