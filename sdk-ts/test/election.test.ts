@@ -51,7 +51,7 @@ function observer(c: Client, k: string): { next(): Promise<Observation>; stop():
     async next() {
       const r = await it.next();
       assert.equal(r.done, false, "the observation ended");
-      return r.value as Observation;
+      return r.value;
     },
     async stop() {
       stop.abort();
