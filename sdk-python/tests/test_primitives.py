@@ -300,7 +300,7 @@ async def test_the_clients_watchdog_renews_grants_with_its_locks(addr: str, clie
 
 async def test_server_info_says_which_kinds_the_backend_keeps(client: AsyncClient) -> None:
     info = await client.server_info()
-    assert sorted(info.backend.kinds) == ["mutex", "rwlock", "semaphore"]
+    assert sorted(info.backend.kinds) == ["election", "mutex", "rwlock", "semaphore"]
     assert info.backend.max_limit >= 1
     assert info.backend.rwlock_readers >= 1
 

@@ -299,7 +299,7 @@ describe("semaphores", { skip: needsServer }, () => {
 
   it("serverInfo says which kinds the backend keeps", async () => {
     const info = await a.serverInfo();
-    assert.deepEqual([...info.backend.kinds].sort(), ["mutex", "rwlock", "semaphore"]);
+    assert.deepEqual([...info.backend.kinds].sort(), ["election", "mutex", "rwlock", "semaphore"]);
     assert.ok(info.backend.maxLimit >= 1);
     assert.ok(info.backend.rwlockReaders >= 1);
   });
