@@ -13,20 +13,42 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from ._guard import AsyncGuard
+from ._durations import Duration
+from ._guard import AsyncGuard, Session
 from ._primitives import Primitive, check_value
+from ._rpc import Rpc
 from ._timestamp import Timestamp
 from .errors import LeaseLostError, UnavailableError, from_connect_error
 from .lock.v1 import lock_pb2
 from .types import Leader, LockState, Observation
 
-if TYPE_CHECKING:
-    from ._async import AsyncClient
+
+class _Client(Protocol):
+    """What an election needs of AsyncClient (a Protocol, so that this
+    module does not import _async, which imports it)."""
+
+    _rpc: Rpc
+    _session: Session
+
+    def _check_open(self) -> None: ...
+
+    async def inspect(self, key: str) -> LockState | None: ...
+
+    async def _acquire_or_raise(
+        self,
+        keys: tuple[str, ...],
+        primitive: Primitive,
+        ttl: Duration | None,
+        wait: Duration | None,
+        holder: str | None,
+        watchdog: bool,
+        lock_delay: Duration | None = None,
+    ) -> AsyncGuard: ...
 
 
 class AsyncElection:
@@ -35,7 +57,7 @@ class AsyncElection:
     client's TTL; no wait = queue until leader or cancelled; ``wait=0`` one
     attempt)."""
 
-    def __init__(self, client: AsyncClient, key: str, **opts: Any) -> None:
+    def __init__(self, client: _Client, key: str, **opts: Any) -> None:
         self._client = client
         self.key = key
         """The election's key."""
