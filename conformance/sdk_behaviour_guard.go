@@ -50,6 +50,14 @@ var _ = describeSDK("behaviour table: the guard and the watchdog", Label("sdk-be
 		Expect(ok).To(BeTrue(), "the proxy saw no Acquire answer with fencing token %d", l.FencingToken)
 		Expect(sc.Release(ctx, lease.Key, lease.OwnerToken)).To(BeTrue(), "releasing the guard's lease from outside")
 	}
+	// endLeaseOf is endLease for a guard on key among several taken together
+	// (their fencing tokens may be equal: unique per key only).
+	endLeaseOf := func(ctx SpecContext, p *faultproxy.Proxy, key string, l sdkrunner.LockResult) {
+		GinkgoHelper()
+		lease, ok := p.LeaseOf(key, uint64(l.FencingToken))
+		Expect(ok).To(BeTrue(), "the proxy saw no Acquire answer for %q with fencing token %d", key, l.FencingToken)
+		Expect(sc.Release(ctx, lease.Key, lease.OwnerToken)).To(BeTrue(), "releasing the guard's lease from outside")
+	}
 	defaultMargin := func(ttl time.Duration) time.Duration { return ttl/100 + 20*time.Millisecond }
 
 	renewalsOf := func(ctx SpecContext, c SDKClient, guard string) int {
@@ -151,8 +159,9 @@ var _ = describeSDK("behaviour table: the guard and the watchdog", Label("sdk-be
 	It("one watchdog per client: a renewal answered extended=false for one of the guards renewed together poisons that guard alone, reason rejected; the others keep their leases", func(ctx SpecContext) {
 		c, p := proxied(ctx, sdkrunner.ConnectArgs{})
 		ttl := sc.TTL()
-		gs := c.MustLockMany(ctx, keysFor("sdk-batch-reject", 5), ttl)
-		endLease(ctx, p, gs[2])
+		keys := keysFor("sdk-batch-reject", 5)
+		gs := c.MustLockMany(ctx, keys, ttl)
+		endLeaseOf(ctx, p, keys[2], gs[2])
 		wctx, cancel := context.WithTimeout(ctx, ttl/3+sc.Config.Slack+2*time.Second)
 		defer cancel()
 		ev, err := sc.Adapter.LeaseLost(wctx, gs[2].Guard)

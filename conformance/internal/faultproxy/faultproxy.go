@@ -90,7 +90,7 @@ type Proxy struct {
 	mode     Mode
 	lose     map[string]int
 	requests []Request
-	leases   map[uint64]Lease
+	leases   map[leaseID]Lease
 }
 
 // New starts a proxy on a free 127.0.0.1 port in front of the server at
@@ -109,7 +109,7 @@ func New(upstream string) (*Proxy, error) {
 		client:   &http.Client{Transport: tr},
 		closed:   make(chan struct{}),
 		lose:     map[string]int{},
-		leases:   map[uint64]Lease{},
+		leases:   map[leaseID]Lease{},
 	}
 	protos := new(http.Protocols)
 	protos.SetHTTP1(true)
@@ -155,8 +155,28 @@ func (p *Proxy) Requests(method string) []Request {
 func (p *Proxy) Lease(fencingToken uint64) (Lease, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	l, ok := p.leases[fencingToken]
+	for id, l := range p.leases {
+		if id.fencingToken == fencingToken {
+			return l, true
+		}
+	}
+	return Lease{}, false
+}
+
+// LeaseOf is the lease on key with fencingToken. Fencing tokens are
+// unique per key only: etcd gives every key a batch took in one
+// transaction the same revision, so a token alone can name several leases.
+func (p *Proxy) LeaseOf(key string, fencingToken uint64) (Lease, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, ok := p.leases[leaseID{key, fencingToken}]
 	return l, ok
+}
+
+// leaseID names a lease the proxy saw: a fencing token is unique per key.
+type leaseID struct {
+	key          string
+	fencingToken uint64
 }
 
 // Close stops the proxy; held requests end.
@@ -298,7 +318,7 @@ func (p *Proxy) noteLease(h http.Header, body []byte) {
 	l := resp.GetLease()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.leases[l.GetFencingToken()] = Lease{Key: l.GetKey(), OwnerToken: l.GetOwnerToken(), FencingToken: l.GetFencingToken()}
+	p.leases[leaseID{l.GetKey(), l.GetFencingToken()}] = Lease{Key: l.GetKey(), OwnerToken: l.GetOwnerToken(), FencingToken: l.GetFencingToken()}
 }
 
 // unavailable answers the call with `unavailable` in the call's protocol.
