@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -16,7 +17,15 @@ import (
 // The client's watchdog: one renewer for every guard of a Client, so that
 // renewing costs RPCs in proportion to the clients, not to the leases
 // (docs/sdk-behaviour.md, "The watchdog"). Each guard is due TTL/3 after its
-// last successful renewal was sent; when the renewer sends for a due guard,
+// last successful renewal was sent. Its first renewal comes a little sooner:
+// each client draws a phase f in [0,1) once, when it is created, and every
+// guard's first renewal is due at sent + TTL/3 - f·TTL/6 (sent: when its
+// acquisition was sent), the same shift for all the client's guards. Clients
+// whose guards were acquired at the same moments (a fleet started together)
+// so spread their renewals over a sixth of the TTL, and stay spread, instead
+// of all sending at the same instant and queueing on the server; renewing
+// earlier is always safe, as a lease counts from the send time. When the
+// renewer sends for a due guard,
 // it takes every other guard due within the next TTL/6 along, in one
 // ExtendBatch (a single guard goes as a plain Extend), so guards that were
 // renewed together stay together. Each guard keeps its own outcome and its
@@ -35,6 +44,10 @@ const (
 	// renewEarly divides a guard's TTL into how early it may be renewed
 	// to go with another guard's renewal: TTL/6 before it is due.
 	renewEarly = 6
+	// phaseSpread divides a guard's TTL into the span over which the
+	// clients' first renewals are spread: a client's phase f brings every
+	// first renewal of its guards f·TTL/6 forward.
+	phaseSpread = 6
 	// busyRetry is when to look again at a guard whose lease RPC slot was
 	// taken (an explicit Extend or the release).
 	busyRetry = 10 * time.Millisecond
@@ -56,6 +69,9 @@ type renewer struct {
 	// single: the server does not serve ExtendBatch (an older server
 	// answered unimplemented): every renewal is a plain Extend.
 	single bool
+	// phase is the client's renewal phase, drawn once in [0,1): first
+	// renewals are due phase·TTL/6 before TTL/3 (see the file's comment).
+	phase float64
 }
 
 // Renewal state of one guard, kept by the renewer under its mutex.
@@ -69,13 +85,20 @@ type renewal struct {
 }
 
 func newRenewer(c *Client) *renewer {
-	return &renewer{c: c, wake: make(chan struct{}, 1)}
+	return &renewer{c: c, wake: make(chan struct{}, 1), phase: rand.Float64()}
+}
+
+// firstRenewal is how long after its acquisition was sent a guard of the
+// given TTL is first due, for a client of the given phase: TTL/3 brought
+// forward by phase·TTL/6.
+func firstRenewal(ttl time.Duration, phase float64) time.Duration {
+	return ttl/3 - time.Duration(phase*float64(ttl/phaseSpread))
 }
 
 // add schedules g's first renewal; false once the client is closing.
 func (r *renewer) add(g *Guard) bool {
 	g.mu.Lock()
-	next := g.lastSent.Add(g.ttl / 3)
+	next := g.lastSent.Add(firstRenewal(g.ttl, r.phase))
 	g.mu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -135,7 +158,7 @@ func (r *renewer) remove(g *Guard) {
 // (after an explicit Extend).
 func (r *renewer) reschedule(g *Guard) {
 	g.mu.Lock()
-	next := g.lastSent.Add(g.ttl / 3)
+	next := g.lastSent.Add(firstRenewal(g.ttl, r.phase))
 	g.mu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()

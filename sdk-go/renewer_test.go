@@ -182,3 +182,60 @@ func TestUnlockDoesNotWaitForAHungBatch(t *testing.T) {
 		t.Fatalf("Unlock took %s beside a hung renewal", took)
 	}
 }
+
+// A client's phase brings the first renewal of each of its guards forward
+// by phase·TTL/6: two clients whose guards were acquired at the same moment
+// renew them apart, each at sent + TTL/3 - phase·TTL/6.
+func TestWatchdogFirstRenewalFollowsTheClientsPhase(t *testing.T) {
+	_, url := newFakePeer(t)
+	const ttl = 6 * time.Second
+	cases := []struct {
+		phase float64
+		due   time.Duration // TTL/3 - phase·TTL/6 after the acquisition was sent
+	}{{0, 2 * time.Second}, {0.9, 1100 * time.Millisecond}}
+	guards := make([]*Guard, len(cases))
+	renewed := make([]chan struct{}, len(cases))
+	for i, tc := range cases {
+		ch := make(chan struct{}, 1)
+		c := dialPeer(t, url, WithLeaseEvents(func(e LeaseEvent) {
+			if e.Type == LeaseRenewed {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}))
+		c.renewer.phase = tc.phase // before any guard: what Dial drew at random
+		g, err := c.Lock(fmt.Sprint("phase", i)).TTL(ttl).TryLock(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		guards[i], renewed[i] = g, ch
+	}
+	sentAt := func(g *Guard) time.Time {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.lastSent
+	}
+	acquired := []time.Time{sentAt(guards[0]), sentAt(guards[1])}
+	for i, tc := range cases {
+		select {
+		case <-renewed[i]:
+		case <-time.After(ttl):
+			t.Fatalf("phase %v: no renewal within the TTL", tc.phase)
+		}
+		// Never before it is due (the renewer sends once the time has
+		// come); later only by the timer's and the machine's delay.
+		if d := sentAt(guards[i]).Sub(acquired[i]); d < tc.due || d > tc.due+slack {
+			t.Fatalf("phase %v: first renewal sent %s after the acquisition, want %s (+ %s slack)", tc.phase, d, tc.due, slack)
+		}
+		if n := guards[i].Renewals(); n != 1 {
+			t.Fatalf("phase %v: %d renewals, want the first one", tc.phase, n)
+		}
+	}
+	for _, g := range guards {
+		if err := g.Unlock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
