@@ -2,7 +2,15 @@
  * The client's watchdog (docs/sdk-behaviour.md, "The guard and the
  * watchdog"): one renewer for every guard of a client, so that renewing
  * costs calls in proportion to the clients, not to the leases. Each guard is
- * due TTL/3 after its last successful renewal was sent; when the renewer
+ * due TTL/3 after its last successful renewal was sent. Its first renewal
+ * comes a little sooner: each client draws a phase f in [0,1) once, when it
+ * is created, and every guard's first renewal is due at
+ * sent + TTL/3 − f·TTL/6 (sent: when its acquisition was sent), the same
+ * shift for all the client's guards. Clients whose guards were acquired at
+ * the same moments (a fleet started together) so spread their renewals over
+ * a sixth of the TTL, and stay spread, instead of all sending at the same
+ * instant and queueing on the server; renewing earlier is always safe, as a
+ * lease counts from the send time. When the renewer
  * sends for a due guard it takes along every other guard due within the
  * next TTL/6, in one ExtendBatch (a single guard goes as a plain Extend), so
  * guards renewed together stay together. Each guard keeps its own outcome
@@ -33,6 +41,11 @@ export interface RenewerSession {
 const MAX_BATCH_ITEMS = 500;
 /** A guard may be renewed up to TTL/RENEW_EARLY before it is due, to go with another guard's renewal. */
 const RENEW_EARLY = 6;
+/**
+ * A client's phase f brings every first renewal of its guards f·TTL/PHASE_SPREAD
+ * forward: the clients' first renewals are spread over a sixth of the TTL.
+ */
+const PHASE_SPREAD = 6;
 
 /** What one renewal of a guard sends. */
 export interface RenewalRequest {
@@ -76,13 +89,19 @@ export class Renewer {
   /** Aborts every renewal in flight when the client closes. */
   readonly #closing = new AbortController();
 
-  constructor(session: RenewerSession) {
+  /** The client's renewal phase in [0,1): first renewals are due phase·TTL/6 before TTL/3. */
+  readonly #phase: number;
+
+  /** phase: drawn at random by default; a test may fix it. */
+  constructor(session: RenewerSession, phase: number = Math.random()) {
     this.#session = session;
+    this.#phase = phase;
   }
 
-  /** Schedules g's first renewal. */
+  /** Schedules g's first renewal: TTL/3 after its acquisition was sent, brought forward by phase·TTL/6. */
   add(g: Renewable): void {
-    const e: Entry = { guard: g, next: g.renewalDue(), attempt: 0, inFlight: false, requestId: "" };
+    const first = g.renewalDue() - (this.#phase * g.ttlMs) / PHASE_SPREAD;
+    const e: Entry = { guard: g, next: first, attempt: 0, inFlight: false, requestId: "" };
     this.#entries.set(g, e);
     this.#armAt(e.next);
   }

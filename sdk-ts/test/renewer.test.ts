@@ -5,8 +5,13 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { Code, ConnectError, createClient as createConnectClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
+import { create } from "@bufbuild/protobuf";
+import { BackoffPolicy } from "../src/backoff.js";
+import { ExtendResponseSchema, LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
+import { Clock } from "../src/hlc.js";
 import { LeaseLostError, createClient, type Guard, type LeaseEvent } from "../src/node.js";
+import { Renewer, type Renewable, type RenewerSession } from "../src/renewer.js";
+import { monotonicNow } from "../src/util.js";
 import { addr, aborted, eventually, key, needsServer, recordingLogger } from "./helpers.js";
 
 /** A client whose calls are counted by method; unimplemented makes it refuse ExtendBatch, as an older server would. */
@@ -119,5 +124,60 @@ describe("the client's watchdog", { skip: needsServer }, () => {
     assert.ok((counts.get("ExtendBatch") ?? 0) <= 1, "ExtendBatch is tried once at most, then plain Extends");
     for (const g of gs) await g.unlock();
     await c.close();
+  });
+});
+
+describe("the client's renewal phase", () => {
+  it("brings every first renewal forward by phase·TTL/6: clients whose guards were acquired at the same moment renew them apart, each at sent + TTL/3 − phase·TTL/6", async () => {
+    const ttlMs = 6_000;
+    const slackMs = 500; // a timer's and a loaded machine's delay
+    const cases = [
+      { phase: 0, dueMs: 2_000 },
+      { phase: 0.9, dueMs: 1_100 },
+    ];
+    const acquiredAt = monotonicNow(); // both guards' acquisitions were sent now
+    const runs = cases.map(({ phase }) => {
+      let sent!: (at: number) => void;
+      const firstSent = new Promise<number>((resolve) => (sent = resolve));
+      const session: RenewerSession = {
+        rpc: {
+          extend: () => {
+            sent(monotonicNow());
+            return Promise.resolve(create(ExtendResponseSchema, { extended: true }));
+          },
+          extendBatch: () => Promise.reject(new Error("one guard renews by Extend")),
+        } as unknown as RenewerSession["rpc"],
+        clock: new Clock(),
+        settings: { requestTimeoutMs: 10_000, backoff: BackoffPolicy.from() },
+        merge: () => undefined,
+      };
+      let validFrom = acquiredAt;
+      const guard: Renewable = {
+        key: `phase-${phase}`,
+        ttlMs,
+        renewalRequest: () => ({ target: { key: `phase-${phase}` }, ownerToken: "owner", ttlMs, remainingMs: validFrom + ttlMs - monotonicNow() }),
+        renewalDue: () => validFrom + ttlMs / 3,
+        renewalAnswered: (_extended, _lease, sentAt) => {
+          validFrom = sentAt;
+          return true;
+        },
+        renewalFailed: () => 0,
+      };
+      const renewer = new Renewer(session, phase);
+      renewer.add(guard);
+      return { renewer, firstSent };
+    });
+    // The renewer's timer does not keep the process alive (unref): this one does, until the test ends.
+    const alive = setTimeout(() => undefined, 2 * ttlMs);
+    try {
+      for (const [i, { phase, dueMs }] of cases.entries()) {
+        const after = (await runs[i].firstSent) - acquiredAt;
+        // Never before it is due; later only by the timer's delay.
+        assert.ok(after >= dueMs && after <= dueMs + slackMs, `phase ${phase}: first renewal sent ${after.toFixed(0)}ms after the acquisition, want ${dueMs}ms (+ ${slackMs}ms)`);
+      }
+    } finally {
+      clearTimeout(alive);
+      for (const { renewer } of runs) renewer.close();
+    }
   });
 });
