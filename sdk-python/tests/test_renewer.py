@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from holdfast import AsyncClient, AsyncGuard, LeaseLostError
+from holdfast import AsyncClient, AsyncGuard, Backoff, LeaseLostError
+from holdfast._renewer import Renewer
+from holdfast.errors import HoldfastError
 from holdfast.lock.v1 import lock_pb2
 
 from .conftest import eventually, key, raw_client
@@ -131,3 +133,76 @@ async def test_a_lost_renewal_is_retried_with_its_request_ids_and_a_set_renews_b
         )
         for g in everyone:
             await g.unlock()
+
+
+class _FirstExtend:
+    """An Rpc for the renewer alone: answers every Extend extended=True and
+    notes when the first one was sent."""
+
+    def __init__(self) -> None:
+        self.request_timeout = 10.0
+        self.backoff = Backoff()
+        self.first_sent: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self.stub = self
+
+    async def attempt(self, what: str, call: Callable[[], Awaitable[Any]], timeout: float) -> Any:
+        return await call()
+
+    async def extend(self, req: lock_pb2.ExtendRequest) -> lock_pb2.ExtendResponse:
+        if not self.first_sent.done():
+            self.first_sent.set_result(time.monotonic())
+        return lock_pb2.ExtendResponse(extended=True)
+
+
+class _Held:
+    """A guard for the renewer alone, its acquisition sent at acquired."""
+
+    def __init__(self, key: str, ttl: float, acquired: float) -> None:
+        self.key = key
+        self._ttl = ttl
+        self._valid_from = acquired
+
+    @property
+    def ttl(self) -> float:
+        return self._ttl
+
+    def _renewal_request(self) -> tuple[str, float, float] | None:
+        return "owner", self._ttl, self._valid_from + self._ttl - time.monotonic()
+
+    def _renewal_due(self) -> float:
+        return self._valid_from + self._ttl / 3
+
+    def _renewal_target(self) -> dict[str, Any]:
+        return {"key": self.key}
+
+    def _renewal_answered(self, extended: bool, lease: lock_pb2.Lease | None, sent_at: float, ttl: float) -> bool:
+        self._valid_from = sent_at
+        return True
+
+    def _renewal_failed(self, err: HoldfastError) -> float:
+        return 0.0
+
+
+async def test_the_first_renewal_comes_at_the_clients_phase() -> None:
+    """A client's phase brings every first renewal forward by phase·TTL/6:
+    clients whose guards were acquired at the same moment renew them apart,
+    each at sent + TTL/3 - phase·TTL/6."""
+    ttl, slack = 6.0, 0.5  # slack: a timer's and a loaded machine's delay
+    cases = [(0.0, 2.0), (0.9, 1.1)]  # (phase, first renewal due after the acquisition)
+    acquired = time.monotonic()  # both guards' acquisitions were sent now
+    runs = []
+    for phase, _ in cases:
+        rpc = _FirstExtend()
+        renewer = Renewer(cast(Any, rpc), lambda: None, lambda _: None, phase=phase)
+        renewer.add(_Held(f"phase-{phase}", ttl, acquired))
+        runs.append((renewer, rpc))
+    try:
+        for (phase, due), (_, rpc) in zip(cases, runs, strict=True):
+            after = await asyncio.wait_for(rpc.first_sent, ttl) - acquired
+            # Never before it is due; later only by the timer's delay.
+            assert due <= after <= due + slack, (
+                f"phase {phase}: first renewal sent {after:.3f}s after the acquisition, want {due}s (+ {slack}s)"
+            )
+    finally:
+        for renewer, _ in runs:
+            await renewer.close()

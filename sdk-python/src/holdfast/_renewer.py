@@ -2,8 +2,15 @@
 
 One renewer for every guard of a client, so that renewing costs calls in
 proportion to the clients, not to the leases. Each guard is due TTL/3 after
-its last successful renewal was sent; when the renewer sends for a due
-guard it takes along every other guard due within the next TTL/6, in one
+its last successful renewal was sent. Its first renewal comes a little
+sooner: each client draws a phase f in [0,1) once, when it is created, and
+every guard's first renewal is due at sent + TTL/3 - f·TTL/6 (sent: when its
+acquisition was sent), the same shift for all the client's guards. Clients
+whose guards were acquired at the same moments (a fleet started together)
+so spread their renewals over a sixth of the TTL, and stay spread, instead
+of all sending at the same instant and queueing on the server; renewing
+earlier is always safe, as a lease counts from the send time. When the
+renewer sends for a due guard it takes along every other guard due within the next TTL/6, in one
 ExtendBatch (a single guard goes as a plain Extend), so guards renewed
 together stay together. Each guard keeps its own outcome and loss semantics
 (promise 5): extended=false poisons that guard alone; an item the server
@@ -16,6 +23,7 @@ same on each retry of that renewal.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +40,10 @@ MAX_BATCH_ITEMS = 500
 # A guard may be renewed up to TTL/RENEW_EARLY before it is due, to go with
 # another guard's renewal.
 RENEW_EARLY = 6
+# A client's phase f brings every first renewal of its guards
+# f·TTL/PHASE_SPREAD forward: the clients' first renewals are spread over a
+# sixth of the TTL.
+PHASE_SPREAD = 6
 
 
 class Renewable(Protocol):
@@ -89,8 +101,12 @@ class Renewer:
         rpc: Rpc,
         stamp: Callable[[], lock_pb2.HlcTimestamp | None],
         merge: Callable[[lock_pb2.HlcTimestamp | None], None],
+        phase: float | None = None,
     ) -> None:
         self._rpc = rpc
+        # The client's renewal phase in [0,1): first renewals are due
+        # phase·TTL/6 before TTL/3. Drawn at random unless a test fixes it.
+        self._phase = random.random() if phase is None else phase
         self._stamp = stamp
         self._merge = merge
         self._entries: dict[Renewable, _Entry] = {}
@@ -102,8 +118,8 @@ class Renewer:
         self._single = False
 
     def add(self, g: Renewable) -> None:
-        """Schedules g's first renewal."""
-        self._entries[g] = _Entry(g, g._renewal_due())
+        """Schedules g's first renewal: TTL/3 after its acquisition was sent, brought forward by phase·TTL/6."""
+        self._entries[g] = _Entry(g, g._renewal_due() - self._phase * g.ttl / PHASE_SPREAD)
         self._poke()
 
     def remove(self, g: Renewable) -> None:
