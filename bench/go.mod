@@ -9,6 +9,7 @@ require (
 	github.com/holdfast/holdfast/harness v0.1.0
 	github.com/holdfast/holdfast/plugins/memory v0.1.0
 	github.com/holdfast/holdfast/proto v0.1.0
+	github.com/holdfast/holdfast/sdk-go v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -53,3 +54,5 @@ replace github.com/holdfast/holdfast/core => ../core
 replace github.com/holdfast/holdfast/plugins/memory => ../plugins/memory
 
 replace github.com/holdfast/holdfast/harness => ../harness
+
+replace github.com/holdfast/holdfast/sdk-go => ../sdk-go

@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,11 +28,24 @@ import (
 //   - "Extend per lock": each lock renewed by its own Extend, what an SDK
 //     watchdog did before ExtendBatch (one RPC per lock per TTL/3);
 //   - "ExtendBatch per client": each client renews every lock due within
-//     the next TTL/6 in one ExtendBatch (chunks of 500), as the SDK
-//     watchdogs now do: RPCs per TTL/3 in proportion to the clients, not to
-//     the locks;
+//     the next TTL/6 in one ExtendBatch (chunks of 500), and each client
+//     draws one renewal phase f in [0,1) so that its locks' first renewal
+//     is due at sent + TTL/3 - f·TTL/6, as the SDK watchdogs now do
+//     (docs/sdk-behaviour.md, "renewal cadence"): RPCs per TTL/3 in
+//     proportion to the clients, not to the locks, and clients that took
+//     their locks together do not all renew at the same instant;
 //
-// and, with the real Go SDK, "Go SDK watchdog" (renewal.go's sdkRenewal).
+// and, with the real Go SDK, "Go SDK watchdog" (renewal_sdk.go). The
+// issue's target cell (100,000 locks, TTL 30s, 100 clients) is measured
+// with the Go SDK too by default (-renewal-sdk-cell), besides
+// -renewal-modes.
+//
+// A cell whose locks need more renewals per second (3·N/TTL) than
+// -renewal-max-rate is skipped, and the reason printed under the table:
+// 100,000 locks at TTL 3s need 100,000 renewals/s, ten times the target
+// cell, and the acquisitions then fight a renewal storm the server cannot
+// carry (each such cell took over 10 minutes, its numbers only saying that
+// the server is overloaded). -renewal-max-rate 0 runs every cell.
 // A renewal is missed when it answers extended=false, or when the lock
 // could not be renewed before its lease (counted from the moment its last
 // successful renewal was sent) ran out.
@@ -65,6 +79,8 @@ var (
 	renewalModes   = flag.String("renewal-modes", "extend,batch", "-renewal: extend (Extend per lock), batch (ExtendBatch per client), sdk (the Go SDK's watchdog)")
 	renewalPeriods = flag.Float64("renewal-periods", 3, "-renewal: renewal periods (TTL/3) measured, after every lock is held")
 	renewalMinTime = flag.Duration("renewal-min-duration", 5*time.Second, "-renewal: shortest measured window")
+	renewalMaxRate = flag.Float64("renewal-max-rate", 20_000, "-renewal: skip a cell needing more renewals/s than this (3 x locks / TTL); 0: no bound")
+	renewalSDKCell = flag.String("renewal-sdk-cell", "100000,30s,100", "-renewal: locks,TTL,clients of a cell also measured with the Go SDK's watchdog (the issue's target cell); empty: none")
 )
 
 // renewalChunk is the most leases per ExtendBatch, as the SDKs send; and
@@ -120,14 +136,33 @@ func measureRenewal(ctx context.Context) ([]renewalRow, error) {
 		ttls = append(ttls, d)
 	}
 	modes := map[string]string{"extend": modeExtend, "batch": modeBatch, "sdk": modeSDK}
+	var asked []string
+	for _, m := range strings.Split(*renewalModes, ",") {
+		mode, ok := modes[strings.TrimSpace(m)]
+		if !ok {
+			return nil, fmt.Errorf("-renewal-modes: %q is not extend, batch or sdk", m)
+		}
+		asked = append(asked, mode)
+	}
+	sdkCell, err := parseCell(*renewalSDKCell)
+	if err != nil {
+		return nil, fmt.Errorf("-renewal-sdk-cell: %w", err)
+	}
+	renewalSkipped = nil
 	for _, n := range locks {
 		for _, ttl := range ttls {
 			for _, c := range clients {
-				for _, m := range strings.Split(*renewalModes, ",") {
-					mode, ok := modes[strings.TrimSpace(m)]
-					if !ok {
-						return nil, fmt.Errorf("-renewal-modes: %q is not extend, batch or sdk", m)
-					}
+				if rate := 3 * float64(n) / ttl.Seconds(); *renewalMaxRate > 0 && rate > *renewalMaxRate {
+					why := fmt.Sprintf("%d locks, TTL %s, %d clients: not measured, it needs %.0f renewals/s, over -renewal-max-rate %.0f", n, ttl, c, rate, *renewalMaxRate)
+					logf("renewal: %s", why)
+					renewalSkipped = append(renewalSkipped, why)
+					continue
+				}
+				cellModes := asked
+				if sdkCell == (renewalCell{n, ttl, c}) && !slices.Contains(asked, modeSDK) {
+					cellModes = append(slices.Clip(asked), modeSDK)
+				}
+				for _, mode := range cellModes {
 					logf("renewal: %s, %d locks, TTL %s, %d clients", mode, n, ttl, c)
 					row, err := renewalRun(ctx, mode, n, ttl, c)
 					if err != nil {
@@ -139,6 +174,36 @@ func measureRenewal(ctx context.Context) ([]renewalRow, error) {
 		}
 	}
 	return rows, nil
+}
+
+// renewalSkipped says which cells the last measureRenewal skipped, and why.
+var renewalSkipped []string
+
+// renewalCell is one cell of the -renewal grid.
+type renewalCell struct {
+	locks   int
+	ttl     time.Duration
+	clients int
+}
+
+// parseCell reads "locks,TTL,clients"; empty is the zero cell (none).
+func parseCell(s string) (renewalCell, error) {
+	if strings.TrimSpace(s) == "" {
+		return renewalCell{}, nil
+	}
+	f := strings.Split(s, ",")
+	if len(f) != 3 {
+		return renewalCell{}, fmt.Errorf("%q is not locks,TTL,clients", s)
+	}
+	n, err := ints(f[0] + "," + f[2])
+	if err != nil {
+		return renewalCell{}, fmt.Errorf("%q: %w", s, err)
+	}
+	ttl, err := time.ParseDuration(strings.TrimSpace(f[1]))
+	if err != nil {
+		return renewalCell{}, fmt.Errorf("%q: %w", s, err)
+	}
+	return renewalCell{n[0], ttl, n[1]}, nil
 }
 
 // renewalStats collects one run's renewals within its window.
@@ -162,6 +227,15 @@ func (s *renewalStats) rpc(d time.Duration, renewed int) {
 	s.rpcs++
 	s.renewals += renewed
 	s.latencies = append(s.latencies, d)
+}
+
+// renewed counts n renewals whose RPC is counted apart (the Go SDK's).
+func (s *renewalStats) renewed(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open {
+		s.renewals += n
+	}
 }
 
 func (s *renewalStats) miss(n int) {
@@ -206,7 +280,7 @@ func renewalRun(ctx context.Context, mode string, n int, ttl time.Duration, clie
 		rs := make([]*renewer, clients)
 		var wg sync.WaitGroup
 		for i := range rs {
-			rs[i] = newRenewer(newClient(srv.addr), ttl, mode == modeBatch, stats)
+			rs[i] = newRenewer(newClient(srv.addr), ttl, mode == modeBatch, rand.Float64(), stats)
 			wg.Go(func() { rs[i].loop(runCtx) })
 		}
 		renew = func(ctx context.Context, i int, key string) (func(), error) {
@@ -291,11 +365,17 @@ func modeLabel(mode string) string {
 }
 
 // renewer is one client's renewal loop, by Extend per lock or by one
-// ExtendBatch per client.
+// ExtendBatch per client. The batch loop schedules as the SDK watchdogs do:
+// a lock's first renewal is due at sent + TTL/3 - phase·TTL/6 (phase: the
+// client's, drawn once), every later one TTL/3 after the last successful
+// one was sent, and each renewal takes along every lock due within the next
+// TTL/6. Extend per lock is the SDKs before ExtendBatch: every renewal at
+// TTL/3, no phase.
 type renewer struct {
 	rpc   lockv1connect.LockServiceClient
 	ttl   time.Duration
 	batch bool
+	phase float64 // in [0,1); 0 for Extend per lock
 	stats *renewalStats
 
 	mu   sync.Mutex
@@ -312,12 +392,17 @@ type renewLock struct {
 	idx        int
 }
 
-func newRenewer(rpc lockv1connect.LockServiceClient, ttl time.Duration, batch bool, stats *renewalStats) *renewer {
-	return &renewer{rpc: rpc, ttl: ttl, batch: batch, stats: stats, wake: make(chan struct{}, 1), sem: make(chan struct{}, renewalInFlight)}
+func newRenewer(rpc lockv1connect.LockServiceClient, ttl time.Duration, batch bool, phase float64, stats *renewalStats) *renewer {
+	if !batch {
+		phase = 0
+	}
+	return &renewer{rpc: rpc, ttl: ttl, batch: batch, phase: phase, stats: stats, wake: make(chan struct{}, 1), sem: make(chan struct{}, renewalInFlight)}
 }
 
+// add schedules the first renewal of a lock whose Acquire was sent at sent.
 func (r *renewer) add(key, token string, sent time.Time) {
-	r.push(&renewLock{key: key, token: token, lastSent: sent, due: sent.Add(r.ttl / 3)})
+	first := r.ttl/3 - time.Duration(r.phase*float64(r.ttl/6))
+	r.push(&renewLock{key: key, token: token, lastSent: sent, due: sent.Add(first)})
 }
 
 func (r *renewer) push(l *renewLock) {
@@ -533,4 +618,7 @@ func printRenewal(rows []renewalRow) {
 			r.PerSec, r.RPCPerSec, r.P50/1000, r.P99/1000, r.Missed, r.Errors, r.ServerCPU, r.PluginCPU)
 	}
 	_ = w.Flush()
+	for _, why := range renewalSkipped {
+		fmt.Println("  skipped:", why)
+	}
 }
