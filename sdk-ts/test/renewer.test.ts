@@ -146,7 +146,7 @@ describe("the client's renewal phase", () => {
             return Promise.resolve(create(ExtendResponseSchema, { extended: true }));
           },
           extendBatch: () => Promise.reject(new Error("one guard renews by Extend")),
-        } as unknown as RenewerSession["rpc"],
+        },
         clock: new Clock(),
         settings: { requestTimeoutMs: 10_000, backoff: BackoffPolicy.from() },
         merge: () => undefined,
