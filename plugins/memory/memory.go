@@ -48,6 +48,9 @@
 //     O(log n + page), never a scan or a sort of every lock under the mutex,
 //     however many locks are held. The page token is an opaque encoding of
 //     the last key returned (the server seals it before a client sees it).
+//   - Count (backend.CountBackend) is O(1): the mutexes' map and a counter
+//     of the pools' grants, so the server's held-locks gauge never walks
+//     the index.
 //   - Sets of keys (backend.SetBackend, up to MaxKeys): AcquireSet checks
 //     and takes every key under the one mutex, so a set is as atomic as a
 //     single key; ReleaseSet and ExtendSet likewise. A single key is a set
