@@ -44,8 +44,9 @@
 //     backend.ErrUnavailable, and the engine re-watches and re-syncs (it
 //     reads state with Get/List after the new EventSynced).
 //   - List pages in key order from an ordered index of the held keys (a
-//     B-tree, github.com/google/btree, beside the map): a page costs
-//     O(log n + page), never a scan or a sort of every lock under the mutex,
+//     B-tree, github.com/google/btree, beside the map, whose items point
+//     at the key's lock or pool): a page costs O(log n + page), with no map
+//     lookup per key, never a scan or a sort of every lock under the mutex,
 //     however many locks are held. The page token is an opaque encoding of
 //     the last key returned (the server seals it before a client sees it).
 //   - Count (backend.CountBackend) is O(1): the mutexes' map and a counter
@@ -162,9 +163,9 @@ type Backend struct {
 	mu       sync.Mutex
 	closed   bool
 	locks    map[string]*entry
-	pools    map[string]*pool      // keys held by semaphore or rwlock leases
-	grants   int                   // every pool's grants, for Count
-	ordered  *btree.BTreeG[string] // the keys of locks and pools, in order (List)
+	pools    map[string]*pool       // keys held by semaphore or rwlock leases
+	grants   int                    // every pool's grants, for Count
+	ordered  *btree.BTreeG[indexed] // the locks and pools, in key order (List)
 	expiries expiryHeap
 	watchers map[*watcher]struct{}
 	// What a key keeps after its lease: its lock-delay, and its last
@@ -229,6 +230,15 @@ func (e *entry) record(now time.Time) backend.Record {
 	return r
 }
 
+// indexed is a held key in the ordered index, with what holds it (one of
+// lock and pool), so that a List page reads its records from the walk
+// itself: no map lookup per key under the mutex.
+type indexed struct {
+	key  string
+	lock *entry
+	pool *pool
+}
+
 // pool is a key held by the leases of a semaphore or an rwlock.
 type pool struct {
 	key    string
@@ -285,7 +295,7 @@ func New() *Backend {
 		done:     make(chan struct{}),
 		locks:    make(map[string]*entry),
 		pools:    make(map[string]*pool),
-		ordered:  btree.NewOrderedG[string](32),
+		ordered:  btree.NewG(32, func(a, b indexed) bool { return a.key < b.key }),
 		watchers: make(map[*watcher]struct{}),
 		delays:   make(map[string]time.Time),
 		released: make(map[string]tombstone),
@@ -424,12 +434,12 @@ func (b *Backend) remove(e *entry) {
 		b.grants--
 		if len(p.grants) == 0 {
 			delete(b.pools, p.key)
-			b.ordered.Delete(p.key)
+			b.ordered.Delete(indexed{key: p.key})
 		}
 		return
 	}
 	delete(b.locks, e.key)
-	b.ordered.Delete(e.key)
+	b.ordered.Delete(indexed{key: e.key})
 }
 
 // poolOf is key's live pool on an open backend (nil: none, or closed:
@@ -564,7 +574,7 @@ func (b *Backend) AcquireSet(_ context.Context, req backend.AcquireSetRequest) (
 			replay:  req.Replay,
 		}
 		b.locks[c.Key] = e
-		b.ordered.ReplaceOrInsert(c.Key)
+		b.ordered.ReplaceOrInsert(indexed{key: c.Key, lock: e})
 		heap.Push(&b.expiries, e)
 		b.rearm(e)
 		res.Records[i] = e.record(now)
@@ -627,7 +637,7 @@ func (b *Backend) acquireGrant(req backend.AcquireRequest) (backend.AcquireResul
 	if p == nil {
 		p = &pool{key: req.Key, kind: req.Kind, limit: req.Limit}
 		b.pools[req.Key] = p
-		b.ordered.ReplaceOrInsert(req.Key)
+		b.ordered.ReplaceOrInsert(indexed{key: req.Key, pool: p})
 	}
 	g := &entry{
 		key:     req.Key,
@@ -994,24 +1004,24 @@ func (b *Backend) List(_ context.Context, req backend.ListRequest) (backend.List
 	}
 	now := time.Now()
 	var (
-		keys    []string // held, in order
+		held    []indexed // in key order
 		expired []*entry
-		grants  int  // counted in keys
+		grants  int  // counted in held
 		more    bool // a held key after the page
 	)
-	b.ordered.AscendGreaterOrEqual(from, func(key string) bool {
-		if !strings.HasPrefix(key, req.Prefix) {
+	b.ordered.AscendGreaterOrEqual(indexed{key: from}, func(it indexed) bool {
+		if !strings.HasPrefix(it.key, req.Prefix) {
 			return false
 		}
 		live := 0
-		if e := b.locks[key]; e != nil {
+		if e := it.lock; e != nil {
 			if now.Before(e.expires) {
 				live = 1
 			} else {
 				expired = append(expired, e)
 			}
-		} else if p := b.pools[key]; p != nil {
-			for _, g := range p.grants {
+		} else {
+			for _, g := range it.pool.grants {
 				if now.Before(g.expires) {
 					live++
 				} else {
@@ -1026,23 +1036,25 @@ func (b *Backend) List(_ context.Context, req backend.ListRequest) (backend.List
 			more = true
 			return false
 		}
-		keys = append(keys, key)
+		held = append(held, it)
 		grants += live
 		return true
 	})
+	// A held pool keeps its live grants (and so its place) through the
+	// expiry of the others.
 	for _, e := range expired {
 		b.expire(e, now)
 	}
 	var page backend.ListPage
 	if more {
-		page.NextPageToken = encodePageToken(keys[len(keys)-1])
+		page.NextPageToken = encodePageToken(held[len(held)-1].key)
 	}
-	page.Records = make([]backend.Record, len(keys))
-	for i, k := range keys {
-		if p := b.pools[k]; p != nil {
-			page.Records[i] = p.blocker(now)
+	page.Records = make([]backend.Record, len(held))
+	for i, it := range held {
+		if it.pool != nil {
+			page.Records[i] = it.pool.blocker(now)
 		} else {
-			page.Records[i] = b.locks[k].record(now)
+			page.Records[i] = it.lock.record(now)
 		}
 	}
 	return page, nil
