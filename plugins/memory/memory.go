@@ -838,12 +838,26 @@ func (b *Backend) extend(req backend.ExtendRequest, now time.Time) (backend.Exte
 	if p := b.livePool(req.Key, now); p != nil {
 		return b.extendGrant(p, req, now)
 	}
-	res, err := b.extendSet(backend.ExtendSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, TTL: req.TTL,
-		Stamp: req.Stamp, Request: req.Request}, now)
-	if err != nil || !res.Extended {
+	// A set of one, without the set's slices: a watchdog renews hundreds
+	// of keys a call.
+	e := b.live(req.Key, now)
+	if e == nil || req.OwnerToken == "" || e.token != req.OwnerToken {
+		return backend.ExtendResult{}, nil
+	}
+	if _, err := backend.Repeat(e.request, req.Request); err != nil {
 		return backend.ExtendResult{}, err
 	}
-	return backend.ExtendResult{Extended: true, Record: res.Records[0]}, nil
+	return backend.ExtendResult{Extended: true, Record: b.renewEntry(e, req.TTL, req.Request, now)}, nil
+}
+
+// renewEntry renews the held entry e for ttl from now, under req (a zero
+// Request keeps e's own), and returns its record. b.mu must be held.
+func (b *Backend) renewEntry(e *entry, ttl time.Duration, req backend.Request, now time.Time) backend.Record {
+	b.renew(e, now.Add(ttl))
+	if req.ID != "" {
+		e.request = req
+	}
+	return e.record(now)
 }
 
 // extendGrant renews the grant of p that req.OwnerToken holds. b.mu must be
@@ -924,11 +938,7 @@ func (b *Backend) extendSet(req backend.ExtendSetRequest, now time.Time) (backen
 	}
 	res := backend.ExtendSetResult{Extended: true, Records: make([]backend.Record, len(held))}
 	for i, e := range held {
-		b.renew(e, now.Add(req.TTL))
-		if req.Request.ID != "" {
-			e.request = req.Request
-		}
-		res.Records[i] = e.record(now)
+		res.Records[i] = b.renewEntry(e, req.TTL, req.Request, now)
 	}
 	return res, nil
 }
