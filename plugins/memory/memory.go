@@ -12,7 +12,10 @@
 //     at once, whatever the reaper has done. One reaper goroutine keeps a
 //     min-heap of expiries and a single timer armed for the earliest one (no
 //     fixed-interval polling); it deletes expired entries and emits
-//     EventExpired. An access that finds an expired entry first expires it
+//     EventExpired. Renewal is lazy in the heap: an Extend that moves an
+//     expiry later only records it, and the reaper re-sifts the entry when
+//     its old place comes up, so a watchdog's renewals cost no heap work
+//     under the mutex (an earlier expiry moves the entry at once). An access that finds an expired entry first expires it
 //     the same way, so every acquisition ends in exactly one EventReleased or
 //     EventExpired.
 //   - Memory: the entry of a released or expired key is deleted, so memory
@@ -198,7 +201,13 @@ type entry struct {
 	fence   uint64
 	stamp   hlc.Timestamp
 	expires time.Time // carries the monotonic reading
-	index   int       // position in the expiry heap
+	// due is the entry's place in the expiry heap, never after expires. An
+	// Extend that moves expires later leaves due where it was (no heap
+	// work under the mutex); the reaper, finding due passed but expires
+	// not, moves due up to expires and sifts the entry once. So a lease
+	// renewed every TTL/3 is sifted about once per TTL, not per renewal.
+	due     time.Time
+	index   int // position in the expiry heap
 	delay   time.Duration
 	request backend.Request // of the last Acquire or Extend
 	replay  string
@@ -575,8 +584,7 @@ func (b *Backend) AcquireSet(_ context.Context, req backend.AcquireSetRequest) (
 		}
 		b.locks[c.Key] = e
 		b.ordered.ReplaceOrInsert(indexed{key: c.Key, lock: e})
-		heap.Push(&b.expiries, e)
-		b.rearm(e)
+		b.schedule(e)
 		res.Records[i] = e.record(now)
 		b.emit(backend.Event{Type: backend.EventAcquired, Record: res.Records[i]})
 	}
@@ -656,8 +664,7 @@ func (b *Backend) acquireGrant(req backend.AcquireRequest) (backend.AcquireResul
 	p.grants = append(p.grants, g)
 	p.inUse += g.permits
 	b.grants++
-	heap.Push(&b.expiries, g)
-	b.rearm(g)
+	b.schedule(g)
 	rec := g.record(now) // the grant alone: the engine reads nothing else of an acquired record
 	b.emit(backend.Event{Type: backend.EventAcquired, Record: rec})
 	return backend.AcquireResult{Acquired: true, Record: rec}, nil
@@ -690,6 +697,28 @@ func (b *Backend) rearm(e *entry) {
 		return
 	}
 	b.wakeReaper()
+}
+
+// schedule puts a new entry in the expiry heap, due at its expiry. b.mu
+// must be held.
+func (b *Backend) schedule(e *entry) {
+	e.due = e.expires
+	heap.Push(&b.expiries, e)
+	b.rearm(e)
+}
+
+// renew moves e's expiry to expires. A later expiry costs no heap work
+// (see entry.due); an earlier one, which a shorter TTL can ask for, moves
+// e up the heap at once, so the reaper never wakes after it. b.mu must be
+// held.
+func (b *Backend) renew(e *entry, expires time.Time) {
+	e.expires = expires
+	if !expires.Before(e.due) {
+		return
+	}
+	e.due = expires
+	heap.Fix(&b.expiries, e.index)
+	b.rearm(e)
 }
 
 func (b *Backend) wakeReaper() {
@@ -801,25 +830,51 @@ func (b *Backend) releaseGrant(p *pool, req backend.ReleaseRequest, now time.Tim
 
 // Extend implements backend.Backend: a set of one. The record keeps its
 // acquisition stamp.
-func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
-	if err := checkKey(req.Key); err != nil {
-		return backend.ExtendResult{}, err
-	}
-	if err := checkTTL(req.TTL); err != nil {
+func (b *Backend) Extend(_ context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
+	if err := checkExtend(req); err != nil {
 		return backend.ExtendResult{}, err
 	}
 	b.mu.Lock()
-	if p := b.poolOf(req.Key); p != nil {
-		defer b.mu.Unlock()
-		return b.extendGrant(p, req, time.Now())
+	defer b.mu.Unlock()
+	if b.closed {
+		return backend.ExtendResult{}, ErrClosed
 	}
-	b.mu.Unlock()
-	res, err := b.ExtendSet(ctx, backend.ExtendSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, TTL: req.TTL,
-		Stamp: req.Stamp, Request: req.Request})
-	if err != nil || !res.Extended {
+	return b.extend(req, time.Now())
+}
+
+func checkExtend(req backend.ExtendRequest) error {
+	if err := checkKey(req.Key); err != nil {
+		return err
+	}
+	return checkTTL(req.TTL)
+}
+
+// extend renews req's lease: a grant of the key's pool, or a set of one.
+// b.mu must be held, on an open backend.
+func (b *Backend) extend(req backend.ExtendRequest, now time.Time) (backend.ExtendResult, error) {
+	if p := b.livePool(req.Key, now); p != nil {
+		return b.extendGrant(p, req, now)
+	}
+	// A set of one, without the set's slices: a watchdog renews hundreds
+	// of keys a call.
+	e := b.live(req.Key, now)
+	if e == nil || req.OwnerToken == "" || e.token != req.OwnerToken {
+		return backend.ExtendResult{}, nil
+	}
+	if _, err := backend.Repeat(e.request, req.Request); err != nil {
 		return backend.ExtendResult{}, err
 	}
-	return backend.ExtendResult{Extended: true, Record: res.Records[0]}, nil
+	return backend.ExtendResult{Extended: true, Record: b.renewEntry(e, req.TTL, req.Request, now)}, nil
+}
+
+// renewEntry renews the held entry e for ttl from now, under req (a zero
+// Request keeps e's own), and returns its record. b.mu must be held.
+func (b *Backend) renewEntry(e *entry, ttl time.Duration, req backend.Request, now time.Time) backend.Record {
+	b.renew(e, now.Add(ttl))
+	if req.ID != "" {
+		e.request = req
+	}
+	return e.record(now)
 }
 
 // extendGrant renews the grant of p that req.OwnerToken holds. b.mu must be
@@ -832,9 +887,7 @@ func (b *Backend) extendGrant(p *pool, req backend.ExtendRequest, now time.Time)
 	if _, err := backend.Repeat(g.request, req.Request); err != nil {
 		return backend.ExtendResult{}, err
 	}
-	g.expires = now.Add(req.TTL)
-	heap.Fix(&b.expiries, g.index)
-	b.rearm(g)
+	b.renew(g, now.Add(req.TTL))
 	if req.Request.ID != "" {
 		g.request = req.Request
 	}
@@ -885,7 +938,12 @@ func (b *Backend) ExtendSet(_ context.Context, req backend.ExtendSetRequest) (ba
 	if b.closed {
 		return backend.ExtendSetResult{}, ErrClosed
 	}
-	now := time.Now()
+	return b.extendSet(req, time.Now())
+}
+
+// extendSet renews every key of req if its owner token holds them all.
+// b.mu must be held, on an open backend.
+func (b *Backend) extendSet(req backend.ExtendSetRequest, now time.Time) (backend.ExtendSetResult, error) {
 	held, ok := b.heldBy(req.Keys, req.OwnerToken, now)
 	if !ok {
 		return backend.ExtendSetResult{}, nil
@@ -897,13 +955,7 @@ func (b *Backend) ExtendSet(_ context.Context, req backend.ExtendSetRequest) (ba
 	}
 	res := backend.ExtendSetResult{Extended: true, Records: make([]backend.Record, len(held))}
 	for i, e := range held {
-		e.expires = now.Add(req.TTL)
-		heap.Fix(&b.expiries, e.index)
-		b.rearm(e)
-		if req.Request.ID != "" {
-			e.request = req.Request
-		}
-		res.Records[i] = e.record(now)
+		res.Records[i] = b.renewEntry(e, req.TTL, req.Request, now)
 	}
 	return res, nil
 }
@@ -921,9 +973,34 @@ func (b *Backend) ReleaseBatch(ctx context.Context, reqs []backend.ReleaseReques
 	return eachItem(ctx, reqs, b.Release)
 }
 
-// ExtendBatch implements backend.BatchBackend, item by item as Extend.
-func (b *Backend) ExtendBatch(ctx context.Context, reqs []backend.ExtendRequest) ([]backend.Outcome[backend.ExtendResult], error) {
-	return eachItem(ctx, reqs, b.Extend)
+// extendChunk is how many items of an ExtendBatch are decided under one
+// hold of the mutex. One hold per item made a watchdog's batch of 500 take
+// the mutex 500 times against every other batch in flight; one hold per
+// batch would keep single calls waiting behind the whole batch. A chunk
+// holds it for tens of microseconds.
+const extendChunk = 64
+
+// ExtendBatch implements backend.BatchBackend: each item decided as Extend
+// decides it, with its own outcome, extendChunk items to a hold of the
+// mutex.
+func (b *Backend) ExtendBatch(_ context.Context, reqs []backend.ExtendRequest) ([]backend.Outcome[backend.ExtendResult], error) {
+	out := make([]backend.Outcome[backend.ExtendResult], len(reqs))
+	for start := 0; start < len(reqs); start += extendChunk {
+		chunk := reqs[start:min(start+extendChunk, len(reqs))]
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return nil, ErrClosed
+		}
+		for i, r := range chunk {
+			o := &out[start+i]
+			if o.Err = checkExtend(r); o.Err == nil {
+				o.Value, o.Err = b.extend(r, time.Now())
+			}
+		}
+		b.mu.Unlock()
+	}
+	return out, nil
 }
 
 // eachItem decides reqs in order with the single call, each item's error
@@ -1149,20 +1226,7 @@ func (b *Backend) reap() {
 	defer timer.Stop()
 	for {
 		b.mu.Lock()
-		now := time.Now()
-		for len(b.expiries) > 0 && !now.Before(b.expiries[0].expires) {
-			b.expire(b.expiries[0], now)
-		}
-		b.forget(now)
-		var wait time.Duration = -1
-		if len(b.expiries) > 0 {
-			wait = b.expiries[0].expires.Sub(now)
-		}
-		if len(b.lapses) > 0 {
-			if d := b.lapses[0].at.Sub(now); wait < 0 || d < wait {
-				wait = d
-			}
-		}
+		wait := b.sweep(time.Now())
 		b.mu.Unlock()
 
 		// Since Go 1.23 Stop and Reset discard a pending tick, so a stale
@@ -1181,11 +1245,37 @@ func (b *Backend) reap() {
 	}
 }
 
-// expiryHeap orders entries by expiry (container/heap).
+// sweep expires the entries whose expiry has come, sifts those renewed
+// since they were sifted (due passed, expires not), forgets the lapses
+// whose time has come, and returns how long until the next is due (-1:
+// nothing). b.mu must be held.
+func (b *Backend) sweep(now time.Time) time.Duration {
+	for len(b.expiries) > 0 && !now.Before(b.expiries[0].due) {
+		if e := b.expiries[0]; now.Before(e.expires) {
+			e.due = e.expires
+			heap.Fix(&b.expiries, 0)
+			continue
+		}
+		b.expire(b.expiries[0], now)
+	}
+	b.forget(now)
+	var wait time.Duration = -1
+	if len(b.expiries) > 0 {
+		wait = b.expiries[0].due.Sub(now)
+	}
+	if len(b.lapses) > 0 {
+		if d := b.lapses[0].at.Sub(now); wait < 0 || d < wait {
+			wait = d
+		}
+	}
+	return wait
+}
+
+// expiryHeap orders entries by due (container/heap).
 type expiryHeap []*entry
 
 func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
 func (h expiryHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index = i
