@@ -148,6 +148,7 @@ var (
 	_ backend.FairBackend     = (*Host)(nil)
 	_ backend.FairSetBackend  = (*Host)(nil)
 	_ backend.BatchBackend    = (*Host)(nil)
+	_ backend.CountBackend    = (*Host)(nil)
 	_ backend.ElectionBackend = (*Host)(nil)
 	_ io.Closer               = (*Host)(nil)
 )

@@ -2,6 +2,7 @@ package etcd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -187,4 +188,106 @@ func BenchmarkHotKeyGrants(b *testing.B) {
 			b.ReportMetric(float64(grants.Load())/time.Since(start).Seconds(), "grants/s")
 		})
 	}
+}
+
+// BenchmarkHandoff: one hand-off of a held key to the head of its fair
+// queue, on the backend directly (no server, no plugin hop): the holder's
+// Release, the release event reaching the waiter through Watch (as it
+// reaches the engine), and the waiter's Acquire as that queued waiter. The
+// waiter queued before the timed part (in the hot-key loop it queued several
+// hand-offs earlier). ns/op and p50-µs are the hand-off; release-p50-µs is
+// the Release alone, event-p50-µs the time from the Release's start to the
+// release event, acquire-p50-µs the queue head's Acquire alone: a hand-off
+// is the Release's write and the Acquire's in series, with the watch
+// between them.
+//
+//	go test -run '^$' -bench Handoff -benchtime 200x ./plugins/etcd
+func BenchmarkHandoff(b *testing.B) {
+	be := open(b, requireEtcd(b), nil)
+	ctx := b.Context()
+	key := fmt.Sprintf("handoff/%d", time.Now().UnixNano())
+	const ttl = 10 * time.Second
+
+	released := make(chan struct{}, 1)
+	synced := make(chan struct{})
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var watchErr error
+	watchEnded := make(chan struct{})
+	go func() {
+		defer close(watchEnded)
+		watchErr = be.Watch(watchCtx, key, func(ev backend.Event) error {
+			switch {
+			case ev.Type == backend.EventSynced:
+				close(synced)
+			case ev.Type == backend.EventReleased && ev.Record.Key == key:
+				released <- struct{}{}
+			}
+			return nil
+		})
+	}()
+	b.Cleanup(func() {
+		stopWatch()
+		<-watchEnded
+		if watchErr != nil && !errors.Is(watchErr, context.Canceled) {
+			b.Errorf("watch: %v", watchErr)
+		}
+	})
+	wait := func(ch <-chan struct{}) {
+		select {
+		case <-ch:
+		case <-watchEnded:
+			b.Fatalf("watch ended: %v", watchErr)
+		}
+	}
+	wait(synced)
+
+	holder := token()
+	res, err := be.Acquire(ctx, backend.AcquireRequest{Key: key, OwnerToken: holder, TTL: ttl, Stamp: clock.Now()})
+	if err != nil || !res.Acquired {
+		b.Fatalf("first acquire: %v %+v", err, res)
+	}
+	fence := res.Record.FencingToken
+	var handoffs, releases, events, acquires []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		waiter := fmt.Sprintf("w%d", i)
+		if err := be.Enqueue(ctx, key, waiter); err != nil {
+			b.Fatal(err)
+		}
+		next := token()
+		b.StartTimer()
+
+		t0 := time.Now()
+		ok, err := be.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: holder, Stamp: clock.Now()})
+		if err != nil || !ok {
+			b.Fatalf("release %d: %v %v", i, ok, err)
+		}
+		releases = append(releases, time.Since(t0))
+		wait(released)
+		events = append(events, time.Since(t0))
+		t1 := time.Now()
+		res, err := be.Acquire(ctx, backend.AcquireRequest{Key: key, OwnerToken: next, TTL: ttl, Stamp: clock.Now(), WaiterID: waiter})
+		if err != nil || !res.Acquired {
+			b.Fatalf("hand-off %d: the queue head was refused: %v %+v", i, err, res)
+		}
+		acquires = append(acquires, time.Since(t1))
+		handoffs = append(handoffs, time.Since(t0))
+		if res.Record.FencingToken <= fence {
+			b.Fatalf("hand-off %d: fencing token %d after %d", i, res.Record.FencingToken, fence)
+		}
+		holder, fence = next, res.Record.FencingToken
+	}
+	b.StopTimer()
+	if _, err := be.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: holder, Stamp: clock.Now()}); err != nil {
+		b.Fatal(err)
+	}
+	p50 := func(ds []time.Duration) float64 {
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2].Microseconds())
+	}
+	b.ReportMetric(p50(handoffs), "p50-µs")
+	b.ReportMetric(p50(releases), "release-p50-µs")
+	b.ReportMetric(p50(events), "event-p50-µs")
+	b.ReportMetric(p50(acquires), "acquire-p50-µs")
 }

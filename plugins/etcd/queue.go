@@ -27,6 +27,18 @@ import (
 // first and the predecessor read after, so etcd delivers the deletion as it
 // happens. concurrency.Mutex watches from the older revision of its read,
 // which etcd serves from its unsynced-watcher loop, every 100ms.
+//
+// A hand-off is two writes in series: the holder's Release deletes the
+// lock, and the head, woken by the release event, takes it with its own
+// Acquire transaction (BenchmarkHandoff measures both). The Release does not
+// grant the head in its own transaction because etcd refuses a transaction
+// that deletes and puts one key ("duplicate key given in txn request",
+// nested transactions included): the head's record would have to overwrite
+// the holder's and keep its CreateRevision, so the fencing token would not
+// increase and Watch would see no new holder (a put that creates nothing is
+// an Extend's). It would also need the head's grant (owner token, TTL,
+// holder, request identity) in etcd before the release, and the engine
+// makes a new owner token for every try and shows it to Acquire only.
 const queueTTL = 5 // seconds
 
 type queueState struct {

@@ -12,7 +12,10 @@
 //     at once, whatever the reaper has done. One reaper goroutine keeps a
 //     min-heap of expiries and a single timer armed for the earliest one (no
 //     fixed-interval polling); it deletes expired entries and emits
-//     EventExpired. An access that finds an expired entry first expires it
+//     EventExpired. Renewal is lazy in the heap: an Extend that moves an
+//     expiry later only records it, and the reaper re-sifts the entry when
+//     its old place comes up, so a watchdog's renewals cost no heap work
+//     under the mutex (an earlier expiry moves the entry at once). An access that finds an expired entry first expires it
 //     the same way, so every acquisition ends in exactly one EventReleased or
 //     EventExpired.
 //   - Memory: the entry of a released or expired key is deleted, so memory
@@ -44,10 +47,14 @@
 //     backend.ErrUnavailable, and the engine re-watches and re-syncs (it
 //     reads state with Get/List after the new EventSynced).
 //   - List pages in key order from an ordered index of the held keys (a
-//     B-tree, github.com/google/btree, beside the map): a page costs
-//     O(log n + page), never a scan or a sort of every lock under the mutex,
+//     B-tree, github.com/google/btree, beside the map, whose items point
+//     at the key's lock or pool): a page costs O(log n + page), with no map
+//     lookup per key, never a scan or a sort of every lock under the mutex,
 //     however many locks are held. The page token is an opaque encoding of
 //     the last key returned (the server seals it before a client sees it).
+//   - Count (backend.CountBackend) is O(1): the mutexes' map and a counter
+//     of the pools' grants, so the server's held-locks gauge never walks
+//     the index.
 //   - Sets of keys (backend.SetBackend, up to MaxKeys): AcquireSet checks
 //     and takes every key under the one mutex, so a set is as atomic as a
 //     single key; ReleaseSet and ExtendSet likewise. A single key is a set
@@ -159,8 +166,9 @@ type Backend struct {
 	mu       sync.Mutex
 	closed   bool
 	locks    map[string]*entry
-	pools    map[string]*pool      // keys held by semaphore or rwlock leases
-	ordered  *btree.BTreeG[string] // the keys of locks and pools, in order (List)
+	pools    map[string]*pool       // keys held by semaphore or rwlock leases
+	grants   int                    // every pool's grants, for Count
+	ordered  *btree.BTreeG[indexed] // the locks and pools, in key order (List)
 	expiries expiryHeap
 	watchers map[*watcher]struct{}
 	// What a key keeps after its lease: its lock-delay, and its last
@@ -181,6 +189,7 @@ var (
 	_ backend.SetBackend         = (*Backend)(nil)
 	_ backend.BatchBackend       = (*Backend)(nil)
 	_ backend.ElectionBackend    = (*Backend)(nil)
+	_ backend.CountBackend       = (*Backend)(nil)
 	_ interface{ Close() error } = (*Backend)(nil)
 )
 
@@ -192,7 +201,13 @@ type entry struct {
 	fence   uint64
 	stamp   hlc.Timestamp
 	expires time.Time // carries the monotonic reading
-	index   int       // position in the expiry heap
+	// due is the entry's place in the expiry heap, never after expires. An
+	// Extend that moves expires later leaves due where it was (no heap
+	// work under the mutex); the reaper, finding due passed but expires
+	// not, moves due up to expires and sifts the entry once. So a lease
+	// renewed every TTL/3 is sifted about once per TTL, not per renewal.
+	due     time.Time
+	index   int // position in the expiry heap
 	delay   time.Duration
 	request backend.Request // of the last Acquire or Extend
 	replay  string
@@ -222,6 +237,15 @@ func (e *entry) record(now time.Time) backend.Record {
 		r.Value = e.value
 	}
 	return r
+}
+
+// indexed is a held key in the ordered index, with what holds it (one of
+// lock and pool), so that a List page reads its records from the walk
+// itself: no map lookup per key under the mutex.
+type indexed struct {
+	key  string
+	lock *entry
+	pool *pool
 }
 
 // pool is a key held by the leases of a semaphore or an rwlock.
@@ -280,7 +304,7 @@ func New() *Backend {
 		done:     make(chan struct{}),
 		locks:    make(map[string]*entry),
 		pools:    make(map[string]*pool),
-		ordered:  btree.NewOrderedG[string](32),
+		ordered:  btree.NewG(32, func(a, b indexed) bool { return a.key < b.key }),
 		watchers: make(map[*watcher]struct{}),
 		delays:   make(map[string]time.Time),
 		released: make(map[string]tombstone),
@@ -416,14 +440,15 @@ func (b *Backend) remove(e *entry) {
 	if p := e.pool; p != nil {
 		p.grants = slices.DeleteFunc(p.grants, func(g *entry) bool { return g == e })
 		p.inUse -= e.permits
+		b.grants--
 		if len(p.grants) == 0 {
 			delete(b.pools, p.key)
-			b.ordered.Delete(p.key)
+			b.ordered.Delete(indexed{key: p.key})
 		}
 		return
 	}
 	delete(b.locks, e.key)
-	b.ordered.Delete(e.key)
+	b.ordered.Delete(indexed{key: e.key})
 }
 
 // poolOf is key's live pool on an open backend (nil: none, or closed:
@@ -558,9 +583,8 @@ func (b *Backend) AcquireSet(_ context.Context, req backend.AcquireSetRequest) (
 			replay:  req.Replay,
 		}
 		b.locks[c.Key] = e
-		b.ordered.ReplaceOrInsert(c.Key)
-		heap.Push(&b.expiries, e)
-		b.rearm(e)
+		b.ordered.ReplaceOrInsert(indexed{key: c.Key, lock: e})
+		b.schedule(e)
 		res.Records[i] = e.record(now)
 		b.emit(backend.Event{Type: backend.EventAcquired, Record: res.Records[i]})
 	}
@@ -621,7 +645,7 @@ func (b *Backend) acquireGrant(req backend.AcquireRequest) (backend.AcquireResul
 	if p == nil {
 		p = &pool{key: req.Key, kind: req.Kind, limit: req.Limit}
 		b.pools[req.Key] = p
-		b.ordered.ReplaceOrInsert(req.Key)
+		b.ordered.ReplaceOrInsert(indexed{key: req.Key, pool: p})
 	}
 	g := &entry{
 		key:     req.Key,
@@ -639,8 +663,8 @@ func (b *Backend) acquireGrant(req backend.AcquireRequest) (backend.AcquireResul
 	p.stamp = g.stamp
 	p.grants = append(p.grants, g)
 	p.inUse += g.permits
-	heap.Push(&b.expiries, g)
-	b.rearm(g)
+	b.grants++
+	b.schedule(g)
 	rec := g.record(now) // the grant alone: the engine reads nothing else of an acquired record
 	b.emit(backend.Event{Type: backend.EventAcquired, Record: rec})
 	return backend.AcquireResult{Acquired: true, Record: rec}, nil
@@ -673,6 +697,28 @@ func (b *Backend) rearm(e *entry) {
 		return
 	}
 	b.wakeReaper()
+}
+
+// schedule puts a new entry in the expiry heap, due at its expiry. b.mu
+// must be held.
+func (b *Backend) schedule(e *entry) {
+	e.due = e.expires
+	heap.Push(&b.expiries, e)
+	b.rearm(e)
+}
+
+// renew moves e's expiry to expires. A later expiry costs no heap work
+// (see entry.due); an earlier one, which a shorter TTL can ask for, moves
+// e up the heap at once, so the reaper never wakes after it. b.mu must be
+// held.
+func (b *Backend) renew(e *entry, expires time.Time) {
+	e.expires = expires
+	if !expires.Before(e.due) {
+		return
+	}
+	e.due = expires
+	heap.Fix(&b.expiries, e.index)
+	b.rearm(e)
 }
 
 func (b *Backend) wakeReaper() {
@@ -784,25 +830,51 @@ func (b *Backend) releaseGrant(p *pool, req backend.ReleaseRequest, now time.Tim
 
 // Extend implements backend.Backend: a set of one. The record keeps its
 // acquisition stamp.
-func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
-	if err := checkKey(req.Key); err != nil {
-		return backend.ExtendResult{}, err
-	}
-	if err := checkTTL(req.TTL); err != nil {
+func (b *Backend) Extend(_ context.Context, req backend.ExtendRequest) (backend.ExtendResult, error) {
+	if err := checkExtend(req); err != nil {
 		return backend.ExtendResult{}, err
 	}
 	b.mu.Lock()
-	if p := b.poolOf(req.Key); p != nil {
-		defer b.mu.Unlock()
-		return b.extendGrant(p, req, time.Now())
+	defer b.mu.Unlock()
+	if b.closed {
+		return backend.ExtendResult{}, ErrClosed
 	}
-	b.mu.Unlock()
-	res, err := b.ExtendSet(ctx, backend.ExtendSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken, TTL: req.TTL,
-		Stamp: req.Stamp, Request: req.Request})
-	if err != nil || !res.Extended {
+	return b.extend(req, time.Now())
+}
+
+func checkExtend(req backend.ExtendRequest) error {
+	if err := checkKey(req.Key); err != nil {
+		return err
+	}
+	return checkTTL(req.TTL)
+}
+
+// extend renews req's lease: a grant of the key's pool, or a set of one.
+// b.mu must be held, on an open backend.
+func (b *Backend) extend(req backend.ExtendRequest, now time.Time) (backend.ExtendResult, error) {
+	if p := b.livePool(req.Key, now); p != nil {
+		return b.extendGrant(p, req, now)
+	}
+	// A set of one, without the set's slices: a watchdog renews hundreds
+	// of keys a call.
+	e := b.live(req.Key, now)
+	if e == nil || req.OwnerToken == "" || e.token != req.OwnerToken {
+		return backend.ExtendResult{}, nil
+	}
+	if _, err := backend.Repeat(e.request, req.Request); err != nil {
 		return backend.ExtendResult{}, err
 	}
-	return backend.ExtendResult{Extended: true, Record: res.Records[0]}, nil
+	return backend.ExtendResult{Extended: true, Record: b.renewEntry(e, req.TTL, req.Request, now)}, nil
+}
+
+// renewEntry renews the held entry e for ttl from now, under req (a zero
+// Request keeps e's own), and returns its record. b.mu must be held.
+func (b *Backend) renewEntry(e *entry, ttl time.Duration, req backend.Request, now time.Time) backend.Record {
+	b.renew(e, now.Add(ttl))
+	if req.ID != "" {
+		e.request = req
+	}
+	return e.record(now)
 }
 
 // extendGrant renews the grant of p that req.OwnerToken holds. b.mu must be
@@ -815,9 +887,7 @@ func (b *Backend) extendGrant(p *pool, req backend.ExtendRequest, now time.Time)
 	if _, err := backend.Repeat(g.request, req.Request); err != nil {
 		return backend.ExtendResult{}, err
 	}
-	g.expires = now.Add(req.TTL)
-	heap.Fix(&b.expiries, g.index)
-	b.rearm(g)
+	b.renew(g, now.Add(req.TTL))
 	if req.Request.ID != "" {
 		g.request = req.Request
 	}
@@ -868,7 +938,12 @@ func (b *Backend) ExtendSet(_ context.Context, req backend.ExtendSetRequest) (ba
 	if b.closed {
 		return backend.ExtendSetResult{}, ErrClosed
 	}
-	now := time.Now()
+	return b.extendSet(req, time.Now())
+}
+
+// extendSet renews every key of req if its owner token holds them all.
+// b.mu must be held, on an open backend.
+func (b *Backend) extendSet(req backend.ExtendSetRequest, now time.Time) (backend.ExtendSetResult, error) {
 	held, ok := b.heldBy(req.Keys, req.OwnerToken, now)
 	if !ok {
 		return backend.ExtendSetResult{}, nil
@@ -880,13 +955,7 @@ func (b *Backend) ExtendSet(_ context.Context, req backend.ExtendSetRequest) (ba
 	}
 	res := backend.ExtendSetResult{Extended: true, Records: make([]backend.Record, len(held))}
 	for i, e := range held {
-		e.expires = now.Add(req.TTL)
-		heap.Fix(&b.expiries, e.index)
-		b.rearm(e)
-		if req.Request.ID != "" {
-			e.request = req.Request
-		}
-		res.Records[i] = e.record(now)
+		res.Records[i] = b.renewEntry(e, req.TTL, req.Request, now)
 	}
 	return res, nil
 }
@@ -904,9 +973,34 @@ func (b *Backend) ReleaseBatch(ctx context.Context, reqs []backend.ReleaseReques
 	return eachItem(ctx, reqs, b.Release)
 }
 
-// ExtendBatch implements backend.BatchBackend, item by item as Extend.
-func (b *Backend) ExtendBatch(ctx context.Context, reqs []backend.ExtendRequest) ([]backend.Outcome[backend.ExtendResult], error) {
-	return eachItem(ctx, reqs, b.Extend)
+// extendChunk is how many items of an ExtendBatch are decided under one
+// hold of the mutex. One hold per item made a watchdog's batch of 500 take
+// the mutex 500 times against every other batch in flight; one hold per
+// batch would keep single calls waiting behind the whole batch. A chunk
+// holds it for tens of microseconds.
+const extendChunk = 64
+
+// ExtendBatch implements backend.BatchBackend: each item decided as Extend
+// decides it, with its own outcome, extendChunk items to a hold of the
+// mutex.
+func (b *Backend) ExtendBatch(_ context.Context, reqs []backend.ExtendRequest) ([]backend.Outcome[backend.ExtendResult], error) {
+	out := make([]backend.Outcome[backend.ExtendResult], len(reqs))
+	for start := 0; start < len(reqs); start += extendChunk {
+		chunk := reqs[start:min(start+extendChunk, len(reqs))]
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return nil, ErrClosed
+		}
+		for i, r := range chunk {
+			o := &out[start+i]
+			if o.Err = checkExtend(r); o.Err == nil {
+				o.Value, o.Err = b.extend(r, time.Now())
+			}
+		}
+		b.mu.Unlock()
+	}
+	return out, nil
 }
 
 // eachItem decides reqs in order with the single call, each item's error
@@ -987,24 +1081,24 @@ func (b *Backend) List(_ context.Context, req backend.ListRequest) (backend.List
 	}
 	now := time.Now()
 	var (
-		keys    []string // held, in order
+		held    []indexed // in key order
 		expired []*entry
-		grants  int  // counted in keys
+		grants  int  // counted in held
 		more    bool // a held key after the page
 	)
-	b.ordered.AscendGreaterOrEqual(from, func(key string) bool {
-		if !strings.HasPrefix(key, req.Prefix) {
+	b.ordered.AscendGreaterOrEqual(indexed{key: from}, func(it indexed) bool {
+		if !strings.HasPrefix(it.key, req.Prefix) {
 			return false
 		}
 		live := 0
-		if e := b.locks[key]; e != nil {
+		if e := it.lock; e != nil {
 			if now.Before(e.expires) {
 				live = 1
 			} else {
 				expired = append(expired, e)
 			}
-		} else if p := b.pools[key]; p != nil {
-			for _, g := range p.grants {
+		} else {
+			for _, g := range it.pool.grants {
 				if now.Before(g.expires) {
 					live++
 				} else {
@@ -1019,26 +1113,40 @@ func (b *Backend) List(_ context.Context, req backend.ListRequest) (backend.List
 			more = true
 			return false
 		}
-		keys = append(keys, key)
+		held = append(held, it)
 		grants += live
 		return true
 	})
+	// A held pool keeps its live grants (and so its place) through the
+	// expiry of the others.
 	for _, e := range expired {
 		b.expire(e, now)
 	}
 	var page backend.ListPage
 	if more {
-		page.NextPageToken = encodePageToken(keys[len(keys)-1])
+		page.NextPageToken = encodePageToken(held[len(held)-1].key)
 	}
-	page.Records = make([]backend.Record, len(keys))
-	for i, k := range keys {
-		if p := b.pools[k]; p != nil {
-			page.Records[i] = p.blocker(now)
+	page.Records = make([]backend.Record, len(held))
+	for i, it := range held {
+		if it.pool != nil {
+			page.Records[i] = it.pool.blocker(now)
 		} else {
-			page.Records[i] = b.locks[k].record(now)
+			page.Records[i] = it.lock.record(now)
 		}
 	}
 	return page, nil
+}
+
+// Count implements backend.CountBackend in O(1): the mutexes' map and a
+// counter of the pools' grants. A lease whose TTL ran out and that the
+// reaper has not yet deleted (a millisecond or so) still counts.
+func (b *Backend) Count(context.Context) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, ErrClosed
+	}
+	return int64(len(b.locks) + b.grants), nil
 }
 
 // watcher is one Watch subscriber.
@@ -1118,20 +1226,7 @@ func (b *Backend) reap() {
 	defer timer.Stop()
 	for {
 		b.mu.Lock()
-		now := time.Now()
-		for len(b.expiries) > 0 && !now.Before(b.expiries[0].expires) {
-			b.expire(b.expiries[0], now)
-		}
-		b.forget(now)
-		var wait time.Duration = -1
-		if len(b.expiries) > 0 {
-			wait = b.expiries[0].expires.Sub(now)
-		}
-		if len(b.lapses) > 0 {
-			if d := b.lapses[0].at.Sub(now); wait < 0 || d < wait {
-				wait = d
-			}
-		}
+		wait := b.sweep(time.Now())
 		b.mu.Unlock()
 
 		// Since Go 1.23 Stop and Reset discard a pending tick, so a stale
@@ -1150,11 +1245,37 @@ func (b *Backend) reap() {
 	}
 }
 
-// expiryHeap orders entries by expiry (container/heap).
+// sweep expires the entries whose expiry has come, sifts those renewed
+// since they were sifted (due passed, expires not), forgets the lapses
+// whose time has come, and returns how long until the next is due (-1:
+// nothing). b.mu must be held.
+func (b *Backend) sweep(now time.Time) time.Duration {
+	for len(b.expiries) > 0 && !now.Before(b.expiries[0].due) {
+		if e := b.expiries[0]; now.Before(e.expires) {
+			e.due = e.expires
+			heap.Fix(&b.expiries, 0)
+			continue
+		}
+		b.expire(b.expiries[0], now)
+	}
+	b.forget(now)
+	var wait time.Duration = -1
+	if len(b.expiries) > 0 {
+		wait = b.expiries[0].due.Sub(now)
+	}
+	if len(b.lapses) > 0 {
+		if d := b.lapses[0].at.Sub(now); wait < 0 || d < wait {
+			wait = d
+		}
+	}
+	return wait
+}
+
+// expiryHeap orders entries by due (container/heap).
 type expiryHeap []*entry
 
 func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
 func (h expiryHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index = i

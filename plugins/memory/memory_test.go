@@ -664,3 +664,169 @@ func BenchmarkGrant(b *testing.B) {
 		})
 	}
 }
+
+// A renewal that moves an expiry later does no heap work: the entry keeps
+// its place (due) until the reaper reaches it, which sifts it once to its
+// real expiry and expires it only there.
+func TestRenewalIsLazyInTheHeap(t *testing.T) {
+	b := newBackend(t)
+	ctx := context.Background()
+	first := acquire(t, b, "k", "a", time.Minute)
+	var last backend.ExtendResult
+	for range 10 {
+		var err error
+		if last, err = b.Extend(ctx, backend.ExtendRequest{Key: "k", OwnerToken: "a", TTL: 2 * time.Minute}); err != nil || !last.Extended {
+			t.Fatalf("extend = %+v, %v", last, err)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.locks["k"]
+	if !e.due.Before(e.expires) {
+		t.Fatalf("due %s is not before expires %s: the renewal sifted the heap", e.due, e.expires)
+	}
+	if !e.due.Round(0).Equal(first.Record.ExpiresAt) {
+		t.Fatalf("due %s moved from the acquisition's expiry %s", e.due.Round(0), first.Record.ExpiresAt)
+	}
+	// The reaper reaches the old place: the lease is kept and sifted to
+	// its real expiry.
+	old := e.due
+	if wait := b.sweep(old); b.locks["k"] != e || !e.due.Equal(e.expires) || wait != e.expires.Sub(old) {
+		t.Fatalf("after the old deadline: held %v, due %s, expires %s, next wake in %s", b.locks["k"] == e, e.due, e.expires, wait)
+	}
+	// A nanosecond before the last renewal's expiry it is still held; at
+	// it, expired.
+	if b.sweep(e.expires.Add(-time.Nanosecond)); b.locks["k"] != e {
+		t.Fatal("expired before the last renewal's expiry")
+	}
+	if b.sweep(e.expires); b.locks["k"] != nil || len(b.expiries) != 0 {
+		t.Fatal("still held at the last renewal's expiry")
+	}
+}
+
+// An Extend to an earlier expiry (a shorter TTL) moves the entry up the
+// heap at once: the reaper wakes for the new expiry, not the old one.
+func TestShorterRenewalMovesTheEntryAtOnce(t *testing.T) {
+	b := newBackend(t)
+	ctx := context.Background()
+	acquire(t, b, "k", "a", time.Minute)
+	acquire(t, b, "later", "a", 2*time.Minute)
+	ext, err := b.Extend(ctx, backend.ExtendRequest{Key: "k", OwnerToken: "a", TTL: time.Second})
+	if err != nil || !ext.Extended {
+		t.Fatalf("extend = %+v, %v", ext, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.locks["k"]
+	if !e.due.Equal(e.expires) || b.expiries[0] != e {
+		t.Fatalf("due %s, expires %s, first in the heap %q", e.due, e.expires, b.expiries[0].key)
+	}
+}
+
+// A lease renewed many times by ExtendBatch (a watchdog) expires at its
+// last renewal's expiry, announced with nothing remaining, never at an
+// earlier deadline.
+func TestBatchRenewedLeaseExpiresAtItsLastDeadline(t *testing.T) {
+	b := newBackend(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	events := make(chan backend.Event, 64)
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Watch(ctx, "", func(ev backend.Event) error { events <- ev; return nil })
+	}()
+	if ev := <-events; ev.Type != backend.EventSynced {
+		t.Fatalf("first event %v, want synced", ev.Type)
+	}
+	const ttl = 40 * time.Millisecond
+	const n = extendChunk + 3 // two holds of the mutex
+	reqs := make([]backend.ExtendRequest, n)
+	for i := range reqs {
+		key := fmt.Sprintf("k%03d", i)
+		acquire(t, b, key, "a", ttl)
+		reqs[i] = backend.ExtendRequest{Key: key, OwnerToken: "a", TTL: ttl}
+		<-events // acquired
+	}
+	// Renew every TTL/4 for several TTLs, so that the reaper reaches the
+	// old deadlines while the leases are renewed.
+	last := make(map[string]time.Time, n)
+	tick := time.NewTicker(ttl / 4)
+	defer tick.Stop()
+	for round := 0; round < 12; round++ {
+		<-tick.C
+		out, err := b.ExtendBatch(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, o := range out {
+			if o.Err != nil {
+				t.Fatalf("item %d: %v", i, o.Err)
+			}
+			if o.Value.Extended {
+				last[reqs[i].Key] = o.Value.Record.ExpiresAt
+			}
+		}
+	}
+	for range n {
+		var ev backend.Event
+		select {
+		case ev = <-events:
+		case <-time.After(5 * time.Second):
+			t.Fatal("not every lease expired")
+		}
+		if ev.Type != backend.EventExpired {
+			t.Fatalf("event %v %+v, want expired", ev.Type, ev.Record)
+		}
+		if ev.Record.Remaining != 0 || !ev.Record.ExpiresAt.Equal(last[ev.Record.Key]) {
+			t.Fatalf("%s expired with %s remaining, expiry %s; its last renewal's expiry %s",
+				ev.Record.Key, ev.Record.Remaining, ev.Record.ExpiresAt, last[ev.Record.Key])
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Watch returned %v, want context.Canceled", err)
+	}
+}
+
+// Each item of an ExtendBatch has its own outcome, across the chunks it is
+// decided in: a bad item's error, another owner's lease not renewed, and
+// the rest renewed.
+func TestExtendBatchItemsAcrossChunks(t *testing.T) {
+	b := newBackend(t)
+	ctx := context.Background()
+	const n = 2*extendChunk + 1
+	reqs := make([]backend.ExtendRequest, n)
+	for i := range reqs {
+		key := fmt.Sprintf("k%03d", i)
+		acquire(t, b, key, "a", time.Minute)
+		reqs[i] = backend.ExtendRequest{Key: key, OwnerToken: "a", TTL: 2 * time.Minute}
+	}
+	reqs[extendChunk-1].OwnerToken = "b" // last of the first chunk
+	reqs[extendChunk].TTL = 0            // first of the second
+	reqs[n-1].Key = ""                   // alone in the third
+	grant(t, b, "pool", "a", 2, 1, time.Minute)
+	reqs = append(reqs, backend.ExtendRequest{Key: "pool", OwnerToken: "a", TTL: 2 * time.Minute})
+	out, err := b.ExtendBatch(ctx, reqs)
+	if err != nil || len(out) != len(reqs) {
+		t.Fatalf("ExtendBatch: %d outcomes, %v", len(out), err)
+	}
+	for i, o := range out {
+		switch i {
+		case extendChunk - 1:
+			if o.Err != nil || o.Value.Extended {
+				t.Errorf("item %d (another owner): %+v", i, o)
+			}
+		case extendChunk, n - 1:
+			if !errors.Is(o.Err, backend.ErrInvalidArgument) {
+				t.Errorf("item %d (invalid): %v, want invalid argument", i, o.Err)
+			}
+		default:
+			if o.Err != nil || !o.Value.Extended || o.Value.Record.Remaining < time.Minute {
+				t.Errorf("item %d: %+v", i, o)
+			}
+		}
+	}
+	b.Close()
+	if _, err := b.ExtendBatch(ctx, reqs); !errors.Is(err, ErrClosed) {
+		t.Fatalf("ExtendBatch on a closed backend: %v, want ErrClosed", err)
+	}
+}

@@ -78,7 +78,13 @@ type leases struct {
 type lease struct {
 	key, caller string
 	until       time.Time
-	index       int // in expires
+	// due is the lease's place in the heap, never after until. A renewal
+	// that moves until later leaves due where it was, so it costs no heap
+	// work; prune, finding due passed but until not, moves due up to until
+	// and sifts the lease once. A lease renewed every TTL/3 is then sifted
+	// about once per TTL, not once per renewal.
+	due   time.Time
+	index int // in expires
 }
 
 func newLeases(bound int) *leases {
@@ -112,7 +118,7 @@ func (l *leases) granted(id, key, token string, shared bool, until time.Time) {
 	if old := l.byKey[slot]; old != nil {
 		l.drop(old)
 	}
-	ls := &lease{key: slot, caller: id, until: until}
+	ls := &lease{key: slot, caller: id, until: until, due: until}
 	l.byKey[slot] = ls
 	heap.Push(&l.expires, ls)
 }
@@ -139,12 +145,36 @@ func (l *leases) released(key, token string) {
 	}
 }
 
-// extended moves the end of the lease on key with owner token token.
-func (l *leases) extended(key, token string, until time.Time) {
+// renewal is one lease renewed: its key, owner token and new end.
+type renewal struct {
+	key, token string
+	until      time.Time
+}
+
+// extendedAll moves the ends of renewed leases (of one answer) under one
+// hold of the mutex: a watchdog's ExtendBatch answer renews hundreds.
+func (l *leases) extendedAll(renewed []renewal) {
+	if len(renewed) == 0 {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ls := l.find(key, token); ls != nil {
-		ls.until = until
+	for _, r := range renewed {
+		l.renew(r.key, r.token, r.until)
+	}
+}
+
+// renew moves the end of the lease on key with owner token token: a later
+// end costs no heap work (see lease.due); an earlier one (a shorter TTL)
+// moves the lease up the heap at once. l.mu must be held.
+func (l *leases) renew(key, token string, until time.Time) {
+	ls := l.find(key, token)
+	if ls == nil {
+		return
+	}
+	ls.until = until
+	if until.Before(ls.due) {
+		ls.due = until
 		heap.Fix(&l.expires, ls.index)
 	}
 }
@@ -159,7 +189,12 @@ func (l *leases) Total(now time.Time) int {
 
 // prune drops the leases whose TTL has run out. l.mu must be held.
 func (l *leases) prune(now time.Time) {
-	for len(l.expires) > 0 && !now.Before(l.expires[0].until) {
+	for len(l.expires) > 0 && !now.Before(l.expires[0].due) {
+		if ls := l.expires[0]; now.Before(ls.until) {
+			ls.due = ls.until // renewed since it was sifted: sift it once
+			heap.Fix(&l.expires, 0)
+			continue
+		}
 		l.drop(l.expires[0])
 	}
 }
@@ -171,11 +206,11 @@ func (l *leases) drop(ls *lease) {
 	l.counts.remove(ls.caller)
 }
 
-// leaseHeap orders leases by expiry (container/heap).
+// leaseHeap orders leases by due (container/heap).
 type leaseHeap []*lease
 
 func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
 func (h leaseHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index = i

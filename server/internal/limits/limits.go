@@ -113,9 +113,12 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			resp, err := next(ctx, req)
 			if out, ok := answer[*lockv1.ExtendResponse](resp, err); ok && out.GetExtended() {
 				until := time.Now().Add(out.GetLease().GetTtl().AsDuration())
-				for _, k := range requestKeys(r.GetKey(), r.GetKeys()) {
-					i.locks.extended(k, r.GetOwnerToken(), until)
+				keys := requestKeys(r.GetKey(), r.GetKeys())
+				renewed := make([]renewal, len(keys))
+				for n, k := range keys {
+					renewed[n] = renewal{key: k, token: r.GetOwnerToken(), until: until}
 				}
+				i.locks.extendedAll(renewed)
 			}
 			return resp, err
 		case *lockv1.ExtendBatchRequest:
@@ -125,11 +128,14 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			if out, ok := answer[*lockv1.ExtendBatchResponse](resp, err); ok {
 				now := time.Now()
 				items := r.GetItems()
+				renewed := make([]renewal, 0, len(items))
 				for n, res := range out.GetResults() {
 					if n < len(items) && res.GetExtended() {
-						i.locks.extended(items[n].GetKey(), items[n].GetOwnerToken(), now.Add(res.GetLease().GetTtl().AsDuration()))
+						renewed = append(renewed, renewal{key: items[n].GetKey(), token: items[n].GetOwnerToken(),
+							until: now.Add(res.GetLease().GetTtl().AsDuration())})
 					}
 				}
+				i.locks.extendedAll(renewed)
 			}
 			return resp, err
 		}

@@ -26,10 +26,13 @@
 //	holdfast_backend_call_duration_seconds{method,outcome}  histogram, calls into the plugin (ok | error)
 //	go_*, process_*                                    the standard collectors
 //
-// holdfast_locks_held is a count, not an event tally: at scrape time it
-// lists the backend (at most once per HeldRefresh, up to MaxHeldCount
-// locks), so it is exact after a plugin restart or a missed event and, on
-// a shared backend, counts the locks taken through every server.
+// holdfast_locks_held is a count, not an event tally: at scrape time (at
+// most once per HeldRefresh) it asks the backend, so it is exact after a
+// plugin restart or a missed event and, on a shared backend, counts the
+// locks taken through every server. A backend that counts its leases
+// (backend.CountBackend) answers in one call, whatever it holds; the
+// others are listed page by page, up to MaxHeldCount leases, which costs
+// the plugin a walk of every lock beside the Acquires it serves.
 // holdfast_lease_expirations_total and the other event-based series count
 // what this server saw.
 package metrics
@@ -304,13 +307,13 @@ func (m *Metrics) Track(s Sources) {
 			Help: "Times the backend plugin was relaunched after it exited.",
 		}, func() float64 { return float64(s.Plugin.Restarts()) }),
 		&heldCollector{b: s.Backend, desc: prometheus.NewDesc("holdfast_locks_held",
-			"Locks held in the backend, counted by listing it at scrape time (at most every 5s, up to 100000; with a shared backend, every server's locks).",
+			"Leases held in the backend (each semaphore or rwlock lease once), counted at scrape time (at most every 5s; up to 100000 when the backend must be listed to count; with a shared backend, every server's locks).",
 			nil, nil)},
 	)
 }
 
 // heldCollector counts the backend's locks at scrape time, caching the
-// count for HeldRefresh so that frequent scrapes cost one List.
+// count for HeldRefresh so that frequent scrapes cost one count.
 type heldCollector struct {
 	b    backend.Backend
 	desc *prometheus.Desc
@@ -335,9 +338,25 @@ func (c *heldCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// countLocks asks a counting backend for its count and lists any other
+// (or one whose plugin does not serve Count).
 func (c *heldCollector) countLocks() (int, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), heldTimeout)
 	defer cancel()
+	if cb, ok := c.b.(backend.CountBackend); ok {
+		n, err := cb.Count(ctx)
+		if err == nil {
+			return int(n), true
+		}
+		if !errors.Is(err, errors.ErrUnsupported) {
+			return 0, false
+		}
+	}
+	return c.listLocks(ctx)
+}
+
+// listLocks counts by paging through the backend, up to MaxHeldCount.
+func (c *heldCollector) listLocks(ctx context.Context) (int, bool) {
 	n, token := 0, ""
 	for n < MaxHeldCount {
 		page, err := c.b.List(ctx, backend.ListRequest{PageSize: engine.MaxPageSize, PageToken: token})

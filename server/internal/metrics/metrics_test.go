@@ -21,11 +21,13 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// listing counts List calls on the real memory backend and can fail them.
+// listing counts List and Count calls on the real memory backend and can
+// fail them, or answer Count as unsupported (a plugin without the call).
 type listing struct {
 	*memory.Backend
-	lists atomic.Int64
-	fail  atomic.Bool
+	lists, counts    atomic.Int64
+	fail, failCount  atomic.Bool
+	countUnsupported atomic.Bool
 }
 
 func (l *listing) List(ctx context.Context, req backend.ListRequest) (backend.ListPage, error) {
@@ -34,6 +36,35 @@ func (l *listing) List(ctx context.Context, req backend.ListRequest) (backend.Li
 		return backend.ListPage{}, backend.ErrUnavailable
 	}
 	return l.Backend.List(ctx, req)
+}
+
+func (l *listing) Count(ctx context.Context) (int64, error) {
+	l.counts.Add(1)
+	switch {
+	case l.countUnsupported.Load():
+		return 0, errors.ErrUnsupported
+	case l.failCount.Load():
+		return 0, backend.ErrUnavailable
+	}
+	return l.Backend.Count(ctx)
+}
+
+// holdFour holds two mutexes and a semaphore of two leases on b: four
+// leases, on three keys.
+func holdFour(t *testing.T, b backend.Backend) {
+	t.Helper()
+	ctx := context.Background()
+	for _, k := range []string{"a", "b"} {
+		if _, err := b.Acquire(ctx, backend.AcquireRequest{Key: k, OwnerToken: "t", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tok := range []string{"s1", "s2"} {
+		res, err := b.Acquire(ctx, backend.AcquireRequest{Key: "sem", OwnerToken: tok, TTL: time.Minute, Kind: backend.KindSemaphore, Limit: 3, Permits: 1})
+		if err != nil || !res.Acquired {
+			t.Fatal(res, err)
+		}
+	}
 }
 
 type plugin struct{}
@@ -63,18 +94,7 @@ func TestServeAndScrapeTimeSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	for _, k := range []string{"a", "b"} {
-		if _, err := b.Acquire(ctx, backend.AcquireRequest{Key: k, OwnerToken: "t", TTL: time.Minute}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A semaphore of two holders: two leases held.
-	for _, tok := range []string{"s1", "s2"} {
-		res, err := b.Acquire(ctx, backend.AcquireRequest{Key: "sem", OwnerToken: tok, TTL: time.Minute, Kind: backend.KindSemaphore, Limit: 3, Permits: 1})
-		if err != nil || !res.Acquired {
-			t.Fatal(res, err)
-		}
-	}
+	holdFour(t, b)
 	m := New()
 	m.Track(Sources{Version: "v1", BackendName: "memory", Engine: e, Backend: b, Plugin: plugin{}})
 	m.AcquireDone(true, true, 20*time.Millisecond)
@@ -119,11 +139,14 @@ func TestServeAndScrapeTimeSeries(t *testing.T) {
 			t.Fatalf("/metrics lacks %q:\n%s", want, body)
 		}
 	}
-	// A second scrape within HeldRefresh reuses the count.
-	n := b.lists.Load()
+	// The count came from one Count, not a walk of the locks, and a
+	// second scrape within HeldRefresh reuses it.
+	if n, l := b.counts.Load(), b.lists.Load(); n != 1 || l != 0 {
+		t.Fatalf("one scrape made %d Counts and %d Lists, want 1 and 0", n, l)
+	}
 	get(t, "http://"+srv.Addr().String()+"/metrics")
-	if b.lists.Load() != n {
-		t.Fatalf("the held count was listed again within %s", HeldRefresh)
+	if n := b.counts.Load(); n != 1 {
+		t.Fatalf("the held count was asked again within %s (%d Counts)", HeldRefresh, n)
 	}
 	if err := srv.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -135,9 +158,47 @@ func TestServeAndScrapeTimeSeries(t *testing.T) {
 func TestHeldCountOmittedWhenListFails(t *testing.T) {
 	b := &listing{Backend: memory.New()}
 	defer b.Close()
+	b.countUnsupported.Store(true)
 	b.fail.Store(true)
 	c := &heldCollector{b: b}
 	if _, ok := c.countLocks(); ok {
 		t.Fatal("count reported although List failed")
+	}
+}
+
+// A backend whose Count fails (other than unsupported) leaves the series
+// out too, without listing behind its back.
+func TestHeldCountOmittedWhenCountFails(t *testing.T) {
+	b := &listing{Backend: memory.New()}
+	defer b.Close()
+	b.failCount.Store(true)
+	c := &heldCollector{b: b}
+	if _, ok := c.countLocks(); ok {
+		t.Fatal("count reported although Count failed")
+	}
+	if n := b.lists.Load(); n != 0 {
+		t.Fatalf("a failed Count was followed by %d Lists", n)
+	}
+}
+
+// A backend that does not count (a plugin without the Count call) is
+// listed page by page, each semaphore lease counted, as a counting one
+// counts: the gauge means the same on both.
+func TestHeldCountListsWhenCountUnsupported(t *testing.T) {
+	b := &listing{Backend: memory.New()}
+	defer b.Close()
+	holdFour(t, b)
+	b.countUnsupported.Store(true)
+	c := &heldCollector{b: b}
+	n, ok := c.countLocks()
+	if !ok || n != 4 {
+		t.Fatalf("listed count = %d, %v; want 4 leases", n, ok)
+	}
+	if b.lists.Load() == 0 {
+		t.Fatal("counted without listing")
+	}
+	b.countUnsupported.Store(false)
+	if m, ok := c.countLocks(); !ok || m != n {
+		t.Fatalf("Count = %d, %v; the listed count was %d", m, ok, n)
 	}
 }

@@ -1464,6 +1464,86 @@ func (x *ListResponse) GetNextPageToken() string {
 	return ""
 }
 
+type CountRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountRequest) Reset() {
+	*x = CountRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountRequest) ProtoMessage() {}
+
+func (x *CountRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountRequest.ProtoReflect.Descriptor instead.
+func (*CountRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+}
+
+type CountResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Leases        int64                  `protobuf:"varint,1,opt,name=leases,proto3" json:"leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountResponse) Reset() {
+	*x = CountResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountResponse) ProtoMessage() {}
+
+func (x *CountResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountResponse.ProtoReflect.Descriptor instead.
+func (*CountResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CountResponse) GetLeases() int64 {
+	if x != nil {
+		return x.Leases
+	}
+	return 0
+}
+
 type WatchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
@@ -1473,7 +1553,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1565,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1578,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -1519,7 +1599,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1611,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1624,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchResponse) GetType() EventType {
@@ -1575,7 +1655,7 @@ type ProclaimRequest struct {
 
 func (x *ProclaimRequest) Reset() {
 	*x = ProclaimRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1587,7 +1667,7 @@ func (x *ProclaimRequest) String() string {
 func (*ProclaimRequest) ProtoMessage() {}
 
 func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1600,7 +1680,7 @@ func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimRequest.ProtoReflect.Descriptor instead.
 func (*ProclaimRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ProclaimRequest) GetKey() string {
@@ -1643,7 +1723,7 @@ type ProclaimResponse struct {
 
 func (x *ProclaimResponse) Reset() {
 	*x = ProclaimResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +1735,7 @@ func (x *ProclaimResponse) String() string {
 func (*ProclaimResponse) ProtoMessage() {}
 
 func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +1748,7 @@ func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimResponse.ProtoReflect.Descriptor instead.
 func (*ProclaimResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ProclaimResponse) GetProclaimed() bool {
@@ -1695,7 +1775,7 @@ type EnqueueRequest struct {
 
 func (x *EnqueueRequest) Reset() {
 	*x = EnqueueRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1787,7 @@ func (x *EnqueueRequest) String() string {
 func (*EnqueueRequest) ProtoMessage() {}
 
 func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +1800,7 @@ func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EnqueueRequest) GetKey() string {
@@ -1747,7 +1827,7 @@ type EnqueueResponse struct {
 
 func (x *EnqueueResponse) Reset() {
 	*x = EnqueueResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1839,7 @@ func (x *EnqueueResponse) String() string {
 func (*EnqueueResponse) ProtoMessage() {}
 
 func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1852,7 @@ func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *EnqueueResponse) GetPosition() int64 {
@@ -1792,7 +1872,7 @@ type WaitTurnRequest struct {
 
 func (x *WaitTurnRequest) Reset() {
 	*x = WaitTurnRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +1884,7 @@ func (x *WaitTurnRequest) String() string {
 func (*WaitTurnRequest) ProtoMessage() {}
 
 func (x *WaitTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +1897,7 @@ func (x *WaitTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTurnRequest.ProtoReflect.Descriptor instead.
 func (*WaitTurnRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WaitTurnRequest) GetKey() string {
@@ -1843,7 +1923,7 @@ type WaitTurnResponse struct {
 
 func (x *WaitTurnResponse) Reset() {
 	*x = WaitTurnResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +1935,7 @@ func (x *WaitTurnResponse) String() string {
 func (*WaitTurnResponse) ProtoMessage() {}
 
 func (x *WaitTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +1948,7 @@ func (x *WaitTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTurnResponse.ProtoReflect.Descriptor instead.
 func (*WaitTurnResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WaitTurnResponse) GetQueued() bool {
@@ -1888,7 +1968,7 @@ type DequeueRequest struct {
 
 func (x *DequeueRequest) Reset() {
 	*x = DequeueRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +1980,7 @@ func (x *DequeueRequest) String() string {
 func (*DequeueRequest) ProtoMessage() {}
 
 func (x *DequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +1993,7 @@ func (x *DequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DequeueRequest.ProtoReflect.Descriptor instead.
 func (*DequeueRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DequeueRequest) GetKey() string {
@@ -1938,7 +2018,7 @@ type DequeueResponse struct {
 
 func (x *DequeueResponse) Reset() {
 	*x = DequeueResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2030,7 @@ func (x *DequeueResponse) String() string {
 func (*DequeueResponse) ProtoMessage() {}
 
 func (x *DequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2043,7 @@ func (x *DequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DequeueResponse.ProtoReflect.Descriptor instead.
 func (*DequeueResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 // ItemError is why one item of a batch has no outcome: the store could not
@@ -1979,7 +2059,7 @@ type ItemError struct {
 
 func (x *ItemError) Reset() {
 	*x = ItemError{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2071,7 @@ func (x *ItemError) String() string {
 func (*ItemError) ProtoMessage() {}
 
 func (x *ItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2084,7 @@ func (x *ItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
 func (*ItemError) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ItemError) GetCode() ItemErrorCode {
@@ -2030,7 +2110,7 @@ type AcquireBatchRequest struct {
 
 func (x *AcquireBatchRequest) Reset() {
 	*x = AcquireBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2122,7 @@ func (x *AcquireBatchRequest) String() string {
 func (*AcquireBatchRequest) ProtoMessage() {}
 
 func (x *AcquireBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2135,7 @@ func (x *AcquireBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireBatchRequest.ProtoReflect.Descriptor instead.
 func (*AcquireBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AcquireBatchRequest) GetItems() []*AcquireRequest {
@@ -2075,7 +2155,7 @@ type AcquireBatchResponse struct {
 
 func (x *AcquireBatchResponse) Reset() {
 	*x = AcquireBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2167,7 @@ func (x *AcquireBatchResponse) String() string {
 func (*AcquireBatchResponse) ProtoMessage() {}
 
 func (x *AcquireBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2180,7 @@ func (x *AcquireBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireBatchResponse.ProtoReflect.Descriptor instead.
 func (*AcquireBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AcquireBatchResponse) GetItems() []*AcquireOutcome {
@@ -2121,7 +2201,7 @@ type AcquireOutcome struct {
 
 func (x *AcquireOutcome) Reset() {
 	*x = AcquireOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2213,7 @@ func (x *AcquireOutcome) String() string {
 func (*AcquireOutcome) ProtoMessage() {}
 
 func (x *AcquireOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2226,7 @@ func (x *AcquireOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireOutcome.ProtoReflect.Descriptor instead.
 func (*AcquireOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AcquireOutcome) GetResult() *AcquireResponse {
@@ -2172,7 +2252,7 @@ type ReleaseBatchRequest struct {
 
 func (x *ReleaseBatchRequest) Reset() {
 	*x = ReleaseBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2264,7 @@ func (x *ReleaseBatchRequest) String() string {
 func (*ReleaseBatchRequest) ProtoMessage() {}
 
 func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2277,7 @@ func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReleaseBatchRequest) GetItems() []*ReleaseRequest {
@@ -2216,7 +2296,7 @@ type ReleaseBatchResponse struct {
 
 func (x *ReleaseBatchResponse) Reset() {
 	*x = ReleaseBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2308,7 @@ func (x *ReleaseBatchResponse) String() string {
 func (*ReleaseBatchResponse) ProtoMessage() {}
 
 func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2321,7 @@ func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReleaseBatchResponse) GetItems() []*ReleaseOutcome {
@@ -2261,7 +2341,7 @@ type ReleaseOutcome struct {
 
 func (x *ReleaseOutcome) Reset() {
 	*x = ReleaseOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2353,7 @@ func (x *ReleaseOutcome) String() string {
 func (*ReleaseOutcome) ProtoMessage() {}
 
 func (x *ReleaseOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2366,7 @@ func (x *ReleaseOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseOutcome.ProtoReflect.Descriptor instead.
 func (*ReleaseOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReleaseOutcome) GetReleased() bool {
@@ -2312,7 +2392,7 @@ type ExtendBatchRequest struct {
 
 func (x *ExtendBatchRequest) Reset() {
 	*x = ExtendBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2404,7 @@ func (x *ExtendBatchRequest) String() string {
 func (*ExtendBatchRequest) ProtoMessage() {}
 
 func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2417,7 @@ func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchRequest.ProtoReflect.Descriptor instead.
 func (*ExtendBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ExtendBatchRequest) GetItems() []*ExtendRequest {
@@ -2356,7 +2436,7 @@ type ExtendBatchResponse struct {
 
 func (x *ExtendBatchResponse) Reset() {
 	*x = ExtendBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2448,7 @@ func (x *ExtendBatchResponse) String() string {
 func (*ExtendBatchResponse) ProtoMessage() {}
 
 func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2461,7 @@ func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchResponse.ProtoReflect.Descriptor instead.
 func (*ExtendBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ExtendBatchResponse) GetItems() []*ExtendOutcome {
@@ -2401,7 +2481,7 @@ type ExtendOutcome struct {
 
 func (x *ExtendOutcome) Reset() {
 	*x = ExtendOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2493,7 @@ func (x *ExtendOutcome) String() string {
 func (*ExtendOutcome) ProtoMessage() {}
 
 func (x *ExtendOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2506,7 @@ func (x *ExtendOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendOutcome.ProtoReflect.Descriptor instead.
 func (*ExtendOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ExtendOutcome) GetResult() *ExtendResponse {
@@ -2453,7 +2533,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2545,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2558,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Claim) GetKey() string {
@@ -2510,7 +2590,7 @@ type AcquireSetRequest struct {
 
 func (x *AcquireSetRequest) Reset() {
 	*x = AcquireSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2602,7 @@ func (x *AcquireSetRequest) String() string {
 func (*AcquireSetRequest) ProtoMessage() {}
 
 func (x *AcquireSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2615,7 @@ func (x *AcquireSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSetRequest.ProtoReflect.Descriptor instead.
 func (*AcquireSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AcquireSetRequest) GetClaims() []*Claim {
@@ -2624,7 +2704,7 @@ type AcquireSetResponse struct {
 
 func (x *AcquireSetResponse) Reset() {
 	*x = AcquireSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +2716,7 @@ func (x *AcquireSetResponse) String() string {
 func (*AcquireSetResponse) ProtoMessage() {}
 
 func (x *AcquireSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +2729,7 @@ func (x *AcquireSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSetResponse.ProtoReflect.Descriptor instead.
 func (*AcquireSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AcquireSetResponse) GetAcquired() bool {
@@ -2700,7 +2780,7 @@ type ReleaseSetRequest struct {
 
 func (x *ReleaseSetRequest) Reset() {
 	*x = ReleaseSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +2792,7 @@ func (x *ReleaseSetRequest) String() string {
 func (*ReleaseSetRequest) ProtoMessage() {}
 
 func (x *ReleaseSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +2805,7 @@ func (x *ReleaseSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSetRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReleaseSetRequest) GetKeys() []string {
@@ -2772,7 +2852,7 @@ type ReleaseSetResponse struct {
 
 func (x *ReleaseSetResponse) Reset() {
 	*x = ReleaseSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +2864,7 @@ func (x *ReleaseSetResponse) String() string {
 func (*ReleaseSetResponse) ProtoMessage() {}
 
 func (x *ReleaseSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +2877,7 @@ func (x *ReleaseSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSetResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReleaseSetResponse) GetReleased() bool {
@@ -2820,7 +2900,7 @@ type ExtendSetRequest struct {
 
 func (x *ExtendSetRequest) Reset() {
 	*x = ExtendSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +2912,7 @@ func (x *ExtendSetRequest) String() string {
 func (*ExtendSetRequest) ProtoMessage() {}
 
 func (x *ExtendSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +2925,7 @@ func (x *ExtendSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSetRequest.ProtoReflect.Descriptor instead.
 func (*ExtendSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{41}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ExtendSetRequest) GetKeys() []string {
@@ -2894,7 +2974,7 @@ type ExtendSetResponse struct {
 
 func (x *ExtendSetResponse) Reset() {
 	*x = ExtendSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2906,7 +2986,7 @@ func (x *ExtendSetResponse) String() string {
 func (*ExtendSetResponse) ProtoMessage() {}
 
 func (x *ExtendSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2919,7 +2999,7 @@ func (x *ExtendSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSetResponse.ProtoReflect.Descriptor instead.
 func (*ExtendSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{42}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ExtendSetResponse) GetExtended() bool {
@@ -2947,7 +3027,7 @@ type EnqueueSetRequest struct {
 
 func (x *EnqueueSetRequest) Reset() {
 	*x = EnqueueSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[43]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3039,7 @@ func (x *EnqueueSetRequest) String() string {
 func (*EnqueueSetRequest) ProtoMessage() {}
 
 func (x *EnqueueSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[43]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3052,7 @@ func (x *EnqueueSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueSetRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{43}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *EnqueueSetRequest) GetKeys() []string {
@@ -2997,7 +3077,7 @@ type EnqueueSetResponse struct {
 
 func (x *EnqueueSetResponse) Reset() {
 	*x = EnqueueSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[44]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3089,7 @@ func (x *EnqueueSetResponse) String() string {
 func (*EnqueueSetResponse) ProtoMessage() {}
 
 func (x *EnqueueSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[44]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3102,7 @@ func (x *EnqueueSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueSetResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{44}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{46}
 }
 
 var File_holdfast_backend_v1_backend_proto protoreflect.FileDescriptor
@@ -3137,7 +3217,10 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"m\n" +
 	"\fListResponse\x125\n" +
 	"\arecords\x18\x01 \x03(\v2\x1b.holdfast.backend.v1.RecordR\arecords\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x0e\n" +
+	"\fCountRequest\"'\n" +
+	"\rCountResponse\x12\x16\n" +
+	"\x06leases\x18\x01 \x01(\x03R\x06leases\"&\n" +
 	"\fWatchRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"x\n" +
 	"\rWatchResponse\x122\n" +
@@ -3257,7 +3340,7 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	" ITEM_ERROR_CODE_INVALID_ARGUMENT\x10\x01\x12\x1f\n" +
 	"\x1bITEM_ERROR_CODE_UNAVAILABLE\x10\x02\x12$\n" +
 	" ITEM_ERROR_CODE_REQUEST_CONFLICT\x10\x03\x12'\n" +
-	"#ITEM_ERROR_CODE_FAILED_PRECONDITION\x10\x042\xec\f\n" +
+	"#ITEM_ERROR_CODE_FAILED_PRECONDITION\x10\x042\xbe\r\n" +
 	"\x0eBackendService\x12M\n" +
 	"\x04Info\x12 .holdfast.backend.v1.InfoRequest\x1a!.holdfast.backend.v1.InfoResponse\"\x00\x12V\n" +
 	"\aAcquire\x12#.holdfast.backend.v1.AcquireRequest\x1a$.holdfast.backend.v1.AcquireResponse\"\x00\x12V\n" +
@@ -3279,7 +3362,8 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\tExtendSet\x12%.holdfast.backend.v1.ExtendSetRequest\x1a&.holdfast.backend.v1.ExtendSetResponse\"\x00\x12_\n" +
 	"\n" +
 	"EnqueueSet\x12&.holdfast.backend.v1.EnqueueSetRequest\x1a'.holdfast.backend.v1.EnqueueSetResponse\"\x00\x12Y\n" +
-	"\bProclaim\x12$.holdfast.backend.v1.ProclaimRequest\x1a%.holdfast.backend.v1.ProclaimResponse\"\x00BBZ@github.com/holdfast/holdfast/proto/holdfast/backend/v1;backendv1b\x06proto3"
+	"\bProclaim\x12$.holdfast.backend.v1.ProclaimRequest\x1a%.holdfast.backend.v1.ProclaimResponse\"\x00\x12P\n" +
+	"\x05Count\x12!.holdfast.backend.v1.CountRequest\x1a\".holdfast.backend.v1.CountResponse\"\x00BBZ@github.com/holdfast/holdfast/proto/holdfast/backend/v1;backendv1b\x06proto3"
 
 var (
 	file_holdfast_backend_v1_backend_proto_rawDescOnce sync.Once
@@ -3294,7 +3378,7 @@ func file_holdfast_backend_v1_backend_proto_rawDescGZIP() []byte {
 }
 
 var file_holdfast_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_holdfast_backend_v1_backend_proto_goTypes = []any{
 	(Kind)(0),                     // 0: holdfast.backend.v1.Kind
 	(EventType)(0),                // 1: holdfast.backend.v1.EventType
@@ -3315,63 +3399,65 @@ var file_holdfast_backend_v1_backend_proto_goTypes = []any{
 	(*GetResponse)(nil),           // 16: holdfast.backend.v1.GetResponse
 	(*ListRequest)(nil),           // 17: holdfast.backend.v1.ListRequest
 	(*ListResponse)(nil),          // 18: holdfast.backend.v1.ListResponse
-	(*WatchRequest)(nil),          // 19: holdfast.backend.v1.WatchRequest
-	(*WatchResponse)(nil),         // 20: holdfast.backend.v1.WatchResponse
-	(*ProclaimRequest)(nil),       // 21: holdfast.backend.v1.ProclaimRequest
-	(*ProclaimResponse)(nil),      // 22: holdfast.backend.v1.ProclaimResponse
-	(*EnqueueRequest)(nil),        // 23: holdfast.backend.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),       // 24: holdfast.backend.v1.EnqueueResponse
-	(*WaitTurnRequest)(nil),       // 25: holdfast.backend.v1.WaitTurnRequest
-	(*WaitTurnResponse)(nil),      // 26: holdfast.backend.v1.WaitTurnResponse
-	(*DequeueRequest)(nil),        // 27: holdfast.backend.v1.DequeueRequest
-	(*DequeueResponse)(nil),       // 28: holdfast.backend.v1.DequeueResponse
-	(*ItemError)(nil),             // 29: holdfast.backend.v1.ItemError
-	(*AcquireBatchRequest)(nil),   // 30: holdfast.backend.v1.AcquireBatchRequest
-	(*AcquireBatchResponse)(nil),  // 31: holdfast.backend.v1.AcquireBatchResponse
-	(*AcquireOutcome)(nil),        // 32: holdfast.backend.v1.AcquireOutcome
-	(*ReleaseBatchRequest)(nil),   // 33: holdfast.backend.v1.ReleaseBatchRequest
-	(*ReleaseBatchResponse)(nil),  // 34: holdfast.backend.v1.ReleaseBatchResponse
-	(*ReleaseOutcome)(nil),        // 35: holdfast.backend.v1.ReleaseOutcome
-	(*ExtendBatchRequest)(nil),    // 36: holdfast.backend.v1.ExtendBatchRequest
-	(*ExtendBatchResponse)(nil),   // 37: holdfast.backend.v1.ExtendBatchResponse
-	(*ExtendOutcome)(nil),         // 38: holdfast.backend.v1.ExtendOutcome
-	(*Claim)(nil),                 // 39: holdfast.backend.v1.Claim
-	(*AcquireSetRequest)(nil),     // 40: holdfast.backend.v1.AcquireSetRequest
-	(*AcquireSetResponse)(nil),    // 41: holdfast.backend.v1.AcquireSetResponse
-	(*ReleaseSetRequest)(nil),     // 42: holdfast.backend.v1.ReleaseSetRequest
-	(*ReleaseSetResponse)(nil),    // 43: holdfast.backend.v1.ReleaseSetResponse
-	(*ExtendSetRequest)(nil),      // 44: holdfast.backend.v1.ExtendSetRequest
-	(*ExtendSetResponse)(nil),     // 45: holdfast.backend.v1.ExtendSetResponse
-	(*EnqueueSetRequest)(nil),     // 46: holdfast.backend.v1.EnqueueSetRequest
-	(*EnqueueSetResponse)(nil),    // 47: holdfast.backend.v1.EnqueueSetResponse
-	(*timestamppb.Timestamp)(nil), // 48: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 49: google.protobuf.Duration
+	(*CountRequest)(nil),          // 19: holdfast.backend.v1.CountRequest
+	(*CountResponse)(nil),         // 20: holdfast.backend.v1.CountResponse
+	(*WatchRequest)(nil),          // 21: holdfast.backend.v1.WatchRequest
+	(*WatchResponse)(nil),         // 22: holdfast.backend.v1.WatchResponse
+	(*ProclaimRequest)(nil),       // 23: holdfast.backend.v1.ProclaimRequest
+	(*ProclaimResponse)(nil),      // 24: holdfast.backend.v1.ProclaimResponse
+	(*EnqueueRequest)(nil),        // 25: holdfast.backend.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),       // 26: holdfast.backend.v1.EnqueueResponse
+	(*WaitTurnRequest)(nil),       // 27: holdfast.backend.v1.WaitTurnRequest
+	(*WaitTurnResponse)(nil),      // 28: holdfast.backend.v1.WaitTurnResponse
+	(*DequeueRequest)(nil),        // 29: holdfast.backend.v1.DequeueRequest
+	(*DequeueResponse)(nil),       // 30: holdfast.backend.v1.DequeueResponse
+	(*ItemError)(nil),             // 31: holdfast.backend.v1.ItemError
+	(*AcquireBatchRequest)(nil),   // 32: holdfast.backend.v1.AcquireBatchRequest
+	(*AcquireBatchResponse)(nil),  // 33: holdfast.backend.v1.AcquireBatchResponse
+	(*AcquireOutcome)(nil),        // 34: holdfast.backend.v1.AcquireOutcome
+	(*ReleaseBatchRequest)(nil),   // 35: holdfast.backend.v1.ReleaseBatchRequest
+	(*ReleaseBatchResponse)(nil),  // 36: holdfast.backend.v1.ReleaseBatchResponse
+	(*ReleaseOutcome)(nil),        // 37: holdfast.backend.v1.ReleaseOutcome
+	(*ExtendBatchRequest)(nil),    // 38: holdfast.backend.v1.ExtendBatchRequest
+	(*ExtendBatchResponse)(nil),   // 39: holdfast.backend.v1.ExtendBatchResponse
+	(*ExtendOutcome)(nil),         // 40: holdfast.backend.v1.ExtendOutcome
+	(*Claim)(nil),                 // 41: holdfast.backend.v1.Claim
+	(*AcquireSetRequest)(nil),     // 42: holdfast.backend.v1.AcquireSetRequest
+	(*AcquireSetResponse)(nil),    // 43: holdfast.backend.v1.AcquireSetResponse
+	(*ReleaseSetRequest)(nil),     // 44: holdfast.backend.v1.ReleaseSetRequest
+	(*ReleaseSetResponse)(nil),    // 45: holdfast.backend.v1.ReleaseSetResponse
+	(*ExtendSetRequest)(nil),      // 46: holdfast.backend.v1.ExtendSetRequest
+	(*ExtendSetResponse)(nil),     // 47: holdfast.backend.v1.ExtendSetResponse
+	(*EnqueueSetRequest)(nil),     // 48: holdfast.backend.v1.EnqueueSetRequest
+	(*EnqueueSetResponse)(nil),    // 49: holdfast.backend.v1.EnqueueSetResponse
+	(*timestamppb.Timestamp)(nil), // 50: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 51: google.protobuf.Duration
 }
 var file_holdfast_backend_v1_backend_proto_depIdxs = []int32{
-	48, // 0: holdfast.backend.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
-	49, // 1: holdfast.backend.v1.Grant.remaining:type_name -> google.protobuf.Duration
+	50, // 0: holdfast.backend.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	51, // 1: holdfast.backend.v1.Grant.remaining:type_name -> google.protobuf.Duration
 	3,  // 2: holdfast.backend.v1.Grant.stamp:type_name -> holdfast.backend.v1.Stamp
-	48, // 3: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
-	49, // 4: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
+	50, // 3: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
+	51, // 4: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
 	3,  // 5: holdfast.backend.v1.Record.stamp:type_name -> holdfast.backend.v1.Stamp
-	49, // 6: holdfast.backend.v1.Record.lock_delay:type_name -> google.protobuf.Duration
-	49, // 7: holdfast.backend.v1.Record.delay_remaining:type_name -> google.protobuf.Duration
+	51, // 6: holdfast.backend.v1.Record.lock_delay:type_name -> google.protobuf.Duration
+	51, // 7: holdfast.backend.v1.Record.delay_remaining:type_name -> google.protobuf.Duration
 	0,  // 8: holdfast.backend.v1.Record.kind:type_name -> holdfast.backend.v1.Kind
 	4,  // 9: holdfast.backend.v1.Record.holders:type_name -> holdfast.backend.v1.Grant
-	49, // 10: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
-	49, // 11: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
-	49, // 12: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
-	49, // 13: holdfast.backend.v1.InfoResponse.max_lock_delay:type_name -> google.protobuf.Duration
+	51, // 10: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
+	51, // 11: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
+	51, // 12: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
+	51, // 13: holdfast.backend.v1.InfoResponse.max_lock_delay:type_name -> google.protobuf.Duration
 	0,  // 14: holdfast.backend.v1.InfoResponse.kinds:type_name -> holdfast.backend.v1.Kind
-	49, // 15: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	51, // 15: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
 	3,  // 16: holdfast.backend.v1.AcquireRequest.stamp:type_name -> holdfast.backend.v1.Stamp
 	6,  // 17: holdfast.backend.v1.AcquireRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	49, // 18: holdfast.backend.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	51, // 18: holdfast.backend.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 19: holdfast.backend.v1.AcquireRequest.kind:type_name -> holdfast.backend.v1.Kind
 	5,  // 20: holdfast.backend.v1.AcquireResponse.record:type_name -> holdfast.backend.v1.Record
 	3,  // 21: holdfast.backend.v1.ReleaseRequest.stamp:type_name -> holdfast.backend.v1.Stamp
 	6,  // 22: holdfast.backend.v1.ReleaseRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	49, // 23: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	51, // 23: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
 	3,  // 24: holdfast.backend.v1.ExtendRequest.stamp:type_name -> holdfast.backend.v1.Stamp
 	6,  // 25: holdfast.backend.v1.ExtendRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
 	5,  // 26: holdfast.backend.v1.ExtendResponse.record:type_name -> holdfast.backend.v1.Record
@@ -3383,26 +3469,26 @@ var file_holdfast_backend_v1_backend_proto_depIdxs = []int32{
 	5,  // 32: holdfast.backend.v1.ProclaimResponse.record:type_name -> holdfast.backend.v1.Record
 	2,  // 33: holdfast.backend.v1.ItemError.code:type_name -> holdfast.backend.v1.ItemErrorCode
 	9,  // 34: holdfast.backend.v1.AcquireBatchRequest.items:type_name -> holdfast.backend.v1.AcquireRequest
-	32, // 35: holdfast.backend.v1.AcquireBatchResponse.items:type_name -> holdfast.backend.v1.AcquireOutcome
+	34, // 35: holdfast.backend.v1.AcquireBatchResponse.items:type_name -> holdfast.backend.v1.AcquireOutcome
 	10, // 36: holdfast.backend.v1.AcquireOutcome.result:type_name -> holdfast.backend.v1.AcquireResponse
-	29, // 37: holdfast.backend.v1.AcquireOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	31, // 37: holdfast.backend.v1.AcquireOutcome.error:type_name -> holdfast.backend.v1.ItemError
 	11, // 38: holdfast.backend.v1.ReleaseBatchRequest.items:type_name -> holdfast.backend.v1.ReleaseRequest
-	35, // 39: holdfast.backend.v1.ReleaseBatchResponse.items:type_name -> holdfast.backend.v1.ReleaseOutcome
-	29, // 40: holdfast.backend.v1.ReleaseOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	37, // 39: holdfast.backend.v1.ReleaseBatchResponse.items:type_name -> holdfast.backend.v1.ReleaseOutcome
+	31, // 40: holdfast.backend.v1.ReleaseOutcome.error:type_name -> holdfast.backend.v1.ItemError
 	13, // 41: holdfast.backend.v1.ExtendBatchRequest.items:type_name -> holdfast.backend.v1.ExtendRequest
-	38, // 42: holdfast.backend.v1.ExtendBatchResponse.items:type_name -> holdfast.backend.v1.ExtendOutcome
+	40, // 42: holdfast.backend.v1.ExtendBatchResponse.items:type_name -> holdfast.backend.v1.ExtendOutcome
 	14, // 43: holdfast.backend.v1.ExtendOutcome.result:type_name -> holdfast.backend.v1.ExtendResponse
-	29, // 44: holdfast.backend.v1.ExtendOutcome.error:type_name -> holdfast.backend.v1.ItemError
-	39, // 45: holdfast.backend.v1.AcquireSetRequest.claims:type_name -> holdfast.backend.v1.Claim
-	49, // 46: holdfast.backend.v1.AcquireSetRequest.ttl:type_name -> google.protobuf.Duration
+	31, // 44: holdfast.backend.v1.ExtendOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	41, // 45: holdfast.backend.v1.AcquireSetRequest.claims:type_name -> holdfast.backend.v1.Claim
+	51, // 46: holdfast.backend.v1.AcquireSetRequest.ttl:type_name -> google.protobuf.Duration
 	3,  // 47: holdfast.backend.v1.AcquireSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
 	6,  // 48: holdfast.backend.v1.AcquireSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	49, // 49: holdfast.backend.v1.AcquireSetRequest.lock_delay:type_name -> google.protobuf.Duration
+	51, // 49: holdfast.backend.v1.AcquireSetRequest.lock_delay:type_name -> google.protobuf.Duration
 	5,  // 50: holdfast.backend.v1.AcquireSetResponse.records:type_name -> holdfast.backend.v1.Record
 	5,  // 51: holdfast.backend.v1.AcquireSetResponse.blocker:type_name -> holdfast.backend.v1.Record
 	3,  // 52: holdfast.backend.v1.ReleaseSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
 	6,  // 53: holdfast.backend.v1.ReleaseSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	49, // 54: holdfast.backend.v1.ExtendSetRequest.ttl:type_name -> google.protobuf.Duration
+	51, // 54: holdfast.backend.v1.ExtendSetRequest.ttl:type_name -> google.protobuf.Duration
 	3,  // 55: holdfast.backend.v1.ExtendSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
 	6,  // 56: holdfast.backend.v1.ExtendSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
 	5,  // 57: holdfast.backend.v1.ExtendSetResponse.records:type_name -> holdfast.backend.v1.Record
@@ -3412,38 +3498,40 @@ var file_holdfast_backend_v1_backend_proto_depIdxs = []int32{
 	13, // 61: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
 	15, // 62: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
 	17, // 63: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
-	19, // 64: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
-	23, // 65: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
-	25, // 66: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
-	27, // 67: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
-	30, // 68: holdfast.backend.v1.BackendService.AcquireBatch:input_type -> holdfast.backend.v1.AcquireBatchRequest
-	33, // 69: holdfast.backend.v1.BackendService.ReleaseBatch:input_type -> holdfast.backend.v1.ReleaseBatchRequest
-	36, // 70: holdfast.backend.v1.BackendService.ExtendBatch:input_type -> holdfast.backend.v1.ExtendBatchRequest
-	40, // 71: holdfast.backend.v1.BackendService.AcquireSet:input_type -> holdfast.backend.v1.AcquireSetRequest
-	42, // 72: holdfast.backend.v1.BackendService.ReleaseSet:input_type -> holdfast.backend.v1.ReleaseSetRequest
-	44, // 73: holdfast.backend.v1.BackendService.ExtendSet:input_type -> holdfast.backend.v1.ExtendSetRequest
-	46, // 74: holdfast.backend.v1.BackendService.EnqueueSet:input_type -> holdfast.backend.v1.EnqueueSetRequest
-	21, // 75: holdfast.backend.v1.BackendService.Proclaim:input_type -> holdfast.backend.v1.ProclaimRequest
-	8,  // 76: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
-	10, // 77: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
-	12, // 78: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
-	14, // 79: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
-	16, // 80: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
-	18, // 81: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
-	20, // 82: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
-	24, // 83: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
-	26, // 84: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
-	28, // 85: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
-	31, // 86: holdfast.backend.v1.BackendService.AcquireBatch:output_type -> holdfast.backend.v1.AcquireBatchResponse
-	34, // 87: holdfast.backend.v1.BackendService.ReleaseBatch:output_type -> holdfast.backend.v1.ReleaseBatchResponse
-	37, // 88: holdfast.backend.v1.BackendService.ExtendBatch:output_type -> holdfast.backend.v1.ExtendBatchResponse
-	41, // 89: holdfast.backend.v1.BackendService.AcquireSet:output_type -> holdfast.backend.v1.AcquireSetResponse
-	43, // 90: holdfast.backend.v1.BackendService.ReleaseSet:output_type -> holdfast.backend.v1.ReleaseSetResponse
-	45, // 91: holdfast.backend.v1.BackendService.ExtendSet:output_type -> holdfast.backend.v1.ExtendSetResponse
-	47, // 92: holdfast.backend.v1.BackendService.EnqueueSet:output_type -> holdfast.backend.v1.EnqueueSetResponse
-	22, // 93: holdfast.backend.v1.BackendService.Proclaim:output_type -> holdfast.backend.v1.ProclaimResponse
-	76, // [76:94] is the sub-list for method output_type
-	58, // [58:76] is the sub-list for method input_type
+	21, // 64: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
+	25, // 65: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
+	27, // 66: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
+	29, // 67: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
+	32, // 68: holdfast.backend.v1.BackendService.AcquireBatch:input_type -> holdfast.backend.v1.AcquireBatchRequest
+	35, // 69: holdfast.backend.v1.BackendService.ReleaseBatch:input_type -> holdfast.backend.v1.ReleaseBatchRequest
+	38, // 70: holdfast.backend.v1.BackendService.ExtendBatch:input_type -> holdfast.backend.v1.ExtendBatchRequest
+	42, // 71: holdfast.backend.v1.BackendService.AcquireSet:input_type -> holdfast.backend.v1.AcquireSetRequest
+	44, // 72: holdfast.backend.v1.BackendService.ReleaseSet:input_type -> holdfast.backend.v1.ReleaseSetRequest
+	46, // 73: holdfast.backend.v1.BackendService.ExtendSet:input_type -> holdfast.backend.v1.ExtendSetRequest
+	48, // 74: holdfast.backend.v1.BackendService.EnqueueSet:input_type -> holdfast.backend.v1.EnqueueSetRequest
+	23, // 75: holdfast.backend.v1.BackendService.Proclaim:input_type -> holdfast.backend.v1.ProclaimRequest
+	19, // 76: holdfast.backend.v1.BackendService.Count:input_type -> holdfast.backend.v1.CountRequest
+	8,  // 77: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
+	10, // 78: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
+	12, // 79: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
+	14, // 80: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
+	16, // 81: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
+	18, // 82: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
+	22, // 83: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
+	26, // 84: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
+	28, // 85: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
+	30, // 86: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
+	33, // 87: holdfast.backend.v1.BackendService.AcquireBatch:output_type -> holdfast.backend.v1.AcquireBatchResponse
+	36, // 88: holdfast.backend.v1.BackendService.ReleaseBatch:output_type -> holdfast.backend.v1.ReleaseBatchResponse
+	39, // 89: holdfast.backend.v1.BackendService.ExtendBatch:output_type -> holdfast.backend.v1.ExtendBatchResponse
+	43, // 90: holdfast.backend.v1.BackendService.AcquireSet:output_type -> holdfast.backend.v1.AcquireSetResponse
+	45, // 91: holdfast.backend.v1.BackendService.ReleaseSet:output_type -> holdfast.backend.v1.ReleaseSetResponse
+	47, // 92: holdfast.backend.v1.BackendService.ExtendSet:output_type -> holdfast.backend.v1.ExtendSetResponse
+	49, // 93: holdfast.backend.v1.BackendService.EnqueueSet:output_type -> holdfast.backend.v1.EnqueueSetResponse
+	24, // 94: holdfast.backend.v1.BackendService.Proclaim:output_type -> holdfast.backend.v1.ProclaimResponse
+	20, // 95: holdfast.backend.v1.BackendService.Count:output_type -> holdfast.backend.v1.CountResponse
+	77, // [77:96] is the sub-list for method output_type
+	58, // [58:77] is the sub-list for method input_type
 	58, // [58:58] is the sub-list for extension type_name
 	58, // [58:58] is the sub-list for extension extendee
 	0,  // [0:58] is the sub-list for field type_name
@@ -3460,7 +3548,7 @@ func file_holdfast_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_holdfast_backend_v1_backend_proto_rawDesc), len(file_holdfast_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,7 @@ const (
 	BackendService_ExtendSet_FullMethodName    = "/holdfast.backend.v1.BackendService/ExtendSet"
 	BackendService_EnqueueSet_FullMethodName   = "/holdfast.backend.v1.BackendService/EnqueueSet"
 	BackendService_Proclaim_FullMethodName     = "/holdfast.backend.v1.BackendService/Proclaim"
+	BackendService_Count_FullMethodName        = "/holdfast.backend.v1.BackendService/Count"
 )
 
 // BackendServiceClient is the client API for BackendService service.
@@ -111,6 +112,12 @@ type BackendServiceClient interface {
 	// fencing token, the expiry nor the grant's stamp, and emits
 	// EVENT_TYPE_PROCLAIMED to watchers of the key.
 	Proclaim(ctx context.Context, in *ProclaimRequest, opts ...grpc.CallOption) (*ProclaimResponse, error)
+	// Count: optional. It answers how many leases the backend holds (each
+	// grant of a semaphore, rwlock or election once, as List counts them)
+	// without listing them, for the server's held-locks gauge; leases whose
+	// TTL ran out a moment ago may still count. A backend without it answers
+	// UNIMPLEMENTED and the server lists instead.
+	Count(ctx context.Context, in *CountRequest, opts ...grpc.CallOption) (*CountResponse, error)
 }
 
 type backendServiceClient struct {
@@ -310,6 +317,16 @@ func (c *backendServiceClient) Proclaim(ctx context.Context, in *ProclaimRequest
 	return out, nil
 }
 
+func (c *backendServiceClient) Count(ctx context.Context, in *CountRequest, opts ...grpc.CallOption) (*CountResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CountResponse)
+	err := c.cc.Invoke(ctx, BackendService_Count_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackendServiceServer is the server API for BackendService service.
 // All implementations must embed UnimplementedBackendServiceServer
 // for forward compatibility.
@@ -373,6 +390,12 @@ type BackendServiceServer interface {
 	// fencing token, the expiry nor the grant's stamp, and emits
 	// EVENT_TYPE_PROCLAIMED to watchers of the key.
 	Proclaim(context.Context, *ProclaimRequest) (*ProclaimResponse, error)
+	// Count: optional. It answers how many leases the backend holds (each
+	// grant of a semaphore, rwlock or election once, as List counts them)
+	// without listing them, for the server's held-locks gauge; leases whose
+	// TTL ran out a moment ago may still count. A backend without it answers
+	// UNIMPLEMENTED and the server lists instead.
+	Count(context.Context, *CountRequest) (*CountResponse, error)
 	mustEmbedUnimplementedBackendServiceServer()
 }
 
@@ -436,6 +459,9 @@ func (UnimplementedBackendServiceServer) EnqueueSet(context.Context, *EnqueueSet
 }
 func (UnimplementedBackendServiceServer) Proclaim(context.Context, *ProclaimRequest) (*ProclaimResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Proclaim not implemented")
+}
+func (UnimplementedBackendServiceServer) Count(context.Context, *CountRequest) (*CountResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Count not implemented")
 }
 func (UnimplementedBackendServiceServer) mustEmbedUnimplementedBackendServiceServer() {}
 func (UnimplementedBackendServiceServer) testEmbeddedByValue()                        {}
@@ -775,6 +801,24 @@ func _BackendService_Proclaim_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BackendService_Count_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CountRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServiceServer).Count(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackendService_Count_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServiceServer).Count(ctx, req.(*CountRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BackendService_ServiceDesc is the grpc.ServiceDesc for BackendService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -849,6 +893,10 @@ var BackendService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Proclaim",
 			Handler:    _BackendService_Proclaim_Handler,
+		},
+		{
+			MethodName: "Count",
+			Handler:    _BackendService_Count_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
