@@ -192,6 +192,16 @@ func CheckObservations(history []Op, obs []Observation) []string {
 			if owner, taken := termOwner[ob.Term]; taken {
 				report(ob, "value %q of a campaign answered %s under term %d, which campaign %q got", ob.Value, o.Outcome, ob.Term, owner)
 			}
+		case o.Kind == Acquire && ob.Term < o.Fence && ob.At <= o.Return:
+			// An earlier attempt of this campaign, seen while the call was
+			// still under way: its grant, with the campaign's value, was
+			// won after that attempt's caller had gone (a dropped
+			// connection, a re-sent Acquire) and given back at once by the
+			// engine, so the call went on and won o.Fence. Legal unless
+			// another campaign was answered that term.
+			if owner, taken := termOwner[ob.Term]; taken {
+				report(ob, "value %q of a campaign that got term %d, under term %d, which campaign %q got", ob.Value, o.Fence, ob.Term, owner)
+			}
 		case o.Fence != ob.Term:
 			report(ob, "value %q set under term %d seen with term %d", ob.Value, o.Fence, ob.Term)
 		}

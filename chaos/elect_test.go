@@ -148,6 +148,9 @@ var observedHistory = []Op{
 	camp(1, 8*ms, 9*ms, 11, 0), procl(1, 10*ms, 0, 11, 0, 1, Unknown), resign(1, 12*ms, 13*ms, 11, OK),
 	campOut(2, 1*ms, 2*ms, 0, Busy), campOut(3, 14*ms, 0, 0, Unknown),
 	waitedBusy(4, 15*ms, 30*ms, 10*ms),
+	// A campaign answered term 21 whose earlier attempt won term 20 and
+	// was given back while the call went on.
+	camp(7, 40*ms, 50*ms, 21, 0),
 }
 
 // waitedBusy is a campaign that waited up to wait and was answered busy.
@@ -169,6 +172,8 @@ func TestObservationsAcceptCorrectStreams(t *testing.T) {
 		// The waiting campaign won as its wait ran out and the server gave
 		// the lease back at once: a leader for an instant.
 		obsOf(5, 0, 25*ms, 14, ElectionValue(4, 0, 0)),
+		// The earlier attempt of campaign 7, seen before its call returned.
+		obsOf(5, 0, 45*ms, 20, ElectionValue(7, 0, 0)), obsOf(5, 0, 50*ms, 21, ElectionValue(7, 0, 0)),
 		// Another stream, opened late: starts from the current state.
 		obsOf(6, 1, 11*ms, 11, ElectionValue(1, 0, 0)),
 		// A stream opened again after a fault may start below where the
@@ -211,6 +216,12 @@ func TestObservationsCatchViolations(t *testing.T) {
 		}, "before its proclaim was called"},
 		"an unknown campaign's value under a term another campaign got": {[]Observation{
 			obsOf(5, 0, 20*ms, 11, ElectionValue(3, 0, 0)),
+		}, "which campaign"},
+		"a campaign's value under an earlier term after its call returned": {[]Observation{
+			obsOf(5, 0, 51*ms, 20, ElectionValue(7, 0, 0)),
+		}, "seen with term 20"},
+		"a campaign's value under an earlier term another campaign got": {[]Observation{
+			obsOf(5, 0, 45*ms, 11, ElectionValue(7, 0, 0)),
 		}, "which campaign"},
 		"a value going back within a term": {[]Observation{
 			obsOf(5, 0, 4*ms, 10, ElectionValue(0, 0, 1)), obsOf(5, 0, 5*ms, 10, ElectionValue(0, 0, 0)),
