@@ -84,6 +84,8 @@ type serveOptions struct {
 	otlpEndpoint string // OpenTelemetry spans by OTLP/HTTP; off when empty
 
 	batchInFlight int // backend batch calls of each kind at once; 0: every call alone
+
+	compression string // large responses: none or gzip (httpserver.ParseCompression)
 }
 
 func newServe(version string, stdout, stderr io.Writer) *cobra.Command {
@@ -163,6 +165,7 @@ Logs go to stderr. SIGTERM or SIGINT shut it down gracefully (exit 0).`,
 	f.IntVar(&o.conn.MaxConnections, "max-connections", dl.MaxConnections, "open connections before new ones are closed at once; keep it below the file descriptor limit (ulimit -n); 0: unbounded")
 	f.IntVar(&o.conn.MaxConnectionsPerClient, "max-connections-per-client", dl.MaxConnectionsPerClient, "open connections from one client address (an IP, an IPv6 /64) before its new ones are closed at once; 0: unbounded")
 	f.IntVar(&o.batchInFlight, "batch-in-flight", engine.DefaultBatchInFlight, "on a backend that batches: concurrent Acquires, Releases and Extends go to it together, in at most this many calls of each kind at once (a call that finds none in flight goes alone, at once); 0 sends every call on its own")
+	f.StringVar(&o.compression, "compression", string(httpserver.CompressNone), "large responses (List pages, ExtendBatch answers of 4 KiB or more) for clients that accept gzip: none sends them as they are (clients on the LAN: gzip costs the server more CPU than the bytes it saves), gzip compresses them (clients across slow links); compressed requests are read either way")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "debugging: serve pprof profiles (/debug/pprof/, with block and mutex profiles) on this host:port, and the plugin's on a free port of the same host (both logged as \"pprof serving\"); off when empty")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics on this separate host:port, e.g. 127.0.0.1:9410 (off when empty)")
 	f.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "export OpenTelemetry spans by OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (off when empty, unless OTEL_EXPORTER_OTLP_ENDPOINT is set)")
@@ -253,6 +256,10 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	if o.batchInFlight < 0 {
 		return fmt.Errorf("--batch-in-flight: %d is negative (0 sends every backend call on its own)", o.batchInFlight)
 	}
+	compression, err := httpserver.ParseCompression(o.compression)
+	if err != nil {
+		return fmt.Errorf("--compression: %w", err)
+	}
 	var pin []byte
 	if o.backendSHA256 != "" {
 		if pin, err = hex.DecodeString(o.backendSHA256); err != nil || len(pin) != sha256.Size {
@@ -329,7 +336,8 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	}
 	defer eng.Close()
 
-	srv, err := httpserver.Start(o.addr, eng, log, append(obOpts, sec...)...)
+	hopts := append(append(obOpts, sec...), httpserver.WithCompression(compression))
+	srv, err := httpserver.Start(o.addr, eng, log, hopts...)
 	if err != nil {
 		return fmt.Errorf("--addr %s: %w", o.addr, err)
 	}

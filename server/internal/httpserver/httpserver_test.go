@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -133,10 +135,29 @@ func (r *encodingRecorder) RoundTrip(req *http.Request) (*http.Response, error) 
 	return resp, err
 }
 
-// A response above CompressMinBytes (an ExtendBatch of a watchdog's
-// leases) is gzip-compressed for a client that accepts it, and decodes
-// whole; a small one is not compressed.
-func TestLargeResponsesAreCompressed(t *testing.T) {
+// Large responses (an ExtendBatch of a watchdog's leases) are sent as
+// --compression says: uncompressed by default, gzip-compressed with
+// CompressGzip for a client that accepts it; small ones never are. Either
+// way the answer decodes whole, and a gzip-compressed request is read.
+func TestResponseCompression(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts  []Option
+		large string // Content-Encoding of the ExtendBatch answer
+	}{
+		"default": {nil, ""},
+		"none":    {[]Option{WithCompression(CompressNone)}, ""},
+		"gzip":    {[]Option{WithCompression(CompressGzip)}, "gzip"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for _, sendGzip := range []bool{false, true} {
+				checkCompression(t, tc.opts, sendGzip, tc.large)
+			}
+		})
+	}
+}
+
+func checkCompression(t *testing.T, opts []Option, sendGzip bool, wantLarge string) {
+	t.Helper()
 	b := memory.New()
 	defer b.Close()
 	e, err := engine.New(context.Background(), b, engine.Config{})
@@ -144,7 +165,7 @@ func TestLargeResponsesAreCompressed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	srv, err := Start("127.0.0.1:0", e, slog.New(slog.DiscardHandler))
+	srv, err := Start("127.0.0.1:0", e, slog.New(slog.DiscardHandler), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +177,11 @@ func TestLargeResponsesAreCompressed(t *testing.T) {
 	rec := &encodingRecorder{}
 	httpClient := &http.Client{Transport: rec}
 	defer http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	client := lockv1connect.NewLockServiceClient(httpClient, "http://"+srv.Addr().String())
+	var copts []connect.ClientOption
+	if sendGzip {
+		copts = append(copts, connect.WithSendGzip())
+	}
+	client := lockv1connect.NewLockServiceClient(httpClient, "http://"+srv.Addr().String(), copts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -175,10 +200,10 @@ func TestLargeResponsesAreCompressed(t *testing.T) {
 	}
 	out, err := client.ExtendBatch(ctx, &lockv1.ExtendBatchRequest{Items: items})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("ExtendBatch (request gzipped: %v): %v", sendGzip, err)
 	}
-	if got := rec.seen[len(rec.seen)-1]; got != "gzip" {
-		t.Fatalf("ExtendBatch of %d leases answered with Content-Encoding %q, want gzip", n, got)
+	if got := rec.seen[len(rec.seen)-1]; got != wantLarge {
+		t.Fatalf("ExtendBatch of %d leases (request gzipped: %v) answered with Content-Encoding %q, want %q", n, sendGzip, got, wantLarge)
 	}
 	if len(out.GetResults()) != n {
 		t.Fatalf("%d results for %d items", len(out.GetResults()), n)
@@ -187,5 +212,16 @@ func TestLargeResponsesAreCompressed(t *testing.T) {
 		if !r.GetExtended() || r.GetLease().GetKey() != items[i].GetKey() {
 			t.Fatalf("result %d: %v", i, r)
 		}
+	}
+}
+
+func TestParseCompression(t *testing.T) {
+	for _, s := range []string{"none", "gzip"} {
+		if c, err := ParseCompression(s); err != nil || string(c) != s {
+			t.Errorf("ParseCompression(%q) = %q, %v", s, c, err)
+		}
+	}
+	if _, err := ParseCompression("zstd"); err == nil || !strings.Contains(err.Error(), `"zstd" is not none or gzip`) {
+		t.Errorf("ParseCompression(zstd): %v, want it refused naming the choices", err)
 	}
 }
