@@ -387,3 +387,106 @@ func TestAQueuedReleaseThatGivesUpIsNotSent(t *testing.T) {
 		t.Fatal("a release whose caller gave up while it was queued was sent anyway")
 	}
 }
+
+// trackedBatches counts the ExtendBatch calls in flight, holds the first
+// wave's calls until held of them have started (or a deadline passes), and
+// notes whether a call carrying repeat (a key's second item) overlapped
+// another call.
+type trackedBatches struct {
+	*fakebackend.Batching
+	held   int
+	repeat string
+
+	mu          sync.Mutex
+	inFlight    int
+	started     int
+	allStarted  chan struct{}
+	concurrent  bool // the held calls were all in flight at once
+	overlapped  bool // the repeat's call ran beside another
+	repeatCalls int
+}
+
+func (b *trackedBatches) ExtendBatch(ctx context.Context, reqs []backend.ExtendRequest) ([]backend.Outcome[backend.ExtendResult], error) {
+	b.mu.Lock()
+	b.inFlight++
+	b.started++
+	first := b.started <= b.held
+	if b.started == b.held {
+		close(b.allStarted)
+	}
+	if len(reqs) == 1 && reqs[0].Key == b.repeat {
+		b.repeatCalls++
+		b.overlapped = b.overlapped || b.inFlight > 1
+	}
+	b.mu.Unlock()
+	if first {
+		select {
+		case <-b.allStarted:
+			b.mu.Lock()
+			b.concurrent = true
+			b.mu.Unlock()
+		case <-time.After(10 * time.Second): // a deadline, so that calls sent one by one fail the test instead of hanging it
+		}
+	}
+	defer func() {
+		b.mu.Lock()
+		b.inFlight--
+		b.mu.Unlock()
+	}()
+	return b.Batching.ExtendBatch(ctx, reqs)
+}
+
+// An ExtendBatch larger than one backend batch goes to the backend in
+// chunks sent at once, and a key that repeats is still decided after its
+// earlier item: its second item is sent once the first wave has been
+// answered, and its ttl (the later one) is the one that holds.
+func TestExtendBatchChunksGoAtOnceAndKeepPerKeyOrder(t *testing.T) {
+	const size, n = 100, 300
+	f := &trackedBatches{Batching: fakebackend.NewBatching(), held: n / size, repeat: "ebc/000", allStarted: make(chan struct{})}
+	e, err := engine.New(t.Context(), f, engine.Config{Batch: engine.BatchConfig{MaxItems: size}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.Close()
+		f.Close()
+	})
+	ctx := t.Context()
+	items := make([]*lockv1.ExtendBatchItem, 0, n+1)
+	for i := range n {
+		key := fmt.Sprintf("ebc/%03d", i)
+		resp, err := e.Acquire(ctx, acquireReq(key))
+		if err != nil || !resp.GetAcquired() {
+			t.Fatal(resp, err)
+		}
+		items = append(items, &lockv1.ExtendBatchItem{Key: key, OwnerToken: resp.GetLease().GetOwnerToken(), Ttl: durationpb.New(time.Hour)})
+	}
+	items = append(items, &lockv1.ExtendBatchItem{Key: f.repeat, OwnerToken: items[0].GetOwnerToken(), Ttl: durationpb.New(2 * time.Hour)})
+	resp, err := e.ExtendBatch(ctx, &lockv1.ExtendBatchRequest{Items: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range resp.GetResults() {
+		l := r.GetLease()
+		if !r.GetExtended() || l.GetKey() != items[i].GetKey() || l.GetOwnerToken() != items[i].GetOwnerToken() ||
+			l.GetTtl().AsDuration() != items[i].GetTtl().AsDuration() || l.GetFencingToken() == 0 || l.GetStamp() == nil ||
+			time.Until(l.GetExpiresAt().AsTime()) < 59*time.Minute {
+			t.Fatalf("result %d = %v, want item %v extended", i, r, items[i])
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.concurrent {
+		t.Errorf("the %d chunks of %d distinct keys were not in flight at once", f.held, n)
+	}
+	if f.repeatCalls != 1 || f.overlapped {
+		t.Errorf("the repeated key's second item: %d calls, overlapped another call: %v; want one call, after the others", f.repeatCalls, f.overlapped)
+	}
+	if got := callsOf(f.Batching, "ExtendBatch"); len(got) != 4 || got[0] != size || got[1] != size || got[2] != size || got[3] != 1 {
+		t.Errorf("ExtendBatch calls = %v, want [100 100 100 1] (in any order within the first three)", got)
+	}
+	ins, err := e.Inspect(ctx, &lockv1.InspectRequest{Key: f.repeat})
+	if err != nil || time.Until(ins.GetState().GetExpiresAt().AsTime()) < 90*time.Minute {
+		t.Fatalf("Inspect %s = %v, %v; want the later item's 2h ttl to hold", f.repeat, ins, err)
+	}
+}

@@ -3,7 +3,11 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/holdfast/holdfast/core/backend"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
@@ -30,26 +34,12 @@ func (e *Engine) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchRequest
 	}
 	lo, hi := e.ttlRange()
 	reqs := make([]backend.ExtendRequest, len(items))
-	rids := make([]requestID, len(items))
 	for i, it := range items {
-		field := fmt.Sprintf("items[%d]", i)
-		if err := checkKey(field+".key", it.GetKey()); err != nil {
-			return nil, err
-		}
-		if err := checkToken(it.GetOwnerToken()); err != nil {
-			return nil, prefixed(field, err)
-		}
-		ttl, err := checkTTL(it.GetTtl(), lo, hi)
+		r, err := e.extendItem(it, lo, hi)
 		if err != nil {
-			return nil, prefixed(field, err)
+			return nil, prefixed(fieldIndex("items", i), err)
 		}
-		if rids[i], err = checkRequestID(it.GetRequestId()); err != nil {
-			return nil, prefixed(field, err)
-		}
-		reqs[i] = backend.ExtendRequest{Key: it.GetKey(), OwnerToken: it.GetOwnerToken(), TTL: ttl}
-		// The fingerprint of a single-key Extend's: a renewal retried as an
-		// Extend, or an Extend retried in a batch, is the same request.
-		reqs[i].Request = e.ident(rids[i], newFingerprint("extend").strs([]string{it.GetKey()}).flag(false).str(it.GetOwnerToken()).dur(ttl))
+		reqs[i] = r
 	}
 	if err := e.merge(req.GetClientStamp()); err != nil {
 		return nil, err
@@ -59,25 +49,109 @@ func (e *Engine) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchRequest
 		reqs[i].Stamp = stamp
 	}
 
-	results := make([]*lockv1.ExtendBatchResult, len(reqs))
-	for _, round := range batchRounds(reqs, e.batchItems()) {
-		sub := make([]backend.ExtendRequest, len(round))
-		for j, i := range round {
-			sub[j] = reqs[i]
-		}
-		outs, err := e.calls.ExtendBatch(ctx, sub)
-		if err != nil {
+	outs := make([]backend.Outcome[backend.ExtendResult], len(reqs))
+	for _, wave := range extendWaves(reqs, e.batchItems()) {
+		if err := e.extendWave(ctx, reqs, wave, outs); err != nil {
 			return nil, backendErr(ctx, "extend", err)
 		}
-		for j, i := range round {
-			results[i] = e.extendResult(reqs[i], outs[j])
-		}
 	}
-	return &lockv1.ExtendBatchResponse{Results: results, ServerStamp: e.stamp()}, nil
+	results := newExtendResults(len(reqs))
+	for i := range reqs {
+		e.extendResult(results, i, reqs[i], outs[i])
+	}
+	return &lockv1.ExtendBatchResponse{Results: results.ptrs, ServerStamp: e.stamp()}, nil
 }
 
-// extendResult is one item's answer.
-func (e *Engine) extendResult(req backend.ExtendRequest, out backend.Outcome[backend.ExtendResult]) *lockv1.ExtendBatchResult {
+// extendItem validates one item (its messages name the item's fields
+// alone; the caller puts items[i] before them).
+func (e *Engine) extendItem(it *lockv1.ExtendBatchItem, lo, hi time.Duration) (backend.ExtendRequest, error) {
+	if err := checkKey("key", it.GetKey()); err != nil {
+		return backend.ExtendRequest{}, err
+	}
+	if err := checkToken(it.GetOwnerToken()); err != nil {
+		return backend.ExtendRequest{}, err
+	}
+	ttl, err := checkTTL(it.GetTtl(), lo, hi)
+	if err != nil {
+		return backend.ExtendRequest{}, err
+	}
+	rid, err := checkRequestID(it.GetRequestId())
+	if err != nil {
+		return backend.ExtendRequest{}, err
+	}
+	r := backend.ExtendRequest{Key: it.GetKey(), OwnerToken: it.GetOwnerToken(), TTL: ttl}
+	if rid.set() {
+		// The fingerprint of a single-key Extend's: a renewal retried as
+		// an Extend, or an Extend retried in a batch, is the same request.
+		r.Request = e.ident(rid, newFingerprint("extend").strs([]string{r.Key}).flag(false).str(r.OwnerToken).dur(ttl))
+	}
+	return r, nil
+}
+
+// extendWave sends the chunks of one wave to the backend at once, each
+// chunk's outcomes into outs at its items' indexes. The chunks of a wave
+// share no key, so they may be decided in any order; sent one after the
+// other, a watchdog's batch of 500 waited for two plugin round trips in
+// turn, with one process idle during each.
+func (e *Engine) extendWave(ctx context.Context, reqs []backend.ExtendRequest, wave [][]int, outs []backend.Outcome[backend.ExtendResult]) error {
+	send := func(chunk []int) error {
+		sub := make([]backend.ExtendRequest, len(chunk))
+		for j, i := range chunk {
+			sub[j] = reqs[i]
+		}
+		res, err := e.calls.ExtendBatch(ctx, sub)
+		if err != nil {
+			return err
+		}
+		for j, i := range chunk {
+			outs[i] = res[j]
+		}
+		return nil
+	}
+	if len(wave) == 1 {
+		return send(wave[0])
+	}
+	errs := make([]error, len(wave))
+	var wg sync.WaitGroup
+	for c, chunk := range wave {
+		wg.Go(func() { errs[c] = send(chunk) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err // the batch's outcome is unknown, whichever chunk failed
+		}
+	}
+	return nil
+}
+
+// extendResults are an ExtendBatch's answers, allocated together: a
+// watchdog's batch answers hundreds of leases, and five allocations per
+// lease were a good part of the server's garbage.
+type extendResults struct {
+	ptrs    []*lockv1.ExtendBatchResult
+	results []lockv1.ExtendBatchResult
+	leases  []lockv1.Lease
+	ttls    []durationpb.Duration
+	expires []timestamppb.Timestamp
+	stamps  []lockv1.HlcTimestamp
+}
+
+func newExtendResults(n int) *extendResults {
+	return &extendResults{
+		ptrs:    make([]*lockv1.ExtendBatchResult, n),
+		results: make([]lockv1.ExtendBatchResult, n),
+		leases:  make([]lockv1.Lease, n),
+		ttls:    make([]durationpb.Duration, n),
+		expires: make([]timestamppb.Timestamp, n),
+		stamps:  make([]lockv1.HlcTimestamp, n),
+	}
+}
+
+// extendResult sets item i's answer.
+func (e *Engine) extendResult(rs *extendResults, i int, req backend.ExtendRequest, out backend.Outcome[backend.ExtendResult]) {
+	res := &rs.results[i]
+	rs.ptrs[i] = res
 	if out.Err != nil {
 		code, msg := "unavailable", out.Err.Error()
 		switch {
@@ -89,14 +163,40 @@ func (e *Engine) extendResult(req backend.ExtendRequest, out backend.Outcome[bac
 		case errors.Is(out.Err, backend.ErrFailedPrecondition):
 			code = "failed_precondition"
 		}
-		return &lockv1.ExtendBatchResult{Error: &lockv1.ItemError{Code: code, Message: msg}}
+		res.Error = &lockv1.ItemError{Code: code, Message: msg}
+		return
 	}
 	e.cfg.Observer.ExtendDone(out.Value.Extended)
 	if !out.Value.Extended {
-		return &lockv1.ExtendBatchResult{}
+		return
 	}
-	e.clock.Observe(out.Value.Record.Stamp)
-	return &lockv1.ExtendBatchResult{Extended: true, Lease: lease(singleKey(req.Key), []backend.Record{out.Value.Record}, req.OwnerToken, req.TTL)}
+	rec := out.Value.Record
+	e.clock.Observe(rec.Stamp)
+	// lease's answer for one key, built in the batch's slabs.
+	l := &rs.leases[i]
+	l.Key, l.OwnerToken, l.FencingToken = rec.Key, req.OwnerToken, rec.FencingToken
+	rs.ttls[i].Seconds, rs.ttls[i].Nanos = durationParts(req.TTL)
+	l.Ttl = &rs.ttls[i]
+	if !rec.Stamp.IsZero() {
+		rs.stamps[i].WallTimeNs, rs.stamps[i].Logical = rec.Stamp.WallTime, rec.Stamp.Logical
+		l.Stamp = &rs.stamps[i]
+	}
+	if !rec.ExpiresAt.IsZero() {
+		rs.expires[i].Seconds, rs.expires[i].Nanos = rec.ExpiresAt.Unix(), int32(rec.ExpiresAt.Nanosecond())
+		l.ExpiresAt = &rs.expires[i]
+	}
+	if rec.LockDelay > 0 {
+		l.LockDelay = durationpb.New(rec.LockDelay)
+	}
+	setShape(l, rec)
+	res.Extended, res.Lease = true, l
+}
+
+// durationParts are d's seconds and nanoseconds, as durationpb.New splits
+// them.
+func durationParts(d time.Duration) (int64, int32) {
+	nanos := d.Nanoseconds()
+	return nanos / 1e9, int32(nanos % 1e9)
 }
 
 // batchItems is the most requests one backend batch call carries.
@@ -107,30 +207,42 @@ func (e *Engine) batchItems() int {
 	return DefaultBatchMaxItems
 }
 
-// batchRounds splits the indexes of reqs into batches in request order,
-// each of at most size requests with distinct keys: a key that repeats goes
-// to a later batch, so its requests are decided in the order they came.
-func batchRounds(reqs []backend.ExtendRequest, size int) [][]int {
-	var rounds [][]int
-	placed := make([]bool, len(reqs))
-	for left := len(reqs); left > 0; {
-		var round []int
-		keys := map[string]bool{}
-		for i, r := range reqs {
-			if placed[i] || keys[r.Key] {
-				continue
-			}
-			if len(round) == size {
-				break
-			}
-			keys[r.Key] = true
-			placed[i] = true
-			round = append(round, i)
+// extendParallel bounds the chunks of one wave sent at once.
+const extendParallel = 4
+
+// extendWaves orders the backend calls of an ExtendBatch: wave w holds
+// the items that are the (w+1)th of their key, so every wave's keys are
+// distinct (as a backend batch's must be) and a key that repeats is
+// decided in the order its items came, each after the wave before has been
+// answered. A wave of more than size items is split into chunks of nearly
+// equal size, sent at once, at most extendParallel chunks to a wave (a
+// wave beyond that many chunks becomes several waves).
+func extendWaves(reqs []backend.ExtendRequest, size int) [][][]int {
+	seen := make(map[string]int, len(reqs))
+	var byWave [][]int
+	for i, r := range reqs {
+		w := seen[r.Key]
+		seen[r.Key] = w + 1
+		if w == len(byWave) {
+			byWave = append(byWave, nil)
 		}
-		left -= len(round)
-		rounds = append(rounds, round)
+		byWave[w] = append(byWave[w], i)
 	}
-	return rounds
+	var waves [][][]int
+	for _, items := range byWave {
+		for len(items) > 0 {
+			n := min(len(items), size*extendParallel)
+			chunks := (n + size - 1) / size
+			wave := make([][]int, 0, chunks)
+			for c := range chunks {
+				// Chunk c of n items in chunks pieces: sizes differ by at most one.
+				wave = append(wave, items[c*n/chunks:(c+1)*n/chunks])
+			}
+			waves = append(waves, wave)
+			items = items[n:]
+		}
+	}
+	return waves
 }
 
 // prefixed puts an item's field path before an invalid-argument message
