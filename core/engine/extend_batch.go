@@ -57,6 +57,9 @@ func (e *Engine) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchRequest
 	}
 	results := newExtendResults(len(reqs))
 	for i := range reqs {
+		if i == 0 || reqs[i].TTL != reqs[i-1].TTL {
+			results.ttl = durationpb.New(reqs[i].TTL) // shared by the items after with the same ttl
+		}
 		e.extendResult(results, i, reqs[i], outs[i])
 	}
 	return &lockv1.ExtendBatchResponse{Results: results.ptrs, ServerStamp: e.stamp()}, nil
@@ -132,7 +135,7 @@ type extendResults struct {
 	ptrs    []*lockv1.ExtendBatchResult
 	results []lockv1.ExtendBatchResult
 	leases  []lockv1.Lease
-	ttls    []durationpb.Duration
+	ttl     *durationpb.Duration // the current item's
 	expires []timestamppb.Timestamp
 	stamps  []lockv1.HlcTimestamp
 }
@@ -142,7 +145,6 @@ func newExtendResults(n int) *extendResults {
 		ptrs:    make([]*lockv1.ExtendBatchResult, n),
 		results: make([]lockv1.ExtendBatchResult, n),
 		leases:  make([]lockv1.Lease, n),
-		ttls:    make([]durationpb.Duration, n),
 		expires: make([]timestamppb.Timestamp, n),
 		stamps:  make([]lockv1.HlcTimestamp, n),
 	}
@@ -175,8 +177,7 @@ func (e *Engine) extendResult(rs *extendResults, i int, req backend.ExtendReques
 	// lease's answer for one key, built in the batch's slabs.
 	l := &rs.leases[i]
 	l.Key, l.OwnerToken, l.FencingToken = rec.Key, req.OwnerToken, rec.FencingToken
-	rs.ttls[i].Seconds, rs.ttls[i].Nanos = durationParts(req.TTL)
-	l.Ttl = &rs.ttls[i]
+	l.Ttl = rs.ttl
 	if !rec.Stamp.IsZero() {
 		rs.stamps[i].WallTimeNs, rs.stamps[i].Logical = rec.Stamp.WallTime, rec.Stamp.Logical
 		l.Stamp = &rs.stamps[i]
@@ -190,13 +191,6 @@ func (e *Engine) extendResult(rs *extendResults, i int, req backend.ExtendReques
 	}
 	setShape(l, rec)
 	res.Extended, res.Lease = true, l
-}
-
-// durationParts are d's seconds and nanoseconds, as durationpb.New splits
-// them.
-func durationParts(d time.Duration) (int64, int32) {
-	nanos := d.Nanoseconds()
-	return nanos / 1e9, int32(nanos % 1e9)
 }
 
 // batchItems is the most requests one backend batch call carries.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/holdfast/holdfast/core/backend"
 	backendv1 "github.com/holdfast/holdfast/proto/holdfast/backend/v1"
 )
@@ -142,11 +144,25 @@ func FromReleaseBatchResponse(resp *backendv1.ReleaseBatchResponse, reqs []backe
 	return out, nil
 }
 
-// ToExtendBatchRequest encodes an ExtendBatch.
+// ToExtendBatchRequest encodes an ExtendBatch. Its messages are allocated
+// together, and items with the stamp of the item before share its message:
+// a watchdog's batch renews hundreds of leases.
 func ToExtendBatchRequest(reqs []backend.ExtendRequest) *backendv1.ExtendBatchRequest {
 	out := &backendv1.ExtendBatchRequest{Items: make([]*backendv1.ExtendRequest, len(reqs))}
+	items := make([]backendv1.ExtendRequest, len(reqs))
+	ttls := make([]durationpb.Duration, len(reqs))
+	var stamp *backendv1.Stamp
 	for i, r := range reqs {
-		out.Items[i] = ToExtendRequest(r)
+		p := &items[i]
+		p.Key, p.OwnerToken = r.Key, r.OwnerToken
+		ttls[i].Seconds, ttls[i].Nanos = durationParts(r.TTL)
+		p.Ttl = &ttls[i]
+		if i == 0 || r.Stamp != reqs[i-1].Stamp {
+			stamp = ToStamp(r.Stamp)
+		}
+		p.Stamp = stamp
+		p.Request = toRequest(r.Request)
+		out.Items[i] = p
 	}
 	return out
 }
@@ -160,15 +176,28 @@ func FromExtendBatchRequest(p *backendv1.ExtendBatchRequest) []backend.ExtendReq
 	return out
 }
 
-// ToExtendBatchResponse encodes an ExtendBatch's outcomes.
+// ToExtendBatchResponse encodes an ExtendBatch's outcomes, their messages
+// allocated together.
 func ToExtendBatchResponse(outs []backend.Outcome[backend.ExtendResult]) *backendv1.ExtendBatchResponse {
 	resp := &backendv1.ExtendBatchResponse{Items: make([]*backendv1.ExtendOutcome, len(outs))}
+	items := make([]backendv1.ExtendOutcome, len(outs))
+	results := make([]backendv1.ExtendResponse, len(outs))
+	var records []recordParts
 	for i, o := range outs {
-		item := &backendv1.ExtendOutcome{Error: toItemError(o.Err)}
-		if o.Err == nil {
-			item.Result = ToExtendResponse(o.Value)
-		}
+		item := &items[i]
 		resp.Items[i] = item
+		if o.Err != nil {
+			item.Error = toItemError(o.Err)
+			continue
+		}
+		res := &results[i]
+		item.Result = res
+		if res.Extended = o.Value.Extended; res.Extended {
+			if records == nil {
+				records = make([]recordParts, len(outs))
+			}
+			res.Record = records[i].fill(o.Value.Record)
+		}
 	}
 	return resp
 }

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"slices"
+	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -15,21 +16,37 @@ import (
 
 // ToRecord encodes a held lock.
 func ToRecord(r backend.Record) *backendv1.Record {
-	out := &backendv1.Record{
-		Key:          r.Key,
-		FencingToken: r.FencingToken,
-		Holder:       r.Holder,
-		Remaining:    durationpb.New(r.Remaining),
-		Stamp:        ToStamp(r.Stamp),
-		LockDelay:    toDelay(r.LockDelay),
-		Kind:         ToKind(r.Kind),
-		Limit:        toCount(r.Limit),
-		Permits:      toCount(r.Permits),
-		InUse:        uint32(max(r.InUse, 0)),
-		Value:        r.Value,
+	var parts recordParts
+	return parts.fill(r)
+}
+
+// recordParts are the messages of one encoded Record, allocated together
+// (a batch's records, in slabs).
+type recordParts struct {
+	record    backendv1.Record
+	remaining durationpb.Duration
+	stamp     backendv1.Stamp
+	expires   timestamppb.Timestamp
+}
+
+// fill encodes r into p's messages and answers p's record.
+func (p *recordParts) fill(r backend.Record) *backendv1.Record {
+	out := &p.record
+	out.Key, out.FencingToken, out.Holder = r.Key, r.FencingToken, r.Holder
+	p.remaining.Seconds, p.remaining.Nanos = durationParts(r.Remaining)
+	out.Remaining = &p.remaining
+	if !r.Stamp.IsZero() {
+		p.stamp.WallTimeNs, p.stamp.Logical = r.Stamp.WallTime, r.Stamp.Logical
+		out.Stamp = &p.stamp
 	}
+	out.LockDelay = toDelay(r.LockDelay)
+	out.Kind = ToKind(r.Kind)
+	out.Limit, out.Permits = toCount(r.Limit), toCount(r.Permits)
+	out.InUse = uint32(max(r.InUse, 0))
+	out.Value = r.Value
 	if !r.ExpiresAt.IsZero() {
-		out.ExpiresAt = timestamppb.New(r.ExpiresAt)
+		p.expires.Seconds, p.expires.Nanos = r.ExpiresAt.Unix(), int32(r.ExpiresAt.Nanosecond())
+		out.ExpiresAt = &p.expires
 	}
 	if len(r.Holders) > 0 {
 		out.Holders = make([]*backendv1.Grant, len(r.Holders))
@@ -38,6 +55,13 @@ func ToRecord(r backend.Record) *backendv1.Record {
 		}
 	}
 	return out
+}
+
+// durationParts are d's seconds and nanoseconds, as durationpb.New splits
+// them.
+func durationParts(d time.Duration) (int64, int32) {
+	nanos := d.Nanoseconds()
+	return nanos / 1e9, int32(nanos % 1e9)
 }
 
 func toGrant(g backend.Grant) *backendv1.Grant {
