@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -96,6 +97,11 @@ func (c *Client) log(ev LeaseEvent) {
 	l := c.opts.logger
 	switch ev.Type {
 	case LeaseRenewed:
+		// One per guard per renewal, hundreds per watchdog batch: skip
+		// building the line's attributes when debug lines are off.
+		if !l.Enabled(context.Background(), slog.LevelDebug) {
+			return
+		}
 		l.Debug("holdfast: lease renewed", "key", ev.Key, "fencing_token", ev.FencingToken, "ttl", ev.TTL, "renewals", ev.Renewals, "latency", ev.Latency)
 	case LeaseRenewalFailed:
 		l.Warn("holdfast: lease renewal failed; retrying", "key", ev.Key, "fencing_token", ev.FencingToken, "error", ev.Err, "left", ev.Remaining)

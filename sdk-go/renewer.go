@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/holdfast/holdfast/proto/hlc"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
@@ -267,7 +269,7 @@ func (r *renewer) take(now time.Time) []*Guard {
 // ExtendBatch, each multi-key guard (and a single-key guard alone, or every
 // guard on a server without ExtendBatch) in its own Extend, all at once.
 func (r *renewer) renew(batch []*Guard) {
-	reqs := make([]*lockv1.ExtendRequest, len(batch))
+	ttls := make([]time.Duration, len(batch))
 	// Each attempt is bounded by the lease with the least time left and
 	// by a third of its TTL, so that a hung connection leaves every guard
 	// time for another attempt, and by the request timeout.
@@ -279,45 +281,71 @@ func (r *renewer) renew(batch []*Guard) {
 	}
 	single := r.single
 	r.mu.Unlock()
-	var items []*lockv1.ExtendBatchItem
 	var inBatch, alone []int
 	for i, g := range batch {
 		g.mu.Lock()
-		ttl := g.ttl
+		ttls[i] = g.ttl
 		bound = min(bound, max(min(time.Until(g.expiry), g.ttl/3), time.Millisecond))
 		g.mu.Unlock()
-		reqs[i] = g.extendRequest(ttl, rids[i])
 		if g.keys != nil {
 			alone = append(alone, i)
 			continue
 		}
 		inBatch = append(inBatch, i)
-		items = append(items, &lockv1.ExtendBatchItem{Key: g.key, OwnerToken: g.owner, Ttl: reqs[i].GetTtl(), RequestId: rids[i]})
 	}
 	if single || len(inBatch) == 1 {
-		alone, inBatch, items = append(alone, inBatch...), nil, nil
+		alone, inBatch = append(alone, inBatch...), nil
 	}
+	ren := &renewalCall{batch: batch, ttls: ttls, rids: rids}
 	ctx, cancel := context.WithTimeout(r.c.closing, bound)
 	defer cancel()
-	sent := time.Now()
+	ren.sent = time.Now()
 	var wg sync.WaitGroup
-	wg.Go(func() { r.renewEach(ctx, batch, reqs, alone, sent) })
+	wg.Go(func() { r.renewEach(ctx, ren, alone) })
 	if len(inBatch) > 0 {
-		r.renewBatch(ctx, batch, reqs, inBatch, items, sent)
+		r.renewBatch(ctx, ren, inBatch)
 	}
 	wg.Wait()
 }
 
-// renewBatch renews the guards batch[i] for i in idx in one ExtendBatch of
-// items (an older server's unimplemented: each by its own Extend, and
-// every renewal after it).
-func (r *renewer) renewBatch(ctx context.Context, batch []*Guard, reqs []*lockv1.ExtendRequest, idx []int, items []*lockv1.ExtendBatchItem, sent time.Time) {
+// renewalCall is one renewal of the guards batch: each one's ttl and
+// request id, and when it was sent.
+type renewalCall struct {
+	batch []*Guard
+	ttls  []time.Duration
+	rids  []string
+	sent  time.Time
+}
+
+// items are the ExtendBatch items of the guards batch[i] for i in idx
+// (items of one ttl share its message: a batch carries hundreds).
+func (c *renewalCall) items(idx []int) []*lockv1.ExtendBatchItem {
+	items := make([]*lockv1.ExtendBatchItem, len(idx))
+	slab := make([]lockv1.ExtendBatchItem, len(idx))
+	var ttl *durationpb.Duration
+	for j, i := range idx {
+		if j == 0 || c.ttls[i] != c.ttls[idx[j-1]] {
+			ttl = durationpb.New(c.ttls[i])
+		}
+		it := &slab[j]
+		it.Key, it.OwnerToken, it.Ttl, it.RequestId = c.batch[i].key, c.batch[i].owner, ttl, c.rids[i]
+		items[j] = it
+	}
+	return items
+}
+
+// renewBatch renews the guards ren.batch[i] for i in idx in one
+// ExtendBatch (an older server's unimplemented: each by its own Extend,
+// and every renewal after it).
+func (r *renewer) renewBatch(ctx context.Context, ren *renewalCall, idx []int) {
+	items := ren.items(idx)
 	resp, err := r.c.rpc.ExtendBatch(ctx, &lockv1.ExtendBatchRequest{Items: items, ClientStamp: r.c.stamp()})
 	if connect.CodeOf(err) == connect.CodeUnimplemented {
 		r.mu.Lock()
 		r.single = true
 		r.mu.Unlock()
-		r.renewEach(ctx, batch, reqs, idx, time.Now())
+		ren.sent = time.Now()
+		r.renewEach(ctx, ren, idx)
 		return
 	}
 	if err == nil && len(resp.GetResults()) != len(items) {
@@ -326,37 +354,42 @@ func (r *renewer) renewBatch(ctx context.Context, batch []*Guard, reqs []*lockv1
 	if err != nil {
 		_, mapped := attemptError(r.c.closing, ctx, "ExtendBatch", err)
 		for _, i := range idx {
-			r.failed(batch[i], mapped)
+			r.failed(ren.batch[i], mapped)
 		}
 		return
 	}
-	r.c.merge(resp.GetServerStamp())
+	// One merge of the latest stamp the answer carries: merging each
+	// lease's in turn moves the clock to the same place.
+	latest := hlc.FromProto(resp.GetServerStamp())
+	for _, res := range resp.GetResults() {
+		latest = hlc.Max(latest, hlc.FromProto(res.GetLease().GetStamp()))
+	}
+	r.c.merge(latest.ToProto())
 	for j, i := range idx {
 		res := resp.GetResults()[j]
 		if e := res.GetError(); e != nil {
-			r.failed(batch[i], &rpcError{op: "ExtendBatch", code: e.GetCode(), message: e.GetMessage(), kind: codeKind(e.GetCode())})
+			r.failed(ren.batch[i], &rpcError{op: "ExtendBatch", code: e.GetCode(), message: e.GetMessage(), kind: codeKind(e.GetCode())})
 			continue
 		}
-		r.c.merge(res.GetLease().GetStamp())
-		r.answered(batch[i], sent, reqs[i].GetTtl().AsDuration(), res.GetExtended())
+		r.answered(ren.batch[i], ren.sent, ren.ttls[i], res.GetExtended())
 	}
 }
 
-// renewEach renews each guard batch[i] for i in idx with its own Extend
-// (reqs[i]), at once.
-func (r *renewer) renewEach(ctx context.Context, batch []*Guard, reqs []*lockv1.ExtendRequest, idx []int, sent time.Time) {
+// renewEach renews each guard ren.batch[i] for i in idx with its own
+// Extend, at once.
+func (r *renewer) renewEach(ctx context.Context, ren *renewalCall, idx []int) {
 	var wg sync.WaitGroup
 	for _, i := range idx {
 		wg.Go(func() {
-			g := batch[i]
-			resp, err := r.c.rpc.Extend(ctx, reqs[i])
+			g := ren.batch[i]
+			resp, err := r.c.rpc.Extend(ctx, g.extendRequest(ren.ttls[i], ren.rids[i]))
 			if err != nil {
 				_, mapped := attemptError(r.c.closing, ctx, "Extend", err)
 				r.failed(g, mapped)
 				return
 			}
 			r.c.merge(resp.GetServerStamp(), resp.GetLease().GetStamp())
-			r.answered(g, sent, reqs[i].GetTtl().AsDuration(), resp.GetExtended())
+			r.answered(g, ren.sent, ren.ttls[i], resp.GetExtended())
 		})
 	}
 	wg.Wait()
