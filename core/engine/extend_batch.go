@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/proto/hlc"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
@@ -61,6 +62,9 @@ func (e *Engine) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchRequest
 			results.ttl = durationpb.New(reqs[i].TTL) // shared by the items after with the same ttl
 		}
 		e.extendResult(results, i, reqs[i], outs[i])
+	}
+	if !results.latest.IsZero() {
+		e.clock.Observe(results.latest) // once, not once per lease under the clock's mutex
 	}
 	return &lockv1.ExtendBatchResponse{Results: results.ptrs, ServerStamp: e.stamp()}, nil
 }
@@ -136,6 +140,7 @@ type extendResults struct {
 	results []lockv1.ExtendBatchResult
 	leases  []lockv1.Lease
 	ttl     *durationpb.Duration // the current item's
+	latest  hlc.Timestamp        // the latest stamp of a renewed lease
 	expires []timestamppb.Timestamp
 	stamps  []lockv1.HlcTimestamp
 }
@@ -173,7 +178,7 @@ func (e *Engine) extendResult(rs *extendResults, i int, req backend.ExtendReques
 		return
 	}
 	rec := out.Value.Record
-	e.clock.Observe(rec.Stamp)
+	rs.latest = hlc.Max(rs.latest, rec.Stamp)
 	// lease's answer for one key, built in the batch's slabs.
 	l := &rs.leases[i]
 	l.Key, l.OwnerToken, l.FencingToken = rec.Key, req.OwnerToken, rec.FencingToken
