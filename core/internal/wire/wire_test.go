@@ -10,9 +10,11 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/proto/hlc"
+	backendv1 "github.com/holdfast/holdfast/proto/holdfast/backend/v1"
 )
 
 // What the plugin side encodes, the host side decodes to the same value.
@@ -179,5 +181,60 @@ func TestErrorsRoundTrip(t *testing.T) {
 	}
 	if got := FromStatus(status.New(codes.Unavailable, "down"), "p").Error(); got != "plugin p: down" {
 		t.Errorf("unavailable message %q", got)
+	}
+}
+
+// An ExtendBatch's items and outcomes, encoded in slabs with shared stamp
+// and ttl messages, decode after the wire to what was sent: each item its
+// own key, token, ttl, stamp and request identity, each outcome its own
+// record, refusal or error.
+func TestExtendBatchRoundTrip(t *testing.T) {
+	s1, s2 := hlc.Timestamp{WallTime: 42, Logical: 3}, hlc.Timestamp{WallTime: 43}
+	reqs := []backend.ExtendRequest{
+		{Key: "b/1", OwnerToken: "t1", TTL: time.Minute, Stamp: s1},
+		{Key: "b/2", OwnerToken: "t2", TTL: time.Minute, Stamp: s1, Request: backend.Request{ID: "id", Fingerprint: "fp"}},
+		{Key: "b/3", OwnerToken: "t3", TTL: 1500 * time.Millisecond, Stamp: s2},
+		{Key: "b/4", OwnerToken: "t4", TTL: time.Hour},
+	}
+	var wireReq backendv1.ExtendBatchRequest
+	roundTrip(t, ToExtendBatchRequest(reqs), &wireReq)
+	if got := FromExtendBatchRequest(&wireReq); !reflect.DeepEqual(got, reqs) {
+		t.Errorf("ExtendBatchRequest: got %+v, want %+v", got, reqs)
+	}
+
+	rec := func(key string, stamp hlc.Timestamp, expires time.Time) backend.Record {
+		return backend.Record{Key: key, FencingToken: 9, Holder: "h", ExpiresAt: expires, Remaining: 59 * time.Second, Stamp: stamp, Limit: 1, Permits: 1}
+	}
+	outs := []backend.Outcome[backend.ExtendResult]{
+		{Value: backend.ExtendResult{Extended: true, Record: rec("b/1", s1, time.Unix(1700000000, 5).UTC())}},
+		{Value: backend.ExtendResult{}},
+		{Err: fmt.Errorf("%w: that part of the store is down", backend.ErrUnavailable)},
+		{Value: backend.ExtendResult{Extended: true, Record: rec("b/4", hlc.Timestamp{}, time.Time{})}},
+	}
+	var wireResp backendv1.ExtendBatchResponse
+	roundTrip(t, ToExtendBatchResponse(outs), &wireResp)
+	got, err := FromExtendBatchResponse(&wireResp, reqs, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range got {
+		if (o.Err == nil) != (outs[i].Err == nil) || o.Err != nil && !errors.Is(o.Err, backend.ErrUnavailable) {
+			t.Errorf("outcome %d: error %v, want %v", i, o.Err, outs[i].Err)
+		}
+		if !reflect.DeepEqual(o.Value, outs[i].Value) {
+			t.Errorf("outcome %d: got %+v, want %+v", i, o.Value, outs[i].Value)
+		}
+	}
+}
+
+// roundTrip marshals m and unmarshals it into into.
+func roundTrip(t *testing.T, m, into proto.Message) {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proto.Unmarshal(b, into); err != nil {
+		t.Fatal(err)
 	}
 }
