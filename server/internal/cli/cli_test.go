@@ -72,3 +72,19 @@ func TestVersionAndBadFlags(t *testing.T) {
 		t.Fatalf("bad duration: code %d err %q", code, errb.String())
 	}
 }
+
+// --compression takes none or gzip, from the command line or from
+// HOLDFAST_COMPRESSION; anything else refuses to start, naming the choices.
+func TestCompressionFlag(t *testing.T) {
+	const want = `--compression: "zstd" is not none or gzip`
+	var out, errb bytes.Buffer
+	if code := Main(context.Background(), "dev", []string{"serve", "--compression", "zstd"}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), want) {
+		t.Fatalf("--compression zstd: code %d err %q, want %q", code, errb.String(), want)
+	}
+	errb.Reset()
+	t.Setenv("HOLDFAST_COMPRESSION", "zstd")
+	if code := Main(context.Background(), "dev", []string{"serve"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), want) {
+		t.Fatalf("HOLDFAST_COMPRESSION=zstd: code %d err %q, want %q", code, errb.String(), want)
+	}
+}
