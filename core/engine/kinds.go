@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/holdfast/holdfast/core/backend"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
