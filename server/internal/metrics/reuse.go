@@ -28,6 +28,7 @@ const maxVariants = 8
 type reuse struct {
 	next  http.Handler
 	every time.Duration
+	now   func() time.Time
 
 	mu    sync.Mutex
 	kept  map[string]*rendering
@@ -58,7 +59,7 @@ func (r *rendering) WriteHeader(status int) {
 }
 
 func newReuse(next http.Handler, every time.Duration) *reuse {
-	return &reuse{next: next, every: every, kept: make(map[string]*rendering)}
+	return &reuse{next: next, every: every, now: time.Now, kept: make(map[string]*rendering)}
 }
 
 func (c *reuse) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -75,10 +76,10 @@ func (c *reuse) rendering(req *http.Request) *rendering {
 	variant := req.Header.Get("Accept") + "\x00" + req.Header.Get("Accept-Encoding")
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r := c.kept[variant]; r != nil && time.Since(r.at) < c.every {
+	if r := c.kept[variant]; r != nil && c.now().Sub(r.at) < c.every {
 		return r
 	}
-	r := &rendering{at: time.Now(), header: make(http.Header)} // the values' age counts from here
+	r := &rendering{at: c.now(), header: make(http.Header)} // the values' age counts from here
 	c.next.ServeHTTP(r, req)
 	if r.status == 0 {
 		r.status = http.StatusOK

@@ -38,12 +38,32 @@ func scrapeBody(t *testing.T, h http.Handler, encoding string) (string, *httptes
 	return string(b), rec
 }
 
+// clock is a settable time for reuse.now.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
 // Scrapes within the reuse window get the first one's rendering (the
-// counter as it was), each variant (compression) its own; after the window
-// a scrape renders again and sees the counter as it is.
+// counter as it was), each variant (compression) its own; once the window
+// has passed a scrape renders again and sees the counter as it is.
 func TestScrapesWithinReuseShareOneRendering(t *testing.T) {
 	m := New()
-	h := newReuse(m.Handler(), 200*time.Millisecond)
+	h := newReuse(m.Handler(), time.Second)
+	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	h.now = clk.now
 	m.ReleaseDone(true)
 	first, rec := scrapeBody(t, h, "gzip")
 	if rec.Code != http.StatusOK || rec.Header().Get("Content-Encoding") != "gzip" || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/plain") {
@@ -54,6 +74,7 @@ func TestScrapesWithinReuseShareOneRendering(t *testing.T) {
 		t.Fatalf("first scrape lacks %q:\n%s", one, first)
 	}
 	m.ReleaseDone(true)
+	clk.add(time.Second - time.Nanosecond)
 	again, rec := scrapeBody(t, h, "gzip")
 	if again != first || rec.Header().Get("Content-Encoding") != "gzip" {
 		t.Fatalf("a scrape within the window rendered again (%v):\n%s", rec.Header(), again)
@@ -65,16 +86,28 @@ func TestScrapesWithinReuseShareOneRendering(t *testing.T) {
 	if h.fresh != 2 {
 		t.Fatalf("%d renderings for two variants", h.fresh)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		body, _ := scrapeBody(t, h, "gzip")
-		if strings.Contains(body, two) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no fresh rendering after the window:\n%s", body)
-		}
-		time.Sleep(20 * time.Millisecond)
+	clk.add(time.Nanosecond)
+	if body, _ := scrapeBody(t, h, "gzip"); !strings.Contains(body, two) || h.fresh != 3 {
+		t.Fatalf("no fresh rendering once the window passed (%d renderings):\n%s", h.fresh, body)
+	}
+}
+
+// Scrapes that arrive while a rendering is made wait for it and share it.
+func TestConcurrentScrapesShareOneRendering(t *testing.T) {
+	h := newReuse(New().Handler(), time.Hour)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+			if rec.Code != http.StatusOK {
+				t.Errorf("scrape: %d", rec.Code)
+			}
+		})
+	}
+	wg.Wait()
+	if h.fresh != 1 {
+		t.Fatalf("8 scrapes made %d renderings", h.fresh)
 	}
 }
 
