@@ -76,25 +76,16 @@ func runConcurrent(b *testing.B, conc int, op func(ctx context.Context, worker, 
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, conc := range []int{1, 32} {
 		for _, notify := range []string{postgres.NotifyAll, postgres.NotifyContended} {
-			b.Run(fmt.Sprintf("holdfast-postgres/notify=%s/conc=%d", notify, conc), func(b *testing.B) {
-				be := open(b, map[string]string{"notify": notify}) // default pool: max(4, CPUs) connections
-				runConcurrent(b, conc, func(ctx context.Context, w, i int) error {
-					key := fmt.Sprintf("bench/%d", w)
-					tok := token()
-					res, err := be.Acquire(ctx, backend.AcquireRequest{Key: key, OwnerToken: tok, TTL: 10 * time.Second, Stamp: clock.Now()})
-					if err != nil {
-						return err
-					}
-					if !res.Acquired {
-						return fmt.Errorf("worker %d: %s not acquired", w, key)
-					}
-					ok, err := be.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: tok, Stamp: clock.Now()})
-					if err == nil && !ok {
-						err = fmt.Errorf("worker %d: %s not released", w, key)
-					}
-					return err
+			// rid: every call carries a request identity, as all SDK
+			// traffic does (the engine dedupes retries by it).
+			for _, rid := range []bool{false, true} {
+				b.Run(fmt.Sprintf("holdfast-postgres/notify=%s/rid=%t/conc=%d", notify, rid, conc), func(b *testing.B) {
+					be := open(b, map[string]string{"notify": notify}) // default pool: max(4, CPUs) connections
+					runConcurrent(b, conc, func(ctx context.Context, w, i int) error {
+						return acquireRelease(ctx, be, fmt.Sprintf("bench/%d", w), rid)
+					})
 				})
-			})
+			}
 		}
 		b.Run(fmt.Sprintf("pg_try_advisory_lock/conc=%d", conc), func(b *testing.B) {
 			pool, err := pgxpool.New(context.Background(), pgtest.DSN(b)) // same default pool
@@ -162,4 +153,27 @@ func hotKeyGrants(b *testing.B, be backend.Backend) {
 			b.ReportMetric(float64(grants.Load())/time.Since(start).Seconds(), "grants/s")
 		})
 	}
+}
+
+// acquireRelease takes key and gives it back, with request identities when
+// rid is set.
+func acquireRelease(ctx context.Context, be backend.Backend, key string, rid bool) error {
+	tok := token()
+	var acqID, relID backend.Request
+	if rid {
+		acqID = backend.Request{ID: token(), Fingerprint: "a"}
+		relID = backend.Request{ID: token(), Fingerprint: "r"}
+	}
+	res, err := be.Acquire(ctx, backend.AcquireRequest{Key: key, OwnerToken: tok, TTL: 10 * time.Second, Stamp: clock.Now(), Request: acqID})
+	if err != nil {
+		return err
+	}
+	if !res.Acquired {
+		return fmt.Errorf("%s not acquired", key)
+	}
+	ok, err := be.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: tok, Stamp: clock.Now(), Request: relID})
+	if err == nil && !ok {
+		err = fmt.Errorf("%s not released", key)
+	}
+	return err
 }

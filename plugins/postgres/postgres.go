@@ -336,6 +336,7 @@ type Backend struct {
 	sql      statements
 	sets     setStatements
 	grants   grantStatements
+	ident    identStatements
 	hints    grantHints // keys this plugin granted on (grants.go)
 	mark     bool       // a failed Acquire marks the row contended (notify=contended)
 	instance int64      // this plugin process, stored in acquired_by
@@ -427,6 +428,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		sql:      newStatements(n),
 		sets:     newSetStatements(n),
 		grants:   newGrantStatements(n),
+		ident:    newIdentStatements(n),
 		mark:     o.Notify == NotifyContended,
 		instance: instance,
 		ctx:      bctx,
@@ -695,9 +697,13 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 	if err := checkNoDelay(req.LockDelay); err != nil {
 		return backend.AcquireResult{}, err
 	}
-	if req.Request.ID != "" || req.ReplayOnly {
-		// A request identity is compared and kept in a transaction.
+	if req.ReplayOnly {
+		// Only a repeat is answered: the set transaction's decision.
 		return b.acquireOne(ctx, req)
+	}
+	if req.Request.ID != "" {
+		// A request identity is compared and kept by lock_acquire.
+		return b.acquireIdent(ctx, req)
 	}
 	ctx, done, err := b.call(ctx)
 	if err != nil {
@@ -753,9 +759,8 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 			return ok, err
 		}
 	}
-	if req.Request.ID != "" {
-		ok, err := b.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken,
-			Stamp: req.Stamp, Request: req.Request, Abandon: req.Abandon})
+	if req.Request.ID != "" && req.OwnerToken != "" {
+		ok, err := b.releaseIdent(ctx, req)
 		if ok || err != nil || grantFirst {
 			return ok, err
 		}
@@ -799,18 +804,11 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 		}
 	}
 	if req.Request.ID != "" {
-		res, err := b.ExtendSet(ctx, backend.ExtendSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken,
-			TTL: req.TTL, Stamp: req.Stamp, Request: req.Request})
-		if err != nil {
-			return backend.ExtendResult{}, err
+		res, err := b.extendIdent(ctx, req)
+		if res.Extended || err != nil || grantFirst {
+			return res, err
 		}
-		if !res.Extended {
-			if grantFirst {
-				return backend.ExtendResult{}, nil
-			}
-			return b.extendGrant(ctx, req)
-		}
-		return backend.ExtendResult{Extended: true, Record: res.Records[0]}, nil
+		return b.extendGrant(ctx, req)
 	}
 	ctx, done, err := b.call(ctx)
 	if err != nil {
