@@ -12,7 +12,7 @@
 // Notify modes). The plugin creates and
 // migrates it on start, in one transaction under a transaction-level
 // advisory lock, so plugins starting together do not race. The schema
-// version is kept in the table's comment ("holdfast locks v4").
+// version is kept in the table's comment ("holdfast locks v6").
 //
 // # Semantics
 //
@@ -123,21 +123,23 @@
 //     change the rows only if the owner digest holds a live lease on every
 //     one. The trigger announces each key's change on its own, in the
 //     transaction's commit.
-//   - Request identities (Info.RequestIDs; schema v3): the row keeps the
+//   - Request identities (Info.RequestIDs; schema v3, v6): the row keeps the
 //     identity of the last Acquire or Extend applied to its lease
 //     (request_id, request_fp), the Acquire's replay and whether a replay
 //     was answered (claimed), and the identity of the key's last Release
 //     until that lease would have expired (released_id, released_fp,
-//     released_until). A call that carries an identity, single key or
-//     set, runs in the set transaction above (rows locked FOR UPDATE),
-//     which compares and writes them in the step that decides the call, so
-//     a repeat through any plugin sharing the schema is answered as the
-//     first; a call without one keeps its single statement, which clears
-//     them when it takes or releases a lease, and an abandoning Release
-//     spares a claimed lease in that statement. A Release's identity is
-//     lost early only if the cleaner deletes the free row first
-//     (idle_retention after the release, shorter than a long lease): a
-//     repeat then answers false, never a wrong true.
+//     released_until). A single-key call that carries an identity is one
+//     call of lock_acquire, lock_release or lock_extend (v6, requests.go),
+//     which compares and writes them on the locked row in the step that
+//     decides the call; a set that carries one runs in the set transaction
+//     above, which does the same for every key; so a repeat through any
+//     plugin sharing the schema is answered as the first. A call without
+//     one keeps its single statement, which clears them when it takes or
+//     releases a lease, and an abandoning Release spares a claimed lease in
+//     that statement. A Release's identity is lost early only if the
+//     cleaner deletes the free row first (idle_retention after the
+//     release, shorter than a long lease): a repeat then answers false,
+//     never a wrong true.
 //   - Semaphores and rwlocks (Info.Kinds; schema v4): a grants table beside
 //     the locks table, and three functions that decide in one round trip
 //     each; see grants.go.
