@@ -241,6 +241,12 @@ func parseVersion(comment string) (int, error) {
 // plugin waits and then finds the current version.
 func migrate(ctx context.Context, pool *pgxpool.Pool, n names) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// DDL is not what statement_timeout bounds (a short one, 100ms,
+		// timed out creating functions on a loaded machine): the migration
+		// is bounded by ctx, New's start-up deadline, instead.
+		if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+			return fmt.Errorf("lift statement_timeout for the migration: %w", err)
+		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`,
 			int32(migrationLockClass), n.schema); err != nil {
 			return fmt.Errorf("take the migration lock: %w", err)
