@@ -19,9 +19,11 @@ import (
 // application's would be. What the SDK hides is read from its two public
 // seams: each renewal RPC (Extend or ExtendBatch) is timed by a
 // RoundTripper around the client's transport, one HTTP/2 connection per
-// client as the emulated clients have (the SDK's HTTP/1.1 default for an
-// http:// address was answered 400 Bad Request on an Acquire at 100
-// clients taking 100,000 locks, not investigated yet); renewals, failed
+// client as the emulated clients have (over the SDK's HTTP/1.1 default for
+// an http:// address, an Acquire at 100 clients taking 100,000 locks was
+// once answered 400 Bad Request: on a connection its transport had dialed
+// and parked, first used as the server's header timeout, then counted from
+// the accept, closed it; see httpguard.Awaiting); renewals, failed
 // attempts and lost leases come from the lease events. A lease lost as rejected or expired is a missed renewal;
 // one ended by the run's own close (client_closed) is not, nor is a renewal
 // that close cancelled an error. Each SDK attempt is bounded by a third of

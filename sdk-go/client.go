@@ -126,7 +126,13 @@ func parseTarget(target string) (*url.URL, error) {
 func newTransport(scheme string, p Protocol, tlsConfig *tls.Config) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	// Every guard renews on its own schedule; keep enough idle connections
-	// that a busy process does not redial for each renewal.
+	// that a busy process does not redial for each renewal. An idle
+	// connection is kept for DefaultTransport's 90s (IdleConnTimeout), less
+	// than the server's --idle-timeout (2m), so the pool never offers one
+	// the server is closing; that holds too for a connection the transport
+	// dialed for a request that another connection served and parked
+	// unused, as the server waits --idle-timeout for a connection's first
+	// request.
 	t.MaxIdleConnsPerHost = 64
 	protos := new(http.Protocols)
 	switch {

@@ -310,21 +310,40 @@ func newOwnerToken() string {
 // state is the API's view of a held key (ev set: as a watch event about
 // one grant; see setHolders).
 func (e *Engine) state(r backend.Record, ev backend.EventType) *lockv1.LockState {
-	s := &lockv1.LockState{
-		Key:          r.Key,
-		FencingToken: r.FencingToken,
-		Holder:       r.Holder,
-		Stamp:        r.Stamp.ToProto(),
-		Waiters:      uint32(e.q.Depth(r.Key)),
-	}
+	var m msgs
+	return m.state(r, ev, e.q.Depth(r.Key))
+}
+
+// state is the API's view of r with waiters queued for its key.
+func (m *msgs) state(r backend.Record, ev backend.EventType, waiters int) *lockv1.LockState {
+	s := m.states.new()
+	s.Key, s.FencingToken, s.Holder = r.Key, r.FencingToken, r.Holder
+	s.Stamp, s.Waiters = m.stamp(r.Stamp), uint32(waiters)
 	if !r.ExpiresAt.IsZero() {
-		s.ExpiresAt = timestamppb.New(r.ExpiresAt)
+		s.ExpiresAt = m.time(r.ExpiresAt)
 	}
 	if r.LockDelay > 0 {
-		s.LockDelay = durationpb.New(r.LockDelay)
+		s.LockDelay = m.duration(r.LockDelay)
 	}
-	setHolders(s, r, ev)
+	m.setHolders(s, r, ev)
 	return s
+}
+
+// states is the API's view of a List page's records: state of each, its
+// messages cut from a few slices (see arena), and the waiters of every key
+// read under one hold of the queues' mutex.
+func (e *Engine) states(recs []backend.Record) []*lockv1.LockState {
+	keys := make([]string, len(recs))
+	for i, r := range recs {
+		keys[i] = r.Key
+	}
+	waiters := e.q.Depths(keys)
+	m := pageMsgs(len(recs))
+	out := make([]*lockv1.LockState, len(recs))
+	for i, r := range recs {
+		out[i] = m.state(r, 0, waiters[i])
+	}
+	return out
 }
 
 // delay describes a key in its lock-delay (rec.DelayRemaining > 0).
@@ -816,12 +835,7 @@ func (e *Engine) List(ctx context.Context, req *lockv1.ListRequest) (*lockv1.Lis
 	if err != nil {
 		return nil, backendErr(ctx, "list", err)
 	}
-	resp := &lockv1.ListResponse{NextPageToken: page.NextPageToken, Locks: make([]*lockv1.LockState, len(page.Records))}
-	for i, r := range page.Records {
-		resp.Locks[i] = e.state(r, 0)
-	}
-	resp.ServerStamp = e.stamp()
-	return resp, nil
+	return &lockv1.ListResponse{NextPageToken: page.NextPageToken, Locks: e.states(page.Records), ServerStamp: e.stamp()}, nil
 }
 
 // GetServerInfo reports the server's version and the backend's promises.

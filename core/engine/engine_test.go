@@ -773,6 +773,15 @@ func TestResyncWakesWaiters(t *testing.T) { eachMode(t, testResyncWakesWaiters) 
 func testResyncWakesWaiters(t *testing.T, m mode) {
 	e, b := m.newEngine(t, engine.Config{})
 	holder := mustAcquire(t, e, "k", time.Minute)
+	// The waiter's tries: a fair waiter tries as a newcomer, joins, and
+	// tries again as the head; a local one joins and tries as the head.
+	tries := int64(1)
+	if m.fair {
+		tries = 2
+	}
+	var tried atomic.Int64
+	hook := func() { tried.Add(1) }
+	b.afterHook.Store(&hook)
 	got := make(chan *lockv1.AcquireResponse, 1)
 	go func() {
 		resp, err := e.Acquire(context.Background(), acq("k", time.Minute, 20*time.Second))
@@ -781,7 +790,13 @@ func testResyncWakesWaiters(t *testing.T, m mode) {
 		}
 		got <- resp
 	}()
-	eventually(t, "waiter queued", func() bool { return e.Waiters("k") == 1 })
+	// Queued, and its tries answered: a try still on its way when the lock
+	// is released below would take it without the resync this test is
+	// about.
+	eventually(t, "waiter queued after its tries", func() bool {
+		return e.Waiters("k") == 1 && tried.Load() >= tries
+	})
+	b.afterHook.Store(nil)
 	resume := b.breakWatch()
 	// Released behind the engine's back while its watch is down: the event
 	// is lost, and the holder's expiry is a minute away.

@@ -5,9 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	"github.com/holdfast/holdfast/core/backend"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
@@ -232,29 +229,32 @@ func setShape(l *lockv1.Lease, r backend.Record) {
 }
 
 // grantOf is the API's view of the grant a record describes itself.
-func grantOf(r backend.Record) *lockv1.Grant {
-	return grant(r.Kind, max(r.Limit, 1), backend.Grant{
+func (m *msgs) grantOf(r backend.Record) *lockv1.Grant {
+	return m.grant(r.Kind, max(r.Limit, 1), backend.Grant{
 		FencingToken: r.FencingToken, Holder: r.Holder, ExpiresAt: r.ExpiresAt, Stamp: r.Stamp, Permits: r.Permits, Value: r.Value,
 	}, r.LockDelay)
 }
 
-func grant(kind backend.Kind, limit int, g backend.Grant, lockDelay time.Duration) *lockv1.Grant {
+func (m *msgs) grant(kind backend.Kind, limit int, g backend.Grant, lockDelay time.Duration) *lockv1.Grant {
 	permits := max(g.Permits, 1)
-	out := &lockv1.Grant{
-		FencingToken: g.FencingToken,
-		Holder:       g.Holder,
-		Stamp:        g.Stamp.ToProto(),
-		Permits:      uint32(permits),
-		Mode:         mode(kind, limit, permits),
-		Value:        g.Value,
-	}
+	out := m.grants.new()
+	out.FencingToken, out.Holder, out.Value = g.FencingToken, g.Holder, g.Value
+	out.Stamp = m.stamp(g.Stamp)
+	out.Permits, out.Mode = uint32(permits), mode(kind, limit, permits)
 	if !g.ExpiresAt.IsZero() {
-		out.ExpiresAt = timestamppb.New(g.ExpiresAt)
+		out.ExpiresAt = m.time(g.ExpiresAt)
 	}
 	if lockDelay > 0 {
-		out.LockDelay = durationpb.New(lockDelay)
+		out.LockDelay = m.duration(lockDelay)
 	}
 	return out
+}
+
+// one is a holders list of g alone.
+func (m *msgs) one(g *lockv1.Grant) []*lockv1.Grant {
+	s := m.holders.slice(1)
+	s[0] = g
+	return s
 }
 
 // setHolders fills a state's kind, limit, permits in use and holders from
@@ -262,25 +262,25 @@ func grant(kind backend.Kind, limit int, g backend.Grant, lockDelay time.Duratio
 // holder). For a watch event (ev set) holders is the one grant the event is
 // about, and permits_in_use what the key holds after it, when known (the
 // backend may not say for a semaphore or rwlock: 0).
-func setHolders(s *lockv1.LockState, r backend.Record, ev backend.EventType) {
+func (m *msgs) setHolders(s *lockv1.LockState, r backend.Record, ev backend.EventType) {
 	limit := max(r.Limit, 1)
 	s.Kind, s.Limit = toKind(r.Kind), uint32(limit)
 	switch {
 	case ev != 0 && r.Kind == backend.KindMutex:
-		s.Holders = []*lockv1.Grant{grantOf(r)}
+		s.Holders = m.one(m.grantOf(r))
 		if ev == backend.EventAcquired {
 			s.PermitsInUse = 1
 		}
 	case ev != 0:
-		s.Holders = []*lockv1.Grant{grantOf(r)}
+		s.Holders = m.one(m.grantOf(r))
 		s.PermitsInUse = uint32(r.InUse)
 	case len(r.Holders) == 0:
-		s.Holders = []*lockv1.Grant{grantOf(r)}
+		s.Holders = m.one(m.grantOf(r))
 		s.PermitsInUse = uint32(max(r.InUse, r.Permits, 1))
 	default:
-		s.Holders = make([]*lockv1.Grant, len(r.Holders))
+		s.Holders = m.holders.slice(len(r.Holders))
 		for i, g := range r.Holders {
-			s.Holders[i] = grant(r.Kind, limit, g, 0)
+			s.Holders[i] = m.grant(r.Kind, limit, g, 0)
 		}
 		s.PermitsInUse = uint32(r.InUse)
 	}

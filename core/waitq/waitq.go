@@ -392,6 +392,22 @@ func (q *Queues) Depth(key string) int {
 	return q.depth(key)
 }
 
+// Depths is Depth of each of keys (in their order), read under one hold of
+// the mutex: a List page asks about a thousand keys, and a lock and unlock
+// per key would contend with every Join and Leave a thousand times.
+func (q *Queues) Depths(keys []string) []int {
+	out := make([]int, len(keys))
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.total == 0 {
+		return out
+	}
+	for i, k := range keys {
+		out[i] = q.depth(k)
+	}
+	return out
+}
+
 // Total is the number of waiters queued for every key (a waiter for a set
 // counts once per key).
 func (q *Queues) Total() int {

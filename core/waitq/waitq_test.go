@@ -2,6 +2,7 @@ package waitq
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -259,4 +260,41 @@ func TestWakeAcquiredWakesOnlyMarkedRepeats(t *testing.T) {
 	plain.Leave()
 	repeat.Leave()
 	other.Leave()
+}
+
+// Depths answers as Depth does for each key, in the keys' order, for keys
+// with and without queues, and for a set's waiter in each of its keys.
+func TestDepthsMatchDepth(t *testing.T) {
+	q := New(0, 0)
+	keys := []string{"a", "none", "b", "c", "a"}
+	if got := q.Depths(keys); len(got) != len(keys) || got[0] != 0 || got[2] != 0 {
+		t.Fatalf("Depths on empty queues = %v, want %d zeros", got, len(keys))
+	}
+	var ws []*Waiter
+	join := func(keys ...string) {
+		w, err := q.JoinSet(keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	join("a")
+	join("a")
+	join("b", "c")
+	join("c")
+	got := q.Depths(keys)
+	for i, k := range keys {
+		if got[i] != q.Depth(k) {
+			t.Fatalf("Depths(%q)[%d] = %d, Depth(%q) = %d", keys, i, got[i], k, q.Depth(k))
+		}
+	}
+	if want := []int{2, 0, 1, 2, 2}; !slices.Equal(got, want) {
+		t.Fatalf("Depths(%q) = %v, want %v", keys, got, want)
+	}
+	for _, w := range ws {
+		w.Leave()
+	}
+	if got := q.Depths(keys); slices.ContainsFunc(got, func(n int) bool { return n != 0 }) {
+		t.Fatalf("Depths after every waiter left = %v", got)
+	}
 }

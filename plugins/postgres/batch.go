@@ -16,24 +16,27 @@ import (
 	"github.com/holdfast/holdfast/proto/hlc"
 )
 
-// Batches (backend.BatchBackend): the plain items of a batch (no request
-// identity) are sent as one pgx batch, so a batch costs one round trip to
-// PostgreSQL instead of one per item. Each item is its single call's own
-// statement, decided on its own row exactly as that call would be; the
-// statements run in the batch's one implicit transaction, in key order, so
-// batches and set transactions, which also lock rows in key order, never
-// wait for each other in a cycle. An answer counts only once that
-// transaction committed: a batch that failed anywhere answers every item
-// unavailable (nothing of it was applied). An Acquire whose row changed
-// hands during its statement is retried alone, as the single call retries
-// it. Items with a request identity run their own transactions, as single
-// calls, beside the batch.
+// Batches (backend.BatchBackend): the mutex items of a batch are sent as
+// one pgx batch, so a batch costs one round trip to PostgreSQL instead of
+// one per item. Each item is its single call's own statement, decided on
+// its own row exactly as that call would be: the plain statement for an
+// item without a request identity, the function call of requests.go for
+// one with (all SDK traffic). The statements run in the batch's one
+// implicit transaction, in key order, so batches and set transactions,
+// which also lock rows in key order, never wait for each other in a cycle.
+// An answer counts only once that transaction committed: a batch that
+// failed anywhere answers every item unavailable (nothing of it was
+// applied); a decision (a conflict of request ids included) is an answer,
+// never a failure of the batch. An Acquire whose plain statement saw its
+// row change hands is retried alone, as the single call retries it. The
+// items that are not a mutex call (grants, replay-only Acquires, keys this
+// plugin granted on) run as single calls beside the batch.
 
 var _ backend.BatchBackend = (*Backend)(nil)
 
-// batchParallel bounds the items of a batch sent as single calls at once:
-// as many as the engine makes at once for a backend that does not batch,
-// so that a batch of renewals carrying request ids is no slower here.
+// batchParallel bounds the items of a batch sent as single calls at once
+// (grants, replay-only Acquires): as many as the engine makes at once for a
+// backend that does not batch.
 const batchParallel = 16
 
 // AcquireBatch implements backend.BatchBackend.
@@ -55,12 +58,28 @@ func (b *Backend) AcquireBatch(ctx context.Context, reqs []backend.AcquireReques
 		},
 		// A grant (semaphore, rwlock) is its own function call (grants.go).
 		func(r backend.AcquireRequest) bool {
-			return r.Request.ID == "" && !r.ReplayOnly && r.Kind == backend.KindMutex
+			return !r.ReplayOnly && r.Kind == backend.KindMutex
 		},
 		b.Acquire)
 	again := make([]int, 0)
+	kept := make(map[int]identAnswer) // lock_acquire's codeKind: completed once committed
 	runBatch(ctx, b, "acquire", plain, out, func(batch *pgx.Batch, i int) {
 		r := reqs[i]
+		if r.Request.ID != "" {
+			batch.Queue(b.ident.acquire, b.acquireArgs(r)...).QueryRow(func(row pgx.Row) error {
+				a, err := scanIdent(row)
+				switch {
+				case err != nil:
+					out[i].Err = err
+				case a.code == codeKind:
+					kept[i] = a
+				default:
+					out[i].Value, out[i].Err = b.acquired(a)
+				}
+				return nil
+			})
+			return
+		}
 		st := backend.NextStamp(hlc.Timestamp{}, r.Stamp)
 		batch.Queue(b.sql.acquire, r.Key, digest(r.OwnerToken), r.Holder, micros(r.TTL), st.WallTime, int64(st.Logical), b.mark, b.instance).
 			QueryRow(func(row pgx.Row) error {
@@ -84,6 +103,11 @@ func (b *Backend) AcquireBatch(ctx context.Context, reqs []backend.AcquireReques
 			out[i].Value, out[i].Err = b.Acquire(ctx, reqs[i])
 		}
 	}
+	for i, a := range kept {
+		if out[i].Err == nil {
+			out[i].Value, out[i].Err = b.keptOther(ctx, reqs[i].Key, a.kind, a.limit)
+		}
+	}
 	return out, nil
 }
 
@@ -95,11 +119,21 @@ func (b *Backend) ReleaseBatch(ctx context.Context, reqs []backend.ReleaseReques
 		func(r backend.ReleaseRequest) error { return checkKey(r.Key) },
 		// A key this plugin granted on goes alone, its grant first (grants.go).
 		func(r backend.ReleaseRequest) bool {
-			return r.Request.ID == "" && r.OwnerToken != "" && !b.hints.has(r.Key)
+			return r.OwnerToken != "" && !b.hints.has(r.Key)
 		},
 		b.Release)
 	runBatch(ctx, b, "release", plain, out, func(batch *pgx.Batch, i int) {
 		r := reqs[i]
+		if r.Request.ID != "" {
+			batch.Queue(b.ident.release, releaseArgs(r)...).QueryRow(func(row pgx.Row) error {
+				var code int
+				if out[i].Err = row.Scan(&code); out[i].Err == nil {
+					out[i].Value, out[i].Err = released(code)
+				}
+				return nil
+			})
+			return
+		}
 		batch.Queue(b.sql.release, r.Key, digest(r.OwnerToken), r.Stamp.WallTime, int64(r.Stamp.Logical), r.Abandon).
 			Exec(func(tag pgconn.CommandTag) error {
 				out[i].Value = tag.RowsAffected() == 1
@@ -130,11 +164,21 @@ func (b *Backend) ExtendBatch(ctx context.Context, reqs []backend.ExtendRequest)
 			return checkTTL(r.TTL)
 		},
 		func(r backend.ExtendRequest) bool {
-			return r.Request.ID == "" && r.OwnerToken != "" && !b.hints.has(r.Key) // as in ReleaseBatch
+			return r.OwnerToken != "" && !b.hints.has(r.Key) // as in ReleaseBatch
 		},
 		b.Extend)
 	runBatch(ctx, b, "extend", plain, out, func(batch *pgx.Batch, i int) {
 		r := reqs[i]
+		if r.Request.ID != "" {
+			batch.Queue(b.ident.extend, extendArgs(r)...).QueryRow(func(row pgx.Row) error {
+				a, err := scanIdent(row)
+				if out[i].Err = err; err == nil {
+					out[i].Value, out[i].Err = b.extended(a)
+				}
+				return nil
+			})
+			return
+		}
 		batch.Queue(b.sql.extend, r.Key, digest(r.OwnerToken), micros(r.TTL)).QueryRow(func(row pgx.Row) error {
 			rec, err := scanRecord(row)
 			switch {
@@ -222,6 +266,8 @@ func runBatch[Res any](ctx context.Context, b *Backend, op string, idx []int, ou
 		switch {
 		case err != nil:
 			out[i] = backend.Outcome[Res]{Err: b.wrap(ctx, op+" (a batch of "+strconv.Itoa(len(idx))+")", err)}
+		case errors.Is(out[i].Err, backend.ErrRequestConflict):
+			// an answer, as the single call gives it
 		case out[i].Err != nil:
 			out[i].Err = b.wrap(ctx, op, out[i].Err)
 		case after != nil:

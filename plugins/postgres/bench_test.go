@@ -21,7 +21,9 @@ import (
 // keys at concurrency 1 and 32, both on pgxpool's default pool. (`make bench`
 // measures the same through a holdfast server; see bench/.)
 //
-// The backend runs in both notify modes. Under notify=all every acquire and
+// The backend runs in both notify modes, with and without request
+// identities on its calls (rid: what every SDK call carries; one function
+// call each, requests.go). Under notify=all every acquire and
 // release commits a NOTIFY, and PostgreSQL serialises those commits
 // database-wide (more connections only queue on that lock: 32 connections
 // measured 2-3x slower than 4 at concurrency 32); notify=contended commits
@@ -76,25 +78,16 @@ func runConcurrent(b *testing.B, conc int, op func(ctx context.Context, worker, 
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, conc := range []int{1, 32} {
 		for _, notify := range []string{postgres.NotifyAll, postgres.NotifyContended} {
-			b.Run(fmt.Sprintf("holdfast-postgres/notify=%s/conc=%d", notify, conc), func(b *testing.B) {
-				be := open(b, map[string]string{"notify": notify}) // default pool: max(4, CPUs) connections
-				runConcurrent(b, conc, func(ctx context.Context, w, i int) error {
-					key := fmt.Sprintf("bench/%d", w)
-					tok := token()
-					res, err := be.Acquire(ctx, backend.AcquireRequest{Key: key, OwnerToken: tok, TTL: 10 * time.Second, Stamp: clock.Now()})
-					if err != nil {
-						return err
-					}
-					if !res.Acquired {
-						return fmt.Errorf("worker %d: %s not acquired", w, key)
-					}
-					ok, err := be.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: tok, Stamp: clock.Now()})
-					if err == nil && !ok {
-						err = fmt.Errorf("worker %d: %s not released", w, key)
-					}
-					return err
+			// rid: every call carries a request identity, as all SDK
+			// traffic does (the engine dedupes retries by it).
+			for _, rid := range []bool{false, true} {
+				b.Run(fmt.Sprintf("holdfast-postgres/notify=%s/rid=%t/conc=%d", notify, rid, conc), func(b *testing.B) {
+					be := open(b, map[string]string{"notify": notify}) // default pool: max(4, CPUs) connections
+					runConcurrent(b, conc, func(ctx context.Context, w, i int) error {
+						return acquireRelease(ctx, be, fmt.Sprintf("bench/%d", w), rid)
+					})
 				})
-			})
+			}
 		}
 		b.Run(fmt.Sprintf("pg_try_advisory_lock/conc=%d", conc), func(b *testing.B) {
 			pool, err := pgxpool.New(context.Background(), pgtest.DSN(b)) // same default pool
@@ -160,6 +153,77 @@ func hotKeyGrants(b *testing.B, be backend.Backend) {
 				return err
 			})
 			b.ReportMetric(float64(grants.Load())/time.Since(start).Seconds(), "grants/s")
+		})
+	}
+}
+
+// acquireRelease takes key and gives it back, with request identities when
+// rid is set.
+func acquireRelease(ctx context.Context, be backend.Backend, key string, rid bool) error {
+	tok := token()
+	var acqID, relID backend.Request
+	if rid {
+		acqID = backend.Request{ID: token(), Fingerprint: "a"}
+		relID = backend.Request{ID: token(), Fingerprint: "r"}
+	}
+	res, err := be.Acquire(ctx, backend.AcquireRequest{Key: key, OwnerToken: tok, TTL: 10 * time.Second, Stamp: clock.Now(), Request: acqID})
+	if err != nil {
+		return err
+	}
+	if !res.Acquired {
+		return fmt.Errorf("%s not acquired", key)
+	}
+	ok, err := be.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: tok, Stamp: clock.Now(), Request: relID})
+	if err == nil && !ok {
+		err = fmt.Errorf("%s not released", key)
+	}
+	return err
+}
+
+// BenchmarkBatchAcquireRelease: an AcquireBatch of 32 distinct keys, then
+// the ReleaseBatch of them, as the server sends concurrent calls; items/s
+// counts acquire+release pairs. With request identities (rid, the SDKs'
+// calls) each item is a function call in the batch's one round trip.
+//
+//	go test -run '^$' -bench BatchAcquireRelease -benchtime 3s ./plugins/postgres
+func BenchmarkBatchAcquireRelease(b *testing.B) {
+	const size = 32
+	for _, rid := range []bool{false, true} {
+		b.Run(fmt.Sprintf("rid=%t/items=%d", rid, size), func(b *testing.B) {
+			be := open(b, nil)
+			ctx := context.Background()
+			start := time.Now()
+			for range b.N {
+				acqs := make([]backend.AcquireRequest, size)
+				rels := make([]backend.ReleaseRequest, size)
+				for i := range size {
+					acqs[i] = backend.AcquireRequest{Key: fmt.Sprintf("batch/%d", i), OwnerToken: token(), TTL: 10 * time.Second, Stamp: clock.Now()}
+					rels[i] = backend.ReleaseRequest{Key: acqs[i].Key, OwnerToken: acqs[i].OwnerToken, Stamp: clock.Now()}
+					if rid {
+						acqs[i].Request = backend.Request{ID: token(), Fingerprint: "a"}
+						rels[i].Request = backend.Request{ID: token(), Fingerprint: "r"}
+					}
+				}
+				outs, err := be.AcquireBatch(ctx, acqs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i, o := range outs {
+					if o.Err != nil || !o.Value.Acquired {
+						b.Fatalf("item %d: %+v", i, o)
+					}
+				}
+				rs, err := be.ReleaseBatch(ctx, rels)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i, o := range rs {
+					if o.Err != nil || !o.Value {
+						b.Fatalf("release item %d: %+v", i, o)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.N*size)/time.Since(start).Seconds(), "items/s")
 		})
 	}
 }

@@ -349,7 +349,7 @@ func TestMigrateFromV1(t *testing.T) {
 		VALUES ('old', sha256($1::bytea), 'v1', nextval('`+schema+`.fencing'), clock_timestamp() + interval '1 minute', 1, 0, clock_timestamp())
 		RETURNING fencing`, []byte(tok))
 	b := open(t, map[string]string{"schema": schema, "notify": postgres.NotifyContended})
-	if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v5" {
+	if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v6" {
 		t.Fatalf("table comment %q after migration", got)
 	}
 	events := watchEvents(t, b, "")

@@ -12,7 +12,7 @@
 // Notify modes). The plugin creates and
 // migrates it on start, in one transaction under a transaction-level
 // advisory lock, so plugins starting together do not race. The schema
-// version is kept in the table's comment ("holdfast locks v4").
+// version is kept in the table's comment ("holdfast locks v6").
 //
 // # Semantics
 //
@@ -123,21 +123,23 @@
 //     change the rows only if the owner digest holds a live lease on every
 //     one. The trigger announces each key's change on its own, in the
 //     transaction's commit.
-//   - Request identities (Info.RequestIDs; schema v3): the row keeps the
+//   - Request identities (Info.RequestIDs; schema v3, v6): the row keeps the
 //     identity of the last Acquire or Extend applied to its lease
 //     (request_id, request_fp), the Acquire's replay and whether a replay
 //     was answered (claimed), and the identity of the key's last Release
 //     until that lease would have expired (released_id, released_fp,
-//     released_until). A call that carries an identity, single key or
-//     set, runs in the set transaction above (rows locked FOR UPDATE),
-//     which compares and writes them in the step that decides the call, so
-//     a repeat through any plugin sharing the schema is answered as the
-//     first; a call without one keeps its single statement, which clears
-//     them when it takes or releases a lease, and an abandoning Release
-//     spares a claimed lease in that statement. A Release's identity is
-//     lost early only if the cleaner deletes the free row first
-//     (idle_retention after the release, shorter than a long lease): a
-//     repeat then answers false, never a wrong true.
+//     released_until). A single-key call that carries an identity is one
+//     call of lock_acquire, lock_release or lock_extend (v6, requests.go),
+//     which compares and writes them on the locked row in the step that
+//     decides the call; a set that carries one runs in the set transaction
+//     above, which does the same for every key; so a repeat through any
+//     plugin sharing the schema is answered as the first. A call without
+//     one keeps its single statement, which clears them when it takes or
+//     releases a lease, and an abandoning Release spares a claimed lease in
+//     that statement. A Release's identity is lost early only if the
+//     cleaner deletes the free row first (idle_retention after the
+//     release, shorter than a long lease): a repeat then answers false,
+//     never a wrong true.
 //   - Semaphores and rwlocks (Info.Kinds; schema v4): a grants table beside
 //     the locks table, and three functions that decide in one round trip
 //     each; see grants.go.
@@ -336,6 +338,7 @@ type Backend struct {
 	sql      statements
 	sets     setStatements
 	grants   grantStatements
+	ident    identStatements
 	hints    grantHints // keys this plugin granted on (grants.go)
 	mark     bool       // a failed Acquire marks the row contended (notify=contended)
 	instance int64      // this plugin process, stored in acquired_by
@@ -427,6 +430,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		sql:      newStatements(n),
 		sets:     newSetStatements(n),
 		grants:   newGrantStatements(n),
+		ident:    newIdentStatements(n),
 		mark:     o.Notify == NotifyContended,
 		instance: instance,
 		ctx:      bctx,
@@ -695,9 +699,13 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 	if err := checkNoDelay(req.LockDelay); err != nil {
 		return backend.AcquireResult{}, err
 	}
-	if req.Request.ID != "" || req.ReplayOnly {
-		// A request identity is compared and kept in a transaction.
+	if req.ReplayOnly {
+		// Only a repeat is answered: the set transaction's decision.
 		return b.acquireOne(ctx, req)
+	}
+	if req.Request.ID != "" {
+		// A request identity is compared and kept by lock_acquire.
+		return b.acquireIdent(ctx, req)
 	}
 	ctx, done, err := b.call(ctx)
 	if err != nil {
@@ -753,9 +761,8 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 			return ok, err
 		}
 	}
-	if req.Request.ID != "" {
-		ok, err := b.ReleaseSet(ctx, backend.ReleaseSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken,
-			Stamp: req.Stamp, Request: req.Request, Abandon: req.Abandon})
+	if req.Request.ID != "" && req.OwnerToken != "" {
+		ok, err := b.releaseIdent(ctx, req)
 		if ok || err != nil || grantFirst {
 			return ok, err
 		}
@@ -799,18 +806,11 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 		}
 	}
 	if req.Request.ID != "" {
-		res, err := b.ExtendSet(ctx, backend.ExtendSetRequest{Keys: []string{req.Key}, OwnerToken: req.OwnerToken,
-			TTL: req.TTL, Stamp: req.Stamp, Request: req.Request})
-		if err != nil {
-			return backend.ExtendResult{}, err
+		res, err := b.extendIdent(ctx, req)
+		if res.Extended || err != nil || grantFirst {
+			return res, err
 		}
-		if !res.Extended {
-			if grantFirst {
-				return backend.ExtendResult{}, nil
-			}
-			return b.extendGrant(ctx, req)
-		}
-		return backend.ExtendResult{Extended: true, Record: res.Records[0]}, nil
+		return b.extendGrant(ctx, req)
 	}
 	ctx, done, err := b.call(ctx)
 	if err != nil {

@@ -284,45 +284,73 @@ func TestOptions(t *testing.T) {
 	}
 }
 
+// Racers on one key, with request identities (lock_acquire) or without
+// (the plain statement), on a key without a row (the INSERT decides) and
+// then on its free row (the row lock decides): exactly one wins each race,
+// and every loser reports the winner.
 func TestRacingAcquirers(t *testing.T) {
 	b := open(t, map[string]string{"max_conns": "32"})
-	for round := range 5 {
-		key := fmt.Sprintf("race/%d", round)
-		const n = 32
-		var wg sync.WaitGroup
-		results := make([]backend.AcquireResult, n)
-		errs := make([]error, n)
-		start := make(chan struct{})
-		for i := range n {
-			wg.Go(func() {
-				<-start
-				results[i], errs[i] = b.Acquire(context.Background(), backend.AcquireRequest{
-					Key: key, OwnerToken: token(), TTL: 10 * time.Second, Holder: fmt.Sprint(i), Stamp: clock.Now(),
-				})
-			})
-		}
-		close(start)
-		wg.Wait()
-		winners := 0
-		var fence uint64
-		for i := range n {
-			if errs[i] != nil {
-				t.Fatalf("racer %d: %v", i, errs[i])
-			}
-			if results[i].Acquired {
-				winners++
-				fence = results[i].Record.FencingToken
-			}
-		}
-		if winners != 1 {
-			t.Fatalf("round %d: %d winners, want exactly 1", round, winners)
-		}
-		for i := range n {
-			if results[i].Record.FencingToken != fence {
-				t.Fatalf("round %d: racer %d saw fencing %d, winner has %d", round, i, results[i].Record.FencingToken, fence)
+	for _, rid := range []bool{false, true} {
+		for round := range 3 {
+			key := fmt.Sprintf("race/%t/%d", rid, round)
+			var last uint64
+			for race := range 2 { // on a new key, then on its free row
+				winner, tok, fence := race1(t, b, key, rid)
+				if fence <= last {
+					t.Fatalf("%s race %d: fencing %d after %d", key, race, fence, last)
+				}
+				last = fence
+				if ok, err := b.Release(context.Background(), backend.ReleaseRequest{Key: key, OwnerToken: tok, Stamp: clock.Now()}); err != nil || !ok {
+					t.Fatalf("%s: racer %d's release = %v, %v", key, winner, ok, err)
+				}
 			}
 		}
 	}
+}
+
+// race1 lets 32 racers acquire key at once and checks that exactly one won
+// and every other saw it; it returns the winner, its token and its fencing
+// token.
+func race1(t *testing.T, b backend.Backend, key string, rid bool) (winner int, tok string, fence uint64) {
+	t.Helper()
+	const n = 32
+	var wg sync.WaitGroup
+	results := make([]backend.AcquireResult, n)
+	errs := make([]error, n)
+	toks := make([]string, n)
+	start := make(chan struct{})
+	for i := range n {
+		toks[i] = token()
+		req := backend.AcquireRequest{Key: key, OwnerToken: toks[i], TTL: 10 * time.Second, Holder: fmt.Sprint(i), Stamp: clock.Now()}
+		if rid {
+			req.Request = backend.Request{ID: token(), Fingerprint: "fp"}
+		}
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = b.Acquire(context.Background(), req)
+		})
+	}
+	close(start)
+	wg.Wait()
+	winners := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("%s: racer %d: %v", key, i, errs[i])
+		}
+		if results[i].Acquired {
+			winners++
+			winner, tok, fence = i, toks[i], results[i].Record.FencingToken
+		}
+	}
+	if winners != 1 {
+		t.Fatalf("%s: %d winners, want exactly 1", key, winners)
+	}
+	for i := range n {
+		if results[i].Record.FencingToken != fence || results[i].Record.Holder != fmt.Sprint(winner) {
+			t.Fatalf("%s: racer %d saw %+v, winner %d has fencing %d", key, i, results[i].Record, winner, fence)
+		}
+	}
+	return winner, tok, fence
 }
 
 func TestRacingTakeoverAfterExpiry(t *testing.T) {
@@ -740,7 +768,7 @@ func TestConcurrentMigration(t *testing.T) {
 	}
 	comment := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')",
 		pgx.Identifier{schema, "locks"}.Sanitize())
-	if comment != "holdfast locks v5" {
+	if comment != "holdfast locks v6" {
 		t.Fatalf("table comment %q", comment)
 	}
 	// Opening again is a no-op.

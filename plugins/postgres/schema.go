@@ -13,8 +13,8 @@ import (
 )
 
 // SchemaVersion is the version of the table layout this plugin writes. It is
-// kept in the locks table's comment ("holdfast locks v5").
-const SchemaVersion = 5
+// kept in the locks table's comment ("holdfast locks v6").
+const SchemaVersion = 6
 
 // notifyGUC is the session setting the trigger reads to decide what to
 // announce: "contended" (set on every connection of a plugin with
@@ -41,6 +41,9 @@ type names struct {
 	releaseG  string // "schema"."grant_release"
 	extendG   string // "schema"."grant_extend"
 	proclaimG string // "schema"."grant_proclaim"
+	acquireL  string // "schema"."lock_acquire" (requests.go)
+	releaseL  string // "schema"."lock_release"
+	extendL   string // "schema"."lock_extend"
 	fencing   string // "schema"."fencing" (sequence)
 	notifyFn  string // "schema"."locks_notify" (trigger function)
 	channel   string // NOTIFY channel, unquoted
@@ -63,6 +66,9 @@ func newNames(schema string) names {
 		releaseG:  q(schema, "grant_release"),
 		extendG:   q(schema, "grant_extend"),
 		proclaimG: q(schema, "grant_proclaim"),
+		acquireL:  q(schema, "lock_acquire"),
+		releaseL:  q(schema, "lock_release"),
+		extendL:   q(schema, "lock_extend"),
 		fencing:   q(schema, "fencing"),
 		notifyFn:  q(schema, "locks_notify"),
 		channel:   channel,
@@ -185,6 +191,10 @@ ALTER TABLE ` + n.locks + ` ADD COLUMN IF NOT EXISTS released_until timestamptz;
 
 		// v5: elections: a value per grant, grant_proclaim (elections.go).
 		migrationV5(n),
+
+		// v6: one function per single-key call with a request identity
+		// (requests.go).
+		migrationV6(n),
 	}
 }
 
@@ -231,6 +241,12 @@ func parseVersion(comment string) (int, error) {
 // plugin waits and then finds the current version.
 func migrate(ctx context.Context, pool *pgxpool.Pool, n names) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// DDL is not what statement_timeout bounds (a short one, 100ms,
+		// timed out creating functions on a loaded machine): the migration
+		// is bounded by ctx, New's start-up deadline, instead.
+		if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+			return fmt.Errorf("lift statement_timeout for the migration: %w", err)
+		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`,
 			int32(migrationLockClass), n.schema); err != nil {
 			return fmt.Errorf("take the migration lock: %w", err)

@@ -437,7 +437,7 @@ func recordsOf(rows []lockedRow) []backend.Record {
 }
 
 // acquireOne is Acquire of one key through the set transaction: the path
-// of an Acquire with a request identity.
+// of a replay-only Acquire (which answers a repeat and takes nothing).
 func (b *Backend) acquireOne(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
 	res, err := b.AcquireSet(ctx, backend.AcquireSetRequest{Claims: []backend.Claim{{Key: req.Key}}, OwnerToken: req.OwnerToken,
 		TTL: req.TTL, Holder: req.Holder, Stamp: req.Stamp, Request: req.Request, Replay: req.Replay, ReplayOnly: req.ReplayOnly})

@@ -18,7 +18,8 @@ var Kinds = []backend.Kind{backend.KindSemaphore, backend.KindRWLock, backend.Ki
 // grantKeys are the keys a call on one key names: lock, meta, delay and
 // grants (see luaGrants), in one Cluster slot.
 func (b *Backend) grantKeys(key string) []string {
-	return append(b.keys(key), b.baseKey(key)+":grants")
+	base := b.baseKey(key)
+	return []string{base + ":lock", base + ":meta", base + ":delay", base + ":grants"}
 }
 
 // kindByName reads a kind as the scripts keep it (Kind.String); a mutex

@@ -167,11 +167,11 @@ local function releaseGrant()
   local left = math.floor((g[3] - nowus) / 1000)
   redis.call('HDEL', grantsk(), token)
   redis.call('DEL', gsentinel(g))
-  remember(meta, fmt(g[1]), g[8], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
+  local kept = remember(meta, fmt(g[1]), g[8], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
   if rid ~= '' then
     redis.call('HSET', meta, 'xid', rid, 'xfp', rfp, 'xu', fmt(g[3]))
     keepMeta(meta, math.max(retain, left), false, retain)
-  else
+  elseif kept then
     redis.call('HDEL', meta, 'xid', 'xfp', 'xu')
   end
   local k = redis.call('HMGET', meta, 'k', 'n')

@@ -472,8 +472,6 @@ func (b *Backend) keys(key string) []string {
 	return []string{base + ":lock", base + ":meta", base + ":delay"}
 }
 
-func (b *Backend) lockKey(key string) string { return b.baseKey(key) + ":lock" }
-
 // baseKey is what key's lock and meta keys start with. Its hash tag (the
 // text between the first '{' and the next '}', which alone decides a
 // Cluster slot) is the key's own hash tag when it has one, as Redis Cluster

@@ -38,14 +38,21 @@ local function succ(s, n, l)
   if n < 999999999 then return s, n + 1, 0 end
   return s + 1, 0, 0
 end
+-- remember raises the meta hash's last fencing token and stamp to f and
+-- (s, n, l), in one HSET, and returns whether the meta hash keeps a
+-- release's request identity (xid).
 local function remember(meta, f, h, s, n, l)
-  local m = redis.call('HMGET', meta, 'f', 'ss', 'sn', 'sl')
+  local m = redis.call('HMGET', meta, 'f', 'ss', 'sn', 'sl', 'xid')
+  local set = {}
   if not m[1] or tonumber(m[1]) < tonumber(f) then
-    redis.call('HSET', meta, 'f', f, 'h', h)
+    set[1], set[2], set[3], set[4] = 'f', f, 'h', h
   end
   if not m[2] or before(tonumber(m[2]), tonumber(m[3]), tonumber(m[4]), s, n, l) then
-    redis.call('HSET', meta, 'ss', fmt(s), 'sn', fmt(n), 'sl', fmt(l))
+    local k = #set
+    set[k + 1], set[k + 2], set[k + 3], set[k + 4], set[k + 5], set[k + 6] = 'ss', fmt(s), 'sn', fmt(n), 'sl', fmt(l)
   end
+  if #set > 0 then redis.call('HSET', meta, unpack(set)) end
+  return m[5] and true or false
 end
 local function keep(meta, ms)
   if ms > 0 then redis.call('PEXPIRE', meta, ms) else redis.call('PERSIST', meta) end
@@ -139,17 +146,17 @@ for i = 1, n do
   local d = redis.call('PTTL', delayk(i))
   if d > 0 then return {3, i, d} end
 end
+local metas = {}
 for i = 1, n do
-  local k = redis.call('HMGET', metak(i), 'k', 'n')
-  if k[1] then return {5, i, k[1], tonumber(k[2]) or 0} end
+  local m = redis.call('HMGET', metak(i), 'k', 'n', 'f', 'ss', 'sn', 'sl')
+  if m[1] then return {5, i, m[1], tonumber(m[2]) or 0} end
+  metas[i] = m
 end
 if ARGV[12] == '1' then return {4} end
 local ps, pn, pl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local metas = {}
 for i = 1, n do
-  local m = redis.call('HMGET', metak(i), 'f', 'ss', 'sn', 'sl')
-  metas[i] = m
-  local ns, nn, nl = succ(tonumber(m[2]) or 0, tonumber(m[3]) or 0, tonumber(m[4]) or 0)
+  local m = metas[i]
+  local ns, nn, nl = succ(tonumber(m[4]) or 0, tonumber(m[5]) or 0, tonumber(m[6]) or 0)
   if before(ps, pn, pl, ns, nn, nl) then ps, pn, pl = ns, nn, nl end
 end
 local s1, s2, s3 = fmt(ps), fmt(pn), fmt(pl)
@@ -157,9 +164,13 @@ local retain = tonumber(ARGV[7])
 local out = {1, ts, tus, 0, ''}
 for i = 1, n do
   local lock, meta = lockk(i), metak(i)
-  local f = fmt(math.max((tonumber(metas[i][1]) or 0) + 1, nowus))
-  redis.call('HSET', lock, 't', token, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3, 'ld', fmt(ld))
-  if rid ~= '' then redis.call('HSET', lock, 'rid', rid, 'rfp', rfp, 'rp', replay) end
+  local f = fmt(math.max((tonumber(metas[i][3]) or 0) + 1, nowus))
+  if rid ~= '' then
+    redis.call('HSET', lock, 't', token, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3, 'ld', fmt(ld),
+      'rid', rid, 'rfp', rfp, 'rp', replay)
+  else
+    redis.call('HSET', lock, 't', token, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3, 'ld', fmt(ld))
+  end
   redis.call('PEXPIRE', lock, ttl)
   if ld > 0 then redis.call('SET', delayk(i), '1', 'PX', ttl + ld) end
   redis.call('HSET', meta, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3)
@@ -183,14 +194,15 @@ return out
 var releaseScript = goredis.NewScript(luaPrelude + luaKeys + releaseBody)
 
 const releaseBody = luaGrants + luaReleaseGrant + `
-if #KEYS == 4 and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then
+local token, rid, rfp = ARGV[1], ARGV[6], ARGV[7]
+local cur = {}
+cur[1] = redis.call('HMGET', lockk(1), 't', 'f', 'h', 'ss', 'sn', 'sl', 'cl')
+if #KEYS == 4 and not cur[1][1] and redis.call('HEXISTS', KEYS[4], token) == 1 then
   return releaseGrant()
 end
-local token, rid, rfp = ARGV[1], ARGV[6], ARGV[7]
 local ts, tus, nowus = now()
-local cur = {}
 for i = 1, n do
-  cur[i] = redis.call('HMGET', lockk(i), 't', 'f', 'h', 'ss', 'sn', 'sl', 'cl')
+  if i > 1 then cur[i] = redis.call('HMGET', lockk(i), 't', 'f', 'h', 'ss', 'sn', 'sl', 'cl') end
   if cur[i][1] ~= token then
     if rid == '' then return 0 end
     for j = 1, n do
@@ -212,12 +224,12 @@ for i = 1, n do
   local lock, meta, c = lockk(i), metak(i), cur[i]
   local pttl = redis.call('PTTL', lock)
   redis.call('DEL', lock, delayk(i))
-  remember(meta, c[2], c[3], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
+  local kept = remember(meta, c[2], c[3], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
   if rid ~= '' then
     redis.call('HSET', meta, 'xid', rid, 'xfp', rfp, 'xu', fmt(nowus + pttl * 1000))
     if retain > 0 then keep(meta, math.max(retain, pttl)) else keep(meta, 0) end
   else
-    redis.call('HDEL', meta, 'xid', 'xfp', 'xu')
+    if kept then redis.call('HDEL', meta, 'xid', 'xfp', 'xu') end
     keep(meta, retain)
   end
   redis.call('PUBLISH', ARGV[8 + i], table.concat({'released', c[2], c[4], c[5], c[6], fmt(pttl), ts, tus, c[3]}, '\n'))
@@ -238,13 +250,14 @@ return 1
 var extendScript = goredis.NewScript(luaPrelude + luaKeys + extendBody)
 
 const extendBody = luaGrants + luaExtendGrant + `
-if #KEYS == 4 and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then
-  return extendGrant()
-end
 local token, ttl, rid, rfp = ARGV[1], tonumber(ARGV[2]), ARGV[7], ARGV[8]
 local cur = {}
+cur[1] = redis.call('HMGET', lockk(1), 't', 'f', 'h', 'ss', 'sn', 'sl', 'ld', 'rid', 'rfp')
+if #KEYS == 4 and not cur[1][1] and redis.call('HEXISTS', KEYS[4], token) == 1 then
+  return extendGrant()
+end
 for i = 1, n do
-  cur[i] = redis.call('HMGET', lockk(i), 't', 'f', 'h', 'ss', 'sn', 'sl', 'ld', 'rid', 'rfp')
+  if i > 1 then cur[i] = redis.call('HMGET', lockk(i), 't', 'f', 'h', 'ss', 'sn', 'sl', 'ld', 'rid', 'rfp') end
   if cur[i][1] ~= token then return {0} end
   if rid ~= '' and cur[i][8] == rid and cur[i][9] ~= rfp then return {-1} end
 end

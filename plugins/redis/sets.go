@@ -34,20 +34,27 @@ func (b *Backend) setKeys(keys []string) (rkeys, channels []string, err error) {
 		return nil, nil, fmt.Errorf("%w: a set names %d keys; the redis backend takes 1 to %d",
 			backend.ErrInvalidArgument, len(keys), MaxKeys)
 	}
-	sorted := slices.Clone(keys)
-	slices.Sort(sorted)
-	for i, k := range sorted {
-		if k == "" {
-			return nil, nil, fmt.Errorf("%w: key must not be empty", backend.ErrInvalidArgument)
-		}
-		if i > 0 && sorted[i-1] == k {
-			return nil, nil, fmt.Errorf("%w: key %q is named twice in one set", backend.ErrInvalidArgument, k)
+	if slices.Contains(keys, "") {
+		return nil, nil, fmt.Errorf("%w: key must not be empty", backend.ErrInvalidArgument)
+	}
+	if len(keys) > 1 {
+		sorted := slices.Clone(keys)
+		slices.Sort(sorted)
+		for i := 1; i < len(sorted); i++ {
+			if sorted[i-1] == sorted[i] {
+				return nil, nil, fmt.Errorf("%w: key %q is named twice in one set", backend.ErrInvalidArgument, sorted[i])
+			}
 		}
 	}
 	_, cluster := b.client.(*goredis.ClusterClient)
-	first := b.lockKey(keys[0])
+	first := ""
+	rkeys = make([]string, 0, 3*len(keys))
+	channels = make([]string, 0, len(keys))
 	for _, k := range keys {
 		rk := b.keys(k)
+		if first == "" {
+			first = rk[0]
+		}
 		if cluster && clusterSlot(rk[0]) != clusterSlot(first) {
 			return nil, nil, fmt.Errorf("%w: in Redis Cluster every key of a set must hash to one slot, "+
 				"and %q (slot %d) and %q (slot %d) do not: give the set's keys one hash tag, "+

@@ -13,12 +13,16 @@
 //     instead of holding a goroutine forever). Deadlines are armed only
 //     while a read or a write is outstanding, so an open Watch may stay
 //     quiet for as long as nothing happens.
+//   - Awaiting hands a connection to the server only once its first bytes
+//     have arrived, and closes one that stays silent for the idle timeout:
+//     net/http's header timeout would otherwise run from the accept and
+//     close a connection a client dialed early and uses later.
 //   - LogWriter lets a burst of the http.Server's own error lines (a TLS
 //     handshake failure per connection from an unauthenticated peer) through
 //     at a bounded rate and counts the rest.
 //
-// Header and idle timeouts are the http.Server's own (ReadHeaderTimeout,
-// IdleTimeout), set by package httpserver.
+// Header and idle timeouts are otherwise the http.Server's own
+// (ReadHeaderTimeout, IdleTimeout), set by package httpserver.
 package httpguard
 
 import (

@@ -43,7 +43,7 @@ func (c protoCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("%T is not a proto.Message", m)
 	}
-	return c.shared.appendEncoding(dst, msg, func(msg proto.Message) ([]byte, error) { return proto.Marshal(msg) })
+	return c.shared.appendEncoding(dst, msg, proto.MarshalOptions{}.MarshalAppend)
 }
 
 func (protoCodec) Unmarshal(data []byte, m any) error {
@@ -101,7 +101,7 @@ func (c jsonCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("%T is not a proto.Message", m)
 	}
-	return c.shared.appendEncoding(dst, msg, func(msg proto.Message) ([]byte, error) { return protojson.Marshal(msg) })
+	return c.shared.appendEncoding(dst, msg, protojson.MarshalOptions{}.MarshalAppend)
 }
 
 func (jsonCodec) Unmarshal(data []byte, m any) error {

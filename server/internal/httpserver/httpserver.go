@@ -5,9 +5,10 @@
 //
 // Clients are bounded below the API too (Limits, package httpguard): open
 // connections in total and per client address, a deadline on request
-// headers, on request bodies and on each response write, and an idle
-// timeout; the http.Server's own error lines (a failed TLS handshake per
-// connection) reach the log at a bounded rate.
+// headers (from their first byte), on request bodies and on each response
+// write, and an idle timeout, which is also how long a new connection may
+// wait before its first request; the http.Server's own error lines (a
+// failed TLS handshake per connection) reach the log at a bounded rate.
 package httpserver
 
 import (
@@ -130,15 +131,16 @@ type options struct {
 // Limits are the connection-level bounds; a zero field is off (unbounded,
 // or no deadline).
 type Limits struct {
-	// HeaderTimeout bounds reading a request's headers (and, with TLS,
-	// the handshake).
+	// HeaderTimeout bounds reading a request's headers, from their first
+	// byte (and, with TLS, the handshake, from the ClientHello).
 	HeaderTimeout time.Duration
 	// BodyTimeout bounds reading a request's body, from its handler's start.
 	BodyTimeout time.Duration
 	// WriteTimeout bounds each response write (a stream message, a flush).
 	WriteTimeout time.Duration
-	// IdleTimeout closes a keep-alive connection with no request (HTTP/1.1)
-	// or no open stream (HTTP/2) for this long.
+	// IdleTimeout closes a connection with no request (HTTP/1.1) or no
+	// open stream (HTTP/2) for this long, a new one that has sent nothing
+	// yet included (0: a new connection gets HeaderTimeout instead).
 	IdleTimeout time.Duration
 	// MaxConnections and MaxConnectionsPerClient cap open connections, in
 	// total and from one client address.
@@ -284,6 +286,16 @@ func Start(addr string, e *engine.Engine, log *slog.Logger, opts ...Option) (*Se
 			fmt.Fprintf(errLog, "closed a connection from %s: %d connections open from it (the server's --max-connections-per-client)\n", client, o.limits.MaxConnectionsPerClient)
 		}
 	})
+	// A new connection is idle until its first request starts: it waits
+	// for it as long as a keep-alive connection waits for its next one,
+	// and the header timeout counts from the request's first byte
+	// (httpguard.Awaiting says why net/http's own count from the accept
+	// failed clients).
+	firstRequestWait := o.limits.IdleTimeout
+	if firstRequestWait <= 0 {
+		firstRequestWait = o.limits.HeaderTimeout // no idle bound: keep the one net/http had
+	}
+	ln = httpguard.Await(ln, firstRequestWait)
 	health := grpchealth.NewStaticChecker(lockv1connect.LockServiceName)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)

@@ -37,12 +37,12 @@ func newSharedEncodings() *sharedEncodings {
 }
 
 // appendEncoding appends msg's encoding to dst: the remembered one for a
-// Watch event, else a fresh one.
-func (c *sharedEncodings) appendEncoding(dst []byte, msg proto.Message, encode func(proto.Message) ([]byte, error)) ([]byte, error) {
+// Watch event, else a fresh one (encoded into dst itself: a List page is
+// a hundred kilobytes, not worth a buffer of its own and a copy).
+func (c *sharedEncodings) appendEncoding(dst []byte, msg proto.Message, encode func([]byte, proto.Message) ([]byte, error)) ([]byte, error) {
 	ev, ok := msg.(*lockv1.WatchResponse)
 	if !ok || ev.GetState() == nil || c == nil { // not an event: this message is its caller's own
-		b, err := encode(msg)
-		return append(dst, b...), err
+		return encode(dst, msg)
 	}
 	c.mu.Lock()
 	e := c.entries[ev]
@@ -56,6 +56,6 @@ func (c *sharedEncodings) appendEncoding(dst []byte, msg proto.Message, encode f
 		c.entries[ev] = e
 	}
 	c.mu.Unlock()
-	e.once.Do(func() { e.b, e.err = encode(msg) })
+	e.once.Do(func() { e.b, e.err = encode(nil, msg) })
 	return append(dst, e.b...), e.err
 }

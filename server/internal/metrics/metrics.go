@@ -35,6 +35,10 @@
 // the plugin a walk of every lock beside the Acquires it serves.
 // holdfast_lease_expirations_total and the other event-based series count
 // what this server saw.
+//
+// Scrapes closer together than ScrapeReuse share one rendering of the
+// registry (per format and compression), so that a scraper in a loop
+// costs the server one rendering per ScrapeReuse, not a processor.
 package metrics
 
 import (
@@ -432,7 +436,7 @@ func Serve(addr string, m *Metrics, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.Handler())
+	mux.Handle("/metrics", newReuse(m.Handler(), ScrapeReuse))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -200,5 +201,36 @@ func TestHeldCountListsWhenCountUnsupported(t *testing.T) {
 	b.countUnsupported.Store(false)
 	if m, ok := c.countLocks(); !ok || m != n {
 		t.Fatalf("Count = %d, %v; the listed count was %d", m, ok, n)
+	}
+}
+
+// BenchmarkScrape: one scrape of /metrics as Prometheus makes it (gzip
+// accepted) on a server that has answered every method.
+func BenchmarkScrape(b *testing.B) {
+	be := memory.New()
+	defer be.Close()
+	ctx := context.Background()
+	e, err := engine.New(ctx, be, engine.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	m := New()
+	m.Track(Sources{Version: "v1", BackendName: "memory", Engine: e, Backend: be, Plugin: plugin{}})
+	for _, method := range []string{"Acquire", "Release", "Extend", "ExtendBatch", "List", "Get", "Watch", "Count"} {
+		m.rpc.WithLabelValues(method, "ok").Observe(0.001)
+		m.PluginCall(method, time.Millisecond, nil)
+	}
+	h := m.Handler()
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			b.Fatal(rec.Code)
+		}
+		b.SetBytes(int64(rec.Body.Len()))
 	}
 }

@@ -225,7 +225,11 @@ func (s *Sealer) List(ctx context.Context, v View, req *lockv1.ListRequest, list
 		if err != nil {
 			return nil, err
 		}
-		out.Locks = append(out.Locks, page.GetLocks()...)
+		if out.Locks == nil { // the usual page: one backend page, taken as it is
+			out.Locks = page.GetLocks()
+		} else {
+			out.Locks = append(out.Locks, page.GetLocks()...)
+		}
 		out.ServerStamp = page.GetServerStamp()
 		if page.GetNextPageToken() != "" {
 			pos.backend = page.GetNextPageToken()
