@@ -29,11 +29,11 @@ import (
 // The items of one chunk (one TTL) share one lease: a pooled lease renewed
 // beside the transaction, as a single Acquire's is, or a fresh grant. Their
 // records say so (recordValue.SharedLease), so no Release or Extend of one
-// of them pools or revokes it; etcd ends it at its TTL. A chunk of n
-// acquires thus costs one transaction and one lease renewal instead of n
-// of each, plus one lease expiry and one background grant to refill the
-// pool (single locks return their leases to it). A chunk alone in its TTL
-// with one item goes the single path, which keeps its lease pooled.
+// of them alone pools or revokes it; this process counts them, and the
+// detach of the last one pools it (sharedleases.go). A chunk of n acquires
+// thus costs one transaction and one lease renewal instead of n of each,
+// and, once its locks are released here, no grant and no expiry either. A
+// chunk alone in its TTL with one item goes the single path.
 //
 // Items that need more than one round trip of their own go their single
 // path beside the chunks: waiters (their queue entry), lock-delays (their
@@ -241,7 +241,24 @@ func (b *Backend) acquireChunk(ctx context.Context, reqs []backend.AcquireReques
 		b.revokeLater(id)
 	case attached == 0:
 		b.pool.put(id, secs, sent) // no key is on it
+	case outcomesKnown(idx, out):
+		// Exactly attached records are on it: the last one's release
+		// pools it.
+		b.shared.add(id, attached, secs, sent)
 	}
+}
+
+// outcomesKnown reports whether every item idx of a chunk was decided
+// without an error: then the records its transactions attached are exactly
+// those answered acquired. An error may hide a record on the chunk's lease
+// that nobody will release, so that lease is never pooled (it expires).
+func outcomesKnown[T any](idx []int, out []backend.Outcome[T]) bool {
+	for _, i := range idx {
+		if out[i].Err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // ReleaseBatch implements backend.BatchBackend.
@@ -466,5 +483,9 @@ func (b *Backend) extendChunk(ctx context.Context, reqs []backend.ExtendRequest,
 	}
 	if moved == 0 {
 		b.pool.put(id, int64(granted/time.Second), start)
+		return
 	}
+	// The transaction committed, so every nested answer is known: exactly
+	// moved records are on the new lease.
+	b.shared.add(id, moved, int64(granted/time.Second), start)
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/plugins/etcd"
 )
@@ -150,6 +152,106 @@ func TestBatchLeaseOutlivesOneRelease(t *testing.T) {
 		if err != nil || !held || rec.FencingToken != outs[i+1].Value.Record.FencingToken {
 			t.Fatalf("%s after a's release, b's extend and the backend's close: %+v held=%v %v", k, rec, held, err)
 		}
+	}
+}
+
+// The lease a batch's locks share goes back to the pool once the last of
+// them is released (here: two by a batch, one alone), and not before: the
+// pool revokes what it holds when the backend closes, so the lease outlives
+// a close with one lock still on it and is revoked by a close after the
+// last release.
+func TestBatchLeasePooledAfterLastRelease(t *testing.T) {
+	endpoints := requireEtcd(t)
+	prefix := testPrefix(t)
+	raw := rawClient(t, endpoints)
+	ctx := ctxT(t)
+	keys := []string{"a", "b", "c"}
+	acquireAll := func(b *etcd.Backend) ([]backend.AcquireRequest, clientv3.LeaseID) {
+		t.Helper()
+		reqs := make([]backend.AcquireRequest, len(keys))
+		for i, k := range keys {
+			reqs[i] = backend.AcquireRequest{Key: k, OwnerToken: token(), TTL: time.Minute, Stamp: clock.Now()}
+		}
+		outs, err := b.AcquireBatch(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lease int64
+		for i, o := range outs {
+			if o.Err != nil || !o.Value.Acquired {
+				t.Fatalf("acquire %s: %+v", keys[i], o)
+			}
+			resp, err := raw.Get(ctx, prefix+"locks/"+keys[i])
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("raw get %s: %v %v", keys[i], resp, err)
+			}
+			if i > 0 && resp.Kvs[0].Lease != lease {
+				t.Fatalf("%s on lease %x, %s on %x: want one lease for the batch", keys[i], resp.Kvs[0].Lease, keys[0], lease)
+			}
+			lease = resp.Kvs[0].Lease
+		}
+		return reqs, clientv3.LeaseID(lease)
+	}
+	release := func(b *etcd.Backend, reqs []backend.AcquireRequest, idx ...int) {
+		t.Helper()
+		var rel []backend.ReleaseRequest
+		for _, i := range idx {
+			rel = append(rel, backend.ReleaseRequest{Key: reqs[i].Key, OwnerToken: reqs[i].OwnerToken, Stamp: clock.Now()})
+		}
+		if len(rel) == 1 {
+			if ok, err := b.Release(ctx, rel[0]); err != nil || !ok {
+				t.Fatalf("release %s: %v %v", rel[0].Key, ok, err)
+			}
+			return
+		}
+		outs, err := b.ReleaseBatch(ctx, rel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, o := range outs {
+			if o.Err != nil || !o.Value {
+				t.Fatalf("release %s: %+v", rel[i].Key, o)
+			}
+		}
+	}
+	ttlLeft := func(id clientv3.LeaseID) int64 {
+		t.Helper()
+		resp, err := raw.TimeToLive(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.TTL
+	}
+
+	// Two of three released, then a close: c is still on the lease, which
+	// must not have been pooled (the close would have revoked it).
+	b := open(t, endpoints, map[string]string{"prefix": prefix})
+	reqs, lease := acquireAll(b)
+	release(b, reqs, 0, 1)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := ttlLeft(lease); left <= 0 {
+		t.Fatalf("the batch's lease was revoked by the close with c still on it (TTL %d)", left)
+	}
+	if _, held, err := open(t, endpoints, map[string]string{"prefix": prefix}).Get(ctx, "c"); err != nil || !held {
+		t.Fatalf("c after the close: held=%v %v", held, err)
+	}
+	if _, err := raw.Revoke(ctx, lease); err != nil { // frees c for the next round
+		t.Fatal(err)
+	}
+
+	// All three released: the lease is back in the pool, so the close
+	// revokes it.
+	b = open(t, endpoints, map[string]string{"prefix": prefix})
+	reqs, lease = acquireAll(b)
+	release(b, reqs, 0, 2)
+	release(b, reqs, 1)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := ttlLeft(lease); left != -1 {
+		t.Fatalf("the batch's lease has TTL %d after its last lock's release and the close, want -1 (pooled, then revoked by the close)", left)
 	}
 }
 

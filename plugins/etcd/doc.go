@@ -188,10 +188,15 @@
 // the items plus the deepest item's levels). The acquires of a chunk (one
 // TTL) share one lease, pooled and renewed beside the transaction as a
 // single Acquire's is, and their records say so (SharedLease), so that no
-// Release or Extend of one of them pools or revokes it: etcd ends it at its
-// TTL. An ExtendBatch reads its items in one transaction and moves those
-// still held onto one new lease per chunk in another, each comparing its
-// owner and its record's ModRevision. Waiters, lock-delays, grants,
+// Release or Extend of one of them alone pools or revokes it. The plugin
+// process that attached them counts them, and the detach of the last one
+// (a Release or an Extend of this process) hands the lease to the pool, so
+// a batch costs no lease grant and no lease expiry; a lease whose records
+// went elsewhere (released through another process, expired) is left to
+// etcd, which ends it at its TTL. An ExtendBatch reads its items in one
+// transaction and moves those still held onto one new lease per chunk in
+// another, each comparing its owner and its record's ModRevision; that
+// lease is counted the same way. Waiters, lock-delays, grants,
 // ReplayOnly and Abandon go their single paths beside the batch, and an
 // item whose nested transaction found something to look into (a replay of
 // its request id, a stamp to propose again, a record changed since read)

@@ -66,6 +66,10 @@ type Backend struct {
 	gates  grantGates // grants.go
 	revoke chan clientv3.LeaseID
 	pool   *leasePool
+	// shared counts the records on the leases this process's batches
+	// attached, so that the last one's detach pools the lease
+	// (sharedleases.go).
+	shared sharedLeases
 	// batchRefused counts batch transactions etcd refused as too large
 	// (batch.go): their items went their single paths.
 	batchRefused atomic.Int64

@@ -183,6 +183,7 @@ func (p *leasePool) refill() {
 	for _, id := range drop {
 		p.b.revokeLater(id)
 	}
+	p.b.shared.sweep(now)
 	if len(need) == 0 {
 		return
 	}

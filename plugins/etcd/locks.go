@@ -507,6 +507,9 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 		if val, err = extended(val, req.Request); err != nil {
 			return backend.ExtendResult{}, err
 		}
+		// The record moves onto a lease of its own, which its release
+		// may pool (a batch's record shared the one it leaves).
+		val.SharedLease = false
 
 		leaseID, granted, start, err := b.lease(cctx, ttlSeconds(req.TTL))
 		if err != nil {
@@ -667,11 +670,17 @@ func (b *Backend) List(ctx context.Context, req backend.ListRequest) (backend.Li
 
 // detached hands the lease of a lock record that a committed transaction
 // just detached from it (deleted or moved the record and the owner key) to
-// the pool. The lease of a set's record, or of a batch's, is left alone:
-// other records are still on it (a single-key Release or Extend of one key
-// of a set detaches that key only; the lease expires with the rest).
+// the pool. The lease of a set's record is left alone: other records are
+// still on it (a single-key Release or Extend of one key of a set detaches
+// that key only; the lease expires with the rest). So is a batch's, until
+// the last of the records this process counted on it is detached
+// (sharedleases.go).
 func (b *Backend) detached(kv *mvccpb.KeyValue) {
 	if sharesLease(kv) {
+		id := clientv3.LeaseID(kv.Lease)
+		if secs, renewed, last := b.shared.detached(id); last {
+			b.pool.put(id, secs, renewed)
+		}
 		return
 	}
 	b.detachedLease(kv)
