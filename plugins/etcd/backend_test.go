@@ -155,6 +155,39 @@ func TestStampsChainAcrossHolders(t *testing.T) {
 	}
 }
 
+// A key the backend has seen stamped gets the short form of the acquire
+// transaction (no branch for a key without a stamp key). Should its stamp
+// key be gone all the same (deleted behind the backend's back), the
+// acquire still takes the key, in the full form, and stores its stamp.
+func TestAcquireAfterStampKeyVanished(t *testing.T) {
+	t.Parallel()
+	eps := requireEtcd(t)
+	prefix := testPrefix(t)
+	b := open(t, eps, map[string]string{"prefix": prefix})
+	raw := rawClient(t, eps)
+	ctx := ctxT(t)
+	base := time.Now().UnixNano()
+	tok := token()
+	first := acquire(t, b, "v", tok, ttl, stampAt(base, 0))
+	if ok, err := b.Release(ctx, backend.ReleaseRequest{Key: "v", OwnerToken: tok, Stamp: stampAt(base+1, 0)}); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	if resp, err := raw.Delete(ctx, prefix+"locks/v\x00"); err != nil || resp.Deleted != 1 {
+		t.Fatalf("deleting the stamp key: %+v %v", resp, err)
+	}
+	second := acquire(t, b, "v", token(), ttl, stampAt(base+2, 0))
+	if !second.Acquired || second.Record.FencingToken <= first.Record.FencingToken {
+		t.Fatalf("acquire after the stamp key vanished: %+v (first token %d)", second, first.Record.FencingToken)
+	}
+	resp, err := raw.Get(ctx, prefix+"locks/v\x00")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("stamp key after the acquire: %+v %v", resp, err)
+	}
+	if got := resp.Kvs[0].Value; string(got) != etcd.EncodeStamp(second.Record.Stamp) {
+		t.Fatalf("stamp key holds %x, want the acquire's stamp %s", got, second.Record.Stamp)
+	}
+}
+
 func TestRacingAcquirers(t *testing.T) {
 	t.Parallel()
 	eps := requireEtcd(t)

@@ -49,7 +49,11 @@
 //     first attempt proposes the engine's stamp; when etcd's stamp is not
 //     below it, the innermost else branch returns it and the second attempt
 //     proposes its successor. An uncontended acquire, of a key used before
-//     or never, is thus one transaction (one raft write).
+//     or never, is thus one transaction (one raft write). For a key this
+//     process has seen stamped (it wrote or read the stamp key), the
+//     transaction leaves out the branch for a key without one, so its
+//     writes are sent once, not twice (stamps.go); a stamp key missing all
+//     the same makes that attempt write nothing and go again in full.
 //   - Leases are pooled (see leasepool.go): a lease detached from a released
 //     lock, or left over from a lost race, is kept and reused for the next
 //     lock of the same TTL, renewed at reuse so its TTL runs from then;

@@ -70,6 +70,8 @@ type Backend struct {
 	// attached, so that the last one's detach pools the lease
 	// (sharedleases.go).
 	shared sharedLeases
+	// stamps: the keys known to have a stamp key (stamps.go).
+	stamps stampsSeen
 	// batchRefused counts batch transactions etcd refused as too large
 	// (batch.go): their items went their single paths.
 	batchRefused atomic.Int64

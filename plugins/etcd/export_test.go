@@ -1,5 +1,10 @@
 package etcd
 
+import "github.com/holdfast/holdfast/proto/hlc"
+
 // BatchRefused is how many batch transactions etcd refused as too large
 // (their items then went their single paths).
 func (b *Backend) BatchRefused() int64 { return b.batchRefused.Load() }
+
+// EncodeStamp is a stamp as its key's stamp key stores it.
+func EncodeStamp(t hlc.Timestamp) string { return encodeStamp(t) }

@@ -178,6 +178,9 @@ type acquireTxn struct {
 	guards []clientv3.Cmp // the queue's, the lock-delay's, the kind's
 	leave  []clientv3.Op  // a waiter's leaving the queue; the delay key
 	myRev  int64          // a waiter's entry's create revision
+	// stamped: the key is known to have a stamp key (stampSeen), so the
+	// attempt leaves out the branch for a key without one.
+	stamped bool
 }
 
 func (b *Backend) newAcquireTxn(req backend.AcquireRequest, leaseID clientv3.LeaseID, expires time.Time, granted time.Duration,
@@ -185,7 +188,8 @@ func (b *Backend) newAcquireTxn(req backend.AcquireRequest, leaseID clientv3.Lea
 	// First attempt: propose the engine's stamp (the common case: the
 	// engine's clock has moved on since the last holder). The transaction
 	// tells us otherwise.
-	a := &acquireTxn{b: b, req: req, lease: leaseID, expires: expires, granted: granted, shared: shared, stored: req.Stamp}
+	a := &acquireTxn{b: b, req: req, lease: leaseID, expires: expires, granted: granted, shared: shared, stored: req.Stamp,
+		stamped: b.stamps.seen(req.Key)}
 	a.guards, a.leave, a.myRev = b.queueGuards(req.Key, req.WaiterID)
 	// A key with a meta key holds grants (grants.go): never a mutex.
 	a.guards = append(a.guards, b.noDelay(req.Key), clientv3.Compare(clientv3.CreateRevision(b.metaKey(req.Key)), "=", 0))
@@ -201,7 +205,10 @@ func (b *Backend) newAcquireTxn(req backend.AcquireRequest, leaseID clientv3.Lea
 // stored one is below it, and in that one's else branch another that
 // stores it if the key has no stamp key yet (a key never locked: a value
 // compare on a missing key fails), else reads the stamp: one round trip
-// decides both cases.
+// decides both cases. For a key known to have a stamp key (stamped), the
+// else branch only reads the stamp: the writes go once, not twice, and a
+// stamp key found missing after all (read: none) sends the attempt again
+// in the full form.
 func (a *acquireTxn) ops() (cmps []clientv3.Cmp, then, els []clientv3.Op) {
 	b, req := a.b, a.req
 	lockKey, stampKey := b.lockKey(req.Key), b.stampKey(req.Key)
@@ -214,14 +221,18 @@ func (a *acquireTxn) ops() (cmps []clientv3.Cmp, then, els []clientv3.Op) {
 		clientv3.OpPut(b.ownerKey(req.Key), req.OwnerToken, clientv3.WithLease(a.lease)),
 		clientv3.OpPut(stampKey, stamp),
 	}, a.leave...)
+	refused := []clientv3.Op{clientv3.OpGet(stampKey)}
+	if !a.stamped {
+		refused = []clientv3.Op{clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(stampKey), "=", 0)},
+			writes,
+			refused,
+		)}
+	}
 	then = []clientv3.Op{clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(stampKey), "<", stamp)},
 		writes,
-		[]clientv3.Op{clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(stampKey), "=", 0)},
-			writes,
-			[]clientv3.Op{clientv3.OpGet(stampKey)},
-		)},
+		refused,
 	)}
 	els = []clientv3.Op{
 		clientv3.OpGet(lockKey),
@@ -233,29 +244,48 @@ func (a *acquireTxn) ops() (cmps []clientv3.Cmp, then, els []clientv3.Op) {
 }
 
 // stampRefused reads the nested stamp transactions of a taken branch
-// (rs: its responses): the stamp stored when one of them wrote, else
-// (refused=true) the stamp the key keeps.
-func stampRefused(key string, rs []*etcdserverpb.ResponseOp) (last hlc.Timestamp, refused bool, err error) {
+// (rs: its responses, of an attempt in the full form or, stamped, the
+// short one): the stamp stored when one of them wrote, else (refused=true)
+// the stamp the key keeps. missing: the short form found no stamp key
+// (nothing was written; the attempt goes again in the full form).
+func stampRefused(key string, stamped bool, rs []*etcdserverpb.ResponseOp) (last hlc.Timestamp, refused, missing bool, err error) {
 	bad := fmt.Errorf("etcd acquire %q: the stamp transaction's answer is not the one sent: %w", key, backend.ErrUnavailable)
 	if len(rs) != 1 || rs[0].GetResponseTxn() == nil {
-		return hlc.Timestamp{}, false, bad
+		return hlc.Timestamp{}, false, false, bad
 	}
 	below := rs[0].GetResponseTxn()
 	if below.Succeeded {
-		return hlc.Timestamp{}, false, nil
+		return hlc.Timestamp{}, false, false, nil
 	}
-	if len(below.Responses) != 1 || below.Responses[0].GetResponseTxn() == nil {
-		return hlc.Timestamp{}, false, bad
+	if len(below.Responses) != 1 {
+		return hlc.Timestamp{}, false, false, bad
 	}
-	first := below.Responses[0].GetResponseTxn()
-	if first.Succeeded {
-		return hlc.Timestamp{}, false, nil
+	read := below.Responses[0]
+	if !stamped {
+		first := below.Responses[0].GetResponseTxn()
+		if first == nil {
+			return hlc.Timestamp{}, false, false, bad
+		}
+		if first.Succeeded {
+			return hlc.Timestamp{}, false, false, nil
+		}
+		if len(first.Responses) != 1 {
+			return hlc.Timestamp{}, false, false, bad
+		}
+		read = first.Responses[0]
 	}
-	if len(first.Responses) != 1 || len(first.Responses[0].GetResponseRange().GetKvs()) == 0 {
-		return hlc.Timestamp{}, false, bad
+	if read.GetResponseRange() == nil {
+		return hlc.Timestamp{}, false, false, bad
 	}
-	last, err = decodeStamp(first.Responses[0].GetResponseRange().Kvs[0].Value)
-	return last, true, err
+	kvs := read.GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		if stamped {
+			return hlc.Timestamp{}, false, true, nil
+		}
+		return hlc.Timestamp{}, false, false, bad
+	}
+	last, err = decodeStamp(kvs[0].Value)
+	return last, true, false, err
 }
 
 // acquireDecided reads the outcome of one attempt of a (committed at
@@ -266,10 +296,18 @@ func (b *Backend) acquireDecided(cctx, parent context.Context, a *acquireTxn, su
 	res backend.AcquireResult, attached, again bool, err error) {
 	req := a.req
 	if succeeded {
-		last, refused, err := stampRefused(req.Key, rs)
+		last, refused, missing, err := stampRefused(req.Key, a.stamped, rs)
 		if err != nil {
 			return backend.AcquireResult{}, false, false, err
 		}
+		if missing {
+			// Not stamped after all: go again in the full form.
+			b.stamps.forget(req.Key)
+			a.stamped = false
+			return backend.AcquireResult{}, false, true, nil
+		}
+		b.stamps.saw(req.Key) // written now, or read
+		a.stamped = true
 		if refused {
 			// The key is free but its stamp is not below the proposal:
 			// propose its successor.
@@ -438,8 +476,11 @@ func (b *Backend) releaseOps(req backend.ReleaseRequest, guards []clientv3.Cmp, 
 			[]clientv3.Op{clientv3.OpPut(stampKey, "", clientv3.WithIgnoreValue())},
 		),
 	)
-	// Not this token's mutex lock: perhaps its grant (grants.go).
-	els = []clientv3.Op{b.releaseGrantOps(req.Key, req.OwnerToken, stamp, kept)}
+	// Not this token's mutex lock: perhaps its grant (grants.go), unless
+	// the key is known to be a mutex (stamps.go): a key keeps its kind.
+	if !b.stamps.seen(req.Key) {
+		els = []clientv3.Op{b.releaseGrantOps(req.Key, req.OwnerToken, stamp, kept)}
+	}
 	return cmps, then, els
 }
 
@@ -458,6 +499,7 @@ func (b *Backend) releaseDecided(cctx, parent context.Context, req backend.Relea
 		}
 		return b.releasedBefore(cctx, parent, []string{req.Key}, req.Request)
 	}
+	b.stamps.saw(req.Key) // a release writes the stamp key
 	if len(rs) > nKept {
 		if prev := rs[nKept].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
 			b.detached(prev[0])
