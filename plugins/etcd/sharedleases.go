@@ -94,10 +94,3 @@ func (s *sharedLeases) sweep(now time.Time) {
 		}
 	}
 }
-
-// counted reports how many leases are counted (for the tests).
-func (s *sharedLeases) counted() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.m)
-}
