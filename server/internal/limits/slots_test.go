@@ -3,6 +3,7 @@ package limits
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 )
 
@@ -91,4 +92,34 @@ func TestSlotTableCompacts(t *testing.T) {
 			t.Fatalf("after compactions find(%q) = %d, %v; want %d", s.key, got, ok, id)
 		}
 	}
+}
+
+// What is kept per lease holds no pointers, so that the garbage collector
+// has nothing to visit in it however many leases are counted: the slot
+// table's entries, hash index and bytes, the lease records and the heap.
+func TestPerLeaseRecordsHoldNoPointers(t *testing.T) {
+	l := newLeases(0)
+	for _, v := range []any{l.slots.ents, l.slots.first, l.slots.bytes, l.slots.free, l.recs, l.expires} {
+		if typ := reflect.TypeOf(v); hasPointers(typ) {
+			t.Errorf("%s holds pointers", typ)
+		}
+	}
+}
+
+func hasPointers(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.String, reflect.Interface, reflect.Func, reflect.Chan, reflect.UnsafePointer:
+		return true
+	case reflect.Slice, reflect.Array:
+		return hasPointers(t.Elem()) // a slice's own array pointer is one object, not one per lease
+	case reflect.Map:
+		return hasPointers(t.Key()) || hasPointers(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if hasPointers(t.Field(i).Type) {
+				return true
+			}
+		}
+	}
+	return false
 }
