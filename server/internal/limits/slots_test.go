@@ -84,8 +84,8 @@ func TestSlotTableCompacts(t *testing.T) {
 	for _, s := range live {
 		liveBytes += s.len()
 	}
-	if max := 2*liveBytes + minCompact; len(tab.bytes) > max {
-		t.Fatalf("%d bytes kept for %d live bytes, want at most %d", len(tab.bytes), liveBytes, max)
+	if limit := 2*liveBytes + minCompact; len(tab.bytes) > limit {
+		t.Fatalf("%d bytes kept for %d live bytes, want at most %d", len(tab.bytes), liveBytes, limit)
 	}
 	for id, s := range live {
 		if got, ok := tab.find(s); !ok || got != id {
