@@ -35,13 +35,19 @@ func (e *Engine) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchRequest
 	}
 	lo, hi := e.ttlRange()
 	reqs := make([]backend.ExtendRequest, len(items))
-	rids := make([]requestID, len(items))
+	var rids []requestID // nil: no item has one
 	for i, it := range items {
 		r, rid, err := e.extendItem(it, lo, hi)
 		if err != nil {
 			return nil, prefixed(fieldIndex("items", i), err)
 		}
-		reqs[i], rids[i] = r, rid
+		reqs[i] = r
+		if rid.set() {
+			if rids == nil {
+				rids = make([]requestID, len(items))
+			}
+			rids[i] = rid
+		}
 	}
 	e.extendIdentities(reqs, rids)
 	if err := e.merge(req.GetClientStamp()); err != nil {
@@ -92,7 +98,8 @@ func (e *Engine) extendItem(it *lockv1.ExtendBatchItem, lo, hi time.Duration) (b
 }
 
 // extendIdentities sets the identity of each request reqs[i] whose item
-// carried the request id rids[i], when the backend keeps identities. They
+// carried the request id rids[i] (rids nil: none did), when the backend
+// keeps identities. They
 // are derived into one string (identityText): a watchdog's batch carries
 // an id per lease, and an identity's own allocations per item were a fifth
 // of the engine's garbage per renewal. A backend in this process that
