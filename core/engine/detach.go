@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/holdfast/holdfast/core/backend"
 )
@@ -92,25 +91,11 @@ func (e *Engine) acquireDetached(ctx context.Context, s *acquireSpec, token, wai
 
 // background owns the goroutines of calls that outlive their callers;
 // Close waits for them.
-//
-// Its goroutines are kept for a while after their call, to carry the next
-// one: a detached Acquire goes through the plugin client's whole stack
-// (gRPC, TLS, protobuf), and a new goroutine for each one spent a tenth of
-// the server's CPU growing and copying its stack (runtime.newstack and
-// copystack in the bench's profiles of the memory-c1 and -c32 rows); a
-// kept one has grown it already. Handing a call to a kept goroutine costs
-// what starting one does: it runs next on the same processor.
 type background struct {
 	mu     sync.Mutex
 	closed bool
-	work   chan func()   // to an idle kept goroutine; unbuffered
-	quit   chan struct{} // closed by Close: the idle ones end
 	wg     sync.WaitGroup
 }
-
-// backgroundIdle is how long a goroutine waits for another call before it
-// ends: bursts reuse it, and an idle server keeps none for long.
-const backgroundIdle = 30 * time.Second
 
 // Go runs f on a goroutine of its own, unless Close has begun (false).
 func (b *background) Go(f func()) bool {
@@ -119,44 +104,14 @@ func (b *background) Go(f func()) bool {
 	if b.closed {
 		return false
 	}
-	if b.work == nil {
-		b.work, b.quit = make(chan func()), make(chan struct{})
-	}
-	select {
-	case b.work <- f: // an idle one took it
-	default:
-		b.wg.Go(func() { b.serve(f) })
-	}
+	b.wg.Go(f)
 	return true
-}
-
-// serve runs f, then the calls handed to it, until it has been idle for
-// backgroundIdle or Close begins.
-func (b *background) serve(f func()) {
-	idle := time.NewTimer(backgroundIdle)
-	defer idle.Stop()
-	for {
-		f()
-		idle.Reset(backgroundIdle)
-		select {
-		case f = <-b.work:
-		case <-idle.C:
-			return
-		case <-b.quit:
-			return
-		}
-	}
 }
 
 // Close refuses new goroutines and waits for the running ones.
 func (b *background) Close() {
 	b.mu.Lock()
-	if !b.closed {
-		b.closed = true
-		if b.quit != nil {
-			close(b.quit)
-		}
-	}
+	b.closed = true
 	b.mu.Unlock()
 	b.wg.Wait()
 }
