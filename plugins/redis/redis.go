@@ -103,6 +103,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -205,7 +206,9 @@ func (b *Backend) start(ctx context.Context) error {
 		switch {
 		case isAuthErr(err):
 			hint = " (check username/password)"
-		case errors.Is(err, io.EOF) && !b.opts.TLS:
+		case (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) && !b.opts.TLS:
+			// A TLS server drops a plain-text client: at once (EOF), or
+			// with a reset when the client's first commands are unread.
 			hint = " (the server closed the connection: does it require TLS? set tls=true)"
 		}
 		return fmt.Errorf("%w: redis: cannot use %s%s: %w", backend.ErrUnavailable, where, hint, err)
