@@ -22,18 +22,21 @@ import (
 // RPC at all), and the engine calling the memory plugin process through the
 // plugin host (the plugin hop alone: go-plugin gRPC over a unix socket).
 
-// engineOp is Acquire then Release on the engine, each worker its own key.
+// engineOp is Acquire then Release on the engine, each worker its own key,
+// with request ids as the server rows send them (see requestIDs), so that
+// the floor's plugin hop (this row through the plugin against it in
+// process) is measured on the calls the holdfast rows make.
 func engineOp(e *engine.Engine, prefix string) op {
 	return func(ctx context.Context, worker, _ int) error {
 		key := fmt.Sprintf("%s/%d", prefix, worker)
-		resp, err := e.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(10 * time.Second)})
+		resp, err := e.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(10 * time.Second), RequestId: newRequestID()})
 		if err != nil {
 			return err
 		}
 		if !resp.GetAcquired() {
 			return fmt.Errorf("key %s not acquired", key)
 		}
-		rel, err := e.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: resp.GetLease().GetOwnerToken()})
+		rel, err := e.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: resp.GetLease().GetOwnerToken(), RequestId: newRequestID()})
 		if err != nil {
 			return err
 		}

@@ -6,7 +6,11 @@
 //
 // It starts the holdfast servers it measures (from -bin) and a connect-go
 // echo server (this program with -echo-server), the floor under any RPC lock
-// service. Backend services (etcd, Redis, PostgreSQL) are started by
+// service. Every holdfast Acquire and Release that stands for a client (the
+// uncontended and hot-key rows, the engine rows of the floor, Acquire beside
+// List) carries a fresh request_id, as every SDK call does, so the rows
+// measure the path users take; -request-ids=false leaves them out (the
+// path before). Backend services (etcd, Redis, PostgreSQL) are started by
 // `make bench` with the project's scripts and passed in by flag; a backend
 // without its flag is left out of the table, and the table says so.
 package main
@@ -69,7 +73,10 @@ type report struct {
 	Renewal         []renewalRow `json:"renewal,omitempty"`
 	ListLoad        *listLoad    `json:"list_load,omitempty"`
 	Targets         []target     `json:"targets"`
-	Skipped         []string     `json:"skipped,omitempty"`
+	// RequestIDs says whether the holdfast rows sent request ids
+	// (-request-ids).
+	RequestIDs bool     `json:"request_ids"`
+	Skipped    []string `json:"skipped,omitempty"`
 }
 
 func main() {
@@ -104,7 +111,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var rep report
+	rep := report{RequestIDs: *requestIDs}
 
 	// The engine without the server first, before this program starts any
 	// other process: the plugin host's supervisor thread ends when the host
@@ -353,7 +360,7 @@ func profile(ctx context.Context, srv *process, label string, d time.Duration) (
 
 func printReport(rep report) {
 	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Println("\nUncontended Acquire+Release, distinct keys (ratio = ops/s over the baseline's; p50x = p50 over the baseline's)")
+	fmt.Printf("\nUncontended Acquire+Release, distinct keys, holdfast calls %s (ratio = ops/s over the baseline's; p50x = p50 over the baseline's)\n", ridLegend())
 	fmt.Fprintln(w, "work\tconc\tops/s\tp50 µs\tp99 µs\terrors\tratio\tp50x\tbaseline\t")
 	for _, r := range rep.Throughput {
 		ratio, lat := "", ""
@@ -365,7 +372,7 @@ func printReport(rep report) {
 	}
 	_ = w.Flush()
 
-	fmt.Printf("\nHot key, %d workers looping acquire-then-release (ratio = handoffs/s over the baseline's)\n", *hotWorkers)
+	fmt.Printf("\nHot key, %d workers looping acquire-then-release, holdfast calls %s (ratio = handoffs/s over the baseline's)\n", *hotWorkers, ridLegend())
 	fmt.Fprintln(w, "work\thandoffs/s\tacquisitions\twait p50 µs\twait p99 µs\twait max µs\tspread %\terrors\tratio\t")
 	for _, h := range rep.HotKey {
 		ratio := ""

@@ -161,9 +161,10 @@ type holdfastLocker struct {
 func (l *holdfastLocker) lock(ctx context.Context) error {
 	for {
 		resp, err := l.client.Acquire(ctx, &lockv1.AcquireRequest{
-			Key:  l.key,
-			Ttl:  durationpb.New(10 * time.Second),
-			Wait: durationpb.New(10 * time.Second),
+			Key:       l.key,
+			Ttl:       durationpb.New(10 * time.Second),
+			Wait:      durationpb.New(10 * time.Second),
+			RequestId: newRequestID(),
 		})
 		if err != nil {
 			return err
@@ -185,7 +186,7 @@ func (l *holdfastLocker) warm(ctx context.Context) error {
 }
 
 func (l *holdfastLocker) unlock(ctx context.Context) error {
-	resp, err := l.client.Release(ctx, &lockv1.ReleaseRequest{Key: l.key, OwnerToken: l.token})
+	resp, err := l.client.Release(ctx, &lockv1.ReleaseRequest{Key: l.key, OwnerToken: l.token, RequestId: newRequestID()})
 	if err != nil {
 		return err
 	}
@@ -196,18 +197,18 @@ func (l *holdfastLocker) unlock(ctx context.Context) error {
 }
 
 // acquireRelease is the uncontended operation: each worker takes and gives
-// back its own key.
+// back its own key, each call with a fresh request id (see requestIDs).
 func acquireRelease(client lockv1connect.LockServiceClient, prefix string) op {
 	return func(ctx context.Context, worker, _ int) error {
 		key := fmt.Sprintf("%s/%d", prefix, worker)
-		resp, err := client.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(10 * time.Second)})
+		resp, err := client.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(10 * time.Second), RequestId: newRequestID()})
 		if err != nil {
 			return err
 		}
 		if !resp.GetAcquired() {
 			return fmt.Errorf("key %s not acquired", key)
 		}
-		rel, err := client.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: resp.GetLease().GetOwnerToken()})
+		rel, err := client.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: resp.GetLease().GetOwnerToken(), RequestId: newRequestID()})
 		if err != nil {
 			return err
 		}

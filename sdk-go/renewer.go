@@ -232,7 +232,7 @@ func (r *renewer) loop() {
 // be held and the first guard due.
 func (r *renewer) take(now time.Time) []*Guard {
 	horizon := now.Add(r.due[0].TTL() / renewEarly)
-	var batch, back []*Guard
+	var batch, back, fresh []*Guard // fresh: need a request id
 	for len(r.due) > 0 && !r.due[0].ren.next.After(horizon) {
 		g := heap.Pop(&r.due).(*Guard)
 		g.mu.Lock()
@@ -250,7 +250,7 @@ func (r *renewer) take(now time.Time) []*Guard {
 		case g.sem <- struct{}{}:
 			g.ren.inFlight = true
 			if g.ren.rid == "" {
-				g.ren.rid = newRequestID() // kept by its retries (failed)
+				fresh = append(fresh, g)
 			}
 			batch = append(batch, g)
 		default:
@@ -260,6 +260,11 @@ func (r *renewer) take(now time.Time) []*Guard {
 	}
 	for _, g := range back {
 		heap.Push(&r.due, g)
+	}
+	if len(fresh) > 0 {
+		for i, id := range newRequestIDs(len(fresh)) {
+			fresh[i].ren.rid = id // kept by its retries (failed)
+		}
 	}
 	return batch
 }

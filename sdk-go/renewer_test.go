@@ -1,6 +1,7 @@
 package holdfast
 
 import (
+	"encoding/base64"
 	"fmt"
 	"slices"
 	"testing"
@@ -234,6 +235,39 @@ func TestWatchdogFirstRenewalFollowsTheClientsPhase(t *testing.T) {
 		}
 	}
 	for _, g := range guards {
+		if err := g.Unlock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Each renewal of each guard carries a request id of its own, drawn for
+// the whole batch at once: 128 random bits, base64url, never the same for
+// two guards or two renewals.
+func TestWatchdogGivesEveryRenewalItsOwnRequestID(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.batch = true })
+	c := dialPeer(t, url)
+	const n, ttl = 12, 1500 * time.Millisecond
+	gs := lockMany(t, c, n, ttl)
+	awaitRenewals(t, gs, 2, 2*ttl/3+ttl/2+slack)
+	seen := map[string]string{}
+	for key, ids := range peer.snapshot().renewIDs {
+		for _, id := range ids {
+			raw, err := base64.RawURLEncoding.DecodeString(id)
+			if err != nil || len(raw) != 16 {
+				t.Fatalf("%s: request id %q is not 16 bytes of base64url (%v)", key, id, err)
+			}
+			if other, dup := seen[id]; dup {
+				t.Fatalf("request id %q sent for %s and again for %s", id, other, key)
+			}
+			seen[id] = key
+		}
+	}
+	if len(seen) < 2*n {
+		t.Fatalf("%d renewals seen, want at least two per guard", len(seen))
+	}
+	for _, g := range gs {
 		if err := g.Unlock(t.Context()); err != nil {
 			t.Fatal(err)
 		}

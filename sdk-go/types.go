@@ -261,9 +261,31 @@ func kindsFromProto(ks []lockv1.Kind) []Kind {
 // call, so that a retry whose first attempt's answer was lost is answered
 // as that attempt was (the same lease, a release confirmed).
 func newRequestID() string {
-	var b [16]byte
+	var b [requestIDBytes]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// requestIDBytes is the random bytes of one request id.
+const requestIDBytes = 16
+
+// newRequestIDs draws n request ids, each as newRequestID draws one, from
+// one read of the random source into one string: a watchdog's renewal
+// draws an id per lease, hundreds at once.
+func newRequestIDs(n int) []string {
+	raw := make([]byte, n*requestIDBytes)
+	_, _ = rand.Read(raw) // crypto/rand.Read never fails
+	size := base64.RawURLEncoding.EncodedLen(requestIDBytes)
+	text := make([]byte, 0, n*size)
+	for b := range slices.Chunk(raw, requestIDBytes) {
+		text = base64.RawURLEncoding.AppendEncode(text, b)
+	}
+	all := string(text)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = all[i*size : (i+1)*size]
+	}
+	return ids
 }
 
 func eventTypeFromProto(t lockv1.EventType) EventType {

@@ -450,6 +450,9 @@ func (e *Engine) acquireSpec(req *lockv1.AcquireRequest) (*acquireSpec, error) {
 	if s.rid, err = checkRequestID(req.GetRequestId()); err != nil {
 		return nil, err
 	}
+	if !s.rid.set() {
+		return s, nil // no identity: the fingerprint would be thrown away
+	}
 	fp := newFingerprint("acquire").strs(ks.keys).flag(ks.multi).dur(s.ttl).str(s.holder).dur(s.lockDelay)
 	if s.shape != mutex {
 		// A mutex's fingerprint is what it was before kinds, so a repeat
@@ -717,7 +720,10 @@ func (e *Engine) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lock
 	if err := e.merge(req.GetClientStamp()); err != nil {
 		return nil, err
 	}
-	ident := e.ident(rid, newFingerprint("release").strs(ks.keys).flag(ks.multi).str(token))
+	var ident backend.Request // none without a request id (ident's answer then)
+	if rid.set() {
+		ident = e.ident(rid, newFingerprint("release").strs(ks.keys).flag(ks.multi).str(token))
+	}
 	ok, err := e.releaseKeys(ctx, ks, token, ident, false)
 	if err != nil {
 		if errors.Is(err, backend.ErrRequestConflict) && ctx.Err() == nil {

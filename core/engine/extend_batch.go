@@ -35,13 +35,21 @@ func (e *Engine) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchRequest
 	}
 	lo, hi := e.ttlRange()
 	reqs := make([]backend.ExtendRequest, len(items))
+	var rids []requestID // nil: no item has one
 	for i, it := range items {
-		r, err := e.extendItem(it, lo, hi)
+		r, rid, err := e.extendItem(it, lo, hi)
 		if err != nil {
 			return nil, prefixed(fieldIndex("items", i), err)
 		}
 		reqs[i] = r
+		if rid.set() {
+			if rids == nil {
+				rids = make([]requestID, len(items))
+			}
+			rids[i] = rid
+		}
 	}
+	e.extendIdentities(reqs, rids)
 	if err := e.merge(req.GetClientStamp()); err != nil {
 		return nil, err
 	}
@@ -71,28 +79,62 @@ func (e *Engine) ExtendBatch(ctx context.Context, req *lockv1.ExtendBatchRequest
 
 // extendItem validates one item (its messages name the item's fields
 // alone; the caller puts items[i] before them).
-func (e *Engine) extendItem(it *lockv1.ExtendBatchItem, lo, hi time.Duration) (backend.ExtendRequest, error) {
+func (e *Engine) extendItem(it *lockv1.ExtendBatchItem, lo, hi time.Duration) (backend.ExtendRequest, requestID, error) {
 	if err := checkKey("key", it.GetKey()); err != nil {
-		return backend.ExtendRequest{}, err
+		return backend.ExtendRequest{}, requestID{}, err
 	}
 	if err := checkToken(it.GetOwnerToken()); err != nil {
-		return backend.ExtendRequest{}, err
+		return backend.ExtendRequest{}, requestID{}, err
 	}
 	ttl, err := checkTTL(it.GetTtl(), lo, hi)
 	if err != nil {
-		return backend.ExtendRequest{}, err
+		return backend.ExtendRequest{}, requestID{}, err
 	}
 	rid, err := checkRequestID(it.GetRequestId())
 	if err != nil {
-		return backend.ExtendRequest{}, err
+		return backend.ExtendRequest{}, requestID{}, err
 	}
-	r := backend.ExtendRequest{Key: it.GetKey(), OwnerToken: it.GetOwnerToken(), TTL: ttl}
-	if rid.set() {
+	return backend.ExtendRequest{Key: it.GetKey(), OwnerToken: it.GetOwnerToken(), TTL: ttl}, rid, nil
+}
+
+// extendIdentities sets the identity of each request reqs[i] whose item
+// carried the request id rids[i] (rids nil: none did), when the backend
+// keeps identities. They
+// are derived into one string (identityText): a watchdog's batch carries
+// an id per lease, and an identity's own allocations per item were a fifth
+// of the engine's garbage per renewal. A backend in this process that
+// keeps an identity keeps that string until each of its identities is
+// replaced (the next renewal of each lease), a batch's few tens of KB.
+func (e *Engine) extendIdentities(reqs []backend.ExtendRequest, rids []requestID) {
+	n := 0
+	for _, rid := range rids {
+		if rid.set() {
+			n++
+		}
+	}
+	if n == 0 || !e.Info().RequestIDs {
+		return
+	}
+	t := identityText{text: make([]byte, 0, n*2*digestTextLen)}
+	var fp fingerprint
+	at := make([]int, len(reqs))
+	for i, r := range reqs {
+		at[i] = -1
+		if !rids[i].set() {
+			continue
+		}
 		// The fingerprint of a single-key Extend's: a renewal retried as
 		// an Extend, or an Extend retried in a batch, is the same request.
-		r.Request = e.ident(rid, newFingerprint("extend").strs([]string{r.Key}).flag(false).str(r.OwnerToken).dur(ttl))
+		fp.b = fp.b[:0]
+		fp.str("extend").strs([]string{r.Key}).flag(false).str(r.OwnerToken).dur(r.TTL)
+		at[i] = t.add(rids[i], fp)
 	}
-	return r, nil
+	text := string(t.text)
+	for i, a := range at {
+		if a >= 0 {
+			reqs[i].Request = t.request(text, a)
+		}
+	}
 }
 
 // extendWave sends the chunks of one wave to the backend at once, each

@@ -718,8 +718,8 @@ func TestShorterRenewalMovesTheEntryAtOnce(t *testing.T) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e := b.locks["k"]
-	if !e.due.Equal(e.expires) || b.expiries[0] != e {
-		t.Fatalf("due %s, expires %s, first in the heap %q", e.due, e.expires, b.expiries[0].key)
+	if !e.due.Equal(e.expires) || b.expiries[0].e != e {
+		t.Fatalf("due %s, expires %s, first in the heap %q", e.due, e.expires, b.expiries[0].e.key)
 	}
 }
 

@@ -136,7 +136,9 @@
 //     plugin sharing the schema is answered as the first. A call without
 //     one keeps its single statement, which clears them when it takes or
 //     releases a lease, and an abandoning Release spares a claimed lease in
-//     that statement. A Release's identity is lost early only if the
+//     that statement. A replay-only Acquire of one key reads the row
+//     without locking it and writes only a repeat's claim or a contended
+//     mark, naming the lease it read (requests.go, replayOnly). A Release's identity is lost early only if the
 //     cleaner deletes the free row first (idle_retention after the
 //     release, shorter than a long lease): a repeat then answers false,
 //     never a wrong true.
@@ -700,8 +702,8 @@ func (b *Backend) Acquire(ctx context.Context, req backend.AcquireRequest) (back
 		return backend.AcquireResult{}, err
 	}
 	if req.ReplayOnly {
-		// Only a repeat is answered: the set transaction's decision.
-		return b.acquireOne(ctx, req)
+		// Only a repeat is answered (requests.go).
+		return b.replayOnly(ctx, req)
 	}
 	if req.Request.ID != "" {
 		// A request identity is compared and kept by lock_acquire.

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -231,9 +233,15 @@ END
 $fn$;`
 }
 
-// identStatements call the functions above.
+// identStatements call the functions above, and answer a replay-only
+// Acquire (replayOnly).
 type identStatements struct {
 	acquire, release, extend string
+	// peek reads a key's row without locking it; claim marks a replay of
+	// the lease with fencing token $2 answered, mark marks that lease
+	// contended: each writes only while that lease is still live ($1 key,
+	// $3 the request id for claim).
+	peek, claim, mark string
 }
 
 func newIdentStatements(n names) identStatements {
@@ -242,6 +250,16 @@ func newIdentStatements(n names) identStatements {
 		acquire: `SELECT ` + cols + ` FROM ` + n.acquireL + `($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
 		release: `SELECT ` + n.releaseL + `($1, $2, $3, $4, $5, $6, $7)`,
 		extend:  `SELECT ` + cols + ` FROM ` + n.extendL + `($1, $2, $3, $4, $5)`,
+		peek: `SELECT owner IS NOT NULL AND expires_at > clock_timestamp(), kind, lim,
+	coalesce(request_id, ''), coalesce(request_fp, ''), contended,
+	key, fencing, holder, coalesce(expires_at, 'epoch'), stamp_wall, stamp_logical,
+	coalesce((extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint, 0)
+FROM ` + n.locks + ` WHERE key = $1`,
+		claim: `UPDATE ` + n.locks + ` SET claimed = true
+WHERE key = $1 AND fencing = $2 AND owner IS NOT NULL AND expires_at > clock_timestamp() AND request_id = $3
+RETURNING coalesce(replay, ''), ` + recordCols,
+		mark: `UPDATE ` + n.locks + ` SET contended = true
+WHERE key = $1 AND fencing = $2 AND owner IS NOT NULL AND expires_at > clock_timestamp()`,
 	}
 }
 
@@ -370,4 +388,76 @@ func (b *Backend) extendIdent(ctx context.Context, req backend.ExtendRequest) (b
 		b.scheduled(res.Record.Remaining)
 	}
 	return res, err
+}
+
+// replayOnly is a replay-only Acquire of one mutex key: it answers the
+// lease the request took (a repeat: the same id and fingerprint), refuses
+// the id used with other arguments, or reports the holder (none when the
+// key is free), and never takes the key. The engine asks it for every
+// Acquire with a request id that finds waiters queued on the key, so on a
+// hot key it runs beside the holders' Releases and the waiters' Acquires:
+// the common answer (another request's lease, or none) is one read that
+// takes no row lock, where the set transaction it used before held the
+// row's lock across four statements and queued them all behind it. It
+// writes only to answer a repeat (claimed) and, under notify=contended,
+// to mark the lease it failed against, as a failed Acquire does; each is
+// one UPDATE that compares the lease it read (its fencing token, unique
+// per lease) under the row lock, so the mark lands on that lease or, if
+// the lease ended meanwhile, the key is read again.
+func (b *Backend) replayOnly(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
+	ctx, done, err := b.call(ctx)
+	if err != nil {
+		return backend.AcquireResult{}, err
+	}
+	defer done()
+	fail := func(err error) (backend.AcquireResult, error) {
+		return backend.AcquireResult{}, b.wrap(ctx, "acquire "+strconv.Quote(req.Key), err)
+	}
+	for range acquireAttempts {
+		var (
+			held, contended bool
+			kind            string
+			limit           int
+			kept            backend.Request
+		)
+		rec, err := scanRecord(b.pool.QueryRow(ctx, b.ident.peek, req.Key),
+			&held, &kind, &limit, &kept.ID, &kept.Fingerprint, &contended)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return backend.AcquireResult{}, nil // free: no row
+		case err != nil:
+			return fail(err)
+		case kind != "":
+			return b.keptOther(ctx, req.Key, kind, limit)
+		case !held:
+			return backend.AcquireResult{}, nil
+		}
+		repeat, err := backend.Repeat(kept, req.Request)
+		if err != nil {
+			return backend.AcquireResult{}, errConflict
+		}
+		if repeat {
+			var replay string
+			rec, err := scanRecord(b.pool.QueryRow(ctx, b.ident.claim, req.Key, int64(rec.FencingToken), req.Request.ID), &replay)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				continue // the lease ended since the read
+			case err != nil:
+				return fail(err)
+			}
+			return backend.AcquireResult{Acquired: true, Record: rec, Replayed: true, Replay: replay}, nil
+		}
+		if b.mark && !contended {
+			tag, err := b.pool.Exec(ctx, b.ident.mark, req.Key, int64(rec.FencingToken))
+			if err != nil {
+				return fail(err)
+			}
+			if tag.RowsAffected() == 0 {
+				continue // the lease ended since the read
+			}
+		}
+		return backend.AcquireResult{Record: rec}, nil
+	}
+	return backend.AcquireResult{}, fmt.Errorf("%w: postgres: acquire %q: the key changed hands %d times during the call; retry",
+		backend.ErrUnavailable, req.Key, acquireAttempts)
 }

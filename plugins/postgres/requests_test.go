@@ -73,3 +73,72 @@ func TestMigrateFromV5(t *testing.T) {
 		t.Fatalf("the next Acquire's stamp %v is not after the row's %v", next.Record.Stamp, want)
 	}
 }
+
+// TestReplayOnly: a replay-only Acquire (what the engine asks for a
+// request that finds waiters queued on its key) answers the lease its
+// request took as a replay (and marks it claimed, so an abandoning Release
+// spares it), refuses the id with other arguments, reports another
+// request's holder without taking anything, finds a free key free without
+// taking it, and under notify=contended marks the lease it failed against,
+// as a failed Acquire does.
+func TestReplayOnly(t *testing.T) {
+	ctx := context.Background()
+	for _, notify := range []string{postgres.NotifyAll, postgres.NotifyContended} {
+		t.Run("notify="+notify, func(t *testing.T) {
+			b := open(t, map[string]string{"notify": notify})
+			dsn := pgtest.DSN(t)
+			tok := token()
+			acq := backend.AcquireRequest{Key: "k", OwnerToken: tok, TTL: time.Minute, Stamp: clock.Now(), Holder: "first",
+				Request: backend.Request{ID: "rid-first", Fingerprint: "fp"}, Replay: "the replay"}
+			only := func(req backend.AcquireRequest) (backend.AcquireResult, error) {
+				req.OwnerToken, req.ReplayOnly, req.Stamp = token(), true, clock.Now()
+				return b.Acquire(ctx, req)
+			}
+
+			free, err := only(acq)
+			if err != nil || free.Acquired || free.Record.Key != "" {
+				t.Fatalf("replay-only on a free key = %+v, %v; want not acquired, no holder", free, err)
+			}
+			if n := query[int64](t, dsn, `SELECT count(*) FROM `+b.Schema()+`.locks WHERE owner IS NOT NULL`); n != 0 {
+				t.Fatalf("replay-only took a free key: %d rows held", n)
+			}
+
+			first, err := b.Acquire(ctx, acq)
+			if err != nil || !first.Acquired {
+				t.Fatalf("Acquire = %+v, %v", first, err)
+			}
+			other := acq
+			other.Request = backend.Request{ID: "rid-other", Fingerprint: "fp"}
+			held, err := only(other)
+			if err != nil || held.Acquired || held.Record.Key != "k" || held.Record.FencingToken != first.Record.FencingToken || held.Record.Holder != "first" {
+				t.Fatalf("replay-only of another request = %+v, %v; want the holder (fencing %d)", held, err, first.Record.FencingToken)
+			}
+			marked := query[bool](t, dsn, `SELECT contended FROM `+b.Schema()+`.locks WHERE key = 'k'`)
+			if want := notify == postgres.NotifyContended; marked != want {
+				t.Fatalf("contended = %t after a failed replay-only under notify=%s, want %t", marked, notify, want)
+			}
+
+			conflict := acq
+			conflict.Request.Fingerprint = "other"
+			if _, err := only(conflict); !errors.Is(err, backend.ErrRequestConflict) {
+				t.Fatalf("replay-only with the id and other arguments: %v, want a request conflict", err)
+			}
+
+			rep, err := only(acq)
+			if err != nil || !rep.Acquired || !rep.Replayed || rep.Replay != "the replay" || rep.Record.FencingToken != first.Record.FencingToken {
+				t.Fatalf("replay-only of the request = %+v, %v; want the first lease replayed", rep, err)
+			}
+			// Claimed: the first attempt's abandoning Release spares the lease.
+			if ok, err := b.Release(ctx, backend.ReleaseRequest{Key: "k", OwnerToken: tok, Stamp: clock.Now(), Abandon: true}); err != nil || ok {
+				t.Fatalf("abandoning Release after a replay = %v, %v; want false", ok, err)
+			}
+			if ok, err := b.Release(ctx, backend.ReleaseRequest{Key: "k", OwnerToken: tok, Stamp: clock.Now()}); err != nil || !ok {
+				t.Fatalf("Release = %v, %v", ok, err)
+			}
+			after, err := only(acq)
+			if err != nil || after.Acquired || after.Record.Key != "" {
+				t.Fatalf("replay-only after the release = %+v, %v; want not acquired, no holder", after, err)
+			}
+		})
+	}
+}

@@ -435,18 +435,3 @@ func recordsOf(rows []lockedRow) []backend.Record {
 	}
 	return out
 }
-
-// acquireOne is Acquire of one key through the set transaction: the path
-// of a replay-only Acquire (which answers a repeat and takes nothing).
-func (b *Backend) acquireOne(ctx context.Context, req backend.AcquireRequest) (backend.AcquireResult, error) {
-	res, err := b.AcquireSet(ctx, backend.AcquireSetRequest{Claims: []backend.Claim{{Key: req.Key}}, OwnerToken: req.OwnerToken,
-		TTL: req.TTL, Holder: req.Holder, Stamp: req.Stamp, Request: req.Request, Replay: req.Replay, ReplayOnly: req.ReplayOnly})
-	if err != nil {
-		return backend.AcquireResult{}, err
-	}
-	out := backend.AcquireResult{Acquired: res.Acquired, Record: res.Blocker, Replayed: res.Replayed, Replay: res.Replay}
-	if res.Acquired {
-		out.Record = res.Records[0]
-	}
-	return out, nil
-}

@@ -24,12 +24,13 @@ const MaxLockDelay = time.Minute
 // errConflict is a repeat of a kept request id with another fingerprint.
 var errConflict = fmt.Errorf("%w: the request id was used with other arguments", backend.ErrRequestConflict)
 
-// setKeys checks a set's keys and returns its Redis keys (lock and meta of
-// each, in order) and event channels. In a Cluster every key of a set must
+// setKeys checks a set's keys and returns its Redis keys (lock, meta and
+// delay of each, in order; for a set of one key and withGrants, its
+// grantKeys, which let Release and Extend find a grant) and event channels. In a Cluster every key of a set must
 // hash to one slot, as every key of a script must: the set is refused with
 // backend.ErrFailedPrecondition otherwise, naming the rule and the way to
 // follow it (one hash tag for the set's keys).
-func (b *Backend) setKeys(keys []string) (rkeys, channels []string, err error) {
+func (b *Backend) setKeys(keys []string, withGrants bool) (rkeys, channels []string, err error) {
 	if len(keys) < 1 || len(keys) > MaxKeys {
 		return nil, nil, fmt.Errorf("%w: a set names %d keys; the redis backend takes 1 to %d",
 			backend.ErrInvalidArgument, len(keys), MaxKeys)
@@ -45,6 +46,9 @@ func (b *Backend) setKeys(keys []string) (rkeys, channels []string, err error) {
 				return nil, nil, fmt.Errorf("%w: key %q is named twice in one set", backend.ErrInvalidArgument, sorted[i])
 			}
 		}
+	}
+	if len(keys) == 1 && withGrants {
+		return b.grantKeys(keys[0]), []string{b.channel(keys[0])}, nil
 	}
 	_, cluster := b.client.(*goredis.ClusterClient)
 	first := ""
@@ -78,7 +82,7 @@ func (b *Backend) acquireCall(req backend.AcquireSetRequest) (scriptCall, error)
 	for i, c := range req.Claims {
 		keys[i] = c.Key
 	}
-	rkeys, channels, err := b.setKeys(keys)
+	rkeys, channels, err := b.setKeys(keys, false)
 	if err != nil {
 		return scriptCall{}, err
 	}
@@ -168,14 +172,12 @@ func (b *Backend) ReleaseSet(ctx context.Context, req backend.ReleaseSetRequest)
 // releaseCall checks a ReleaseSet and makes its script call (none for the
 // empty token, which holds nothing).
 func (b *Backend) releaseCall(req backend.ReleaseSetRequest) (scriptCall, error) {
-	rkeys, channels, err := b.setKeys(req.Keys)
+	// A key's grant, or its mutex lock: one key names its grants key too.
+	rkeys, channels, err := b.setKeys(req.Keys, true)
 	if err != nil || req.OwnerToken == "" {
 		return scriptCall{}, err
 	}
 	s, n, l := splitStamp(req.Stamp)
-	if len(req.Keys) == 1 {
-		rkeys = b.grantKeys(req.Keys[0]) // a key's grant, or its mutex lock
-	}
 	args := []any{req.OwnerToken, s, n, l, millis(b.opts.MetaRetention), req.Request.ID, req.Request.Fingerprint, flag(req.Abandon)}
 	for _, c := range channels {
 		args = append(args, c)
@@ -207,15 +209,13 @@ func (b *Backend) ExtendSet(ctx context.Context, req backend.ExtendSetRequest) (
 // extendCall checks an ExtendSet and makes its script call (none for the
 // empty token, which holds nothing).
 func (b *Backend) extendCall(req backend.ExtendSetRequest) (scriptCall, error) {
-	rkeys, _, err := b.setKeys(req.Keys)
+	// A key's grant, or its mutex lock: one key names its grants key too.
+	rkeys, _, err := b.setKeys(req.Keys, true)
 	if err != nil {
 		return scriptCall{}, err
 	}
 	if err := b.checkTTL(req.TTL); err != nil || req.OwnerToken == "" {
 		return scriptCall{}, err
-	}
-	if len(req.Keys) == 1 {
-		rkeys = b.grantKeys(req.Keys[0]) // a key's grant, or its mutex lock
 	}
 	s, n, l := splitStamp(req.Stamp)
 	return scriptCall{op: "extend", script: extendScript, batch: extendBatchScript, keys: rkeys, args: []any{req.OwnerToken, millis(req.TTL), s, n, l,

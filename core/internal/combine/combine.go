@@ -66,7 +66,8 @@ func New[Req, Res any](cfg Config[Req, Res]) *Combiner[Req, Res] {
 type call[Req, Res any] struct {
 	req Req
 	res Result[Res]
-	// done is closed once res is set.
+	// done is closed once res is set (nil for a call that runs alone on
+	// its caller's goroutine, which reads res when run returns).
 	done chan struct{}
 	// lead receives the batch this call must run (it is in it). Buffered:
 	// the handing-over leader never waits. leading is set, under the
@@ -83,15 +84,17 @@ type call[Req, Res any] struct {
 // the outcome (say, of an Acquire) passes a context that does not end
 // before the batch does.
 func (c *Combiner[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
-	me := &call[Req, Res]{req: req, done: make(chan struct{}), lead: make(chan []*call[Req, Res], 1)}
 	c.mu.Lock()
 	if c.inFlight < c.cfg.MaxInFlight && len(c.queue) == 0 {
 		c.inFlight++
 		c.mu.Unlock()
+		// Alone, on the caller's goroutine: nobody waits on it, so it
+		// needs no channels.
+		me := &call[Req, Res]{req: req}
 		c.run(ctx, []*call[Req, Res]{me})
 		return me.res.Value, me.res.Err
 	}
-	me.queued = true
+	me := &call[Req, Res]{req: req, done: make(chan struct{}), lead: make(chan []*call[Req, Res], 1), queued: true}
 	c.queue = append(c.queue, me)
 	c.mu.Unlock()
 
@@ -143,7 +146,9 @@ func (c *Combiner[Req, Res]) run(ctx context.Context, batch []*call[Req, Res]) {
 
 	for i, b := range batch {
 		b.res = results[i]
-		close(b.done)
+		if b.done != nil { // nil: the caller runs its call alone
+			close(b.done)
+		}
 	}
 }
 

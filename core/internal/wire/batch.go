@@ -152,6 +152,7 @@ func ToExtendBatchRequest(reqs []backend.ExtendRequest) *backendv1.ExtendBatchRe
 	items := make([]backendv1.ExtendRequest, len(reqs))
 	ttls := make([]durationpb.Duration, len(reqs))
 	var stamp *backendv1.Stamp
+	var idents []backendv1.RequestIdentity // a renewal's items carry one each
 	for i, r := range reqs {
 		p := &items[i]
 		p.Key, p.OwnerToken = r.Key, r.OwnerToken
@@ -161,7 +162,13 @@ func ToExtendBatchRequest(reqs []backend.ExtendRequest) *backendv1.ExtendBatchRe
 			stamp = ToStamp(r.Stamp)
 		}
 		p.Stamp = stamp
-		p.Request = toRequest(r.Request)
+		if r.Request != (backend.Request{}) {
+			if idents == nil {
+				idents = make([]backendv1.RequestIdentity, len(reqs))
+			}
+			idents[i].Id, idents[i].Fingerprint = r.Request.ID, r.Request.Fingerprint
+			p.Request = &idents[i]
+		}
 		out.Items[i] = p
 	}
 	return out

@@ -157,17 +157,17 @@ func Handler(next http.Handler, t Timeouts) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
-		if t.Body > 0 && r.Body != nil && r.Body != http.NoBody {
-			if err := rc.SetReadDeadline(time.Now().Add(t.Body)); err == nil {
-				b := &body{ReadCloser: r.Body, rc: rc, limit: t.Body}
-				if r.ProtoMajor == 1 {
-					// The rest of a late body cannot be read: the
-					// connection goes with the answer (HTTP/2 resets only
-					// the stream).
-					b.onTimeout = func() { w.Header().Set("Connection", "close") }
-				}
-				r.Body = b
+		if t.Body > 0 && r.Body != nil && r.Body != http.NoBody && canSetReadDeadline(w) {
+			b := &body{ReadCloser: r.Body, rc: rc, limit: t.Body, deadline: time.Now().Add(t.Body)}
+			if r.ProtoMajor == 1 {
+				// The rest of a late body cannot be read: the
+				// connection goes with the answer (HTTP/2 resets only
+				// the stream).
+				b.onTimeout = func() { w.Header().Set("Connection", "close") }
 			}
+			b.timer = time.AfterFunc(t.Body, b.expire)
+			defer b.handlerDone()
+			r.Body = b
 		}
 		if t.Write > 0 {
 			gw := &writer{ResponseWriter: w, rc: rc, limit: t.Write}
@@ -178,16 +178,94 @@ func Handler(next http.Handler, t Timeouts) http.Handler {
 	})
 }
 
-// body ends the read deadline once the body has been read whole: a long
-// call (a waiting Acquire, a Watch) must not be cut off afterwards. (Over
-// HTTP/1.1 the server reads on in the background to notice a client that
-// goes away; a deadline left armed would end the call.)
+// canSetReadDeadline reports whether w (or a writer it wraps) takes read
+// deadlines, as http.ResponseController would find.
+func canSetReadDeadline(w http.ResponseWriter) bool {
+	for {
+		switch t := w.(type) {
+		case interface{ SetReadDeadline(time.Time) error }:
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return false
+		}
+	}
+}
+
+// The states of a body's deadline.
+const (
+	bodyReading = iota // the timer runs
+	bodyDone           // read whole, or its handler returned: nothing armed
+	bodyExpired        // the deadline passed while it was being read
+)
+
+// body bounds the reading of a request body by its own timer, which sets
+// a deadline in the past on the request only if it fires: a body that
+// arrives in time (nearly all of them: a unary call's request comes whole
+// with its headers) costs no deadline change on the connection. Over
+// HTTP/2 every deadline change is a message to the connection's serve
+// goroutine, two per request when the deadline was set at the start and
+// cleared at the end; one connection's requests all queue on that
+// goroutine. Nothing stays armed once the body has been read whole: a
+// long call (a waiting Acquire, a Watch) must not be cut off afterwards.
+// (Over HTTP/1.1 the server reads on in the background to notice a client
+// that goes away; a deadline left armed would end the call.)
 type body struct {
 	io.ReadCloser
 	rc        *http.ResponseController
 	limit     time.Duration
-	done      bool
+	deadline  time.Time
 	onTimeout func()
+	timer     *time.Timer
+
+	mu    sync.Mutex // the state, and the request's deadline changes
+	state int
+}
+
+// expiredDeadline is a deadline long past: setting it fails the read in
+// progress and every later one at once.
+var expiredDeadline = time.Unix(1, 0)
+
+// expire runs on the timer: the body is late.
+func (b *body) expire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state != bodyReading {
+		return // read whole, or its handler returned: rc is not ours any more
+	}
+	b.state = bodyExpired
+	_ = b.rc.SetReadDeadline(expiredDeadline)
+}
+
+// handlerDone hands a body not read whole back to the server with the
+// deadline it had (the server may read the rest after the handler), and
+// stops the timer.
+func (b *body) handlerDone() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.timer.Stop()
+	if b.state == bodyReading {
+		b.state = bodyDone
+		_ = b.rc.SetReadDeadline(b.deadline)
+	}
+}
+
+// readWhole ends the deadline once the body has been read whole.
+func (b *body) readWhole() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case bodyReading:
+		b.timer.Stop()
+	case bodyExpired:
+		// It fired as the last bytes came: the body is whole after all,
+		// and the call goes on without a deadline.
+		_ = b.rc.SetReadDeadline(time.Time{})
+	default:
+		return
+	}
+	b.state = bodyDone
 }
 
 func (b *body) Read(p []byte) (int, error) {
@@ -195,10 +273,7 @@ func (b *body) Read(p []byte) (int, error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF):
-		if !b.done {
-			b.done = true
-			_ = b.rc.SetReadDeadline(time.Time{})
-		}
+		b.readWhole()
 	case isTimeout(err):
 		if b.onTimeout != nil {
 			b.onTimeout()

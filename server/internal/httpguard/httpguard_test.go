@@ -184,6 +184,82 @@ func TestBodyDeadline(t *testing.T) {
 	}
 }
 
+// serveH2C runs h on a real server on loopback that speaks cleartext
+// HTTP/2, and returns a client that speaks it too.
+func serveH2C(t *testing.T, h http.Handler) (string, *http.Client) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	t.Cleanup(func() { tr.CloseIdleConnections(); _ = srv.Close(); <-done })
+	return "http://" + ln.Addr().String(), &http.Client{Transport: tr}
+}
+
+// The body deadline over HTTP/2, where it is the handler's own timer, not
+// a deadline on the stream: a whole body leaves nothing armed, a late one
+// fails its read.
+func TestBodyDeadlineHTTP2(t *testing.T) {
+	const limit = 300 * time.Millisecond
+	type result struct {
+		err      error
+		proto    int
+		ctxEnded bool
+	}
+	results := make(chan result, 1)
+	url, client := serveH2C(t, Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		res := result{err: err, proto: r.ProtoMajor}
+		if err == nil {
+			select {
+			case <-r.Context().Done():
+				res.ctxEnded = true
+			case <-time.After(3 * limit):
+			}
+		}
+		results <- res
+		w.WriteHeader(http.StatusNoContent)
+	}), Timeouts{Body: limit}))
+
+	resp, err := client.Post(url, "text/plain", strings.NewReader("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if r := <-results; r.err != nil || r.proto != 2 || r.ctxEnded {
+		t.Fatalf("a whole body: %+v, want read over HTTP/2 and the call not ended", r)
+	}
+
+	// A body that stops after its first byte.
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = pw.Write([]byte("x")) }()
+	start := time.Now()
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		if resp, err := client.Post(url, "text/plain", pr); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	r := <-results
+	if connect.CodeOf(r.err) != connect.CodeDeadlineExceeded || !strings.Contains(r.err.Error(), "--body-timeout") {
+		t.Fatalf("a stalled body: %v, want deadline_exceeded naming --body-timeout", r.err)
+	}
+	if took := time.Since(start); took < limit || took > limit+5*time.Second {
+		t.Fatalf("the read failed after %s, want about %s", took, limit)
+	}
+	pw.Close()
+	<-answered
+}
+
 func TestWriteDeadline(t *testing.T) {
 	const limit = 300 * time.Millisecond
 	writeErr := make(chan error, 1)

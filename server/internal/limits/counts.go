@@ -1,7 +1,6 @@
 package limits
 
 import (
-	"container/heap"
 	"sync"
 	"time"
 )
@@ -68,28 +67,39 @@ func (c *counter) Total() int {
 // progress (reservations). A lease leaves when it is released or taken
 // over through this server, or when its TTL runs out (a min-heap of
 // expiries, pruned on every reservation).
+//
+// A server may count hundreds of thousands of leases, so their records
+// hold no pointers (see slotTable): a lease is an id in slots, its record
+// at that index of recs, its caller an index in callers, its times
+// nanoseconds since epoch on the monotonic clock.
 type leases struct {
 	mu      sync.Mutex
 	counts  *counter
-	byKey   map[string]*lease
-	expires leaseHeap
+	epoch   time.Time
+	slots   *slotTable
+	recs    []lease // by slot id
+	callers interned
+	expires []int32 // slot ids, a min-heap by due
 }
 
 type lease struct {
-	key, caller string
-	until       time.Time
+	until int64 // since epoch
 	// due is the lease's place in the heap, never after until. A renewal
 	// that moves until later leaves due where it was, so it costs no heap
 	// work; prune, finding due passed but until not, moves due up to until
 	// and sifts the lease once. A lease renewed every TTL/3 is then sifted
 	// about once per TTL, not once per renewal.
-	due   time.Time
-	index int // in expires
+	due    int64
+	caller int32 // in callers
+	index  int32 // in expires
 }
 
 func newLeases(bound int) *leases {
-	return &leases{counts: newCounter(bound), byKey: map[string]*lease{}}
+	return &leases{counts: newCounter(bound), epoch: time.Now(), slots: newSlotTable(), callers: interned{ids: map[string]int32{}}}
 }
+
+// since is t as the leases keep it.
+func (l *leases) since(t time.Time) int64 { return int64(t.Sub(l.epoch)) }
 
 // reserve counts an Acquire of n keys in progress for id (its bound:
 // bound).
@@ -111,28 +121,27 @@ func (l *leases) unreserve(id string, n int) { l.counts.removeN(id, n) }
 func (l *leases) granted(id, key, token string, shared bool, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	slot := key
-	if shared {
-		slot = grantSlot(key, token)
-	}
-	if old := l.byKey[slot]; old != nil {
+	s := slot{key: key, token: token, shared: shared}
+	if old, ok := l.slots.find(s); ok {
 		l.drop(old)
 	}
-	ls := &lease{key: slot, caller: id, until: until, due: until}
-	l.byKey[slot] = ls
-	heap.Push(&l.expires, ls)
+	sid := l.slots.add(s)
+	if int(sid) == len(l.recs) {
+		l.recs = append(l.recs, lease{})
+	}
+	end := l.since(until)
+	l.recs[sid] = lease{until: end, due: end, caller: l.callers.hold(id), index: int32(len(l.expires))}
+	l.expires = append(l.expires, sid)
+	l.up(len(l.expires) - 1)
 }
-
-// grantSlot is where a lease of a key of several leases is counted.
-func grantSlot(key, token string) string { return key + "\x00" + token }
 
 // find is the counted lease on key with owner token token (a mutex's,
 // counted by key, or one of several). l.mu must be held.
-func (l *leases) find(key, token string) *lease {
-	if ls := l.byKey[key]; ls != nil {
-		return ls
+func (l *leases) find(key, token string) (int32, bool) {
+	if sid, ok := l.slots.find(slot{key: key}); ok {
+		return sid, true
 	}
-	return l.byKey[grantSlot(key, token)]
+	return l.slots.find(slot{key: key, token: token, shared: true})
 }
 
 // released ends the lease on key with owner token token (only its owner
@@ -140,8 +149,8 @@ func (l *leases) find(key, token string) *lease {
 func (l *leases) released(key, token string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ls := l.find(key, token); ls != nil {
-		l.drop(ls)
+	if sid, ok := l.find(key, token); ok {
+		l.drop(sid)
 	}
 }
 
@@ -168,14 +177,15 @@ func (l *leases) extendedAll(renewed []renewal) {
 // end costs no heap work (see lease.due); an earlier one (a shorter TTL)
 // moves the lease up the heap at once. l.mu must be held.
 func (l *leases) renew(key, token string, until time.Time) {
-	ls := l.find(key, token)
-	if ls == nil {
+	sid, ok := l.find(key, token)
+	if !ok {
 		return
 	}
-	ls.until = until
-	if until.Before(ls.due) {
-		ls.due = until
-		heap.Fix(&l.expires, ls.index)
+	ls := &l.recs[sid]
+	ls.until = l.since(until)
+	if ls.until < ls.due {
+		ls.due = ls.until
+		l.up(int(ls.index))
 	}
 }
 
@@ -189,43 +199,118 @@ func (l *leases) Total(now time.Time) int {
 
 // prune drops the leases whose TTL has run out. l.mu must be held.
 func (l *leases) prune(now time.Time) {
-	for len(l.expires) > 0 && !now.Before(l.expires[0].due) {
-		if ls := l.expires[0]; now.Before(ls.until) {
+	at := l.since(now)
+	for len(l.expires) > 0 {
+		sid := l.expires[0]
+		ls := &l.recs[sid]
+		if at < ls.due {
+			return
+		}
+		if at < ls.until {
 			ls.due = ls.until // renewed since it was sifted: sift it once
-			heap.Fix(&l.expires, 0)
+			l.down(0)
 			continue
 		}
-		l.drop(l.expires[0])
+		l.drop(sid)
 	}
 }
 
-// drop forgets ls. l.mu must be held.
-func (l *leases) drop(ls *lease) {
-	delete(l.byKey, ls.key)
-	heap.Remove(&l.expires, ls.index)
-	l.counts.remove(ls.caller)
+// drop forgets the lease of slot sid. l.mu must be held.
+func (l *leases) drop(sid int32) {
+	ls := l.recs[sid]
+	l.counts.remove(l.callers.name(ls.caller))
+	l.callers.release(ls.caller)
+	l.slots.remove(sid)
+	// Take it out of the heap: the last lease takes its place and is
+	// sifted whichever way it must go.
+	last := len(l.expires) - 1
+	if i := int(ls.index); i != last {
+		l.swap(i, last)
+		l.expires = l.expires[:last]
+		l.down(i)
+		l.up(i)
+	} else {
+		l.expires = l.expires[:last]
+	}
 }
 
-// leaseHeap orders leases by due (container/heap).
-type leaseHeap []*lease
+// The heap of expires, by due (container/heap's algorithm, without its
+// interface: a Push through it would box every id).
 
-func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h leaseHeap) Swap(i, j int) {
+func (l *leases) less(i, j int) bool { return l.recs[l.expires[i]].due < l.recs[l.expires[j]].due }
+
+func (l *leases) swap(i, j int) {
+	h := l.expires
 	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
+	l.recs[h[i]].index = int32(i)
+	l.recs[h[j]].index = int32(j)
 }
-func (h *leaseHeap) Push(x any) {
-	ls := x.(*lease)
-	ls.index = len(*h)
-	*h = append(*h, ls)
+
+func (l *leases) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !l.less(j, i) {
+			return
+		}
+		l.swap(i, j)
+		j = i
+	}
 }
-func (h *leaseHeap) Pop() any {
-	old := *h
-	ls := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	ls.index = -1
-	return ls
+
+func (l *leases) down(i int) {
+	n := len(l.expires)
+	for {
+		j := 2*i + 1
+		if j >= n {
+			return
+		}
+		if r := j + 1; r < n && l.less(r, j) {
+			j = r
+		}
+		if !l.less(j, i) {
+			return
+		}
+		l.swap(i, j)
+		i = j
+	}
+}
+
+// interned gives each caller with counted leases a small index, held by
+// its leases: a lease record keeps the index, not the caller's name.
+type interned struct {
+	ids   map[string]int32
+	names []string
+	held  []int // leases holding each index
+	free  []int32
+}
+
+// hold is id's index, held once more.
+func (c *interned) hold(id string) int32 {
+	n, ok := c.ids[id]
+	if !ok {
+		if k := len(c.free); k > 0 {
+			n = c.free[k-1]
+			c.free = c.free[:k-1]
+			c.names[n] = id
+		} else {
+			n = int32(len(c.names))
+			c.names = append(c.names, id)
+			c.held = append(c.held, 0)
+		}
+		c.ids[id] = n
+	}
+	c.held[n]++
+	return n
+}
+
+func (c *interned) name(n int32) string { return c.names[n] }
+
+// release lets go of one hold of n; n is free once no lease holds it.
+func (c *interned) release(n int32) {
+	if c.held[n]--; c.held[n] > 0 {
+		return
+	}
+	delete(c.ids, c.names[n])
+	c.names[n] = ""
+	c.free = append(c.free, n)
 }
