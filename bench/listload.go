@@ -2,22 +2,26 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/holdfast/holdfast/harness"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
 )
@@ -52,6 +56,8 @@ var (
 	listLoadOn       = flag.Bool("list-load", false, "measure Acquire beside List, metrics scrapes and watchers on many held locks (a few minutes)")
 	listLoadLocks    = flag.Int("list-load-locks", 300_000, "-list-load: locks held")
 	listLoadWatchers = flag.Int("list-load-watchers", 20, "-list-load: Watch streams on every key")
+	listLoadLoops    = flag.String("list-load-loops", "", "internal: run -list-load's List, scrape and Watch loops against this server address until SIGTERM")
+	listLoadMetrics  = flag.String("list-load-metrics", "", "internal: with -list-load-loops, the metrics URL to scrape")
 )
 
 func measureListLoad(ctx context.Context) (*listLoad, error) {
@@ -84,19 +90,116 @@ func measureListLoad(ctx context.Context) (*listLoad, error) {
 	}
 	ll.Held = measure(ctx, fmt.Sprintf("Acquire+Release, %d held", n), 1, *duration, acquireRelease(normal, run+"/normal"))
 
-	loadCtx, stop := context.WithCancel(ctx)
+	// The loops run in their own process (this program with
+	// -list-load-loops), as a dashboard, a scraper and watchers do in
+	// production: in this process their decoding would share the Go
+	// scheduler of the client being measured, and the row would time that
+	// scheduler rather than the server.
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	loopArgs := []string{"-list-load-loops", srv.addr, "-list-load-watchers", fmt.Sprint(ll.Watchers)}
+	if url := srv.metricsURL(); url != "" {
+		loopArgs = append(loopArgs, "-list-load-metrics", url)
+	} else {
+		logf("list-load: the server did not log its metrics address; no scrapes")
+	}
+	loopProc, err := startProcess(ctx, self, loopArgs...)
+	if err != nil {
+		return nil, fmt.Errorf("list-load loops: %w", err)
+	}
+	profiled := profile(ctx, srv, "list-load", *duration)
+	ll.Loaded = measure(ctx, fmt.Sprintf("Acquire+Release, %d held, List loop, scrapes, %d watchers", n, ll.Watchers), 1, *duration, acquireRelease(normal, run+"/normal"))
+	profiled()
+	loopProc.stop()
+	res, err := loopsResult(loopProc.Stdout())
+	if err != nil {
+		return nil, fmt.Errorf("list-load loops: %w", err)
+	}
+	pages, scrapes := res.Pages, res.Scrapes
+	slices.Sort(pages)
+	slices.Sort(scrapes)
+	ll.Pages, ll.PageP50 = len(pages), micros(percentile(pages, 0.5))
+	ll.Scrapes, ll.ScrapeP50 = len(scrapes), micros(percentile(scrapes, 0.5))
+	ll.WatchEvent = res.Events
+	return ll, nil
+}
+
+// loopsResultPrefix starts the line in which -list-load-loops reports
+// what its loops did, on stdout after the readiness line.
+const loopsResultPrefix = "list-load result "
+
+// loopsReport is what the loops of -list-load-loops did until stopped.
+type loopsReport struct {
+	Pages   []time.Duration `json:"pages"`
+	Scrapes []time.Duration `json:"scrapes"`
+	Events  int             `json:"events"`
+	Err     string          `json:"error,omitempty"`
+}
+
+func loopsResult(stdout []string) (*loopsReport, error) {
+	for _, line := range stdout {
+		if raw, ok := strings.CutPrefix(line, loopsResultPrefix); ok {
+			var r loopsReport
+			if err := json.Unmarshal([]byte(raw), &r); err != nil {
+				return nil, err
+			}
+			if r.Err != "" {
+				return nil, errors.New(r.Err)
+			}
+			return &r, nil
+		}
+	}
+	return nil, errors.New("no result line on stdout")
+}
+
+// runListLoadLoops is -list-load-loops: one client pages List "" in a loop,
+// one scrapes the metrics URL in a loop, and the watchers watch every key
+// of the server at addr, until SIGTERM; then it prints what they did.
+func runListLoadLoops(addr, metricsURL string, watchers int) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	loadCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var pages, scrapes []time.Duration
+	var rep loopsReport
 	var loadErr error
 	fail := func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if loadErr == nil && loadCtx.Err() == nil {
 			loadErr = err
+			cancel()
 		}
 	}
-	lister := newClient(srv.addr)
+	// Every watcher's stream is open before the loops report ready, so the
+	// measured window has all of them.
+	var opened sync.WaitGroup
+	opened.Add(watchers)
+	for range watchers {
+		w := newClient(addr)
+		wg.Go(func() {
+			stream, err := w.Watch(loadCtx, &lockv1.WatchRequest{Target: &lockv1.WatchRequest_Prefix{Prefix: ""}})
+			opened.Done()
+			if err != nil {
+				fail(fmt.Errorf("watch: %w", err))
+				return
+			}
+			defer stream.Close()
+			for stream.Receive() {
+				mu.Lock()
+				rep.Events++
+				mu.Unlock()
+			}
+			if err := stream.Err(); err != nil && loadCtx.Err() == nil && connect.CodeOf(err) != connect.CodeCanceled {
+				fail(fmt.Errorf("watch: %w", err))
+			}
+		})
+	}
+	opened.Wait()
+	lister := newClient(addr)
 	wg.Go(func() {
 		token := ""
 		for loadCtx.Err() == nil {
@@ -107,61 +210,37 @@ func measureListLoad(ctx context.Context) (*listLoad, error) {
 				return
 			}
 			mu.Lock()
-			pages = append(pages, time.Since(t0))
+			rep.Pages = append(rep.Pages, time.Since(t0))
 			mu.Unlock()
 			token = resp.GetNextPageToken()
 		}
 	})
-	if url := srv.metricsURL(); url != "" {
+	if metricsURL != "" {
 		wg.Go(func() {
 			for loadCtx.Err() == nil {
 				t0 := time.Now()
-				if err := scrape(loadCtx, url); err != nil {
+				if err := scrape(loadCtx, metricsURL); err != nil {
 					fail(fmt.Errorf("scrape: %w", err))
 					return
 				}
 				mu.Lock()
-				scrapes = append(scrapes, time.Since(t0))
+				rep.Scrapes = append(rep.Scrapes, time.Since(t0))
 				mu.Unlock()
 			}
 		})
-	} else {
-		logf("list-load: the server did not log its metrics address; no scrapes")
 	}
-	events := 0
-	for range ll.Watchers {
-		w := newClient(srv.addr)
-		wg.Go(func() {
-			stream, err := w.Watch(loadCtx, &lockv1.WatchRequest{Target: &lockv1.WatchRequest_Prefix{Prefix: ""}})
-			if err != nil {
-				fail(fmt.Errorf("watch: %w", err))
-				return
-			}
-			defer stream.Close()
-			for stream.Receive() {
-				mu.Lock()
-				events++
-				mu.Unlock()
-			}
-			if err := stream.Err(); err != nil && loadCtx.Err() == nil && connect.CodeOf(err) != connect.CodeCanceled {
-				fail(fmt.Errorf("watch: %w", err))
-			}
-		})
-	}
-	profiled := profile(ctx, srv, "list-load", *duration)
-	ll.Loaded = measure(ctx, fmt.Sprintf("Acquire+Release, %d held, List loop, scrapes, %d watchers", n, ll.Watchers), 1, *duration, acquireRelease(normal, run+"/normal"))
-	profiled()
-	stop()
+	fmt.Printf("%saddr=%s backend=list-load\n", harness.ReadyPrefix, addr)
+	<-loadCtx.Done()
 	wg.Wait()
 	if loadErr != nil {
-		return nil, loadErr
+		rep.Err = loadErr.Error()
 	}
-	slices.Sort(pages)
-	slices.Sort(scrapes)
-	ll.Pages, ll.PageP50 = len(pages), micros(percentile(pages, 0.5))
-	ll.Scrapes, ll.ScrapeP50 = len(scrapes), micros(percentile(scrapes, 0.5))
-	ll.WatchEvent = events
-	return ll, nil
+	out, err := json.Marshal(&rep)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s%s\n", loopsResultPrefix, out)
+	return nil
 }
 
 func scrape(ctx context.Context, url string) error {
@@ -187,7 +266,7 @@ func printListLoad(ll *listLoad) {
 	if ll == nil {
 		return
 	}
-	fmt.Printf("\nAcquire+Release at c1 beside List, metrics and Watch: %d locks held; one client pages List \"\" (1000 a page) in a loop, one scrapes /metrics in a loop, %d watch every key\n", ll.Locks, ll.Watchers)
+	fmt.Printf("\nAcquire+Release at c1 beside List, metrics and Watch: %d locks held; in another process one client pages List \"\" (1000 a page) in a loop, one scrapes /metrics in a loop, %d watch every key\n", ll.Locks, ll.Watchers)
 	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "state\tops/s\tp50 µs\tp99 µs\tp50 over idle\t")
 	for _, r := range []throughput{ll.Idle, ll.Held, ll.Loaded} {

@@ -89,6 +89,12 @@ func main() {
 		}
 		return
 	}
+	if *listLoadLoops != "" {
+		if err := runListLoadLoops(*listLoadLoops, *listLoadMetrics, *listLoadWatchers); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if err := run(context.Background()); err != nil {
 		log.Fatal(err)
 	}
