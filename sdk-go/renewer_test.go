@@ -31,22 +31,13 @@ func TestWatchdogRenewsAClientsGuardsInFewCalls(t *testing.T) {
 	peer.set(func(p *fakePeer) { p.batch = true })
 	c := dialPeer(t, url)
 	const n, ttl = 40, 900 * time.Millisecond
+	start := time.Now()
 	gs := lockMany(t, c, n, ttl)
-	// Three renewal periods: every guard is renewed about three times.
-	deadline := time.Now().Add(ttl + ttl/6)
-	for time.Now().Before(deadline) {
-		for _, g := range gs {
-			if err := g.Err(); err != nil {
-				t.Fatalf("guard %s lost while renewals succeed: %v", g.Key(), err)
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	for _, g := range gs {
-		if g.Renewals() < 2 {
-			t.Fatalf("guard %s renewed %d times in %s (TTL %s)", g.Key(), g.Renewals(), ttl+ttl/6, ttl)
-		}
-	}
+	// Every guard renewed twice: two renewal periods (TTL/3 each) or a few
+	// more on a loaded machine; polling, not a fixed window, so a slow
+	// scheduler lengthens the wait instead of failing it.
+	awaitRenewals(t, gs, 2, 3*ttl)
+	periods := int(time.Since(start)/(ttl/3)) + 1
 	snap := peer.snapshot()
 	if len(snap.extendRecv) != 0 {
 		t.Fatalf("%d plain Extends: a server that batches should get none", len(snap.extendRecv))
@@ -57,9 +48,9 @@ func TestWatchdogRenewsAClientsGuardsInFewCalls(t *testing.T) {
 	}
 	// The guards were taken one after the other, so their first renewals
 	// are spread a little; renewing up to TTL/6 early brings them together.
-	// Per-lock renewals would be 3 x 40 calls; allow a few calls a period.
-	if calls > 12 || items < 2*n {
-		t.Fatalf("%d ExtendBatch calls carrying %d renewals (sizes %v) for %d guards over 3 periods", calls, items, snap.batchSizes, n)
+	// Per-lock renewals would be 40 calls a period; allow four a period.
+	if calls > 4*periods || items < 2*n {
+		t.Fatalf("%d ExtendBatch calls carrying %d renewals (sizes %v) for %d guards over %d periods", calls, items, snap.batchSizes, n, periods)
 	}
 	for _, g := range gs {
 		if err := g.Unlock(t.Context()); err != nil {
