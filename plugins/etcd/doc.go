@@ -59,7 +59,8 @@
 //     lock of the same TTL, renewed at reuse so its TTL runs from then;
 //     leases are also granted ahead of need in the background. An
 //     uncontended acquire is then one transaction with one lease renewal
-//     (no disk write) sent beside it, not before it (a pooled lease has at
+//     (no disk write, on a keep-alive stream kept open: renew.go) sent
+//     beside it, not before it (a pooled lease has at
 //     least half its TTL left, so it outlives the transaction; when the
 //     renewal fails, a lock the transaction stored is taken back and the
 //     call answers unavailable), and a lock costs two raft writes, not
