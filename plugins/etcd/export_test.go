@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
 	"github.com/holdfast/holdfast/proto/hlc"
@@ -19,4 +20,10 @@ func EncodeStamp(t hlc.Timestamp) string { return encodeStamp(t) }
 // interceptor that counts round trips.
 func NewWithDialOptions(ctx context.Context, opts map[string]string, dial ...grpc.DialOption) (*Backend, error) {
 	return newBackend(ctx, opts, dial)
+}
+
+// RenewOnce renews a lease once on the backend's reused keep-alive streams
+// (what an Acquire does beside its transaction), answering its TTL.
+func (b *Backend) RenewOnce(ctx context.Context, id int64) (int64, error) {
+	return b.renew.once(ctx, clientv3.LeaseID(id))
 }
