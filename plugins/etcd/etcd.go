@@ -75,6 +75,10 @@ type Backend struct {
 	shared sharedLeases
 	// stamps: the keys known to have a stamp key (stamps.go).
 	stamps stampsSeen
+	// held: the stamps this process's Acquires stored for the locks they
+	// granted, so that their Release needs no nested transaction
+	// (stamps.go).
+	held heldStamps
 	// batchRefused counts batch transactions etcd refused as too large
 	// (batch.go): their items went their single paths.
 	batchRefused atomic.Int64
