@@ -291,10 +291,12 @@ func (b *Backend) releaseChunk(ctx context.Context, reqs []backend.ReleaseReques
 	defer cancel()
 	ops := make([]clientv3.Op, len(idx))
 	nKept := make([]int, len(idx))
+	knownStamp := make([]bool, len(idx))
 	for j, i := range idx {
 		_, kept, _, _ := b.releaseGuards(cctx, ctx, []string{reqs[i].Key}, reqs[i].Request, false) // no read without Abandon
 		nKept[j] = len(kept)
-		cmps, then, els := b.releaseOps(reqs[i], nil, kept)
+		cmps, then, els, known := b.releaseOps(reqs[i], nil, kept)
+		knownStamp[j] = known
 		ops[j] = clientv3.OpTxn(cmps, then, els)
 	}
 	resp, err := b.cli.Txn(cctx).Then(ops...).Commit()
@@ -317,7 +319,11 @@ func (b *Backend) releaseChunk(ctx context.Context, reqs []backend.ReleaseReques
 			out[i].Err = fmt.Errorf("etcd release %q: no nested answer in the batch's transaction: %w", reqs[i].Key, backend.ErrUnavailable)
 			continue
 		}
-		out[i].Value, out[i].Err = b.releaseDecided(cctx, ctx, reqs[i], nKept[j], nested.Succeeded, nested.Responses)
+		var again bool
+		out[i].Value, again, out[i].Err = b.releaseDecided(cctx, ctx, reqs[i], nKept[j], knownStamp[j], nested.Succeeded, nested.Responses)
+		if again {
+			one(i) // its single path, in the nested form
+		}
 	}
 }
 

@@ -59,7 +59,8 @@
 //     lock of the same TTL, renewed at reuse so its TTL runs from then;
 //     leases are also granted ahead of need in the background. An
 //     uncontended acquire is then one transaction with one lease renewal
-//     (no disk write) sent beside it, not before it (a pooled lease has at
+//     (no disk write, on a keep-alive stream kept open: renew.go) sent
+//     beside it, not before it (a pooled lease has at
 //     least half its TTL left, so it outlives the transaction; when the
 //     renewal fails, a lock the transaction stored is taken back and the
 //     call answers unavailable), and a lock costs two raft writes, not
@@ -79,8 +80,12 @@
 //   - Release is one transaction: if the owner key holds the token, delete
 //     the record and the owner, and raise the stored stamp to the release
 //     stamp when later (a nested transaction; otherwise the stamp key is
-//     rewritten unchanged). The lease goes back to the pool, or is revoked
-//     in the background, in batches.
+//     rewritten unchanged). For a lock this process granted, whose stored
+//     stamp it knows, the stamp key is put as the later of the two under a
+//     compare that its ModRevision is still the Acquire's (no nested
+//     transaction; a stamp key written since sends the nested form; see
+//     stamps.go). The lease goes back to the pool, or is revoked in the
+//     background, in batches.
 //   - Extend reads the lock, takes a lease of the new TTL, and moves the
 //     record and the owner onto it in a transaction that compares the owner
 //     token and the record's ModRevision; the old lease goes to the pool.

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/holdfast/holdfast/core/backend"
 )
@@ -66,12 +67,18 @@ type Backend struct {
 	gates  grantGates // grants.go
 	revoke chan clientv3.LeaseID
 	pool   *leasePool
+	// renew renews pooled leases on reused streams (renew.go).
+	renew *renewer
 	// shared counts the records on the leases this process's batches
 	// attached, so that the last one's detach pools the lease
 	// (sharedleases.go).
 	shared sharedLeases
 	// stamps: the keys known to have a stamp key (stamps.go).
 	stamps stampsSeen
+	// held: the stamps this process's Acquires stored for the locks they
+	// granted, so that their Release needs no nested transaction
+	// (stamps.go).
+	held heldStamps
 	// batchRefused counts batch transactions etcd refused as too large
 	// (batch.go): their items went their single paths.
 	batchRefused atomic.Int64
@@ -91,10 +98,17 @@ func Open(ctx context.Context, opts map[string]string) (backend.Backend, error) 
 
 // New is Open returning the concrete type.
 func New(ctx context.Context, opts map[string]string) (*Backend, error) {
+	return newBackend(ctx, opts, nil)
+}
+
+// newBackend is New with extra gRPC dial options (the tests count the
+// backend's round trips to etcd with an interceptor).
+func newBackend(ctx context.Context, opts map[string]string, dial []grpc.DialOption) (*Backend, error) {
 	cfg, b, err := parseOptions(opts)
 	if err != nil {
 		return nil, err
 	}
+	cfg.DialOptions = append(cfg.DialOptions, dial...)
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd at %s: %w: %w", strings.Join(b.endpoints, ","), backend.ErrUnavailable, err)
@@ -111,6 +125,7 @@ func New(ctx context.Context, opts map[string]string) (*Backend, error) {
 			strings.Join(b.endpoints, ","), cfg.DialTimeout, backend.ErrUnavailable, err) //nolint:errorlint // see wrap
 	}
 	b.cli = cli
+	b.renew = newRenewer(cli)
 	b.revoke = make(chan clientv3.LeaseID, revokeQueue)
 	b.done = make(chan struct{})
 	b.pool = newLeasePool(b)
@@ -224,6 +239,7 @@ func (b *Backend) Close() error {
 		close(b.done)
 		b.wg.Wait()
 		b.closeQueue()
+		b.renew.close()
 		err = b.cli.Close()
 	})
 	return err

@@ -1,6 +1,13 @@
 package etcd
 
-import "github.com/holdfast/holdfast/proto/hlc"
+import (
+	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/holdfast/holdfast/proto/hlc"
+)
 
 // BatchRefused is how many batch transactions etcd refused as too large
 // (their items then went their single paths).
@@ -8,3 +15,15 @@ func (b *Backend) BatchRefused() int64 { return b.batchRefused.Load() }
 
 // EncodeStamp is a stamp as its key's stamp key stores it.
 func EncodeStamp(t hlc.Timestamp) string { return encodeStamp(t) }
+
+// NewWithDialOptions is New with extra gRPC dial options, such as an
+// interceptor that counts round trips.
+func NewWithDialOptions(ctx context.Context, opts map[string]string, dial ...grpc.DialOption) (*Backend, error) {
+	return newBackend(ctx, opts, dial)
+}
+
+// RenewOnce renews a lease once on the backend's reused keep-alive streams
+// (what an Acquire does beside its transaction), answering its TTL.
+func (b *Backend) RenewOnce(ctx context.Context, id int64) (int64, error) {
+	return b.renew.once(ctx, clientv3.LeaseID(id))
+}

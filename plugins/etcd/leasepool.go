@@ -243,7 +243,7 @@ type renewal struct {
 }
 
 // renewAsync takes a pooled lease of secs seconds, if one is ready, and
-// starts renewing it. The lease was granted or renewed less than secs/2
+// starts renewing it (on a reused stream, renew.go). The lease was granted or renewed less than secs/2
 // ago, so it outlives the transaction that runs meanwhile; once the renewal
 // succeeds, its TTL runs from no earlier than sent.
 func (b *Backend) renewAsync(ctx context.Context, secs int64) (id clientv3.LeaseID, r *renewal, sent time.Time, ok bool) {
@@ -255,14 +255,14 @@ func (b *Backend) renewAsync(ctx context.Context, secs int64) (id clientv3.Lease
 	sent = time.Now()
 	go func() {
 		defer close(r.done)
-		ka, err := b.cli.KeepAliveOnce(ctx, pid)
+		ttl, err := b.renew.once(ctx, pid)
 		switch {
 		case err != nil:
 			r.err = err
-		case ka.TTL <= 0:
+		case ttl <= 0:
 			r.err = fmt.Errorf("lease %x is gone", int64(pid))
 		default:
-			r.ttl = ka.TTL
+			r.ttl = ttl
 		}
 	}()
 	return pid, r, sent, true
@@ -274,9 +274,9 @@ func (b *Backend) renewAsync(ctx context.Context, secs int64) (id clientv3.Lease
 func (b *Backend) lease(ctx context.Context, secs int64) (id clientv3.LeaseID, ttl time.Duration, sent time.Time, err error) {
 	if pid, ok := b.pool.take(secs); ok {
 		sent = time.Now()
-		ka, err := b.cli.KeepAliveOnce(ctx, pid)
-		if err == nil && ka.TTL > 0 {
-			return pid, time.Duration(ka.TTL) * time.Second, sent, nil
+		ttl, err := b.renew.once(ctx, pid)
+		if err == nil && ttl > 0 {
+			return pid, time.Duration(ttl) * time.Second, sent, nil
 		}
 		if ctx.Err() != nil {
 			return 0, 0, sent, err

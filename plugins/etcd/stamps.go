@@ -40,3 +40,55 @@ func (s *stampsSeen) forget(key string) {
 	defer s.mu.Unlock()
 	delete(s.m, key)
 }
+
+// heldStampsMax bounds the locks remembered in heldStamps; past it the
+// memory starts over (a forgotten lock's Release sends the nested form).
+const heldStampsMax = 1 << 16
+
+// heldStamp is what a mutex Acquire of this process stored in its key's
+// stamp key: the encoded stamp, at the transaction's revision, for the
+// owner token it granted.
+type heldStamp struct {
+	token string
+	rev   int64
+	stamp string
+}
+
+// heldStamps lets a Release of a lock this process granted raise the stamp
+// key without a nested transaction (releaseOps). While a mutex lock is
+// held nothing writes its stamp key (every other write of it creates or
+// deletes the lock, under compares the held lock fails), so the Release
+// knows the stored stamp and puts the later of it and its own, comparing
+// the stamp key's ModRevision with the Acquire's revision. Only a hint:
+// when that compare fails (an entry of an older lock of the key, another
+// plugin version's write) the Release goes again in the nested form.
+type heldStamps struct {
+	mu sync.Mutex
+	m  map[string]heldStamp
+}
+
+func (h *heldStamps) set(key string, s heldStamp) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil || len(h.m) >= heldStampsMax {
+		h.m = make(map[string]heldStamp)
+	}
+	h.m[key] = s
+}
+
+// get returns the entry of key if it is token's.
+func (h *heldStamps) get(key, token string) (heldStamp, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s, ok := h.m[key]
+	return s, ok && s.token == token
+}
+
+// forget drops the entry of key if it is token's.
+func (h *heldStamps) forget(key, token string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s, ok := h.m[key]; ok && s.token == token {
+		delete(h.m, key)
+	}
+}
