@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/holdfast/holdfast/core/backend"
@@ -224,6 +225,59 @@ func BenchmarkBatchAcquireRelease(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.N*size)/time.Since(start).Seconds(), "items/s")
+		})
+	}
+}
+
+// BenchmarkServerCPU: the database server's own CPU time for one
+// acquire+release pair of a key through the schema's functions (what a call
+// with a request identity runs), each its own transaction, in a loop inside
+// the server: no client and no round trip in the figure, so load on the
+// machine moves it far less than the wall-clock rows above (schema v7's
+// triggers were measured this way). It reads the server process's CPU time
+// from /proc/self/stat with pg_read_file: a Linux server and a superuser,
+// as the test servers are.
+//
+//	go test -run '^$' -bench ServerCPU -benchtime 5000x -count 6 ./plugins/postgres
+func BenchmarkServerCPU(b *testing.B) {
+	for _, notify := range []string{postgres.NotifyAll, postgres.NotifyContended} {
+		b.Run("notify="+notify, func(b *testing.B) {
+			ctx := context.Background()
+			be := open(b, map[string]string{"notify": notify})
+			cfg, err := pgx.ParseConfig(pgtest.DSN(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg.RuntimeParams["holdfast.notify"] = notify // as the plugin's sessions do
+			conn, err := pgx.ConnectConfig(ctx, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = conn.Close(ctx) }()
+			// utime + stime, in clock ticks (USER_HZ, 100 a second on Linux).
+			ticks := func() int64 {
+				var t int64
+				if err := conn.QueryRow(ctx, `SELECT split_part(s, ' ', 14)::bigint + split_part(s, ' ', 15)::bigint
+FROM pg_read_file('/proc/self/stat') AS s`).Scan(&t); err != nil {
+					b.Fatal(err)
+				}
+				return t
+			}
+			s := pgx.Identifier{be.Schema()}.Sanitize()
+			loop := fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP
+	PERFORM %s.lock_acquire('cpu', '\x01'::bytea, 'h', 10000000, 1, 0, false, 1, 'a' || i, 'a', '');
+	COMMIT;
+	PERFORM %s.lock_release('cpu', '\x01'::bytea, 1, 0, 'r' || i, 'r', false);
+	COMMIT;
+END LOOP; END $$`, b.N, s, s)
+			b.ResetTimer()
+			t0 := ticks()
+			if _, err := conn.Exec(ctx, loop); err != nil {
+				b.Fatal(err)
+			}
+			t1 := ticks()
+			b.StopTimer()
+			b.ReportMetric(float64(t1-t0)*1e6/100/float64(b.N), "server-cpu-µs/op")
 		})
 	}
 }

@@ -349,7 +349,7 @@ func TestMigrateFromV1(t *testing.T) {
 		VALUES ('old', sha256($1::bytea), 'v1', nextval('`+schema+`.fencing'), clock_timestamp() + interval '1 minute', 1, 0, clock_timestamp())
 		RETURNING fencing`, []byte(tok))
 	b := open(t, map[string]string{"schema": schema, "notify": postgres.NotifyContended})
-	if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v6" {
+	if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v7" {
 		t.Fatalf("table comment %q after migration", got)
 	}
 	events := watchEvents(t, b, "")
@@ -361,5 +361,60 @@ func TestMigrateFromV1(t *testing.T) {
 	}
 	if ev := nextEvent(t, events); ev.Type != backend.EventReleased || ev.Record.Key != "old" || ev.Record.FencingToken != uint64(fencing) {
 		t.Fatalf("event %+v, want released old/%d", ev, fencing)
+	}
+}
+
+// TestMigrateFromV6: v7 moves the locks triggers' WHEN clauses into their
+// function. A schema at v6 with a lock held in it is migrated on start; the
+// triggers are left without a WHEN clause, and they announce what v6's did:
+// nothing for a change that keeps the owner (an extend), the release of the
+// lock taken at v6, and an acquire and release through the functions (the
+// calls with a request identity, which a v6 plugin still running on the
+// schema makes too).
+func TestMigrateFromV6(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	schema := schemaName(t)
+	t.Cleanup(func() { dropSchema(t, dsn, schema) })
+	ctx := context.Background()
+	if err := postgres.CreateSchemaAt(ctx, dsn, schema, 6); err != nil {
+		t.Fatal(err)
+	}
+	tok := token()
+	fencing := query[int64](t, dsn, `INSERT INTO `+schema+`.locks
+		(key, owner, holder, fencing, expires_at, stamp_wall, stamp_logical, changed_at, acquired_by)
+		VALUES ('old', sha256($1::bytea), 'v6', nextval('`+schema+`.fencing'), clock_timestamp() + interval '1 minute', 1, 0, clock_timestamp(), 1)
+		RETURNING fencing`, []byte(tok))
+	b := open(t, map[string]string{"schema": schema})
+	if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v7" {
+		t.Fatalf("table comment %q after migration", got)
+	}
+	if n := query[int64](t, dsn, `SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND NOT tgisinternal`,
+		schema+".locks"); n != 2 {
+		t.Fatalf("%d triggers on the locks table, want 2", n)
+	}
+	if n := query[int64](t, dsn, `SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgqual IS NOT NULL`,
+		schema+".locks"); n != 0 {
+		t.Fatalf("%d triggers on the locks table keep a WHEN clause", n)
+	}
+	events := watchEvents(t, b, "")
+	ext, err := b.Extend(ctx, backend.ExtendRequest{Key: "old", OwnerToken: tok, TTL: 2 * time.Minute, Stamp: clock.Now()})
+	if err != nil || !ext.Extended {
+		t.Fatalf("Extend of the v6 lock = %+v, %v", ext, err)
+	}
+	if !release(t, b, "old", tok) {
+		t.Fatal("the v6 lock's owner could not release it")
+	}
+	// The extend announced nothing: the next event is the release.
+	if ev := nextEvent(t, events); ev.Type != backend.EventReleased || ev.Record.Key != "old" || ev.Record.FencingToken != uint64(fencing) ||
+		ev.Record.Holder != "v6" {
+		t.Fatalf("event %+v, want released old/%d held by v6", ev, fencing)
+	}
+	if err := acquireRelease(ctx, b, "new", true); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []backend.EventType{backend.EventAcquired, backend.EventReleased} {
+		if ev := nextEvent(t, events); ev.Type != want || ev.Record.Key != "new" {
+			t.Fatalf("event %+v, want %v of new", ev, want)
+		}
 	}
 }
