@@ -62,8 +62,10 @@ local function remember(meta, f, h, s, n, l, set)
   if #set > 0 then redis.call('HSET', meta, unpack(set)) end
   return m[5] and true or false
 end
+-- keep passes ms formatted: Redis turns a Lua number argument into a
+-- string with %.17g, glibc's slow path.
 local function keep(meta, ms)
-  if ms > 0 then redis.call('PEXPIRE', meta, ms) else redis.call('PERSIST', meta) end
+  if ms > 0 then redis.call('PEXPIRE', meta, fmt(ms)) else redis.call('PERSIST', meta) end
 end
 `
 
@@ -161,30 +163,36 @@ for i = 1, n do
   metas[i] = m
 end
 if ARGV[12] == '1' then return {4} end
+-- The numbers of ARGV are written as they came (the plugin sends them in
+-- decimal, as fmt writes them): only a stamp raised past the proposal and
+-- sums are formatted.
 local ps, pn, pl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local s1, s2, s3 = ARGV[4], ARGV[5], ARGV[6]
 for i = 1, n do
   local m = metas[i]
   local ns, nn, nl = succ(tonumber(m[4]) or 0, tonumber(m[5]) or 0, tonumber(m[6]) or 0)
-  if before(ps, pn, pl, ns, nn, nl) then ps, pn, pl = ns, nn, nl end
+  if before(ps, pn, pl, ns, nn, nl) then
+    ps, pn, pl = ns, nn, nl
+    s1, s2, s3 = fmt(ps), fmt(pn), fmt(pl)
+  end
 end
-local s1, s2, s3 = fmt(ps), fmt(pn), fmt(pl)
 local retain = tonumber(ARGV[7])
 local out = {1, ts, tus, 0, ''}
 for i = 1, n do
   local lock, meta = lockk(i), metak(i)
   local f = fmt(math.max((tonumber(metas[i][3]) or 0) + 1, nowus))
   if rid ~= '' then
-    redis.call('HSET', lock, 't', token, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3, 'ld', fmt(ld),
+    redis.call('HSET', lock, 't', token, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3, 'ld', ARGV[11],
       'rid', rid, 'rfp', rfp, 'rp', replay)
   else
-    redis.call('HSET', lock, 't', token, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3, 'ld', fmt(ld))
+    redis.call('HSET', lock, 't', token, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3, 'ld', ARGV[11])
   end
-  redis.call('PEXPIRE', lock, ttl)
-  if ld > 0 then redis.call('SET', delayk(i), '1', 'PX', ttl + ld) end
+  redis.call('PEXPIRE', lock, ARGV[2])
+  if ld > 0 then redis.call('SET', delayk(i), '1', 'PX', fmt(ttl + ld)) end
   redis.call('HSET', meta, 'f', f, 'h', holder, 'ss', s1, 'sn', s2, 'sl', s3)
   if retain > 0 then keep(meta, ttl + retain) else keep(meta, 0) end
-  redis.call('PUBLISH', ARGV[12 + i], table.concat({'acquired', f, s1, s2, s3, fmt(ttl), ts, tus, holder}, '\n'))
-  rec(out, {token, f, holder, s1, s2, s3, fmt(ld)}, ttl)
+  redis.call('PUBLISH', ARGV[12 + i], table.concat({'acquired', f, s1, s2, s3, ARGV[2], ts, tus, holder}, '\n'))
+  rec(out, {token, f, holder, s1, s2, s3, ARGV[11]}, ttl)
 end
 return out
 `
