@@ -169,7 +169,7 @@ local function releaseGrant()
   redis.call('DEL', gsentinel(g))
   local xset = nil
   if rid ~= '' then xset = {'xid', rid, 'xfp', rfp, 'xu', fmt(g[3])} end
-  local kept = remember(meta, fmt(g[1]), g[8], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), xset)
+  local kept = remember(meta, fmt(g[1]), g[8], ARGV[2], ARGV[3], ARGV[4], xset)
   if rid ~= '' then
     keepMeta(meta, math.max(retain, left), false, retain)
   elseif kept then
@@ -209,7 +209,7 @@ local function extendGrant()
   keepGrants(ttl)
   redis.call('SET', gsentinel(g), '', 'PX', ttl)
   local meta, retain = KEYS[2], tonumber(ARGV[6])
-  remember(meta, fmt(g[1]), g[8], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
+  remember(meta, fmt(g[1]), g[8], ARGV[3], ARGV[4], ARGV[5])
   keepMeta(meta, ttl + retain, false, retain)
   local k = redis.call('HMGET', meta, 'k', 'n')
   local gs, used = live(nowus)
@@ -239,7 +239,7 @@ local k = redis.call('HMGET', meta, 'k', 'n')
 if k[1] ~= ARGV[7] then return {0} end
 g[13] = ARGV[2]
 redis.call('HSET', grantsk(), token, cmsgpack.pack(g))
-remember(meta, fmt(g[1]), g[8], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
+remember(meta, fmt(g[1]), g[8], ARGV[3], ARGV[4], ARGV[5])
 announce(ARGV[6], 'proclaimed', g, math.floor((g[3] - nowus) / 1000), ts, tus, k[1], tonumber(k[2]) or 1)
 local gs, used = live(nowus)
 local idx = 0

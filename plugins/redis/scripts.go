@@ -45,19 +45,20 @@ local function succ(s, n, l)
   return s + 1, 0, 0
 end
 -- remember raises the meta hash's last fencing token and stamp to f and
--- (s, n, l), in one HSET that also writes the field-value pairs of set
--- (a table, or nil), and returns whether the meta hash keeps a release's
--- request identity (xid).
-local function remember(meta, f, h, s, n, l, set)
+-- (ss, sn, sl: the call's stamp as ARGV brought it, in decimal), in one
+-- HSET that also writes the field-value pairs of set (a table, or nil),
+-- and returns whether the meta hash keeps a release's request identity
+-- (xid).
+local function remember(meta, f, h, ss, sn, sl, set)
   local m = redis.call('HMGET', meta, 'f', 'ss', 'sn', 'sl', 'xid')
   set = set or {}
   if not m[1] or tonumber(m[1]) < tonumber(f) then
     local k = #set
     set[k + 1], set[k + 2], set[k + 3], set[k + 4] = 'f', f, 'h', h
   end
-  if not m[2] or before(tonumber(m[2]), tonumber(m[3]), tonumber(m[4]), s, n, l) then
+  if not m[2] or before(tonumber(m[2]), tonumber(m[3]), tonumber(m[4]), tonumber(ss), tonumber(sn), tonumber(sl)) then
     local k = #set
-    set[k + 1], set[k + 2], set[k + 3], set[k + 4], set[k + 5], set[k + 6] = 'ss', fmt(s), 'sn', fmt(n), 'sl', fmt(l)
+    set[k + 1], set[k + 2], set[k + 3], set[k + 4], set[k + 5], set[k + 6] = 'ss', ss, 'sn', sn, 'sl', sl
   end
   if #set > 0 then redis.call('HSET', meta, unpack(set)) end
   return m[5] and true or false
@@ -244,7 +245,7 @@ for i = 1, n do
   -- of the meta hash, not two.
   local xset = nil
   if rid ~= '' then xset = {'xid', rid, 'xfp', rfp, 'xu', fmt(nowus + pttl * 1000)} end
-  local kept = remember(meta, c[2], c[3], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), xset)
+  local kept = remember(meta, c[2], c[3], ARGV[2], ARGV[3], ARGV[4], xset)
   if rid ~= '' then
     if retain > 0 then keep(meta, math.max(retain, pttl)) else keep(meta, 0) end
   else
@@ -289,7 +290,7 @@ for i = 1, n do
   local ld = tonumber(c[7]) or 0
   if ld > 0 then redis.call('SET', delayk(i), '1', 'PX', ttl + ld) end
   if rid ~= '' then redis.call('HSET', lock, 'rid', rid, 'rfp', rfp) end
-  remember(meta, c[2], c[3], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
+  remember(meta, c[2], c[3], ARGV[3], ARGV[4], ARGV[5])
   if retain > 0 then keep(meta, ttl + retain) else keep(meta, 0) end
   rec(out, c, ttl)
 end
