@@ -167,9 +167,10 @@ local function releaseGrant()
   local left = math.floor((g[3] - nowus) / 1000)
   redis.call('HDEL', grantsk(), token)
   redis.call('DEL', gsentinel(g))
-  local kept = remember(meta, fmt(g[1]), g[8], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
+  local xset = nil
+  if rid ~= '' then xset = {'xid', rid, 'xfp', rfp, 'xu', fmt(g[3])} end
+  local kept = remember(meta, fmt(g[1]), g[8], ARGV[2], ARGV[3], ARGV[4], xset)
   if rid ~= '' then
-    redis.call('HSET', meta, 'xid', rid, 'xfp', rfp, 'xu', fmt(g[3]))
     keepMeta(meta, math.max(retain, left), false, retain)
   elseif kept then
     redis.call('HDEL', meta, 'xid', 'xfp', 'xu')
@@ -179,6 +180,16 @@ local function releaseGrant()
   return 1
 end
 `
+
+// grantPath wraps luaGrants and the definitions defs of a script's grant
+// path in one function, grantPath, that defines them and returns call's
+// result: the release and extend scripts of a mutex then create one
+// closure per call instead of every grant helper's (a Lua local function
+// is a closure made each time the script runs; callgrind counted the
+// unused helpers at 3% of a mutex Release inside Redis).
+func grantPath(defs, call string) string {
+	return "local function grantPath()\n" + luaGrants + defs + "return " + call + "\nend\n"
+}
 
 // luaExtendGrant is the grant path of the extend script: it renews the
 // grant (and its :g: key) for the TTL from Redis's TIME, keeping its
@@ -198,7 +209,7 @@ local function extendGrant()
   keepGrants(ttl)
   redis.call('SET', gsentinel(g), '', 'PX', ttl)
   local meta, retain = KEYS[2], tonumber(ARGV[6])
-  remember(meta, fmt(g[1]), g[8], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
+  remember(meta, fmt(g[1]), g[8], ARGV[3], ARGV[4], ARGV[5])
   keepMeta(meta, ttl + retain, false, retain)
   local k = redis.call('HMGET', meta, 'k', 'n')
   local gs, used = live(nowus)
@@ -228,7 +239,7 @@ local k = redis.call('HMGET', meta, 'k', 'n')
 if k[1] ~= ARGV[7] then return {0} end
 g[13] = ARGV[2]
 redis.call('HSET', grantsk(), token, cmsgpack.pack(g))
-remember(meta, fmt(g[1]), g[8], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
+remember(meta, fmt(g[1]), g[8], ARGV[3], ARGV[4], ARGV[5])
 announce(ARGV[6], 'proclaimed', g, math.floor((g[3] - nowus) / 1000), ts, tus, k[1], tonumber(k[2]) or 1)
 local gs, used = live(nowus)
 local idx = 0
