@@ -261,8 +261,27 @@ var _ = describeBackend("watch", Label("watch"), func(sc *BackendContext) {
 		const n = 32
 		const step = 10 * time.Millisecond
 		endsAs := func(i int) int { return (i * 13) % n } // the i-th acquired ends endsAs(i)-th
+		// After each odd-numbered acquisition i, releaseAfter[i] (acquired
+		// before it, not the latest) is released. Those leases are long, in
+		// the same scrambled order, so that a slow machine's release never
+		// comes after the lease ran out: the spec is about ends announced
+		// once, not about how fast the loop runs.
+		releaseAfter := map[int]int{}
+		released := map[int]bool{}
+		for i := 1; i < n; i += 2 {
+			j := (i * 7) % (i + 1)
+			for released[j] {
+				j = (j + 1) % (i + 1)
+			}
+			released[j] = true
+			releaseAfter[i] = j
+		}
 		ttlOf := func(i int) time.Duration {
-			ttl := sc.TTL() + time.Duration(endsAs(i))*step
+			base := sc.TTL()
+			if released[i] {
+				base = sc.LongTTL()
+			}
+			ttl := base + time.Duration(endsAs(i))*step
 			if g := sc.Info.TTLGranularity; g > 0 {
 				ttl = (ttl + g - 1).Truncate(g)
 			}
@@ -274,7 +293,6 @@ var _ = describeBackend("watch", Label("watch"), func(sc *BackendContext) {
 			answered time.Time
 		}
 		leases := make([]lease, n)
-		released := map[int]bool{}
 		var keys []string
 		for i := range n {
 			req := backend.AcquireRequest{Key: fmt.Sprintf("%s%d", prefix, i), OwnerToken: sc.Token(),
@@ -284,21 +302,17 @@ var _ = describeBackend("watch", Label("watch"), func(sc *BackendContext) {
 			Expect(res.Acquired).To(BeTrue(), "Acquire of free key %q", req.Key)
 			leases[i] = lease{req, res.Record.FencingToken, time.Now()}
 			keys = append(keys, req.Key)
-			if i%2 == 1 {
-				// Release one of those acquired so far, not the latest.
-				j := (i * 7) % (i + 1)
-				for released[j] {
-					j = (j + 1) % (i + 1)
-				}
-				released[j] = true
+			if j, due := releaseAfter[i]; due {
 				ok, err := b.Release(ctx, backend.ReleaseRequest{Key: leases[j].req.Key, OwnerToken: leases[j].req.OwnerToken, Stamp: sc.Stamp()})
 				Expect(err).NotTo(HaveOccurred())
 				Expect(ok).To(BeTrue())
 			}
 		}
-		var longest time.Duration
+		var longest time.Duration // of the leases that must expire
 		for i := range n {
-			longest = max(longest, ttlOf(i))
+			if !released[i] {
+				longest = max(longest, ttlOf(i))
+			}
 		}
 		at := ends.await(longest+sc.Info.TTLGranularity+sc.Config.Slack+noticeLag+2*time.Second, keys...)
 		// A second end of any of them would come by now.
