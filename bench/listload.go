@@ -43,6 +43,14 @@ type listLoad struct {
 	Scrapes    int     `json:"scrapes"`
 	ScrapeP50  float64 `json:"scrape_p50_us"`
 	WatchEvent int     `json:"watch_events"`
+	// CPU over the Loaded window, in % of one core: the server, its
+	// plugin and the loops' process. On a shared machine these are the
+	// steadier numbers: a closed loop takes what it is given, and what
+	// the server and plugin spend per page and per scrape is what lock
+	// calls compete with.
+	ServerCPU float64 `json:"server_cpu_percent"`
+	PluginCPU float64 `json:"plugin_cpu_percent"`
+	LoopsCPU  float64 `json:"loops_cpu_percent"`
 }
 
 func (l listLoad) ratio() float64 {
@@ -110,7 +118,14 @@ func measureListLoad(ctx context.Context) (*listLoad, error) {
 		return nil, fmt.Errorf("list-load loops: %w", err)
 	}
 	profiled := profile(ctx, srv, "list-load", *duration)
+	pluginPID, _, _ := srv.logged()
+	cpu0s, cpu0p, cpu0l := cpuTicks(srv.PID()), cpuTicks(pluginPID), cpuTicks(loopProc.PID())
+	start := time.Now()
 	ll.Loaded = measure(ctx, fmt.Sprintf("Acquire+Release, %d held, List loop, scrapes, %d watchers", n, ll.Watchers), 1, *duration, acquireRelease(normal, run+"/normal"))
+	elapsed := time.Since(start)
+	ll.ServerCPU = cpuPercent(cpu0s, cpuTicks(srv.PID()), elapsed)
+	ll.PluginCPU = cpuPercent(cpu0p, cpuTicks(pluginPID), elapsed)
+	ll.LoopsCPU = cpuPercent(cpu0l, cpuTicks(loopProc.PID()), elapsed)
 	profiled()
 	loopProc.stop()
 	res, err := loopsResult(loopProc.Stdout())
@@ -275,4 +290,5 @@ func printListLoad(ll *listLoad) {
 	_ = w.Flush()
 	fmt.Printf("meanwhile: %d List pages (p50 %.1f ms), %d scrapes (p50 %.1f ms), %d watch events\n",
 		ll.Pages, ll.PageP50/1000, ll.Scrapes, ll.ScrapeP50/1000, ll.WatchEvent)
+	fmt.Printf("CPU while loaded (%% of one core): server %.0f%%, plugin %.0f%%, loops %.0f%%\n", ll.ServerCPU, ll.PluginCPU, ll.LoopsCPU)
 }

@@ -11,9 +11,9 @@ import (
 )
 
 // arena hands out Ts cut from slices of chunk elements. A List page of a
-// thousand locks is seven messages per lock (the state, its grant, their
-// stamps and expiry times, the holders slice); made one by one, that is
-// seven thousand objects for the GC to sweep per page, beside the Acquires
+// thousand locks is five messages per lock (the state, its grant, the
+// stamp and expiry time they share, the holders slice); made one by one,
+// that is five thousand objects for the GC to sweep per page, beside the Acquires
 // the server serves meanwhile. Cut from a few slices it is a handful. The
 // zero arena (chunk 0) makes one T at a time, as new would.
 //
@@ -56,15 +56,16 @@ type msgs struct {
 	delays  arena[durationpb.Duration]
 }
 
-// pageMsgs sizes msgs for n records of mutexes (one grant each; more
-// grants, or lock-delays, take further chunks).
+// pageMsgs sizes msgs for n records of mutexes (one grant each, which
+// shares its state's stamp and expiry: see grantOf; more grants, or
+// lock-delays, take further chunks).
 func pageMsgs(n int) *msgs {
 	return &msgs{
 		states:  arena[lockv1.LockState]{chunk: n},
 		grants:  arena[lockv1.Grant]{chunk: n},
 		holders: arena[*lockv1.Grant]{chunk: n},
-		stamps:  arena[lockv1.HlcTimestamp]{chunk: 2 * n},
-		times:   arena[timestamppb.Timestamp]{chunk: 2 * n},
+		stamps:  arena[lockv1.HlcTimestamp]{chunk: n},
+		times:   arena[timestamppb.Timestamp]{chunk: n},
 		delays:  arena[durationpb.Duration]{chunk: min(n, 64)},
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/holdfast/holdfast/server/internal/httpserver"
 	"github.com/holdfast/holdfast/server/internal/metrics"
 	"github.com/holdfast/holdfast/server/internal/tracing"
+	"github.com/holdfast/holdfast/server/internal/turns"
 )
 
 // observability is what `holdfast serve` measures and traces: Prometheus
@@ -77,7 +78,7 @@ func (ob *observability) serverOptions() ([]httpserver.Option, error) {
 }
 
 // start serves the metrics once the server runs.
-func (ob *observability) start(addr, version string, eng *engine.Engine, host *pluginhost.Host) error {
+func (ob *observability) start(addr, version string, eng *engine.Engine, host *pluginhost.Host, background *turns.Turns) error {
 	if ob.met == nil {
 		return nil
 	}
@@ -85,7 +86,7 @@ func (ob *observability) start(addr, version string, eng *engine.Engine, host *p
 		Version: version, BackendName: eng.Info().Name,
 		Engine: eng, Backend: host, Plugin: host,
 	})
-	srv, err := metrics.Serve(addr, ob.met, ob.log)
+	srv, err := metrics.Serve(addr, ob.met, ob.log, background)
 	if err != nil {
 		return fmt.Errorf("--metrics-addr %s: %w", addr, err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/holdfast/holdfast/server/internal/limits"
 	"github.com/holdfast/holdfast/server/internal/paging"
 	"github.com/holdfast/holdfast/server/internal/tlsconfig"
+	"github.com/holdfast/holdfast/server/internal/turns"
 	"github.com/holdfast/holdfast/server/internal/ui"
 )
 
@@ -336,12 +337,15 @@ func serve(ctx context.Context, version string, o serveOptions, stdout, stderr i
 	}
 	defer eng.Close()
 
-	hopts := append(append(obOpts, sec...), httpserver.WithCompression(compression))
+	// List pages and scrapes share one set of turns: together they leave
+	// the lock calls a processor.
+	background := turns.ForProcessors()
+	hopts := append(append(obOpts, sec...), httpserver.WithCompression(compression), httpserver.WithTurns(background))
 	srv, err := httpserver.Start(o.addr, eng, log, hopts...)
 	if err != nil {
 		return fmt.Errorf("--addr %s: %w", o.addr, err)
 	}
-	if err := ob.start(o.metricsAddr, version, eng, host); err != nil {
+	if err := ob.start(o.metricsAddr, version, eng, host, background); err != nil {
 		_ = srv.Shutdown(context.Background())
 		return err
 	}

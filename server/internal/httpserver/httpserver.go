@@ -38,6 +38,7 @@ import (
 	"github.com/holdfast/holdfast/server/internal/api"
 	"github.com/holdfast/holdfast/server/internal/httpguard"
 	"github.com/holdfast/holdfast/server/internal/paging"
+	"github.com/holdfast/holdfast/server/internal/turns"
 	"github.com/holdfast/holdfast/server/internal/ui"
 )
 
@@ -126,6 +127,7 @@ type options struct {
 	corsOrigins  []string
 	pages        *paging.Sealer
 	compression  Compression
+	turns        *turns.Turns
 }
 
 // Limits are the connection-level bounds; a zero field is off (unbounded,
@@ -180,6 +182,11 @@ func WithCompression(c Compression) Option { return func(o *options) { o.compres
 // process only; see package paging).
 func WithPageTokens(s *paging.Sealer) Option { return func(o *options) { o.pages = s } }
 
+// WithTurns runs List requests in t's turns (package turns), shared with
+// whatever else reads the whole server (the /metrics server); default: turns
+// of their own (turns.ForProcessors).
+func WithTurns(t *turns.Turns) Option { return func(o *options) { o.turns = t } }
+
 // WithCORS lets web pages from these origins ("https://app.example.com";
 // "*" for any; rs/cors wildcards such as "https://*.example.com") call the
 // API from a browser over Connect or gRPC-Web. Without it (the default) no
@@ -214,7 +221,11 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option)
 		connect.WithCodec(jsonCodec{shared: newSharedEncodings()}),
 		connect.WithInterceptors(o.interceptors...),
 	)
-	mux.Handle(lockv1connect.NewLockServiceHandler(api.New(e, o.pages), hopts...))
+	lockPath, lock := lockv1connect.NewLockServiceHandler(api.New(e, o.pages), hopts...)
+	mux.Handle(lockPath, lock)
+	// List pages take turns with the other requests that read the whole
+	// server; lock calls never wait for one.
+	mux.Handle(lockv1connect.LockServiceListProcedure, o.turns.Handler(lock))
 	mux.Handle(grpchealth.NewHandler(health))
 	// connectrpc.com/grpchealth serves Check and Watch; reflection
 	// describes grpc.health.v1.Health with List too, so List is served
@@ -259,6 +270,9 @@ func newOptions(opts []Option) options {
 	o := options{limits: DefaultLimits(), compression: CompressNone}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.turns == nil {
+		o.turns = turns.ForProcessors()
 	}
 	return o
 }

@@ -38,7 +38,10 @@
 //
 // Scrapes closer together than ScrapeReuse share one rendering of the
 // registry (per format and compression), so that a scraper in a loop
-// costs the server one rendering per ScrapeReuse, not a processor.
+// costs the server one rendering per ScrapeReuse, not a processor. Even
+// served from that rendering, a scrape in a loop would keep a processor
+// busy with HTTP: scrapes take turns with List pages (package turns), so
+// that together they leave the lock calls a processor.
 package metrics
 
 import (
@@ -59,6 +62,7 @@ import (
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/core/engine"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	"github.com/holdfast/holdfast/server/internal/turns"
 )
 
 // Bounds of holdfast_locks_held's count.
@@ -429,14 +433,19 @@ type Server struct {
 }
 
 // Serve listens on addr and serves m's registry at /metrics in the
-// background.
-func Serve(addr string, m *Metrics, log *slog.Logger) (*Server, error) {
+// background. Scrapes run in t's turns (package turns: shared with List
+// pages, so that together they leave lock calls a processor); nil gives
+// them turns of their own.
+func Serve(addr string, m *Metrics, log *slog.Logger, t *turns.Turns) (*Server, error) {
+	if t == nil {
+		t = turns.ForProcessors()
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", newReuse(m.Handler(), ScrapeReuse))
+	mux.Handle("/metrics", t.Handler(newReuse(m.Handler(), ScrapeReuse)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)

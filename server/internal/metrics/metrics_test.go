@@ -18,6 +18,7 @@ import (
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/plugins/memory"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
+	"github.com/holdfast/holdfast/server/internal/turns"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -106,7 +107,7 @@ func TestServeAndScrapeTimeSeries(t *testing.T) {
 	m.ProclaimDone(false)
 	m.ProclaimDone(false)
 	m.PluginCall("Get", time.Millisecond, errors.New("boom"))
-	srv, err := Serve("127.0.0.1:0", m, slog.New(slog.DiscardHandler))
+	srv, err := Serve("127.0.0.1:0", m, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,5 +233,41 @@ func BenchmarkScrape(b *testing.B) {
 			b.Fatal(rec.Code)
 		}
 		b.SetBytes(int64(rec.Body.Len()))
+	}
+}
+
+// A scrape waits for a turn shared with List pages (package turns), so a
+// scraper in a loop and a lister together leave lock calls a processor.
+func TestScrapeTakesATurn(t *testing.T) {
+	tu := turns.New(1, time.Hour)
+	srv, err := Serve("127.0.0.1:0", New(), slog.New(slog.DiscardHandler), tu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := srv.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	url := "http://" + srv.Addr().String() + "/metrics"
+	release, err := tu.Take(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := (&http.Client{Transport: tr}).Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a scrape was answered (%s) while the only turn was taken", resp.Status)
+	}
+	release()
+	if body := get(t, url); !strings.Contains(body, "go_goroutines ") {
+		t.Fatalf("scrape after the turn came back:\n%s", body)
 	}
 }
