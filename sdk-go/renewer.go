@@ -236,7 +236,11 @@ func (r *renewer) take(now time.Time) []*Guard {
 	for len(r.due) > 0 && !r.due[0].ren.next.After(horizon) {
 		g := heap.Pop(&r.due).(*Guard)
 		g.mu.Lock()
-		ttl, ended := g.ttl, g.err != nil
+		// A retry scheduled at the local expiry (the backoff cut to the
+		// time left) finds the lease ended on our clock, even when the loss
+		// timer has not run yet: it is lost, not renewed once more, and never
+		// retried in a loop until that timer runs.
+		ttl, ended := g.ttl, g.checkLocked() != nil
 		g.mu.Unlock()
 		switch {
 		case ended:
