@@ -14,7 +14,7 @@
  */
 
 import { spawn, type ChildProcess } from "node:child_process";
-import { accessSync, constants } from "node:fs";
+import { accessSync, constants, readdirSync, readFileSync } from "node:fs";
 import { delimiter, join } from "node:path";
 import { createInterface } from "node:readline";
 import { checkPositive, type Duration } from "./duration.js";
@@ -152,6 +152,7 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
     pid,
     pause: () => {
       child.kill("SIGSTOP");
+      awaitStopped(pid);
     },
     resume: () => {
       child.kill("SIGCONT");
@@ -159,4 +160,33 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
     stop,
     [Symbol.asyncDispose]: stop,
   };
+}
+
+/**
+ * Returns once every thread of process pid is stopped (Linux: state T in
+ * /proc/PID/task/TID/stat), for at most a second. kill(SIGSTOP) returns
+ * before the threads have stopped: a call sent right after pause() could
+ * still be answered by a thread that was running. Elsewhere (no /proc) it
+ * returns at once.
+ */
+function awaitStopped(pid: number): void {
+  const deadline = performance.now() + 1_000;
+  while (performance.now() < deadline) {
+    let tasks: string[];
+    try {
+      tasks = readdirSync(`/proc/${pid}/task`);
+    } catch {
+      return;
+    }
+    const stopped = tasks.every((tid) => {
+      try {
+        const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+        const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+        return state === "T" || state === "t";
+      } catch {
+        return true; // the thread has exited
+      }
+    });
+    if (stopped) return;
+  }
 }
