@@ -89,19 +89,6 @@ async def raw_client(addr: str) -> AsyncIterator[LockServiceClient]:
         await transport.aclose()
 
 
-def _all_threads_stopped(pid: int) -> bool:
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-        states = []
-        for t in tasks:
-            with open(f"/proc/{pid}/task/{t}/stat") as f:
-                # The state follows the command name, which is in parentheses.
-                states.append(f.read().rsplit(")", 1)[1].split()[0])
-    except FileNotFoundError:
-        return False
-    return all(s in ("T", "t") for s in states)
-
-
 @contextlib.contextmanager
 def paused_server(timeout: float = 5.0) -> Iterator[None]:
     """Freezes the server (SIGSTOP) for the block: returns once every one of
@@ -111,11 +98,10 @@ def paused_server(timeout: float = 5.0) -> Iterator[None]:
         pytest.fail("HOLDFAST_SERVER_PID unset (run through scripts/with-server.sh)")
     os.kill(SERVER_PID, signal.SIGSTOP)
     try:
-        deadline = time.monotonic() + timeout
-        while not _all_threads_stopped(SERVER_PID):
-            if time.monotonic() > deadline:
-                pytest.fail(f"the server (pid {SERVER_PID}) did not stop within {timeout}s")
-            time.sleep(0.001)
+        try:
+            holdfast.testing.await_stopped(SERVER_PID, timeout)
+        except TimeoutError as e:
+            pytest.fail(str(e))
         yield
     finally:
         os.kill(SERVER_PID, signal.SIGCONT)

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO
@@ -54,8 +55,11 @@ class HoldfastServer:
         return self.process.pid
 
     def pause(self) -> None:
-        """Freezes the server (SIGSTOP): it answers nothing until resume()."""
+        """Freezes the server (SIGSTOP): it answers nothing until resume().
+        Returns once every thread of it has stopped: a signal is delivered
+        asynchronously, and until then the server may still answer."""
         os.kill(self.pid, signal.SIGSTOP)
+        await_stopped(self.pid)
 
     def resume(self) -> None:
         """Thaws a paused server (SIGCONT)."""
@@ -162,3 +166,28 @@ def holdfast_server() -> Iterator[HoldfastServer]:
             yield server
     except ServerStartError as e:
         pytest.fail(str(e), pytrace=False)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    try:
+        states = []
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                # The state follows the command name, which is in parentheses.
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+    except FileNotFoundError:
+        return False
+    return all(s in ("T", "t") for s in states)
+
+
+def await_stopped(pid: int, timeout: float = 1.0) -> None:
+    """Returns once every thread of process pid is stopped (Linux: state T in
+    /proc/PID/task/TID/stat); raises TimeoutError after timeout seconds.
+    Without /proc (not Linux) it returns at once."""
+    if not os.path.isdir("/proc/self/task"):
+        return
+    deadline = time.monotonic() + timeout
+    while not _all_threads_stopped(pid):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"holdfast: process {pid} did not stop within {timeout}s of SIGSTOP")
+        time.sleep(0.001)
