@@ -49,7 +49,9 @@ func procState(path string) (byte, bool) {
 }
 
 // allThreadsStopped reports whether every thread of pid is in the stopped
-// state; ok is false where /proc cannot tell (not Linux).
+// state (T, or t when a tracer such as a debugger is attached: it does not
+// run either; the TS and Python SDKs' awaitStopped accept both); ok is
+// false where /proc cannot tell (not Linux).
 func allThreadsStopped(pid int) (stopped, ok bool) {
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
 	if err != nil || len(tasks) == 0 {
@@ -57,7 +59,7 @@ func allThreadsStopped(pid int) (stopped, ok bool) {
 	}
 	for _, path := range tasks {
 		// A thread that just ended has no state: look again.
-		if state, ok := procState(path); !ok || state != 'T' {
+		if state, ok := procState(path); !ok || (state != 'T' && state != 't') {
 			return false, true
 		}
 	}

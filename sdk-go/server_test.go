@@ -66,6 +66,9 @@ func (s *testServer) stop() {
 }
 
 // pause freezes the server (SIGSTOP): connections stay open, calls hang.
+// It returns once every thread of the server is stopped: the harness's
+// Signal waits for that (polling /proc every 1 ms), since kill returns
+// before the threads stop and the server may answer until then.
 func (s *testServer) pause() {
 	s.t.Helper()
 	if err := s.Signal(syscall.SIGSTOP); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -470,5 +471,69 @@ func TestAccessorsReportExpiryEvenBeforeTheTimerRuns(t *testing.T) {
 	case <-g.Done():
 	default:
 		t.Fatal("the accessor's check did not poison the guard")
+	}
+}
+
+// A renewal that fails transiently is retried after the backoff, cut to the
+// time left: with a backoff longer than the lease, the retry is due exactly
+// at the local expiry. Then the lease has ended on our clock, so the
+// watchdog sends nothing at or after it and the guard is lost, once, even
+// when its loss timer has not run yet (a busy machine): stopped here, so
+// that only the watchdog can notice the expiry. The TS and Python SDKs have
+// the same test.
+func TestRenewalRetryDueAtTheLocalExpiryIsNotSent(t *testing.T) {
+	peer, url := newFakePeer(t)
+	peer.set(func(p *fakePeer) { p.extendMode = modeUnavailable })
+	var (
+		mu   sync.Mutex
+		lost []LeaseEvent
+	)
+	gone := make(chan struct{})
+	c := dialPeer(t, url, WithBackoff(Backoff{Initial: time.Hour, Max: time.Hour}), WithLeaseEvents(func(e LeaseEvent) {
+		if e.Type != LeaseLost {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if lost = append(lost, e); len(lost) == 1 {
+			close(gone)
+		}
+	}))
+	c.renewer.phase = 0 // the first renewal at TTL/3, long before the expiry
+	const ttl = 600 * time.Millisecond
+	g, err := c.Lock("k").TTL(ttl).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	g.lossTimer.Stop() // as if the timer had not had its turn yet
+	expiry := g.expiry
+	g.mu.Unlock()
+	select {
+	case <-gone:
+	case <-time.After(ttl + slack):
+		t.Fatalf("guard not lost %s after the acquire; %d renewals sent (want 1: the retry is due at the expiry)", ttl+slack, len(peer.snapshot().extendRecv))
+	}
+	if now := time.Now(); now.Before(expiry) {
+		t.Fatalf("lost %s before the local expiry", expiry.Sub(now))
+	}
+	if l := lossOf(t, g); l.Reason != LossExpired || !errors.Is(l, ErrUnavailable) {
+		t.Fatalf("loss %v: want LossExpired with the failed renewal's ErrUnavailable", l)
+	}
+	if err := g.Unlock(t.Context()); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Unlock after the loss: %v, want ErrLeaseLost", err)
+	}
+	// Close waits for every renewal in flight and every event: what was
+	// sent and reported by now is all there is.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(peer.snapshot().extendRecv); n != 1 {
+		t.Fatalf("%d renewals sent, want 1: the failed one, and no retry at the local expiry", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lost) != 1 || lost[0].Reason != LossExpired {
+		t.Fatalf("lost events %+v, want one, LossExpired", lost)
 	}
 }

@@ -9,12 +9,16 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
+import pytest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from holdfast import AsyncClient, AsyncGuard, Backoff, LeaseLostError
+from holdfast import AsyncClient, AsyncGuard, Backoff, ExpiryMargin, LeaseEvent, LeaseLostError
+from holdfast._guard import Session, to_duration
 from holdfast._renewer import Renewer
-from holdfast.errors import HoldfastError
+from holdfast._rpc import Rpc
+from holdfast.errors import HoldfastError, UnavailableError
+from holdfast.hlc import Clock
 from holdfast.lock.v1 import lock_pb2
 
 from .conftest import eventually, key, raw_client
@@ -206,3 +210,54 @@ async def test_the_first_renewal_comes_at_the_clients_phase() -> None:
     finally:
         for renewer, _ in runs:
             await renewer.close()
+
+
+class _Unavailable:
+    """A stub whose every Extend fails in transit (unavailable), noting when
+    it was sent; a release is answered released=True."""
+
+    def __init__(self) -> None:
+        self.extends: list[float] = []
+
+    async def extend(self, req: lock_pb2.ExtendRequest) -> lock_pb2.ExtendResponse:
+        self.extends.append(time.monotonic())
+        raise ConnectError(Code.UNAVAILABLE, "backend restarting (test)")
+
+    async def release(self, req: lock_pb2.ReleaseRequest) -> lock_pb2.ReleaseResponse:
+        return lock_pb2.ReleaseResponse(released=True)
+
+
+async def test_a_renewal_retry_due_at_the_local_expiry_is_not_sent() -> None:
+    """A renewal that fails transiently is retried after the backoff, cut to
+    the time left: with a backoff longer than the lease, the retry is due
+    exactly at the local expiry. Then the lease has ended on our clock, so
+    the watchdog sends nothing at or after it and the guard is lost, once,
+    even when its expiry timer has not run yet (a busy event loop):
+    cancelled here, so that only the watchdog can notice the expiry. The Go
+    and TS SDKs have the same test."""
+    stub = _Unavailable()
+    rpc = Rpc(cast(Any, stub), retry_budget=5.0, request_timeout=10.0, backoff=Backoff(initial=3600, cap=3600))
+    events: list[LeaseEvent] = []
+    session = Session(rpc, Clock(), ExpiryMargin(), events.append)
+    session.renewer = Renewer(rpc, session.stamp, session.merge, phase=0.0)  # the first renewal at TTL/3
+    ttl = 0.6
+    lease = lock_pb2.Lease(key="k", owner_token="owner", fencing_token=1, ttl=to_duration(ttl))
+    g = AsyncGuard(session, lease, "holder", time.monotonic(), watchdog=True)
+    try:
+        assert g._expiry is not None
+        g._expiry.cancel()  # as if the timer had not had its turn yet
+        expiry = g._expires_at()
+        try:
+            await asyncio.wait_for(g.lost.wait(), ttl + 0.5)
+        except asyncio.TimeoutError:
+            pytest.fail(f"guard not lost; {len(stub.extends)} renewals sent (want 1: the retry is due at the expiry)")
+        assert time.monotonic() >= expiry, "lost before the local expiry"
+        err = g.lost_error
+        assert err is not None and err.reason == "expired", err
+        assert isinstance(err.__cause__, UnavailableError), err.__cause__
+        with pytest.raises(LeaseLostError):
+            await g.unlock()
+    finally:
+        await session.renewer.close()  # ends every renewal in flight: what was sent by now is all there is
+    assert len(stub.extends) == 1, f"{len(stub.extends)} renewals sent, want 1: the failed one, no retry at the expiry"
+    assert [e.reason for e in events if e.type == "lost"] == ["expired"]

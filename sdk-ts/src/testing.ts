@@ -14,7 +14,7 @@
  */
 
 import { spawn, type ChildProcess } from "node:child_process";
-import { accessSync, constants, readdirSync, readFileSync } from "node:fs";
+import { accessSync, constants, existsSync, readdirSync, readFileSync } from "node:fs";
 import { delimiter, join } from "node:path";
 import { createInterface } from "node:readline";
 import { checkPositive, type Duration } from "./duration.js";
@@ -36,7 +36,10 @@ export interface TestServer {
   readonly address: string;
   /** Its process id. */
   readonly pid: number;
-  /** Freezes the server (SIGSTOP): calls hang and leases stop being renewed, as with a stalled or partitioned server. */
+  /**
+   * Freezes the server (SIGSTOP): calls hang and leases stop being renewed, as with a stalled or partitioned server.
+   * Returns once every thread of it has stopped (awaitStopped); throws if that takes over a second.
+   */
   pause(): void;
   /** Lets a paused server run again (SIGCONT). */
   resume(): void;
@@ -163,30 +166,35 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
 }
 
 /**
- * Returns once every thread of process pid is stopped (Linux: state T in
- * /proc/PID/task/TID/stat), for at most a second. kill(SIGSTOP) returns
- * before the threads have stopped: a call sent right after pause() could
- * still be answered by a thread that was running. Elsewhere (no /proc) it
- * returns at once.
+ * Returns once every thread of process pid is stopped (Linux: state T, or t
+ * under a tracer, in /proc/PID/task/TID/stat), looking every millisecond;
+ * throws an Error after timeoutMs (default 1 s), also when pid has exited.
+ * kill(SIGSTOP) returns before the threads have stopped: a call sent right
+ * after it could still be answered by a thread that was running. Without
+ * /proc (not Linux) it returns at once. The Python SDK's
+ * holdfast.testing.await_stopped is the same.
  */
-function awaitStopped(pid: number): void {
-  const deadline = performance.now() + 1_000;
-  while (performance.now() < deadline) {
-    let tasks: string[];
-    try {
-      tasks = readdirSync(`/proc/${pid}/task`);
-    } catch {
-      return;
-    }
-    const stopped = tasks.every((tid) => {
-      try {
-        const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
-        const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
-        return state === "T" || state === "t";
-      } catch {
-        return true; // the thread has exited
-      }
+export function awaitStopped(pid: number, timeoutMs = 1_000): void {
+  if (!existsSync("/proc/self/task")) return;
+  const deadline = performance.now() + timeoutMs;
+  while (!allThreadsStopped(pid)) {
+    if (performance.now() > deadline) throw new Error(`holdfast/testing: process ${pid} did not stop within ${timeoutMs}ms of SIGSTOP`);
+    // A synchronous 1 ms pause, not a spin: on a busy machine the threads
+    // to be stopped need the CPU to take the signal.
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
+  }
+}
+
+/** Whether every thread of pid is stopped; false when pid is gone or a thread ended while being read (look again). */
+function allThreadsStopped(pid: number): boolean {
+  try {
+    return readdirSync(`/proc/${pid}/task`).every((tid) => {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+      // The state follows the command name, which is in parentheses.
+      const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+      return state === "T" || state === "t";
     });
-    if (stopped) return;
+  } catch {
+    return false;
   }
 }

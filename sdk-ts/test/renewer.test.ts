@@ -2,16 +2,19 @@
 // per renewal period in proportion to the client, not to its leases; each
 // guard keeps its own outcome. Against a real server (make test-sdk-ts).
 import assert from "node:assert/strict";
-import { describe, it } from "node:test";
-import { Code, ConnectError, createClient as createConnectClient, type Interceptor } from "@connectrpc/connect";
+import { describe, it, mock } from "node:test";
+import { Code, ConnectError, createClient as createConnectClient, createRouterTransport, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { create } from "@bufbuild/protobuf";
 import { BackoffPolicy } from "../src/backoff.js";
-import { ExtendResponseSchema, LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
+import { ExtendResponseSchema, LeaseSchema, LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
+import { Guard as GuardImpl } from "../src/guard.js";
 import { Clock } from "../src/hlc.js";
-import { LeaseLostError, createClient, type Guard, type LeaseEvent } from "../src/node.js";
+import { LeaseLostError, UnavailableError, createClient, type Guard, type LeaseEvent } from "../src/node.js";
+import { settingsFrom } from "../src/options.js";
 import { Renewer, type Renewable, type RenewerSession } from "../src/renewer.js";
-import { monotonicNow } from "../src/util.js";
+import { Session } from "../src/session.js";
+import { durationFromMs, monotonicNow } from "../src/util.js";
 import { addr, aborted, eventually, key, needsServer, recordingLogger } from "./helpers.js";
 
 /** A client whose calls are counted by method; unimplemented makes it refuse ExtendBatch, as an older server would. */
@@ -179,5 +182,64 @@ describe("the client's renewal phase", () => {
       clearTimeout(alive);
       for (const { renewer } of runs) renewer.close();
     }
+  });
+});
+
+describe("a renewal retry due at the local expiry", () => {
+  it("is not sent, and the guard is lost once, even before its expiry timer runs", async () => {
+    // A renewal that fails transiently is retried after the backoff, cut to
+    // the time left: with a backoff longer than the lease, the retry is due
+    // exactly at the local expiry. Then the lease has ended on our clock, so
+    // the watchdog sends nothing at or after it and the guard is lost, once,
+    // even when its expiry timer has not run yet (a busy event loop): cleared
+    // here, so that only the watchdog can notice the expiry. The Go and
+    // Python SDKs have the same test.
+    const extends_: number[] = [];
+    const transport = createRouterTransport(({ service }) => {
+      service(LockService, {
+        extend: () => {
+          extends_.push(monotonicNow());
+          throw new ConnectError("backend restarting (test)", Code.Unavailable);
+        },
+        release: () => ({ released: true }),
+      });
+    });
+    const events: LeaseEvent[] = [];
+    const hour = 3_600_000;
+    const session = new Session(
+      transport,
+      settingsFrom({ backoff: { initial: hour, max: hour }, logger: recordingLogger(), onLeaseEvent: (e) => events.push(e) }, "holder"),
+    );
+    const ttlMs = 600;
+    const lease = create(LeaseSchema, { key: "k", ownerToken: "owner", fencingToken: 1n, ttl: durationFromMs(ttlMs) });
+    // The guard arms its expiry timer (for about the TTL) as it starts, and
+    // the watchdog's timer (for TTL/3 or sooner): note the first to clear it.
+    const armed = mock.method(globalThis, "setTimeout");
+    let g: GuardImpl;
+    try {
+      g = GuardImpl.start(session, lease, "holder", monotonicNow(), true);
+    } finally {
+      armed.mock.restore();
+    }
+    const expiryTimers = armed.mock.calls.filter((c) => Number(c.arguments[1]) > ttlMs / 2);
+    assert.equal(expiryTimers.length, 1, `timers armed by the guard: ${armed.mock.calls.map((c) => String(c.arguments[1])).join(", ")}ms`);
+    clearTimeout(expiryTimers[0].result); // as if the timer had not had its turn yet
+    const expiresAt = monotonicNow() + g.remainingMs();
+    try {
+      let reason: unknown;
+      try {
+        reason = await aborted(g.signal, ttlMs + 500);
+      } catch {
+        assert.fail(`guard not lost; ${extends_.length} renewals sent (want 1: the retry is due at the expiry)`);
+      }
+      assert.ok(monotonicNow() >= expiresAt, "lost before the local expiry");
+      assert.ok(reason instanceof LeaseLostError && reason.reason === "expired", String(reason));
+      assert.ok(reason.cause instanceof UnavailableError, `cause ${String(reason.cause)}`);
+      await assert.rejects(g.unlock(), LeaseLostError);
+    } finally {
+      session.renewer.close(); // ends every renewal in flight
+    }
+    assert.equal(extends_.length, 1, `${extends_.length} renewals sent, want 1: the failed one, and no retry at the expiry`);
+    assert.deepEqual(events.filter((e) => e.type === "lost").map((e) => e.reason), ["expired"]);
   });
 });

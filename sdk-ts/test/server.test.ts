@@ -20,6 +20,7 @@ import {
   validateWrite,
   type Client,
 } from "../src/node.js";
+import { awaitStopped } from "../src/testing.js";
 import { aborted, addr, eventually, key, lossyReleaseClient, needsServer, recordingLogger, serverPid, spyingClient } from "./helpers.js";
 
 const quiet = { logger: recordingLogger() };
@@ -271,6 +272,7 @@ describe("against a real server", { skip: needsServer }, () => {
     process.kill(serverPid!, "SIGSTOP");
     let reason: unknown;
     try {
+      awaitStopped(serverPid!);
       reason = await aborted(g.signal, 3 * ttl);
     } finally {
       process.kill(serverPid!, "SIGCONT");
@@ -297,6 +299,7 @@ describe("against a real server", { skip: needsServer }, () => {
     const r0 = g.renewals;
     process.kill(serverPid!, "SIGSTOP");
     try {
+      awaitStopped(serverPid!);
       // The stimulus, not a synchronisation: at least one renewal (every
       // ~667ms) meets the paused server.
       await new Promise((r) => setTimeout(r, 800));

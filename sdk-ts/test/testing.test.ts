@@ -1,9 +1,11 @@
 // @holdfast/sdk/testing: the helper users start a real server with in their own tests.
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { describe, it } from "node:test";
 import { UnavailableError, createClient } from "../src/node.js";
-import { startServer } from "../src/testing.js";
+import { awaitStopped, startServer } from "../src/testing.js";
 import { holdfastBin, key, needsBinary, recordingLogger } from "./helpers.js";
 
 /** Runs fn with environment variables set (undefined: unset), restoring them after. */
@@ -82,5 +84,50 @@ describe("startServer", { skip: needsBinary }, () => {
       assert.match(e.message, /no holdfast-backend-nosuchbackend/);
       return true;
     });
+  });
+});
+
+describe("awaitStopped", { skip: existsSync("/proc/self/task") ? false : "no /proc: awaitStopped returns at once" }, () => {
+  /** A child Node process that runs until killed, once it has started (with its several threads), and its exit. */
+  async function child() {
+    const c = spawn(process.execPath, ["-e", "process.stdout.write('ready\\n'); setInterval(() => undefined, 1000)"], { stdio: ["ignore", "pipe", "ignore"] });
+    await new Promise<void>((resolve, reject) => c.once("error", reject).stdout.once("data", () => {
+      resolve();
+    }));
+    const exited = new Promise<void>((resolve) => {
+      c.once("exit", () => {
+        resolve();
+      });
+    });
+    return { pid: c.pid!, kill: async () => { c.kill("SIGKILL"); await exited; } };
+  }
+
+  it("returns once every thread of a process sent SIGSTOP is stopped", async () => {
+    const c = await child();
+    try {
+      process.kill(c.pid, "SIGSTOP");
+      awaitStopped(c.pid);
+      // Stopped stays stopped until SIGCONT: what /proc says now is what awaitStopped saw.
+      const states = readdirSync(`/proc/${c.pid}/task`).map((tid) => readFileSync(`/proc/${c.pid}/task/${tid}/stat`, "utf8").split(") ").at(-1)![0]);
+      assert.ok(states.length > 1 && states.every((st) => st === "T"), `thread states ${states.join("")}`);
+    } finally {
+      await c.kill();
+    }
+  });
+
+  it("throws after its timeout when the process does not stop, or is gone", async () => {
+    const c = await child();
+    try {
+      const t0 = performance.now();
+      assert.throws(() => {
+        awaitStopped(c.pid, 50);
+      }, /did not stop within 50ms/);
+      assert.ok(performance.now() - t0 >= 50, "gave up before its timeout");
+    } finally {
+      await c.kill();
+    }
+    assert.throws(() => {
+      awaitStopped(c.pid, 50);
+    }, /did not stop within 50ms/);
   });
 });
