@@ -270,10 +270,11 @@ CREATE TRIGGER locks_notify_update AFTER UPDATE ON ` + n.locks + `
 // after the test. Measured with BenchmarkServerCPUSemaphore (the server's
 // CPU time for a semaphore permit's grant_acquire+grant_release pair),
 // medians of 6 interleaved runs of v7 (the benchmark on this commit's
-// parent) and v8, on a loaded machine (load average 5 to 10): under
+// parent) and v8, on a loaded machine (load average 2 to 10): under
 // notify=all 328 against 323 µs a pair, 362 against 347 µs in a second
-// set; under notify=contended 276 against 290 and 343 against 290 µs. A
-// run's figure ranged from 200 to 400 µs, more than the difference, so a
+// set and 342 against 306 µs in a third; under notify=contended 276
+// against 290, 343 against 290 and 295 against 256 µs. A run's figure
+// ranged from 200 to 400 µs, more than the difference, so a
 // v7 schema (made by CreateSchemaAt) and a v8 one were also run in one
 // server session, alternating blocks of 500 pairs, 6 runs of 10,000 pairs
 // each, twice: v8 was lower in 20 of the 24 semaphore runs, by a median
