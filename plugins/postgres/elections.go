@@ -51,40 +51,8 @@ func migrationV5(n names) string {
 	state := `(r_code integer, r_kind text, r_lim integer, r_about bigint, r_replayed boolean, r_replay text,
 	r_fencing bigint, r_holder text, r_expires timestamptz, r_wall bigint, r_logical bigint, r_remaining bigint, r_permits integer,
 	r_value text)`
-	// The payload of grant r's event ev, with its value or, past NOTIFY's
-	// limit, without it.
-	grantJSON := func(value string) string {
-		return `((` + eventJSON("r") + `)::jsonb ||
-		jsonb_build_object('p', r.permits, 'kd', coalesce(k, ''), 'n', coalesce(lm, 0)) || ` + value + `)::text`
-	}
 	return `ALTER TABLE ` + n.grants + ` ADD COLUMN IF NOT EXISTS value text;
-CREATE OR REPLACE FUNCTION ` + n.grantsFn + `() RETURNS trigger LANGUAGE plpgsql AS $fn$
-DECLARE
-	ev text;
-	r record;
-	k text;
-	lm integer;
-	p text;
-BEGIN
-	IF TG_OP = 'INSERT' THEN
-		ev := 'acquired';
-		r := NEW;
-	ELSIF TG_OP = 'UPDATE' THEN
-		ev := 'proclaimed';
-		r := NEW;
-	ELSE
-		ev := CASE WHEN OLD.expires_at <= clock_timestamp() THEN 'expired' ELSE 'released' END;
-		r := OLD;
-	END IF;
-	SELECT l.kind, l.lim INTO k, lm FROM ` + n.locks + ` l WHERE l.key = r.key;
-	p := ` + grantJSON(`CASE WHEN coalesce(r.value, '') = '' THEN '{}'::jsonb ELSE jsonb_build_object('v', r.value) END`) + `;
-	IF octet_length(p) > 7999 THEN
-		p := ` + grantJSON(`jsonb_build_object('vx', true)`) + `;
-	END IF;
-	PERFORM pg_notify(` + sqlLiteral(n.channel) + `, p);
-	RETURN NULL;
-END
-$fn$;
+` + grantsNotifyFunction(n, false) + `
 DROP TRIGGER IF EXISTS grants_notify_insert ON ` + n.grants + `;
 CREATE TRIGGER grants_notify_insert AFTER INSERT ON ` + n.grants + `
 	FOR EACH ROW WHEN (` + everyChange + ` OR NEW.value IS NOT NULL) EXECUTE FUNCTION ` + n.grantsFn + `();
@@ -290,4 +258,54 @@ func (b *Backend) grantValue(ctx context.Context, key string, fence int64) (valu
 		return "", false, nil
 	}
 	return values[0], true, nil
+}
+
+// grantsNotifyFunction is the grants table's trigger function, with each
+// grant's value in its payload: v5's, and with filterInserts v8's, which
+// tests the condition of v5's insert trigger's WHEN clause itself (v8's
+// trigger has none; migrationV8 says why). Both announce the same events
+// with the same payloads.
+func grantsNotifyFunction(n names, filterInserts bool) string {
+	// The payload of grant r's event ev, with its value or, past NOTIFY's
+	// limit, without it.
+	grantJSON := func(value string) string {
+		return `((` + eventJSON("r") + `)::jsonb ||
+		jsonb_build_object('p', r.permits, 'kd', coalesce(k, ''), 'n', coalesce(lm, 0)) || ` + value + `)::text`
+	}
+	insertTest := ""
+	if filterInserts {
+		// v5's WHEN clause: under notify=contended, only an election's
+		// grant (value not NULL) is announced when it is taken.
+		insertTest = `
+		IF NOT (` + everyChange + ` OR NEW.value IS NOT NULL) THEN
+			RETURN NULL;
+		END IF;`
+	}
+	return `CREATE OR REPLACE FUNCTION ` + n.grantsFn + `() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+	ev text;
+	r record;
+	k text;
+	lm integer;
+	p text;
+BEGIN
+	IF TG_OP = 'INSERT' THEN` + insertTest + `
+		ev := 'acquired';
+		r := NEW;
+	ELSIF TG_OP = 'UPDATE' THEN
+		ev := 'proclaimed';
+		r := NEW;
+	ELSE
+		ev := CASE WHEN OLD.expires_at <= clock_timestamp() THEN 'expired' ELSE 'released' END;
+		r := OLD;
+	END IF;
+	SELECT l.kind, l.lim INTO k, lm FROM ` + n.locks + ` l WHERE l.key = r.key;
+	p := ` + grantJSON(`CASE WHEN coalesce(r.value, '') = '' THEN '{}'::jsonb ELSE jsonb_build_object('v', r.value) END`) + `;
+	IF octet_length(p) > 7999 THEN
+		p := ` + grantJSON(`jsonb_build_object('vx', true)`) + `;
+	END IF;
+	PERFORM pg_notify(` + sqlLiteral(n.channel) + `, p);
+	RETURN NULL;
+END
+$fn$;`
 }

@@ -28,7 +28,7 @@ func TestMigrateFromV4(t *testing.T) {
 	fencing := query[int64](t, dsn, `SELECT r_about FROM `+schema+`.grant_acquire('sem', sha256($1::bytea), 'v4', 60000000, 1, 0,
 		'semaphore', 2, 1, '', '', '', false) LIMIT 1`, []byte(tok))
 	b := open(t, map[string]string{"schema": schema})
-	if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v7" {
+	if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v8" {
 		t.Fatalf("table comment %q after migration", got)
 	}
 	rec, held, err := b.Get(ctx, "sem")

@@ -349,7 +349,7 @@ func TestMigrateFromV1(t *testing.T) {
 		VALUES ('old', sha256($1::bytea), 'v1', nextval('`+schema+`.fencing'), clock_timestamp() + interval '1 minute', 1, 0, clock_timestamp())
 		RETURNING fencing`, []byte(tok))
 	b := open(t, map[string]string{"schema": schema, "notify": postgres.NotifyContended})
-	if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v7" {
+	if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v8" {
 		t.Fatalf("table comment %q after migration", got)
 	}
 	events := watchEvents(t, b, "")
@@ -385,7 +385,7 @@ func TestMigrateFromV6(t *testing.T) {
 		VALUES ('old', sha256($1::bytea), 'v6', nextval('`+schema+`.fencing'), clock_timestamp() + interval '1 minute', 1, 0, clock_timestamp(), 1)
 		RETURNING fencing`, []byte(tok))
 	b := open(t, map[string]string{"schema": schema})
-	if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v7" {
+	if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v8" {
 		t.Fatalf("table comment %q after migration", got)
 	}
 	if n := query[int64](t, dsn, `SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND NOT tgisinternal`,
@@ -416,5 +416,91 @@ func TestMigrateFromV6(t *testing.T) {
 		if ev := nextEvent(t, events); ev.Type != want || ev.Record.Key != "new" {
 			t.Fatalf("event %+v, want %v of new", ev, want)
 		}
+	}
+}
+
+// TestMigrateFromV7: v8 moves the grants insert trigger's WHEN clause into
+// the grants trigger function. A schema at v7 with a semaphore permit held
+// in it is migrated on start, in each notify mode; the grants table's
+// triggers are left without a WHEN clause, and they announce what v7's did:
+// nothing for the extend of the permit taken at v7, its release with v7's
+// payload (holder, kind, limit), a permit taken after the migration only
+// under notify=all (its release in both modes), and an election's grant in
+// both modes, with its value.
+func TestMigrateFromV7(t *testing.T) {
+	for _, notify := range []string{postgres.NotifyAll, postgres.NotifyContended} {
+		t.Run("notify="+notify, func(t *testing.T) {
+			dsn := pgtest.DSN(t)
+			schema := schemaName(t)
+			t.Cleanup(func() { dropSchema(t, dsn, schema) })
+			ctx := context.Background()
+			if err := postgres.CreateSchemaAt(ctx, dsn, schema, 7); err != nil {
+				t.Fatal(err)
+			}
+			tok := token()
+			// The permit as a v7 plugin took it: through grant_acquire.
+			fencing := query[int64](t, dsn, `SELECT r_about FROM `+schema+`.grant_acquire('sem', sha256($1::bytea), 'v7', 60000000, 1, 0,
+				'semaphore', 2, 1, '', '', '', false, '') LIMIT 1`, []byte(tok))
+			b := open(t, map[string]string{"schema": schema, "notify": notify})
+			if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v8" {
+				t.Fatalf("table comment %q after migration", got)
+			}
+			if n := query[int64](t, dsn, `SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND NOT tgisinternal`,
+				schema+".grants"); n != 3 {
+				t.Fatalf("%d triggers on the grants table, want 3", n)
+			}
+			if n := query[int64](t, dsn, `SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgqual IS NOT NULL`,
+				schema+".grants"); n != 0 {
+				t.Fatalf("%d triggers on the grants table keep a WHEN clause", n)
+			}
+			events := watchEvents(t, b, "")
+			expect := func(typ backend.EventType, key string, fencing int64) backend.Record {
+				t.Helper()
+				ev := nextEvent(t, events)
+				if ev.Type != typ || ev.Record.Key != key || ev.Record.FencingToken != uint64(fencing) {
+					t.Fatalf("event %v %s/%d, want %v %s/%d (and nothing before it)", ev.Type, ev.Record.Key,
+						ev.Record.FencingToken, typ, key, fencing)
+				}
+				return ev.Record
+			}
+
+			ext, err := b.Extend(ctx, backend.ExtendRequest{Key: "sem", OwnerToken: tok, TTL: 2 * time.Minute, Stamp: clock.Now()})
+			if err != nil || !ext.Extended {
+				t.Fatalf("Extend of the v7 permit = %+v, %v", ext, err)
+			}
+			if !release(t, b, "sem", tok) {
+				t.Fatal("the v7 permit's owner could not release it")
+			}
+			// The extend announced nothing: the next event is the release.
+			if rec := expect(backend.EventReleased, "sem", fencing); rec.Holder != "v7" || rec.Kind != backend.KindSemaphore || rec.Limit != 2 {
+				t.Fatalf("released %+v, want holder v7 of a semaphore of limit 2", rec)
+			}
+
+			tok2, res := grant(t, b, "sem", backend.KindSemaphore, 2, 1, time.Minute)
+			if !res.Acquired {
+				t.Fatalf("permit after the migration not acquired: %+v", res)
+			}
+			if notify == postgres.NotifyAll {
+				if rec := expect(backend.EventAcquired, "sem", int64(res.Record.FencingToken)); rec.Kind != backend.KindSemaphore {
+					t.Fatalf("acquired %+v, want a semaphore", rec)
+				}
+			}
+			if !release(t, b, "sem", tok2) {
+				t.Fatal("the permit taken after the migration could not be released")
+			}
+			// Under notify=contended the acquire announced nothing: the next
+			// event is the release.
+			expect(backend.EventReleased, "sem", int64(res.Record.FencingToken))
+
+			leader := grantReq("lead", token(), backend.KindElection, 1, 1, time.Minute)
+			leader.Value = "10.0.0.1:7410"
+			won, err := b.Acquire(ctx, leader)
+			if err != nil || !won.Acquired {
+				t.Fatalf("campaign after the migration: %+v %v", won, err)
+			}
+			if rec := expect(backend.EventAcquired, "lead", int64(won.Record.FencingToken)); rec.Value != leader.Value {
+				t.Fatalf("acquired %+v, want the leader's value %q", rec, leader.Value)
+			}
+		})
 	}
 }

@@ -12,7 +12,7 @@
 // Notify modes). The plugin creates and
 // migrates it on start, in one transaction under a transaction-level
 // advisory lock, so plugins starting together do not race. The schema
-// version is kept in the table's comment ("holdfast locks v7").
+// version is kept in the table's comment ("holdfast locks v8").
 //
 // # Semantics
 //

@@ -771,7 +771,7 @@ func TestConcurrentMigration(t *testing.T) {
 	}
 	comment := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')",
 		pgx.Identifier{schema, "locks"}.Sanitize())
-	if comment != "holdfast locks v7" {
+	if comment != "holdfast locks v8" {
 		t.Fatalf("table comment %q", comment)
 	}
 	// Opening again is a no-op.

@@ -35,7 +35,7 @@ func TestMigrateFromV5(t *testing.T) {
 	VALUES ('k', sha256($1::bytea), 'v5', nextval('`+schema+`.fencing'), clock_timestamp() + interval '1 minute', $2, 0,
 		clock_timestamp(), 1, 'rid-acquire', 'fp', 'the replay') RETURNING fencing`, []byte(tok), ahead)
 	b := open(t, map[string]string{"schema": schema})
-	if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v7" {
+	if got := query[string](t, dsn, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".locks"); got != "holdfast locks v8" {
 		t.Fatalf("table comment %q after migration", got)
 	}
 	acq := backend.AcquireRequest{Key: "k", OwnerToken: tok, TTL: time.Minute, Stamp: clock.Now(),
