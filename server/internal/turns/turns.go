@@ -18,6 +18,16 @@
 // request has not finished, so a client that reads its answer slowly (or
 // a backend that answers slowly) delays the others by at most MaxHold,
 // never for as long as it takes.
+//
+// A turn given back then rests before anyone can take it again: for Rest
+// times as long as it was held (ForProcessors). Bounding how many run at
+// once is not enough on its own: a client that lists in a loop takes the
+// turn again the moment it is free, so its turn is busy all the time, and
+// the work behind it (the plugin's share, the page's bytes on the
+// loopback) keeps a processor of the machine busy as well. With the rest,
+// background requests use at most 1/(1+Rest) of their turns' time: a
+// dashboard paging through every lock gets its pages at that rate, and
+// lock calls keep the rest of the machine.
 package turns
 
 import (
@@ -33,27 +43,41 @@ import (
 // waiting (a slow reader, a slow backend), not using a processor.
 const MaxHold = 50 * time.Millisecond
 
+// Rest is how long, as a multiple of the time it was held, a turn of
+// ForProcessors rests once given back: 1 keeps background requests to half
+// of their turns' time.
+const Rest = 1.0
+
 // Turns is a bound on background requests running at once. The zero
 // value is not usable; see New. It is safe for concurrent use.
 type Turns struct {
 	slots chan struct{}
 	hold  time.Duration
+	rest  float64
 }
 
-// New gives n turns (at least 1), each held for at most hold.
+// New gives n turns (at least 1), each held for at most hold, free again
+// as soon as it is given back.
 func New(n int, hold time.Duration) *Turns {
-	return &Turns{slots: make(chan struct{}, max(n, 1)), hold: hold}
+	return Paced(n, hold, 0)
+}
+
+// Paced is New whose turns, once given back, rest for rest times as long
+// as they were held before they can be taken again.
+func Paced(n int, hold time.Duration, rest float64) *Turns {
+	return &Turns{slots: make(chan struct{}, max(n, 1)), hold: hold, rest: max(rest, 0)}
 }
 
 // ForProcessors gives GOMAXPROCS−1 turns (at least one), held at most
-// MaxHold: one processor stays free of background requests.
+// MaxHold and resting Rest times as long: one processor stays free of
+// background requests, and the others are not theirs all the time.
 func ForProcessors() *Turns {
-	return New(runtime.GOMAXPROCS(0)-1, MaxHold)
+	return Paced(runtime.GOMAXPROCS(0)-1, MaxHold, Rest)
 }
 
 // Take waits for a turn, or for ctx to end (its error). The release
-// function gives the turn back; it may be called more than once, and the
-// turn goes back by itself after the hold.
+// function gives the turn back (to rest first, when paced); it may be
+// called more than once, and the turn goes back by itself after the hold.
 func (t *Turns) Take(ctx context.Context) (release func(), err error) {
 	select {
 	case t.slots <- struct{}{}:
@@ -64,8 +88,17 @@ func (t *Turns) Take(ctx context.Context) (release func(), err error) {
 			return nil, context.Cause(ctx)
 		}
 	}
+	taken := time.Now()
 	var once sync.Once
-	give := func() { once.Do(func() { <-t.slots }) }
+	give := func() {
+		once.Do(func() {
+			if rest := time.Duration(float64(time.Since(taken)) * t.rest); rest > 0 {
+				time.AfterFunc(rest, func() { <-t.slots })
+				return
+			}
+			<-t.slots
+		})
+	}
 	timer := time.AfterFunc(t.hold, give)
 	return func() {
 		timer.Stop()

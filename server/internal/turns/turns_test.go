@@ -102,6 +102,29 @@ func TestTurnGoesBackAfterTheHold(t *testing.T) {
 	}
 }
 
+// A paced turn given back rests for as long as it was held (Rest 1)
+// before the next request can take it: a client listing in a loop has
+// its turn at most half the time.
+func TestPacedTurnRestsAsLongAsItWasHeld(t *testing.T) {
+	const work = 20 * time.Millisecond
+	tu := Paced(1, time.Hour, 1)
+	release := take(t, tu)
+	time.Sleep(work) // the request's work, holding the turn
+	released := time.Now()
+	release()
+	next := take(t, tu)
+	defer next()
+	if waited := time.Since(released); waited < work {
+		t.Fatalf("the turn was taken again %s after it was given back, before resting the %s it was held", waited, work)
+	}
+}
+
+func TestForProcessorsIsPaced(t *testing.T) {
+	if tu := ForProcessors(); tu.rest != Rest || tu.hold != MaxHold {
+		t.Fatalf("ForProcessors rests %v and holds %s, want %v and %s", tu.rest, tu.hold, Rest, MaxHold)
+	}
+}
+
 func TestHandlerServesInTurns(t *testing.T) {
 	tu := New(1, time.Hour)
 	served := 0
