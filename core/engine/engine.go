@@ -508,6 +508,10 @@ type attempt struct {
 	fences   []uint64        // per key of the set, when acquired
 	current  *backend.Record // a holder, when not acquired and known
 	delayed  *backend.Record // a key in its lock-delay, when not acquired
+	// late, when set, says that the backend granted a lease too late to be
+	// used (at or past its TTL), which was given back: the unavailable
+	// error a try-once Acquire answers. A waiter just tries again.
+	late error
 }
 
 // try makes one backend Acquire for a caller still interested in ctx.
@@ -559,12 +563,14 @@ func (e *Engine) tryAs(ctx context.Context, s *acquireSpec, waiterID string, rep
 	// The lease started no earlier than start, so it lasts at least until
 	// start+ttl. Past that (a slow backend) it may already be someone
 	// else's: never report it.
-	if ctx.Err() != nil || time.Since(start) >= s.ttl {
+	if took := time.Since(start); ctx.Err() != nil || took >= s.ttl {
 		e.abandon(ctx, s.keys, token)
 		if ctx.Err() != nil {
 			return attempt{}, ctxErr(ctx, "acquire")
 		}
-		return attempt{}, nil
+		return attempt{late: newErr(ErrUnavailable,
+			"acquire: the backend granted the lease after %s, not within its ttl of %s; the lease was given back (retry, or ask for a longer ttl)",
+			took.Round(time.Millisecond), s.ttl)}, nil
 	}
 	return attempt{acquired: true, lease: lease(s.keys, out.records, token, s.ttl), fences: fences(out.records)}, nil
 }
@@ -688,10 +694,17 @@ func (e *Engine) tryOnce(ctx context.Context, s *acquireSpec) (*lockv1.AcquireRe
 	return e.answer(e.try(ctx, s))
 }
 
-// answer is the response to a try-once Acquire.
+// answer is the response to a try-once Acquire. A lease that came back
+// too late is unavailable, not "held by nobody": the key was free, and a
+// caller told acquired=false would take it for contended. Unavailable is
+// what the SDKs retry (with the same request id), and what a raw client
+// should treat as transient.
 func (e *Engine) answer(a attempt, err error) (*lockv1.AcquireResponse, error) {
 	if err != nil {
 		return nil, err
+	}
+	if a.late != nil {
+		return nil, a.late
 	}
 	if a.acquired {
 		return e.acquired(a), nil

@@ -982,3 +982,45 @@ func TestASlowWatcherIsEndedNotWaitedOn(t *testing.T) {
 		}
 	}
 }
+
+// A try-once Acquire whose backend answers only after the lease's TTL has
+// passed cannot report that lease (it may be someone else's by now), and it
+// must not pretend the key is held either: the key was free. It answers
+// unavailable, naming the time and the TTL, and the lease is given back. A
+// waiting Acquire instead tries again within its wait.
+func TestALeaseGrantedPastItsTTLIsUnavailableAndGivenBack(t *testing.T) {
+	e, b := newEngine(t, engine.Config{})
+	const ttl = 20 * time.Millisecond
+	// The injected delay is the behaviour under test: a backend slower than
+	// the TTL (a stalled store, a machine under load).
+	var slow atomic.Int64
+	slow.Store(1)
+	hook := func() {
+		if slow.Add(-1) >= 0 {
+			time.Sleep(ttl + 10*time.Millisecond)
+		}
+	}
+	b.afterHook.Store(&hook)
+	defer b.afterHook.Store(nil)
+
+	resp, err := e.Acquire(context.Background(), acq("late", ttl, 0))
+	if !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("a try-once Acquire granted after its TTL: %v, err %v; want unavailable", resp, err)
+	}
+	for _, want := range []string{"ttl", ttl.String()} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	awaitFree(t, e, "late", "a lease granted after its TTL")
+
+	// The same slowness once, for a waiter: its next try takes the key.
+	slow.Store(1)
+	resp, err = e.Acquire(context.Background(), acq("late", ttl, 5*time.Second))
+	if err != nil || !resp.GetAcquired() {
+		t.Fatalf("a waiting Acquire whose first try came back after its TTL: %v, err %v; want acquired on a later try", resp, err)
+	}
+	if n := b.acquires.Load(); n < 3 {
+		t.Fatalf("%d backend Acquires, want the waiter's second try (3 in all)", n)
+	}
+}
