@@ -176,7 +176,31 @@
 // kind for as long as its stamp key lives (always). Release and Extend
 // address a grant by its owner token; a grant released is deleted with a
 // write of the stamp key, as a mutex lock is, so Watch tells its release
-// from its expiry. See grants.go.
+// from its expiry. Each grant also has P "grants/" K "\x00" H, empty, on
+// the grant's lease, put, moved and deleted in the grant's own
+// transactions, for Count (below). See grants.go.
+//
+// # Counting (backend.CountBackend)
+//
+// Count, which the server's holdfast_locks_held gauge reads, is two
+// count-only ranges in one read transaction: P "owners/" (one key per mutex
+// lock, on its lease) and P "grants/" (one key per grant, on its lease).
+// No key leaves etcd, so a count of 100,000 locks is one small round trip,
+// where listing them is a hundred pages of records. The grant keys
+// themselves cannot be counted so: they sit under P "locks/" beside the
+// stamp and meta keys, which are never deleted, and etcd counts only
+// whole ranges (its revision filters do not apply to a count-only range),
+// so the grants' count keys were added to the layout (nothing else of it
+// changed). Upgrade: grants taken by an earlier version have no count key
+// and are not counted until their leases end, or until this version
+// extends them (an Extend puts the count key); while older plugins run
+// beside this one, a grant one of them takes is not counted, and a grant
+// this version took that an older plugin releases or extends leaves its
+// count key on the grant's first lease, counted while that lease lives (in
+// the older plugin's lease pool). The gauge is an estimate;
+// once every plugin runs this version and the older grants' TTLs have run
+// out, it is exact (up to the leases whose TTL ran out and that etcd has
+// not yet revoked, about 500ms).
 //
 // # Elections (Info.Kinds: KindElection)
 //

@@ -62,6 +62,9 @@ type Backend struct {
 	// delays: prefix + "delays/", the keys that hold lock-delays
 	// (delays.go).
 	delays string
+	// grants: prefix + "grants/", one key per grant of a semaphore, rwlock
+	// or election, that Count counts (count.go).
+	grants string
 
 	q      queueState
 	gates  grantGates // grants.go
@@ -228,6 +231,7 @@ func parseOptions(opts map[string]string) (clientv3.Config, *Backend, error) {
 		queue:       prefix + "queue/",
 		released:    prefix + "released/",
 		delays:      prefix + "delays/",
+		grants:      prefix + "grants/",
 	}
 	return cfg, b, nil
 }

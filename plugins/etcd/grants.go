@@ -59,8 +59,19 @@ func (b *Backend) metaKey(key string) string { return b.locks + key + stampSuffi
 func (b *Backend) grantPrefix(key string) string { return b.locks + key + stampSuffix + "g/" }
 
 func (b *Backend) grantKey(key, token string) string {
+	return b.grantPrefix(key) + tokenHash(token)
+}
+
+func tokenHash(token string) string {
 	sum := sha256.Sum256([]byte(token))
-	return b.grantPrefix(key) + hex.EncodeToString(sum[:])
+	return hex.EncodeToString(sum[:])
+}
+
+// countKey is a grant's entry under P "grants/", on the grant's lease, that
+// Count counts (count.go): the grant keys themselves share P "locks/" with
+// the stamp and meta keys, so no range holds grants alone.
+func (b *Backend) countKey(key, token string) string {
+	return b.grants + key + stampSuffix + tokenHash(token)
 }
 
 // splitName splits a key under P "locks/" into the holdfast key and what
@@ -283,6 +294,7 @@ attempts:
 		resp, err := b.cli.Txn(cctx).If(cmps...).Then(append(slices.Clip(ops),
 			clientv3.OpPut(mine, v.encode(expires, granted), clientv3.WithLease(leaseID)),
 			clientv3.OpPut(stampKey, encodeStamp(stored)),
+			clientv3.OpPut(b.countKey(req.Key, req.OwnerToken), "", clientv3.WithLease(leaseID)),
 		)...).Else(reads...).Commit()
 		if err != nil {
 			return backend.AcquireResult{}, false, wrap(parent, "acquire", err)
@@ -329,7 +341,8 @@ func (b *Backend) releaseGrantOps(key, token string, stamp string, kept []client
 				[]clientv3.Cmp{clientv3.Compare(clientv3.Value(stampKey), "<", stamp)},
 				[]clientv3.Op{clientv3.OpPut(stampKey, stamp)},
 				[]clientv3.Op{clientv3.OpPut(stampKey, "", clientv3.WithIgnoreValue())},
-			)),
+			),
+			clientv3.OpDelete(b.countKey(key, token))),
 		nil)
 }
 
@@ -390,7 +403,10 @@ func (b *Backend) extendGrant(cctx, parent context.Context, req backend.ExtendRe
 	expires := start.Add(granted)
 	resp, err := b.cli.Txn(cctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
 		Then(clientv3.OpPut(string(kv.Key), val.encode(expires, granted), clientv3.WithLease(leaseID)),
-			clientv3.OpGet(b.grantPrefix(req.Key), clientv3.WithPrefix())).Commit()
+			clientv3.OpGet(b.grantPrefix(req.Key), clientv3.WithPrefix()),
+			// The count key moves too: left on the old lease, which goes to
+			// the pool, it would outlive the grant.
+			clientv3.OpPut(b.countKey(req.Key, req.OwnerToken), "", clientv3.WithLease(leaseID))).Commit()
 	if err != nil {
 		return backend.ExtendResult{}, false, wrap(parent, "extend", err) // unknown outcome: the new lease is left to expire
 	}
