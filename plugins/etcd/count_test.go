@@ -22,7 +22,7 @@ func TestCountFollowsTheLeases(t *testing.T) {
 		if err != nil || got != n {
 			t.Fatalf("Count = %d, %v; want %d", got, err, n)
 		}
-		if listed := listCount(t, b); listed != n {
+		if listed := listCount(t, b, 100); listed != n {
 			t.Fatalf("List counts %d leases, Count %d", listed, n)
 		}
 	}
@@ -107,14 +107,14 @@ func TestCountFollowsTheLeases(t *testing.T) {
 	want(5)
 }
 
-// listCount is the leases every List page holds, as the server's gauge
-// counts them without Count.
-func listCount(t testing.TB, b *etcd.Backend) int64 {
+// listCount is the leases every List page of pageSize holds, as the
+// server's gauge counts them without Count.
+func listCount(t testing.TB, b *etcd.Backend, pageSize int) int64 {
 	t.Helper()
 	var n int64
 	token := ""
 	for {
-		page, err := b.List(ctxT(t), backend.ListRequest{PageSize: 100, PageToken: token})
+		page, err := b.List(ctxT(t), backend.ListRequest{PageSize: pageSize, PageToken: token})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/plugins/redis"
 	"github.com/holdfast/holdfast/plugins/redis/redistest"
 	"github.com/holdfast/holdfast/proto/hlc"
@@ -245,4 +246,63 @@ func BenchmarkBackendBatch(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkCountHeld: what the server's holdfast_locks_held gauge costs a
+// scrape with 100,000 locks held (taken in batches under a key prefix of
+// the benchmark's own): Count (one SCAN pass) against the List walk it
+// replaces, pages of engine.MaxPageSize as the gauge listed them. Every
+// page scans the whole keyspace again, so a walk is 100 pages of about
+// the same cost: ListPage times one page from the middle of the walk and
+// reports walk-s, the 100 pages' estimate (one walk takes minutes).
+//
+//	go test -run '^$' -bench CountHeld -benchtime 3x ./plugins/redis
+func BenchmarkCountHeld(b *testing.B) {
+	const held = 100000
+	bk, err := redistestOpen(b)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bk.Close()
+	ctx := b.Context()
+	clock := hlc.NewClock(nil, 0)
+	var reqs []backend.ReleaseRequest
+	for i := 0; i < held; i += 1000 {
+		acq := make([]backend.AcquireRequest, 0, 1000)
+		for j := i; j < min(i+1000, held); j++ {
+			acq = append(acq, backend.AcquireRequest{Key: fmt.Sprintf("held/%06d", j), OwnerToken: token(), TTL: 30 * time.Minute,
+				Holder: "bench", Stamp: clock.Now()})
+			reqs = append(reqs, backend.ReleaseRequest{Key: acq[len(acq)-1].Key, OwnerToken: acq[len(acq)-1].OwnerToken})
+		}
+		outs, err := bk.AcquireBatch(ctx, acq)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, o := range outs {
+			if o.Err != nil || !o.Value.Acquired {
+				b.Fatalf("fill: %+v", o)
+			}
+		}
+	}
+	b.Cleanup(func() {
+		for c := range slices.Chunk(reqs, 1000) {
+			_, _ = bk.ReleaseBatch(context.Background(), c)
+		}
+	})
+	b.Run("Count", func(b *testing.B) {
+		for b.Loop() {
+			if n, err := bk.Count(ctx); err != nil || n != held {
+				b.Fatalf("Count = %d, %v; want %d", n, err, held)
+			}
+		}
+	})
+	b.Run("ListPage", func(b *testing.B) {
+		for b.Loop() {
+			page, err := bk.List(ctx, backend.ListRequest{PageSize: engine.MaxPageSize, PageToken: fmt.Sprintf("held/%06d", held/2)})
+			if err != nil || len(page.Records) != engine.MaxPageSize {
+				b.Fatalf("List: %d records, %v", len(page.Records), err)
+			}
+		}
+		b.ReportMetric(b.Elapsed().Seconds()/float64(b.N)*held/engine.MaxPageSize, "walk-s")
+	})
 }

@@ -16,6 +16,11 @@ var _ backend.CountBackend = (*Backend)(nil)
 // decodes each name to drop them): one pattern, so one pass of SCAN.
 const countPattern = "{*:[lg][o:]*"
 
+// countScanBatch is SCAN's COUNT for Count: each call walks about that many
+// keys while Redis serves nobody else (about 2 ms at 1000; 10,000 made a
+// Count of 100,000 locks no faster, with pauses ten times as long).
+const countScanBatch = 1000
+
 // Count implements backend.CountBackend: one SCAN pass over each master,
 // counting the mutex lock keys and the grants' expiry keys (one per live
 // grant, with the grant's TTL: Release deletes it, Extend renews it), which
@@ -35,7 +40,7 @@ func (b *Backend) Count(ctx context.Context) (int64, error) {
 	err := b.forEachNode(ctx, func(ctx context.Context, c goredis.UniversalClient) error {
 		// SCAN may return a key twice (while Redis rehashes its table).
 		seen := map[string]struct{}{}
-		it := c.Scan(ctx, 0, globEscape(b.opts.KeyPrefix)+countPattern, 1000).Iterator()
+		it := c.Scan(ctx, 0, globEscape(b.opts.KeyPrefix)+countPattern, countScanBatch).Iterator()
 		for it.Next(ctx) {
 			rk := it.Val()
 			if _, ok := b.decodeLockKey(rk); !ok {

@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func TestCountFollowsTheLeases(t *testing.T) {
 		if err != nil || got != n {
 			t.Fatalf("Count = %d, %v; want %d", got, err, n)
 		}
-		if listed := listCount(t, b); listed != n {
+		if listed := listCount(ctx, t, b, 100); listed != n {
 			t.Fatalf("List counts %d leases, Count %d", listed, n)
 		}
 	}
@@ -90,14 +91,14 @@ func TestCountFollowsTheLeases(t *testing.T) {
 	want(6)
 }
 
-// listCount is the leases every List page holds, as the server's gauge
-// counts them without Count.
-func listCount(t *testing.T, b *redis.Backend) int64 {
+// listCount is the leases every List page of pageSize holds, as the
+// server's gauge counts them without Count.
+func listCount(ctx context.Context, t testing.TB, b *redis.Backend, pageSize int) int64 {
 	t.Helper()
 	var n int64
 	token := ""
 	for {
-		page, err := b.List(ctxT(t), backend.ListRequest{PageSize: 100, PageToken: token})
+		page, err := b.List(ctx, backend.ListRequest{PageSize: pageSize, PageToken: token})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,7 +18,7 @@
 //	holdfast_grants_total{kind,mode}                   leases granted, by kind (mutex | semaphore | rwlock | election) and rwlock mode (shared | exclusive; "" otherwise)
 //	holdfast_proclaims_total{outcome}                  Proclaims answered: proclaimed | stale (the token did not lead the election)
 //	holdfast_waiters                                   callers queued on this server (all keys)
-//	holdfast_locks_held                                leases held in the backend (counted by List at scrape; each holder of a semaphore or rwlock counts)
+//	holdfast_locks_held                                leases held in the backend (Count, or List, at scrape; each holder of a semaphore or rwlock counts)
 //	holdfast_rpc_duration_seconds{method,code}         histogram, unary RPCs (Acquire includes its wait)
 //	holdfast_rpc_streams{method}                       open server streams (Watch, Observe)
 //	holdfast_backend_up                                1 while the plugin runs and answers its liveness ping
