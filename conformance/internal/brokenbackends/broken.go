@@ -45,6 +45,7 @@ var bugs = map[string]backendserver.OpenFunc{
 	"secondowner":           OpenFilestorePerProcess,
 	"overgrants":            on(memory.Open, Overgrants),
 	"proclaimswithoutowner": on(memory.Open, ProclaimsWithoutOwner),
+	"countskeys":            on(memory.Open, CountsKeys),
 }
 
 // Names lists the broken backends.
@@ -69,6 +70,9 @@ func on(open backendserver.OpenFunc, bug func(backend.Backend) backend.Backend) 
 			return nil, err
 		}
 		broken := bug(b)
+		if c, ok := broken.(backend.CountBackend); ok {
+			return counting{closing{broken, b}, c}, nil
+		}
 		if e, ok := broken.(backend.ElectionBackend); ok {
 			return electing{closing{broken, b}, e}, nil
 		}
@@ -104,6 +108,14 @@ type electing struct {
 func (e electing) Proclaim(ctx context.Context, req backend.ProclaimRequest) (backend.ProclaimResult, error) {
 	return e.e.Proclaim(ctx, req)
 }
+
+// counting is a broken backend that counts its leases.
+type counting struct {
+	closing
+	c backend.CountBackend
+}
+
+func (c counting) Count(ctx context.Context) (int64, error) { return c.c.Count(ctx) }
 
 func (c closing) Close() error {
 	if cl, ok := c.inner.(io.Closer); ok {
@@ -481,4 +493,25 @@ func OpenFilestorePerProcess(ctx context.Context, opts map[string]string) (backe
 		opts["path"] = fmt.Sprintf("%s.%d", p, os.Getpid()) // the bug
 	}
 	return filestore.Open(ctx, opts)
+}
+
+// CountsKeys counts the keys held instead of the leases: a semaphore's
+// grants count once together, as a List page's records do.
+func CountsKeys(b backend.Backend) backend.Backend { return &countsKeys{b} }
+
+type countsKeys struct{ backend.Backend }
+
+func (c *countsKeys) Count(ctx context.Context) (int64, error) {
+	var n int64
+	token := ""
+	for {
+		page, err := c.List(ctx, backend.ListRequest{PageSize: 1000, PageToken: token})
+		if err != nil {
+			return 0, err
+		}
+		n += int64(len(page.Records))
+		if token = page.NextPageToken; token == "" {
+			return n, nil
+		}
+	}
 }
