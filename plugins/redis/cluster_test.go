@@ -82,6 +82,10 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("list not in key order: %q", listed)
 		}
 	}
+	// Count: every master's locks.
+	if n, err := b.Count(ctx); err != nil || n != int64(len(keys)) {
+		t.Fatalf("Count = %d, %v; want %d", n, err, len(keys))
+	}
 	for _, k := range keys {
 		e, err := b.Extend(ctx, backend.ExtendRequest{Key: k, OwnerToken: toks[k], TTL: time.Minute})
 		if err != nil || !e.Extended {
