@@ -449,7 +449,10 @@ func TestAccessorsReportExpiryEvenBeforeTheTimerRuns(t *testing.T) {
 	peer, url := newFakePeer(t)
 	peer.set(func(p *fakePeer) { p.extendMode = modeHang })
 	c := dialPeer(t, url)
-	const ttl = 200 * time.Millisecond
+	// Not 200ms: an Acquire answered after TTL/3 is confirmed by an Extend
+	// before TryLock returns (Guard.confirm), and that Extend hangs here
+	// too, failing TryLock; a loaded machine took over 67ms to answer.
+	const ttl = 900 * time.Millisecond
 	g, err := c.Lock("k").TTL(ttl).TryLock(t.Context())
 	if err != nil {
 		t.Fatal(err)
