@@ -60,7 +60,12 @@ func attemptError(ctx, actx context.Context, op string, err error) (retry bool, 
 		// context.DeadlineExceeded).
 		return true, &rpcError{op: op, code: CodeUnavailable, message: "no answer in time: " + err.Error(), kind: ErrUnavailable, ctxErr: context.DeadlineExceeded}
 	}
-	mapped = mapError(actx, op, err)
+	// Mapped under the call's ctx, not actx: actx's deadline may pass
+	// between the check above and mapError's own, and an answer that came
+	// in time (unavailable, say) would then be taken for the call's own
+	// deadline: not retried, and matching neither ErrUnavailable nor the
+	// caller's context.
+	mapped = mapError(ctx, op, err)
 	return errors.Is(mapped, ErrUnavailable), mapped
 }
 
