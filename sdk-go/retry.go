@@ -26,17 +26,29 @@ func (c *Client) retrying(ctx context.Context, op string, until time.Time, call 
 	if !until.IsZero() && until.Before(budgetEnd) {
 		budgetEnd = until
 	}
+	var answered error // the last failure the server answered
 	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithDeadline(ctx, earliest(budgetEnd, time.Now().Add(c.opts.requestTimeout)))
+		end := earliest(budgetEnd, time.Now().Add(c.opts.requestTimeout))
+		actx, cancel := context.WithDeadline(ctx, end)
 		err := call(actx)
 		if err == nil {
 			cancel()
 			return nil
 		}
 		retry, failed := attemptError(ctx, actx, op, err)
+		cut := actx.Err() != nil
 		cancel()
 		if !retry {
 			return failed
+		}
+		if cut && end.Equal(budgetEnd) && answered != nil {
+			// The budget ran out during this attempt, often one begun with
+			// a sliver of it left: what the server last answered says more
+			// than the cut.
+			return outOfBudget(answered, time.Since(start))
+		}
+		if !cut {
+			answered = failed
 		}
 		if !sleep(ctx, c.opts.backoff.delay(attempt), budgetEnd) {
 			if ctx.Err() != nil {

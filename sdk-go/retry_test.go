@@ -3,8 +3,10 @@ package holdfast
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 )
@@ -45,5 +47,33 @@ func TestAttemptAnsweredJustBeforeItsDeadlineIsJudgedByTheAnswer(t *testing.T) {
 	cancel()
 	if retry, err := attemptError(ctx, ctx, "Acquire", connect.NewError(connect.CodeUnavailable, errors.New("backend restarting"))); retry || !errors.Is(err, context.Canceled) {
 		t.Fatalf("retry=%v err=%v, want the caller's context.Canceled, not retried", retry, err)
+	}
+}
+
+// A retry budget that runs out during an attempt (one begun with a sliver
+// of it left, on a loaded machine) reports what the server last answered,
+// not the SDK's own cut: TestErrorCodesMapToSentinels lost the server's
+// message so.
+func TestBudgetEndingDuringAnAttemptKeepsTheServersLastAnswer(t *testing.T) {
+	c := dialPeer(t, "http://127.0.0.1:1", WithRetryBudget(200*time.Millisecond))
+	calls := 0
+	err := c.retrying(t.Context(), "Acquire", time.Time{}, func(actx context.Context) error {
+		if calls++; calls == 1 {
+			return connect.NewError(connect.CodeUnavailable, errors.New("backend restarting"))
+		}
+		<-actx.Done() // no answer before the budget's end
+		return actx.Err()
+	})
+	if calls != 2 || !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "backend restarting") || !strings.Contains(err.Error(), "the retry budget") {
+		t.Fatalf("after %d attempts: %v, want the server's unavailable answer, out of budget", calls, err)
+	}
+
+	// A server that never answered is reported as such.
+	err = c.retrying(t.Context(), "Acquire", time.Time{}, func(actx context.Context) error {
+		<-actx.Done()
+		return actx.Err()
+	})
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "no answer in time") {
+		t.Fatalf("%v, want no answer in time", err)
 	}
 }
