@@ -33,14 +33,18 @@ func TestWatchdogRenewsAClientsGuardsInFewCalls(t *testing.T) {
 	const n, ttl = 40, 900 * time.Millisecond
 	start := time.Now()
 	gs := lockMany(t, c, n, ttl)
+	// Count the renewals only: an acquire answered after TTL/3 (a loaded
+	// machine) confirms its lease with one plain Extend of its own before
+	// TryLock returns (Guard.confirm), as the TS and Python tests allow.
+	confirms := len(peer.snapshot().extendRecv)
 	// Every guard renewed twice: two renewal periods (TTL/3 each) or a few
 	// more on a loaded machine; polling, not a fixed window, so a slow
 	// scheduler lengthens the wait instead of failing it.
 	awaitRenewals(t, gs, 2, 3*ttl)
 	periods := int(time.Since(start)/(ttl/3)) + 1
 	snap := peer.snapshot()
-	if len(snap.extendRecv) != 0 {
-		t.Fatalf("%d plain Extends: a server that batches should get none", len(snap.extendRecv))
+	if plain := len(snap.extendRecv) - confirms; plain != 0 {
+		t.Fatalf("%d plain Extends after the acquires: a server that batches should get none", plain)
 	}
 	calls, items := len(snap.batchSizes), 0
 	for _, s := range snap.batchSizes {

@@ -26,17 +26,29 @@ func (c *Client) retrying(ctx context.Context, op string, until time.Time, call 
 	if !until.IsZero() && until.Before(budgetEnd) {
 		budgetEnd = until
 	}
+	var answered error // the last failure the server answered
 	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithDeadline(ctx, earliest(budgetEnd, time.Now().Add(c.opts.requestTimeout)))
+		end := earliest(budgetEnd, time.Now().Add(c.opts.requestTimeout))
+		actx, cancel := context.WithDeadline(ctx, end)
 		err := call(actx)
 		if err == nil {
 			cancel()
 			return nil
 		}
 		retry, failed := attemptError(ctx, actx, op, err)
+		cut := actx.Err() != nil
 		cancel()
 		if !retry {
 			return failed
+		}
+		if cut && end.Equal(budgetEnd) && answered != nil {
+			// The budget ran out during this attempt, often one begun with
+			// a sliver of it left: what the server last answered says more
+			// than the cut.
+			return outOfBudget(answered, time.Since(start))
+		}
+		if !cut {
+			answered = failed
 		}
 		if !sleep(ctx, c.opts.backoff.delay(attempt), budgetEnd) {
 			if ctx.Err() != nil {
@@ -60,7 +72,12 @@ func attemptError(ctx, actx context.Context, op string, err error) (retry bool, 
 		// context.DeadlineExceeded).
 		return true, &rpcError{op: op, code: CodeUnavailable, message: "no answer in time: " + err.Error(), kind: ErrUnavailable, ctxErr: context.DeadlineExceeded}
 	}
-	mapped = mapError(actx, op, err)
+	// Mapped under the call's ctx, not actx: actx's deadline may pass
+	// between the check above and mapError's own, and an answer that came
+	// in time (unavailable, say) would then be taken for the call's own
+	// deadline: not retried, and matching neither ErrUnavailable nor the
+	// caller's context.
+	mapped = mapError(ctx, op, err)
 	return errors.Is(mapped, ErrUnavailable), mapped
 }
 

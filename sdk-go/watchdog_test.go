@@ -123,7 +123,10 @@ func TestRenewalAnsweredExtendedFalsePoisonsWithinTTL(t *testing.T) {
 	peer, url := newFakePeer(t)
 	peer.set(func(p *fakePeer) { p.extendMode = modeReject })
 	c := dialPeer(t, url)
-	const ttl = 900 * time.Millisecond
+	// An Acquire answered after TTL/3 is confirmed by an Extend before
+	// TryLock returns (Guard.confirm), which this peer rejects too: a TTL
+	// long enough that a loaded machine's answer comes well before that.
+	const ttl = 1500 * time.Millisecond
 	start := time.Now()
 	g, err := c.Lock("k").TTL(ttl).TryLock(t.Context())
 	if err != nil {
@@ -158,7 +161,10 @@ func TestHungRenewalPoisonsAtLocalMonotonicExpiry(t *testing.T) {
 	peer, url := newFakePeer(t)
 	peer.set(func(p *fakePeer) { p.extendMode = modeHang })
 	c := dialPeer(t, url)
-	const ttl = 600 * time.Millisecond
+	// Not 600ms: an Acquire answered after TTL/3 is confirmed by an Extend
+	// before TryLock returns (Guard.confirm), and that Extend hangs here
+	// too, failing TryLock; a loaded machine took over 200ms to answer.
+	const ttl = 1500 * time.Millisecond
 	before := time.Now()
 	g, err := c.Lock("k").TTL(ttl).TryLock(t.Context())
 	if err != nil {
@@ -449,7 +455,10 @@ func TestAccessorsReportExpiryEvenBeforeTheTimerRuns(t *testing.T) {
 	peer, url := newFakePeer(t)
 	peer.set(func(p *fakePeer) { p.extendMode = modeHang })
 	c := dialPeer(t, url)
-	const ttl = 200 * time.Millisecond
+	// Not 200ms: an Acquire answered after TTL/3 is confirmed by an Extend
+	// before TryLock returns (Guard.confirm), and that Extend hangs here
+	// too, failing TryLock; a loaded machine took over 67ms to answer.
+	const ttl = 900 * time.Millisecond
 	g, err := c.Lock("k").TTL(ttl).TryLock(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -505,6 +514,10 @@ func TestRenewalRetryDueAtTheLocalExpiryIsNotSent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An Acquire answered after TTL/3 (a loaded machine) is confirmed by an
+	// Extend before TryLock returns (Guard.confirm); a failed confirmation
+	// leaves the guard held and due at once. Count the renewals after it.
+	confirms := len(peer.snapshot().extendRecv)
 	g.mu.Lock()
 	g.lossTimer.Stop() // as if the timer had not had its turn yet
 	expiry := g.expiry
@@ -512,7 +525,7 @@ func TestRenewalRetryDueAtTheLocalExpiryIsNotSent(t *testing.T) {
 	select {
 	case <-gone:
 	case <-time.After(ttl + slack):
-		t.Fatalf("guard not lost %s after the acquire; %d renewals sent (want 1: the retry is due at the expiry)", ttl+slack, len(peer.snapshot().extendRecv))
+		t.Fatalf("guard not lost %s after the acquire; %d renewals sent (want 1: the retry is due at the expiry)", ttl+slack, len(peer.snapshot().extendRecv)-confirms)
 	}
 	if now := time.Now(); now.Before(expiry) {
 		t.Fatalf("lost %s before the local expiry", expiry.Sub(now))
@@ -528,7 +541,7 @@ func TestRenewalRetryDueAtTheLocalExpiryIsNotSent(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(peer.snapshot().extendRecv); n != 1 {
+	if n := len(peer.snapshot().extendRecv) - confirms; n != 1 {
 		t.Fatalf("%d renewals sent, want 1: the failed one, and no retry at the local expiry", n)
 	}
 	mu.Lock()
