@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -404,48 +405,71 @@ func (r *renewer) renewEach(ctx context.Context, ren *renewalCall, idx []int) {
 	wg.Wait()
 }
 
-// settle takes g out of flight after its renewal answered; false when g
-// was removed meanwhile (its answer is then ignored). It gives the RPC slot
-// back.
-func (r *renewer) settle(g *Guard) bool {
+// testHookRenewalAnswered, when set (tests only), runs when a renewal's
+// answer arrives, before it is applied.
+var testHookRenewalAnswered atomic.Pointer[func(*Guard)]
+
+// holding reports whether g's renewal still holds its RPC slot: false when
+// g was removed while in flight (the slot was given back then, and the
+// answer is ignored).
+func (r *renewer) holding(g *Guard) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !g.ren.inFlight {
-		return false // removed while in flight; the slot was given back then
-	}
-	g.ren.inFlight = false
-	g.releaseSem()
-	return true
+	return g.ren.inFlight
 }
 
-// answered applies a renewal the server answered.
+// settle takes g out of flight and gives its RPC slot back, unless remove
+// did so meanwhile. A renewal's outcome is applied (and g scheduled again)
+// before its slot is given back: an explicit Extend waiting for the slot
+// must come after it, or the renewal's older answer would overwrite the
+// Extend's newer one (its TTL and expiry: the guard would believe in a
+// lease the server had shortened, and renew with a TTL the caller had
+// replaced).
+func (r *renewer) settle(g *Guard) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if g.ren.inFlight {
+		g.ren.inFlight = false
+		g.releaseSem()
+	}
+}
+
+// answered applies a renewal the server answered. The event goes out once
+// the slot is back: a listener may call Extend.
 func (r *renewer) answered(g *Guard, sent time.Time, ttl time.Duration, extended bool) {
-	if !r.settle(g) {
+	if !r.holding(g) {
 		return
+	}
+	if h := testHookRenewalAnswered.Load(); h != nil {
+		(*h)(g)
 	}
 	if !extended {
 		g.mu.Lock()
 		g.poisonLocked(LossRejected)
 		g.mu.Unlock()
+		r.settle(g)
 		return
 	}
 	if !g.renewed(sent, ttl) {
+		r.settle(g)
 		return // ended meanwhile: the loss stands
 	}
-	g.c.emit(LeaseEvent{Type: LeaseRenewed, Key: g.key, Keys: g.keys, FencingToken: g.fencing, TTL: ttl, Renewals: g.Renewals(), Latency: time.Since(sent)})
 	r.schedule(g, sent.Add(ttl/3), 0)
+	r.settle(g)
+	g.c.emit(LeaseEvent{Type: LeaseRenewed, Key: g.key, Keys: g.keys, FencingToken: g.fencing, TTL: ttl, Renewals: g.Renewals(), Latency: time.Since(sent)})
 }
 
 // failed applies a renewal that did not get an answer for g: it is
 // retried with the backoff, until the local expiry poisons the guard (a
 // transient error never ends a lease that is still valid).
 func (r *renewer) failed(g *Guard, err error) {
-	if !r.settle(g) {
+	if !r.holding(g) {
 		return
 	}
 	g.mu.Lock()
 	if g.err != nil {
 		g.mu.Unlock()
+		r.settle(g)
 		return
 	}
 	// An attempt that the lease's own expiry cut short says only that time
@@ -456,13 +480,14 @@ func (r *renewer) failed(g *Guard, err error) {
 	}
 	expiry := g.expiry
 	g.mu.Unlock()
-	if left := time.Until(expiry); left > 0 {
-		g.c.emit(LeaseEvent{Type: LeaseRenewalFailed, Key: g.key, Keys: g.keys, FencingToken: g.fencing, Err: err, Remaining: left})
-	}
 	r.mu.Lock()
 	attempt := g.ren.attempt
 	r.mu.Unlock()
 	r.schedule(g, earliest(time.Now().Add(g.c.opts.backoff.delay(attempt)), expiry), attempt+1)
+	r.settle(g)
+	if left := time.Until(expiry); left > 0 {
+		g.c.emit(LeaseEvent{Type: LeaseRenewalFailed, Key: g.key, Keys: g.keys, FencingToken: g.fencing, Err: err, Remaining: left})
+	}
 }
 
 // schedule puts g back in the schedule for next, unless it was removed.

@@ -550,3 +550,65 @@ func TestRenewalRetryDueAtTheLocalExpiryIsNotSent(t *testing.T) {
 		t.Fatalf("lost events %+v, want one, LossExpired", lost)
 	}
 }
+
+// An explicit Extend sent while a renewal's answer is being applied goes
+// after it, so the older renewal never overwrites the newer Extend: the
+// guard keeps the Extend's TTL and expiry (had the Extend shortened the
+// lease, the guard would otherwise believe in a lease the server had cut),
+// and the watchdog renews with it.
+func TestExtendDuringARenewalAnswerIsAppliedAfterIt(t *testing.T) {
+	peer, url := newFakePeer(t)
+	c := dialPeer(t, url)
+	g, err := c.Lock("k").TTL(1500 * time.Millisecond).TryLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	extended := make(chan error, 1)
+	var once sync.Once
+	hook := func(h *Guard) {
+		if h != g {
+			return
+		}
+		once.Do(func() {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				extended <- g.Extend(t.Context(), 6*time.Second)
+			}()
+			// The Extend must wait for this renewal to be applied; give it
+			// the time it would need to overtake it if it could.
+			select {
+			case <-done:
+			case <-time.After(200 * time.Millisecond):
+			}
+		})
+	}
+	testHookRenewalAnswered.Store(&hook)
+	t.Cleanup(func() { testHookRenewalAnswered.Store(nil) })
+
+	if err := <-extended; err != nil {
+		t.Fatal(err)
+	}
+	// Both applied: the renewal and the Extend, in whichever order.
+	for deadline := time.Now().Add(5 * time.Second); g.Renewals() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d renewals applied, want the watchdog's and the Extend", g.Renewals())
+		}
+	}
+	if got := g.TTL(); got != 6*time.Second {
+		t.Fatalf("TTL %s after Extend(6s) during a renewal's answer: the renewal's older answer won", got)
+	}
+	if left := g.Remaining(); left < 4*time.Second {
+		t.Fatalf("%s left after Extend(6s): the renewal's older expiry won", left)
+	}
+	n := len(peer.snapshot().extendOK)
+	// The renewal's schedule (TTL/3 of 1.5s after it was sent) would renew
+	// within 600ms; the Extend's (2s after it) must not.
+	time.Sleep(600 * time.Millisecond) // observing an absence needs a span of time
+	if s := peer.snapshot(); len(s.extendOK) != n {
+		t.Fatalf("%d renewals within 600ms of extending to 6s: the watchdog kept the old schedule", len(s.extendOK)-n)
+	}
+	if err := g.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
