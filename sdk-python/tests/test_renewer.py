@@ -15,9 +15,9 @@ from connectrpc.errors import ConnectError
 
 from holdfast import AsyncClient, AsyncGuard, Backoff, ExpiryMargin, LeaseEvent, LeaseLostError
 from holdfast._guard import Session, to_duration
-from holdfast._renewer import Renewer
+from holdfast._renewer import LeaseSlot, Renewer
 from holdfast._rpc import Rpc
-from holdfast.errors import HoldfastError, UnavailableError
+from holdfast.errors import HoldfastError, LockReleasedError, UnavailableError
 from holdfast.hlc import Clock
 from holdfast.lock.v1 import lock_pb2
 
@@ -165,6 +165,7 @@ class _Held:
         self.key = key
         self._ttl = ttl
         self._valid_from = acquired
+        self._slot = LeaseSlot()
 
     @property
     def ttl(self) -> float:
@@ -261,3 +262,141 @@ async def test_a_renewal_retry_due_at_the_local_expiry_is_not_sent() -> None:
         await session.renewer.close()  # ends every renewal in flight: what was sent by now is all there is
     assert len(stub.extends) == 1, f"{len(stub.extends)} renewals sent, want 1: the failed one, no retry at the expiry"
     assert [e.reason for e in events if e.type == "lost"] == ["expired"]
+
+
+class _Server:
+    """A stub that keeps one lease as a server would: each Extend is applied
+    when it arrives (the server's end of the lease: arrival + its TTL) and
+    answered when the test lets it (``hold`` blocks the next Extend's answer
+    until ``answer`` is set); a release is answered released=True."""
+
+    def __init__(self) -> None:
+        self.extends: list[tuple[float, float]] = []  # (arrival, ttl) per Extend
+        self.server_end = 0.0
+        self.hold = False
+        self.held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.answer = asyncio.Event()
+
+    async def extend(self, req: lock_pb2.ExtendRequest) -> lock_pb2.ExtendResponse:
+        now, ttl = time.monotonic(), req.ttl.ToNanoseconds() / 1e9
+        self.extends.append((now, ttl))
+        self.server_end = now + ttl
+        if self.hold:
+            self.hold = False
+            self.held.set_result(None)
+            await self.answer.wait()
+        return lock_pb2.ExtendResponse(extended=True, lease=lock_pb2.Lease(key=req.key, ttl=req.ttl))
+
+    async def release(self, req: lock_pb2.ReleaseRequest) -> lock_pb2.ReleaseResponse:
+        return lock_pb2.ReleaseResponse(released=True)
+
+
+def _guard_on(server: _Server, ttl: float, acquired: float) -> tuple[AsyncGuard, Session]:
+    """A guard of server's lease, acquired at acquired, whose watchdog
+    renews its first time at TTL/3 (phase 0)."""
+    rpc = Rpc(cast(Any, server), retry_budget=5.0, request_timeout=10.0, backoff=Backoff())
+    session = Session(rpc, Clock(), ExpiryMargin(), None)
+    session.renewer = Renewer(rpc, session.stamp, session.merge, phase=0.0)
+    lease = lock_pb2.Lease(key="k", owner_token="owner", fencing_token=1, ttl=to_duration(ttl))
+    return AsyncGuard(session, lease, "holder", acquired, watchdog=True), session
+
+
+async def _not_done_within(task: asyncio.Task[Any], span: float) -> bool:
+    """Whether task is still running after span (observing an absence
+    needs a span of time; a task that can finish does so well within it)."""
+    done, _ = await asyncio.wait({task}, timeout=span)
+    return not done
+
+
+async def test_an_extend_beside_a_renewal_goes_after_it_and_its_ttl_and_schedule_stand() -> None:
+    """An explicit extend called while the watchdog's renewal of the guard
+    is in flight waits for that renewal's answer to be applied, so the
+    older renewal never overwrites the newer extend. Otherwise, an extend
+    shortening the lease (3s to 1.2s) answered before the renewal would be
+    overwritten by it: the guard would believe in the 3s lease the server
+    had cut to 1.2s (promise 5), and renew on the old TTL's schedule. The Go
+    SDK has the same test (TestExtendDuringARenewalAnswerIsAppliedAfterIt)."""
+    server = _Server()
+    server.hold = True  # the renewal's answer waits for the test
+    ttl, short = 3.0, 1.2
+    g, session = _guard_on(server, ttl, time.monotonic() - ttl / 3)  # the first renewal is due now
+    try:
+        await asyncio.wait_for(server.held, 2.0)
+        extend = asyncio.get_running_loop().create_task(g.extend(short))
+        waited = await _not_done_within(extend, 0.2)
+        server.answer.set()
+        await asyncio.wait_for(extend, 2.0)
+        assert g.renewals == 2, "the renewal and the extend both applied"
+        assert g.ttl == short, f"ttl {g.ttl} after extend({short}) beside a renewal: the renewal's older answer won"
+        assert g._expires_at() <= server.server_end, (
+            f"the guard holds {g._expires_at() - server.server_end:.3f}s past the server's end of the lease"
+        )
+        assert g.remaining() <= short
+        assert waited, "the extend did not wait for the renewal in flight"
+        (renewed, _), (extended, extend_ttl) = server.extends
+        assert extend_ttl == short and extended > renewed
+        # The next renewal: the extend's TTL, a third of it after the extend.
+        await eventually("the watchdog renewed after the extend", lambda: len(server.extends) >= 3, timeout=2 * ttl)
+        next_sent, next_ttl = server.extends[2]
+        assert next_ttl == short, f"the watchdog renewed with {next_ttl}s after extend({short})"
+        after = next_sent - extended
+        assert short / 3 - 0.02 <= after <= short / 3 + 0.3, f"renewed {after:.3f}s after the extend, want {short / 3}s"
+        await g.unlock()
+    finally:
+        server.answer.set()
+        await session.renewer.close()
+
+
+async def test_unlock_lets_go_of_a_renewal_and_the_extend_waiting_for_it() -> None:
+    """unlock does not wait for a renewal in flight; an extend waiting for
+    that renewal wakes too and fails as an extend after unlock does
+    (LockReleasedError), never sent. The renewal's answer, when it comes, is
+    ignored."""
+    server = _Server()
+    server.hold = True
+    ttl = 3.0
+    g, session = _guard_on(server, ttl, time.monotonic() - ttl / 3)
+    try:
+        await asyncio.wait_for(server.held, 2.0)
+        extend = asyncio.get_running_loop().create_task(g.extend(1.2))
+        assert await _not_done_within(extend, 0.1), "the extend did not wait for the renewal in flight"
+        await asyncio.wait_for(g.unlock(), 2.0)
+        with pytest.raises(LockReleasedError):
+            await asyncio.wait_for(extend, 2.0)
+        assert len(server.extends) == 1, "an extend sent after its guard was unlocked"
+        server.answer.set()
+        await eventually("the renewal answered", lambda: not session.renewer._in_flight)
+        assert not g.held and g.renewals == 0, "the let-go renewal's answer was applied"
+    finally:
+        server.answer.set()
+        await session.renewer.close()
+
+
+async def test_extends_of_a_guard_go_one_at_a_time_and_the_watchdog_waits_for_them() -> None:
+    """Two extends of one guard go one after the other, and the watchdog
+    does not renew a guard while an extend of it is in flight or waiting:
+    its renewal, due meanwhile, comes a third of the last extend's TTL after
+    that extend, with its TTL."""
+    server = _Server()
+    server.hold = True  # the first extend's answer waits for the test
+    ttl = 3.0
+    g, session = _guard_on(server, ttl, time.monotonic() - ttl / 3 + 0.1)  # the first renewal is due in 0.1s
+    try:
+        loop = asyncio.get_running_loop()
+        first = loop.create_task(g.extend(2.4))
+        await asyncio.wait_for(server.held, 2.0)
+        second = loop.create_task(g.extend(1.5))
+        assert await _not_done_within(second, 0.3), "the second extend did not wait for the first"
+        assert len(server.extends) == 1, f"{len(server.extends)} Extends while the first extend was in flight"
+        server.answer.set()
+        await asyncio.wait_for(asyncio.gather(first, second), 2.0)
+        assert [t for _, t in server.extends] == [2.4, 1.5]
+        assert g.ttl == 1.5 and g.renewals == 2
+        await eventually("the watchdog renewed after the extends", lambda: len(server.extends) >= 3, timeout=2 * ttl)
+        (_, _), (extended, _), (renewed, renew_ttl) = server.extends[:3]
+        assert renew_ttl == 1.5
+        assert 0.5 - 0.02 <= renewed - extended <= 0.5 + 0.3, f"renewed {renewed - extended:.3f}s after the extend"
+        await g.unlock()
+    finally:
+        server.answer.set()
+        await session.renewer.close()

@@ -14,7 +14,7 @@ from google.protobuf import duration_pb2
 from . import _durations
 from ._options import ExpiryMargin
 from ._primitives import Share
-from ._renewer import Renewer
+from ._renewer import LeaseSlot, Renewer
 from ._rpc import Rpc, new_request_id
 from ._timestamp import Timestamp
 from .errors import (
@@ -137,6 +137,9 @@ class AsyncGuard:
         self._renewals = 0
         self._last_err: HoldfastError | None = None
         self._unlock_lock = asyncio.Lock()  # serialises unlock() and close
+        # One lease call at a time: a watchdog renewal or an extend()
+        # (_renewer.py), so that their answers apply in the order sent.
+        self._slot = LeaseSlot()
         self._tidied = False  # the best-effort release after an "expired" loss was sent
         # A release attempt failed in transit (in this unlock or an earlier
         # one) and may have reached the server: a later released=false then
@@ -240,25 +243,39 @@ class AsyncGuard:
         unlock(). A transport error leaves the guard holding until its local
         expiry."""
         self._raise_if_not_held()
-        seconds = self._ttl if ttl is None else _durations.ttl(ttl)
-        self._session.expiry_margin.check(seconds)
-
-        rid = new_request_id()  # the same on every attempt of this extend
-
-        async def once() -> bool:
-            return await self._extend_once(seconds, time.monotonic(), rid=rid)
-
-        try:
-            ok = await self._session.rpc.call(f"extend {self._what()}", once, deadline=self._expires_at())
-        except HoldfastError:
+        asked = None if ttl is None else _durations.ttl(ttl)
+        self._session.expiry_margin.check(self._ttl if asked is None else asked)
+        # After the watchdog's renewal in flight (its answer applied) and any
+        # earlier extend: an extend sent beside a renewal could be applied
+        # before it and then overwritten by its older answer (TTL, expiry,
+        # schedule). The watchdog does not renew while this one waits.
+        async with self._slot.hold():
+            if self._unlock_lock.locked():
+                # An unlock (or the client's close) let go of the renewal
+                # this extend waited for: its outcome decides, as for an
+                # extend after it.
+                async with self._unlock_lock:
+                    pass
             self._raise_if_not_held()
-            raise
-        if ok:
-            self._session.renewer.reschedule(self)
-        if not ok:
-            self._raise_if_not_held()
-            # Not reached: _extend_once answers False only after the guard ended.
-            raise LeaseLostError(self.key, "rejected", self._fencing_token, self._multi_keys())
+            seconds = self._ttl if asked is None else asked
+            rid = new_request_id()  # the same on every attempt of this extend
+
+            async def once() -> bool:
+                return await self._extend_once(seconds, time.monotonic(), rid=rid)
+
+            try:
+                ok = await self._session.rpc.call(f"extend {self._what()}", once, deadline=self._expires_at())
+            except HoldfastError:
+                self._raise_if_not_held()
+                raise
+            if ok:
+                # Still holding the slot: the watchdog's next renewal is
+                # TTL/3 after this extend, with its TTL.
+                self._session.renewer.reschedule(self)
+                return
+        self._raise_if_not_held()
+        # Not reached: _extend_once answers False only after the guard ended.
+        raise LeaseLostError(self.key, "rejected", self._fencing_token, self._multi_keys())
 
     @property
     def value(self) -> str:

@@ -18,14 +18,25 @@ could not decide is a failed renewal of that guard, retried with the backoff
 like a failed call. A multi-key guard is renewed by an Extend of its whole
 set (ExtendBatch items are single keys), with the renewal's request id, the
 same on each retry of that renewal.
+
+Each guard makes one lease call at a time (its LeaseSlot): a renewal and an
+explicit extend() never overlap, so their answers are applied in the order
+they were sent. A renewal's answer is applied, and the guard scheduled
+again, before its slot is given back: an extend waiting for the slot comes
+after it, and the older renewal never overwrites the extend's TTL, expiry
+or schedule (the guard would believe in a lease the server had shortened).
+A guard whose slot is taken (an extend in flight or waiting) is looked at
+again BUSY_RETRY later.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -44,12 +55,69 @@ RENEW_EARLY = 6
 # f·TTL/PHASE_SPREAD forward: the clients' first renewals are spread over a
 # sixth of the TTL.
 PHASE_SPREAD = 6
+# When the watchdog looks again at a due guard whose slot an explicit
+# extend holds or waits for (as the Go SDK's busyRetry).
+BUSY_RETRY = 0.01
+
+
+class LeaseSlot:
+    """A guard's one lease call at a time: its watchdog renewal or an
+    explicit extend. The watchdog only takes a free slot (try_take) and
+    never one an extend waits for; an extend waits for it (hold), in turn.
+    A slot given back passes to the next waiter without being free in
+    between."""
+
+    def __init__(self) -> None:
+        self._taken = False
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def try_take(self) -> bool:
+        """Takes the slot if it is free and no one waits for it."""
+        if self._taken or self._waiters:
+            return False
+        self._taken = True
+        return True
+
+    @contextlib.asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        """Holds the slot for the block, waiting for it first."""
+        await self._take()
+        try:
+            yield
+        finally:
+            self.give_back()
+
+    async def _take(self) -> None:
+        if self.try_take():
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.give_back()  # handed the slot as the waiter was cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(turn)
+            raise
+
+    def give_back(self) -> None:
+        """Passes the slot to the next waiter, or frees it."""
+        while self._waiters:
+            turn = self._waiters.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self._taken = False
 
 
 class Renewable(Protocol):
     """What the renewer needs of a guard (AsyncGuard implements it)."""
 
     key: str
+    _slot: LeaseSlot
+    """The guard's one lease call at a time (a renewal or an explicit extend)."""
 
     @property
     def ttl(self) -> float: ...
@@ -81,6 +149,7 @@ class _Entry:
     next: float
     attempt: int = 0
     in_flight: bool = False
+    """A renewal of the guard is under way, holding the guard's slot."""
     request_id: str = ""
     """The request id of the renewal under way: drawn at its first attempt, kept on its retries."""
 
@@ -123,20 +192,29 @@ class Renewer:
         self._poke()
 
     def remove(self, g: Renewable) -> None:
-        """Stops renewing g; a renewal of it in flight is ignored when it answers."""
-        if self._entries.pop(g, None) is not None and not self._entries:
+        """Stops renewing g. A renewal of it in flight is let go of: its slot
+        is given back now (an unlock's release does not wait for it, and an
+        extend waiting for it wakes), and its answer is ignored."""
+        e = self._entries.pop(g, None)
+        if e is None:
+            return
+        self._settle(e)  # let go of: its answer finds e gone and is ignored
+        if not self._entries:
             self._poke()  # the task sees the empty schedule and ends
 
     def reschedule(self, g: Renewable) -> None:
-        """After an explicit extend(): the next renewal is TTL/3 after it."""
+        """After an explicit extend(), which holds g's slot (so no renewal of
+        g is in flight): the next renewal is TTL/3 after it."""
         e = self._entries.get(g)
-        if e is None or e.in_flight:
+        if e is None:
             return
         e.next, e.attempt = g._renewal_due(), 0
         self._poke()
 
     async def close(self) -> None:
         """No more renewals: ends the task and the renewals in flight."""
+        for e in self._entries.values():
+            self._settle(e)
         self._entries.clear()
         tasks = [t for t in (self._task, *self._in_flight) if t is not None]
         for t in tasks:
@@ -183,9 +261,18 @@ class Renewer:
         if first is None or first.next > now:
             return []
         horizon = now + first.guard.ttl / RENEW_EARLY
-        batch = [e for e in idle if e.next <= horizon and e.next <= now + e.guard.ttl / RENEW_EARLY]
-        for e in batch:
+        batch = []
+        for e in idle:
+            if e.next > horizon or e.next > now + e.guard.ttl / RENEW_EARLY:
+                continue
+            if not e.guard._slot.try_take():
+                # An explicit extend holds the slot or waits for it: it
+                # reschedules the guard when answered; look again shortly
+                # in case it fails.
+                e.next = max(e.next, now + BUSY_RETRY)
+                continue
             e.in_flight = True
+            batch.append(e)
         return batch
 
     async def _renew(self, batch: list[_Entry]) -> None:
@@ -282,12 +369,15 @@ class Renewer:
         return self._entries.get(e.guard) is e
 
     def _answered(self, e: _Entry, extended: bool, lease: lock_pb2.Lease | None, sent_at: float, ttl: float) -> None:
+        """Applies e's renewal answer and schedules e again, then gives its
+        slot back (an extend waiting for it goes after, never before)."""
         if not self._current(e):
-            return
+            return  # let go of by remove: the answer is ignored
         if not e.guard._renewal_answered(extended, lease, sent_at, ttl):
             self._done(e)
             return
-        e.in_flight, e.attempt, e.next = False, 0, e.guard._renewal_due()
+        e.attempt, e.next = 0, e.guard._renewal_due()
+        self._settle(e)
         self._poke()
 
     def _failed(self, e: _Entry, err: HoldfastError) -> None:
@@ -300,14 +390,22 @@ class Renewer:
         if left <= 0:
             self._done(e)
             return
-        e.in_flight = False
         e.next = time.monotonic() + min(self._rpc.backoff.delay(e.attempt), left)
         e.attempt += 1
+        self._settle(e)
         self._poke()
+
+    def _settle(self, e: _Entry) -> None:
+        """Takes e out of flight and gives its guard's slot back (once: an
+        entry removed in flight was settled by remove)."""
+        if e.in_flight:
+            e.in_flight = False
+            e.guard._slot.give_back()
 
     def _done(self, e: _Entry) -> None:
         if self._current(e):
             del self._entries[e.guard]
+            self._settle(e)
         if not self._entries:
             self._poke()
 
