@@ -76,8 +76,8 @@ export class Guard {
   #lastErr: unknown;
   /** Serialises unlock() and close: each waits for the one before. */
   #unlockChain: Promise<unknown> = Promise.resolve();
-  /** Whether an unlock() or close has stopped the watchdog and not finished yet: an extend() waits for it. */
-  #unlocking = false;
+  /** The unlock() and close calls not finished yet (counted from the call on): an extend() waits for them. */
+  #stopsPending = 0;
   /**
    * @internal One lease call at a time (slot.ts): a watchdog renewal or an
    * extend(), each applied before the next is sent.
@@ -216,10 +216,10 @@ export class Guard {
     const wanted = ttl === undefined ? undefined : checkTtl(ttl);
     await this.leaseCalls.take();
     try {
-      // An unlock() began meanwhile (it let go of the renewal this waited
-      // for): an extend beside its Release could be answered either way;
-      // after it, the guard is released, or still held if it failed.
-      while (this.#unlocking) await this.#unlockChain;
+      // An unlock() was called meanwhile (it lets go of the renewal this
+      // waited for): an extend beside its Release could be answered either
+      // way; after it, the guard is released, or still held if it failed.
+      while (this.#stopsPending > 0) await this.#unlockChain;
       await this.#extendHolding(wanted ?? this.#ttlMs);
     } finally {
       this.leaseCalls.give();
@@ -309,9 +309,7 @@ export class Guard {
    * again. unlock() after a successful unlock() resolves (a no-op).
    */
   unlock(): Promise<void> {
-    const p = this.#unlockChain.then(() => this.#stopping(() => this.#unlockOnce()));
-    this.#unlockChain = p.catch(() => undefined);
-    return p;
+    return this.#stopping(() => this.#unlockOnce());
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -320,31 +318,32 @@ export class Guard {
 
   /** @internal Client.close: release if still held, else leave the loss as it is; the guard ends "client_closed" unless released. */
   closeForClient(budgetMs: number): Promise<void> {
-    const p = this.#unlockChain.then(() =>
-      this.#stopping(async () => {
-        this.#session.renewer.remove(this);
-        this.#checkExpiry();
-        if (this.#state !== "held") return;
-        try {
-          await this.#release(monotonicNow() + budgetMs);
-        } catch {
-          // The loss below says it; the lease expires on the server by itself.
-        }
-        this.#poison("client_closed");
-      }),
-    );
-    this.#unlockChain = p.catch(() => undefined);
-    return p;
+    return this.#stopping(async () => {
+      this.#session.renewer.remove(this);
+      this.#checkExpiry();
+      if (this.#state !== "held") return;
+      try {
+        await this.#release(monotonicNow() + budgetMs);
+      } catch {
+        // The loss below says it; the lease expires on the server by itself.
+      }
+      this.#poison("client_closed");
+    });
   }
 
-  /** Runs an unlock() or close with #unlocking set: an extend() that wakes meanwhile waits for it. */
-  async #stopping(fn: () => Promise<void>): Promise<void> {
-    this.#unlocking = true;
-    try {
-      await fn();
-    } finally {
-      this.#unlocking = false;
-    }
+  /**
+   * Queues fn (an unlock() or close) behind the one before, counted as
+   * pending from this call on: an extend() that gets its slot meanwhile
+   * (client.close lets go of the renewals before the guards' closes run)
+   * waits for it rather than go beside its Release.
+   */
+  #stopping(fn: () => Promise<void>): Promise<void> {
+    this.#stopsPending++;
+    const p = this.#unlockChain.then(fn).finally(() => {
+      this.#stopsPending--;
+    });
+    this.#unlockChain = p.catch(() => undefined);
+    return p;
   }
 
   async #unlockOnce(): Promise<void> {

@@ -282,7 +282,7 @@ function guardBesideAHeldExtend(acquiredAgoMs: number) {
     clearTimeout(alive);
     session.renewer.close();
   };
-  return { g, sent, held, answer, end };
+  return { g, sent, held, answer, session, end };
 }
 
 /** A span long enough for a call that could overtake another to do so (observing an absence needs one). */
@@ -351,9 +351,29 @@ describe("extend beside a renewal", () => {
     try {
       await held;
       const extended = g.extend(3_000);
+      const start = monotonicNow();
       await g.unlock(); // the renewal is never answered
+      // Waiting for the renewal would take its attempt's bound, 2s (TTL/3).
+      const took = monotonicNow() - start;
+      assert.ok(took < 1_000, `unlock() took ${took.toFixed(0)}ms beside a renewal in flight`);
       await assert.rejects(extended, LockReleasedError);
       assert.equal(sent.length, 1, "extend() sent after unlock()");
+      assert.equal(g.renewals, 0, "the renewal's answer applied");
+    } finally {
+      end();
+    }
+  });
+
+  it("wakes an extend() waiting for a renewal when the client closes: it is not sent beside the release, and throws LockReleasedError", async () => {
+    const { g, sent, held, session, end } = guardBesideAHeldExtend(1_900);
+    try {
+      await held;
+      const extended = g.extend(3_000);
+      // What client.close() does: end the renewals, then close each guard.
+      session.close();
+      await Promise.all([...session.open].map((o) => o.closeForClient(1_000)));
+      await assert.rejects(extended, LockReleasedError);
+      assert.equal(sent.length, 1, "extend() sent beside the client's close");
     } finally {
       end();
     }
