@@ -13,6 +13,7 @@ import { Timestamp } from "./hlc.js";
 import { shareOf } from "./primitives.js";
 import type { RenewalRequest } from "./renewer.js";
 import type { Session } from "./session.js";
+import { CallSlot } from "./slot.js";
 import type { GrantMode, Kind, LeaseLostReason } from "./types.js";
 import { durationFromMs, monotonicNow, msFromDuration, newRequestId, unref } from "./util.js";
 
@@ -75,6 +76,13 @@ export class Guard {
   #lastErr: unknown;
   /** Serialises unlock() and close: each waits for the one before. */
   #unlockChain: Promise<unknown> = Promise.resolve();
+  /** The unlock() and close calls not finished yet (counted from the call on): an extend() waits for them. */
+  #stopsPending = 0;
+  /**
+   * @internal One lease call at a time (slot.ts): a watchdog renewal or an
+   * extend(), each applied before the next is sent.
+   */
+  readonly leaseCalls = new CallSlot();
   /** Whether the best-effort release after an unconfirmed loss was sent. */
   #tidied = false;
   /**
@@ -196,10 +204,31 @@ export class Guard {
    * "rejected") when the server answers extended=false, and
    * LockReleasedError after unlock(). A transport error leaves the guard
    * holding until its local expiry.
+   *
+   * One lease call of a guard at a time: extend() waits for a watchdog
+   * renewal of the guard in flight to be answered and applied, and for an
+   * extend() before it, so that its answer is applied last (the server saw
+   * it last); an unlock() under way lets go of that renewal, and extend()
+   * then waits for the unlock and throws LockReleasedError once it released.
    */
   async extend(ttl?: Duration): Promise<void> {
     this.#throwIfNotHeld();
-    const ttlMs = ttl === undefined ? this.#ttlMs : checkTtl(ttl);
+    const wanted = ttl === undefined ? undefined : checkTtl(ttl);
+    await this.leaseCalls.take();
+    try {
+      // An unlock() was called meanwhile (it lets go of the renewal this
+      // waited for): an extend beside its Release could be answered either
+      // way; after it, the guard is released, or still held if it failed.
+      while (this.#stopsPending > 0) await this.#unlockChain;
+      await this.#extendHolding(wanted ?? this.#ttlMs);
+    } finally {
+      this.leaseCalls.give();
+    }
+  }
+
+  /** extend() holding the guard's lease-call slot: the TTL and the local expiry are those the last call left. */
+  async #extendHolding(ttlMs: number): Promise<void> {
+    this.#throwIfNotHeld();
     const what = `extend ${this.#what()}`;
     const settings = this.#session.settings;
     const deadline = Math.min(this.#expiresAt(), monotonicNow() + settings.retryBudgetMs);
@@ -280,9 +309,7 @@ export class Guard {
    * again. unlock() after a successful unlock() resolves (a no-op).
    */
   unlock(): Promise<void> {
-    const p = this.#unlockChain.then(() => this.#unlockOnce());
-    this.#unlockChain = p.catch(() => undefined);
-    return p;
+    return this.#stopping(() => this.#unlockOnce());
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -291,7 +318,7 @@ export class Guard {
 
   /** @internal Client.close: release if still held, else leave the loss as it is; the guard ends "client_closed" unless released. */
   closeForClient(budgetMs: number): Promise<void> {
-    const p = this.#unlockChain.then(async () => {
+    return this.#stopping(async () => {
       this.#session.renewer.remove(this);
       this.#checkExpiry();
       if (this.#state !== "held") return;
@@ -301,6 +328,19 @@ export class Guard {
         // The loss below says it; the lease expires on the server by itself.
       }
       this.#poison("client_closed");
+    });
+  }
+
+  /**
+   * Queues fn (an unlock() or close) behind the one before, counted as
+   * pending from this call on: an extend() that gets its slot meanwhile
+   * (client.close lets go of the renewals before the guards' closes run)
+   * waits for it rather than go beside its Release.
+   */
+  #stopping(fn: () => Promise<void>): Promise<void> {
+    this.#stopsPending++;
+    const p = this.#unlockChain.then(fn).finally(() => {
+      this.#stopsPending--;
     });
     this.#unlockChain = p.catch(() => undefined);
     return p;

@@ -19,6 +19,11 @@
  * retried with the backoff like a failed call. A multi-key guard is renewed
  * by an Extend of its whole set (ExtendBatch items are single keys), with
  * the renewal's request id, the same on each retry of that renewal.
+ *
+ * A renewal holds its guard's lease-call slot (slot.ts) from when it is sent
+ * until its outcome is applied and the guard rescheduled: an explicit
+ * extend() of the guard waits for it, and a guard whose extend() is in
+ * flight or waiting is looked at again BUSY_RETRY_MS later.
  */
 
 import { Code, ConnectError, type Client as RpcClient } from "@connectrpc/connect";
@@ -27,6 +32,7 @@ import { ServerError, UnavailableError, type HoldfastError } from "./errors.js";
 import type { Lease, LockService } from "./gen/holdfast/lock/v1/lock_pb.js";
 import type { Timestamp } from "./hlc.js";
 import type { Settings } from "./options.js";
+import type { CallSlot } from "./slot.js";
 import { durationFromMs, monotonicNow, newRequestId, unref } from "./util.js";
 
 /** What the renewer needs of the client's session. */
@@ -46,6 +52,8 @@ const RENEW_EARLY = 6;
  * forward: the clients' first renewals are spread over a sixth of the TTL.
  */
 const PHASE_SPREAD = 6;
+/** When to look again at a due guard whose lease-call slot an extend() holds or waits for (as the Go SDK's busyRetry). */
+const BUSY_RETRY_MS = 10;
 
 /** What one renewal of a guard sends. */
 export interface RenewalRequest {
@@ -59,6 +67,8 @@ export interface RenewalRequest {
 /** What the renewer needs of a guard (Guard implements it). */
 export interface Renewable {
   readonly key: string;
+  /** @internal One lease call of the guard at a time: a renewal takes it when sent and gives it back once applied. */
+  readonly leaseCalls: CallSlot;
   /** @internal */ renewalRequest(): RenewalRequest | undefined;
   /** @internal The monotonic time of the next renewal: TTL/3 after the last successful one was sent. */
   renewalDue(): number;
@@ -74,6 +84,7 @@ interface Entry {
   guard: Renewable;
   next: number;
   attempt: number;
+  /** A renewal of it is under way: it holds the guard's lease-call slot. */
   inFlight: boolean;
   /** The request id of the renewal under way: drawn at its first attempt, kept on its retries. */
   requestId: string;
@@ -106,13 +117,22 @@ export class Renewer {
     this.#armAt(e.next);
   }
 
-  /** Stops renewing g; a renewal of it in flight is ignored when it answers. */
+  /**
+   * Stops renewing g; a renewal of it in flight is let go of (its slot given
+   * back, so that an extend() waiting for it wakes) and ignored when it
+   * answers.
+   */
   remove(g: Renewable): void {
+    const e = this.#entries.get(g);
+    if (e) this.#letGo(e);
     this.#entries.delete(g);
     if (this.#entries.size === 0) this.#armAt(Infinity, true);
   }
 
-  /** After an explicit extend(): the next renewal is TTL/3 after it. */
+  /**
+   * After an explicit extend() (which held g's lease-call slot, so no
+   * renewal of g is in flight): the next renewal is TTL/3 after it.
+   */
   reschedule(g: Renewable): void {
     const e = this.#entries.get(g);
     if (!e || e.inFlight) return;
@@ -124,6 +144,7 @@ export class Renewer {
 
   /** Client.close: no more renewals; those in flight are aborted. */
   close(): void {
+    for (const e of this.#entries.values()) this.#letGo(e);
     this.#entries.clear();
     this.#armAt(Infinity, true);
     this.#closing.abort(new UnavailableError("holdfast: the client closed"));
@@ -152,17 +173,25 @@ export class Renewer {
   /**
    * Sends the renewals that are due: the first due guard's and those of
    * every guard due by the end of its own early window that falls within
-   * the first one's. Then arms for the next due guard.
+   * the first one's. Then arms for the next due guard. A guard whose
+   * extend() holds or waits for its lease-call slot is not renewed now: a
+   * due one is looked at again BUSY_RETRY_MS later (the extend reschedules
+   * it when answered).
    */
   #fire(): void {
     const now = monotonicNow();
     let first: Entry | undefined;
-    for (const e of this.#entries.values()) if (!e.inFlight && e.next <= now && (!first || e.next < first.next)) first = e;
+    for (const e of this.#entries.values()) {
+      if (e.inFlight || e.next > now) continue;
+      if (e.guard.leaseCalls.busy) e.next = now + BUSY_RETRY_MS;
+      else if (!first || e.next < first.next) first = e;
+    }
     const batch: Entry[] = [];
     if (first) {
       const horizon = now + first.guard.ttlMs / RENEW_EARLY;
       for (const e of this.#entries.values()) {
         if (e.inFlight || e.next > horizon || e.next > now + e.guard.ttlMs / RENEW_EARLY) continue;
+        if (!e.guard.leaseCalls.tryTake()) continue; // an extend() of it holds or waits for the slot
         e.inFlight = true;
         batch.push(e);
       }
@@ -266,16 +295,21 @@ export class Renewer {
     return this.#entries.get(e.guard) === e;
   }
 
+  /**
+   * Applies e's renewal answer and reschedules it, then gives its slot back
+   * (in that order: an extend() waiting for the slot must come after this
+   * answer, or this older answer would overwrite the extend's).
+   */
   #answered(e: Entry, extended: boolean, lease: Lease | undefined, sentAt: number, ttlMs: number): void {
-    if (!this.#current(e)) return;
+    if (!this.#current(e)) return; // removed meanwhile: the slot was given back then
     if (!e.guard.renewalAnswered(extended, lease, sentAt, ttlMs)) {
       this.#done(e);
       return;
     }
-    e.inFlight = false;
     e.attempt = 0;
     e.next = e.guard.renewalDue();
     this.#armAt(e.next);
+    this.#letGo(e);
   }
 
   /**
@@ -290,13 +324,22 @@ export class Renewer {
       this.#done(e);
       return;
     }
-    e.inFlight = false;
     e.next = monotonicNow() + Math.min(this.#session.settings.backoff.delay(e.attempt), left);
     e.attempt++;
     this.#armAt(e.next);
+    this.#letGo(e);
   }
 
   #done(e: Entry): void {
-    if (this.#current(e)) this.#entries.delete(e.guard);
+    if (!this.#current(e)) return;
+    this.#letGo(e);
+    this.#entries.delete(e.guard);
+  }
+
+  /** Takes e out of flight and gives its guard's lease-call slot back (once: remove may have done it already). */
+  #letGo(e: Entry): void {
+    if (!e.inFlight) return;
+    e.inFlight = false;
+    e.guard.leaseCalls.give();
   }
 }

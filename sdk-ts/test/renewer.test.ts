@@ -10,11 +10,12 @@ import { BackoffPolicy } from "../src/backoff.js";
 import { ExtendResponseSchema, LeaseSchema, LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
 import { Guard as GuardImpl } from "../src/guard.js";
 import { Clock } from "../src/hlc.js";
-import { LeaseLostError, UnavailableError, createClient, type Guard, type LeaseEvent } from "../src/node.js";
+import { LeaseLostError, LockReleasedError, UnavailableError, createClient, type Guard, type LeaseEvent } from "../src/node.js";
 import { settingsFrom } from "../src/options.js";
 import { Renewer, type Renewable, type RenewerSession } from "../src/renewer.js";
 import { Session } from "../src/session.js";
-import { durationFromMs, monotonicNow } from "../src/util.js";
+import { CallSlot } from "../src/slot.js";
+import { durationFromMs, monotonicNow, msFromDuration } from "../src/util.js";
 import { addr, aborted, eventually, key, needsServer, recordingLogger } from "./helpers.js";
 
 /** A client whose calls are counted by method; unimplemented makes it refuse ExtendBatch, as an older server would. */
@@ -157,6 +158,7 @@ describe("the client's renewal phase", () => {
       let validFrom = acquiredAt;
       const guard: Renewable = {
         key: `phase-${phase}`,
+        leaseCalls: new CallSlot(),
         ttlMs,
         renewalRequest: () => ({ target: { key: `phase-${phase}` }, ownerToken: "owner", ttlMs, remainingMs: validFrom + ttlMs - monotonicNow() }),
         renewalDue: () => validFrom + ttlMs / 3,
@@ -241,5 +243,139 @@ describe("a renewal retry due at the local expiry", () => {
     }
     assert.equal(extends_.length, 1, `${extends_.length} renewals sent, want 1: the failed one, and no retry at the expiry`);
     assert.deepEqual(events.filter((e) => e.type === "lost").map((e) => e.reason), ["expired"]);
+  });
+});
+
+/**
+ * A guard on a fake server that holds its first Extend's answer until
+ * answer() (every other Extend is answered at once, for the TTL asked),
+ * acquired acquiredAgoMs before now with a 6s TTL, so that its first renewal
+ * falls due as the test wants. sent: each Extend's TTL and arrival.
+ */
+function guardBesideAHeldExtend(acquiredAgoMs: number) {
+  const sent: { ttlMs: number; at: number }[] = [];
+  let answer!: () => void;
+  const answerable = new Promise<void>((resolve) => (answer = resolve));
+  let arrived!: () => void;
+  const held = new Promise<void>((resolve) => (arrived = resolve));
+  const transport = createRouterTransport(({ service }) => {
+    service(LockService, {
+      extend: async (req) => {
+        sent.push({ ttlMs: msFromDuration(req.ttl), at: monotonicNow() });
+        if (sent.length === 1) {
+          arrived();
+          await answerable;
+        }
+        return { extended: true, lease: { key: req.key, ownerToken: req.ownerToken, fencingToken: 1n, ttl: req.ttl } };
+      },
+      release: () => ({ released: true }),
+    });
+  });
+  const session = new Session(transport, settingsFrom({ logger: recordingLogger() }, "holder"));
+  const ttlMs = 6_000;
+  const lease = create(LeaseSchema, { key: "k", ownerToken: "owner", fencingToken: 1n, ttl: durationFromMs(ttlMs) });
+  const g = GuardImpl.start(session, lease, "holder", monotonicNow() - acquiredAgoMs, true);
+  // The renewer's timer does not keep the process alive (unref): this one does, until the test ends.
+  const alive = setTimeout(() => undefined, 4 * ttlMs);
+  const end = () => {
+    answer();
+    clearTimeout(alive);
+    session.renewer.close();
+  };
+  return { g, sent, held, answer, session, end };
+}
+
+/** A span long enough for a call that could overtake another to do so (observing an absence needs one). */
+const overtakeSpanMs = 200;
+
+describe("extend beside a renewal", () => {
+  // One lease call of a guard at a time, as in the Go and Python SDKs
+  // (docs/sdk-behaviour.md, "extend beside a renewal"). Before, an extend()
+  // went beside a renewal in flight, and the renewal's older answer, applied
+  // last, brought back its TTL (a local expiry later than the server's, had
+  // the extend shortened the lease) and its schedule.
+  it("waits for the renewal in flight to be answered and applied; the extend's TTL, expiry and schedule stand", async () => {
+    // Acquired 1.9s ago with a 6s TTL: the first renewal is due (within 100ms).
+    const { g, sent, held, answer, end } = guardBesideAHeldExtend(1_900);
+    try {
+      await held;
+      assert.equal(sent[0].ttlMs, 6_000, "the held Extend is the watchdog's renewal");
+      const extended = g.extend(3_000);
+      await new Promise((r) => setTimeout(r, overtakeSpanMs));
+      assert.equal(sent.length, 1, "extend() sent beside the renewal in flight");
+      const answeredAt = monotonicNow();
+      answer();
+      await extended;
+      assert.equal(sent.length, 2, `${sent.length} Extends: want the renewal and the extend`);
+      assert.equal(sent[1].ttlMs, 3_000);
+      assert.ok(sent[1].at >= answeredAt, "extend() sent before the renewal was answered");
+      await eventually("both answers applied", () => g.renewals >= 2, 3_000);
+      assert.equal(g.ttlMs, 3_000, "the renewal's older answer overwrote the extend's TTL");
+      // The local expiry is never later than the server's: 3s after the extend arrived there.
+      const expiresAt = monotonicNow() + g.remainingMs();
+      assert.ok(expiresAt <= sent[1].at + 3_000, `local expiry ${(expiresAt - sent[1].at).toFixed(0)}ms after the extend, past its 3s TTL`);
+      // The next renewal: TTL/3 of the extend's TTL after it, with that TTL.
+      await eventually("the next renewal", () => sent.length >= 3, 3_000);
+      assert.equal(sent[2].ttlMs, 3_000, "the watchdog renewed with the renewal's old TTL");
+      const after = sent[2].at - sent[1].at;
+      assert.ok(after >= 990 && after <= 1_500, `next renewal ${after.toFixed(0)}ms after the extend, want 1000ms (+ 500ms)`);
+      await g.unlock();
+    } finally {
+      end();
+    }
+  });
+
+  it("holds off the watchdog: a guard due while its extend() is in flight is renewed TTL/3 after the extend, with its TTL", async () => {
+    // Acquired 2.5s ago with a 6s TTL: the first renewal is overdue.
+    const { g, sent, held, answer, end } = guardBesideAHeldExtend(2_500);
+    try {
+      const extended = g.extend(3_000); // before the watchdog's timer has its turn
+      await held;
+      assert.equal(sent[0].ttlMs, 3_000, "the held Extend is the explicit one");
+      await new Promise((r) => setTimeout(r, overtakeSpanMs));
+      assert.equal(sent.length, 1, "a renewal sent beside the extend() in flight");
+      answer();
+      await extended;
+      await eventually("the next renewal", () => sent.length >= 2, 3_000);
+      assert.equal(sent[1].ttlMs, 3_000);
+      const after = sent[1].at - sent[0].at;
+      assert.ok(after >= 990 && after <= 1_500, `renewal ${after.toFixed(0)}ms after the extend, want 1000ms (+ 500ms)`);
+      await g.unlock();
+    } finally {
+      end();
+    }
+  });
+
+  it("wakes an extend() waiting for a renewal when unlock() lets go of it: the unlock does not wait, the extend throws LockReleasedError", async () => {
+    const { g, sent, held, end } = guardBesideAHeldExtend(1_900);
+    try {
+      await held;
+      const extended = g.extend(3_000);
+      const start = monotonicNow();
+      await g.unlock(); // the renewal is never answered
+      // Waiting for the renewal would take its attempt's bound, 2s (TTL/3).
+      const took = monotonicNow() - start;
+      assert.ok(took < 1_000, `unlock() took ${took.toFixed(0)}ms beside a renewal in flight`);
+      await assert.rejects(extended, LockReleasedError);
+      assert.equal(sent.length, 1, "extend() sent after unlock()");
+      assert.equal(g.renewals, 0, "the renewal's answer applied");
+    } finally {
+      end();
+    }
+  });
+
+  it("wakes an extend() waiting for a renewal when the client closes: it is not sent beside the release, and throws LockReleasedError", async () => {
+    const { g, sent, held, session, end } = guardBesideAHeldExtend(1_900);
+    try {
+      await held;
+      const extended = g.extend(3_000);
+      // What client.close() does: end the renewals, then close each guard.
+      session.close();
+      await Promise.all([...session.open].map((o) => o.closeForClient(1_000)));
+      await assert.rejects(extended, LockReleasedError);
+      assert.equal(sent.length, 1, "extend() sent beside the client's close");
+    } finally {
+      end();
+    }
   });
 });
