@@ -3,7 +3,9 @@ package holdfast
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,5 +215,69 @@ func TestProclaimAfterLossPoisons(t *testing.T) {
 	}
 	if err := lead.Resign(ctx); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("Resign after the loss: %v, want ErrLeaseLost", err)
+	}
+}
+
+// holdAnswer is an http.RoundTripper that forwards every request and holds
+// the answer to the first request of method until release is closed,
+// counting method's requests as they are sent.
+type holdAnswer struct {
+	method  string
+	sent    atomic.Int32
+	arrived chan struct{} // closed when the first one's answer is held
+	release chan struct{}
+}
+
+func (h *holdAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	ours := strings.HasSuffix(r.URL.Path, "/"+h.method)
+	n := int32(0)
+	if ours {
+		n = h.sent.Add(1)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if ours && n == 1 {
+		close(h.arrived)
+		<-h.release
+	}
+	return resp, err
+}
+
+// Two Proclaims of one leadership go one after the other (the guard's
+// lease-call slot, as for Extend): two in flight together could be
+// answered in either order, and Value would then show the value the server
+// replaced. The TypeScript and Python SDKs have the same test.
+func TestProclaimsOfOneLeadershipGoOneAfterTheOther(t *testing.T) {
+	s := startServer(t, "127.0.0.1:0")
+	hold := &holdAnswer{method: "Proclaim", arrived: make(chan struct{}), release: make(chan struct{})}
+	c := dialServer(t, s, WithProtocol(ProtocolConnect), WithHTTPClient(&http.Client{Transport: hold}))
+	ctx := t.Context()
+	e := c.Election("proclaims").TTL(time.Minute)
+	lead, err := e.Campaign(ctx, "v0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { first <- lead.Proclaim(ctx, "a") }()
+	<-hold.arrived
+	second := make(chan error, 1)
+	go func() { second <- lead.Proclaim(ctx, "b") }()
+	time.Sleep(200 * time.Millisecond) // observing an absence needs a span of time
+	if n := hold.sent.Load(); n != 1 {
+		t.Fatalf("%d Proclaims sent while the first was unanswered, want 1", n)
+	}
+	close(hold.release)
+	for _, ch := range []chan error{first, second} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := lead.Value(); got != "b" {
+		t.Fatalf("Value %q after Proclaim(a) then Proclaim(b)", got)
+	}
+	if ld, ok, err := e.Leader(ctx); err != nil || !ok || ld.Value != "b" {
+		t.Fatalf("Leader: %+v, %v, %v; want the value b", ld, ok, err)
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -400,3 +400,55 @@ async def test_extends_of_a_guard_go_one_at_a_time_and_the_watchdog_waits_for_th
     finally:
         server.answer.set()
         await session.renewer.close()
+
+
+class _ProclaimServer:
+    """A stub that answers Proclaims, the first one only when the test lets
+    it (``answer``), recording each one's arrival and value."""
+
+    def __init__(self) -> None:
+        self.proclaims: list[tuple[float, str]] = []
+        self.held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.answer = asyncio.Event()
+
+    async def proclaim(self, req: lock_pb2.ProclaimRequest) -> lock_pb2.ProclaimResponse:
+        self.proclaims.append((time.monotonic(), req.value))
+        if len(self.proclaims) == 1:
+            self.held.set_result(None)
+            await self.answer.wait()
+        return lock_pb2.ProclaimResponse(proclaimed=True)
+
+    async def release(self, req: lock_pb2.ReleaseRequest) -> lock_pb2.ReleaseResponse:
+        return lock_pb2.ReleaseResponse(released=True)
+
+
+async def test_a_proclaim_beside_another_goes_after_it_and_the_value_the_server_kept_stands() -> None:
+    """A leadership's proclaim takes the guard's lease-call slot, as extend
+    does and as the Go SDK's Proclaim does: two proclaims in flight together
+    could be answered in either order, and the guard would then show the
+    value the server replaced."""
+    server = _ProclaimServer()
+    rpc = Rpc(cast(Any, server), retry_budget=5.0, request_timeout=10.0, backoff=Backoff())
+    session = Session(rpc, Clock(), ExpiryMargin(), None)
+    session.renewer = Renewer(rpc, session.stamp, session.merge, phase=0.0)
+    lease = lock_pb2.Lease(
+        key="e", owner_token="owner", fencing_token=1, ttl=to_duration(6.0), kind=lock_pb2.KIND_ELECTION, value="v0"
+    )
+    g = AsyncGuard(session, lease, "holder", time.monotonic(), watchdog=False)
+    loop = asyncio.get_running_loop()
+    try:
+        first = loop.create_task(g._proclaim("a"))
+        await asyncio.wait_for(server.held, 2.0)
+        second = loop.create_task(g._proclaim("b"))
+        assert await _not_done_within(second, 0.2)
+        assert len(server.proclaims) == 1, "the second proclaim was sent beside the first in flight"
+        answered = time.monotonic()
+        server.answer.set()
+        await asyncio.wait_for(asyncio.gather(first, second), 2.0)
+        assert [v for _, v in server.proclaims] == ["a", "b"]
+        assert server.proclaims[1][0] >= answered, "the second proclaim was sent before the first was answered"
+        assert g.value == "b", f"the guard shows {g.value!r}, a value the server replaced"
+        await g.unlock()
+    finally:
+        server.answer.set()
+        await session.renewer.close()

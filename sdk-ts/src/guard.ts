@@ -260,12 +260,30 @@ export class Guard {
    * "rejected") and throws the LeaseLostError, as extended=false does;
    * unavailable is retried within the retry budget and the local expiry
    * (replacing a value twice is harmless).
+   *
+   * It takes the guard's lease-call slot, as extend() does and as the Go
+   * SDK's Proclaim does: two proclaims are sent one after the other, so
+   * the value kept is the one the server kept (answers of calls in flight
+   * together could come back in either order).
    */
   async proclaimValue(value: string): Promise<void> {
     this.#throwIfNotHeld();
     if (this.kind !== "election") {
       throw new InvalidArgumentError(`holdfast: value: only an election's leadership takes a value (client.election); this is a ${this.kind}`);
     }
+    await this.leaseCalls.take();
+    try {
+      // As in extend(): after an unlock() under way, its outcome decides.
+      while (this.#stopsPending > 0) await this.#unlockChain;
+      await this.#proclaimHolding(value);
+    } finally {
+      this.leaseCalls.give();
+    }
+  }
+
+  /** proclaimValue() holding the guard's lease-call slot. */
+  async #proclaimHolding(value: string): Promise<void> {
+    this.#throwIfNotHeld();
     const session = this.#session;
     const what = `proclaim ${this.#what()}`;
     const deadline = Math.min(this.#expiresAt(), monotonicNow() + session.settings.retryBudgetMs);

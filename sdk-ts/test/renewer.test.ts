@@ -7,7 +7,7 @@ import { Code, ConnectError, createClient as createConnectClient, createRouterTr
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { create } from "@bufbuild/protobuf";
 import { BackoffPolicy } from "../src/backoff.js";
-import { ExtendResponseSchema, LeaseSchema, LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
+import { ExtendResponseSchema, Kind, LeaseSchema, LockService } from "../src/gen/holdfast/lock/v1/lock_pb.js";
 import { Guard as GuardImpl } from "../src/guard.js";
 import { Clock } from "../src/hlc.js";
 import { LeaseLostError, LockReleasedError, UnavailableError, createClient, type Guard, type LeaseEvent } from "../src/node.js";
@@ -376,6 +376,56 @@ describe("extend beside a renewal", () => {
       assert.equal(sent.length, 1, "extend() sent beside the client's close");
     } finally {
       end();
+    }
+  });
+});
+
+describe("proclaim beside another lease call", () => {
+  // A leadership's proclaim takes the guard's lease-call slot, as extend()
+  // does and as the Go SDK's Proclaim does: two proclaims in flight together
+  // could be answered in either order, and the value the guard shows would
+  // then be the one the server replaced.
+  it("sends a second proclaim only after the first is answered, and keeps the value the server kept", async () => {
+    const sent: { value: string; at: number }[] = [];
+    let answer!: () => void;
+    const answerable = new Promise<void>((resolve) => (answer = resolve));
+    let arrived!: () => void;
+    const held = new Promise<void>((resolve) => (arrived = resolve));
+    const transport = createRouterTransport(({ service }) => {
+      service(LockService, {
+        proclaim: async (req) => {
+          sent.push({ value: req.value, at: monotonicNow() });
+          if (sent.length === 1) {
+            arrived();
+            await answerable;
+          }
+          return { proclaimed: true };
+        },
+        release: () => ({ released: true }),
+      });
+    });
+    const session = new Session(transport, settingsFrom({ logger: recordingLogger() }, "holder"));
+    const lease = create(LeaseSchema, { key: "e", ownerToken: "owner", fencingToken: 1n, ttl: durationFromMs(6_000), kind: Kind.ELECTION, value: "v0" });
+    const g = GuardImpl.start(session, lease, "holder", monotonicNow(), false);
+    try {
+      const first = g.proclaimValue("a");
+      await held;
+      const second = g.proclaimValue("b");
+      await new Promise((r) => setTimeout(r, overtakeSpanMs));
+      assert.equal(sent.length, 1, "the second proclaim was sent beside the first in flight");
+      const answeredAt = monotonicNow();
+      answer();
+      await Promise.all([first, second]);
+      assert.deepEqual(
+        sent.map((s) => s.value),
+        ["a", "b"],
+      );
+      assert.ok(sent[1].at >= answeredAt, "the second proclaim was sent before the first was answered");
+      assert.equal(g.value, "b", "the guard shows a value the server replaced");
+      await g.unlock();
+    } finally {
+      answer();
+      session.renewer.close();
     }
   });
 });

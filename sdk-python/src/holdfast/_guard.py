@@ -288,12 +288,27 @@ class AsyncGuard:
         (AsyncLeadership.proclaim). proclaimed=false poisons the guard
         (reason ``rejected``) and raises the LeaseLostError, as
         extended=false does; ``unavailable`` is retried within the retry
-        budget and the local expiry (replacing a value twice is harmless)."""
+        budget and the local expiry (replacing a value twice is harmless).
+
+        It takes the guard's lease-call slot, as extend does and as the Go
+        SDK's Proclaim does: two proclaims are sent one after the other, so
+        the value kept is the one the server kept (answers of calls in
+        flight together could come back in either order)."""
         self._raise_if_not_held()
         if self.kind != "election":
             raise InvalidArgumentError(
                 f"holdfast: value: only an election's leadership takes a value (election()); this is a {self.kind}"
             )
+        async with self._slot.hold():
+            if self._unlock_lock.locked():
+                # As in extend: after an unlock under way, its outcome decides.
+                async with self._unlock_lock:
+                    pass
+            await self._proclaim_holding(value)
+
+    async def _proclaim_holding(self, value: str) -> None:
+        """_proclaim holding the guard's lease-call slot."""
+        self._raise_if_not_held()
         rpc = self._session.rpc
         req = lock_pb2.ProclaimRequest(key=self.key, owner_token=self._owner_token, value=value)
 
