@@ -3,8 +3,8 @@ package engine_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"

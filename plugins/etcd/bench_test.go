@@ -489,7 +489,10 @@ func BenchmarkHotKeyEngine(b *testing.B) {
 					return
 				}
 				if err != nil || !resp.GetAcquired() {
-					fail(fmt.Errorf("acquire: %v %v", resp, err))
+					if err == nil {
+						err = fmt.Errorf("not acquired: %v", resp)
+					}
+					fail(fmt.Errorf("acquire: %w", err))
 					cancel()
 					return
 				}
@@ -510,7 +513,10 @@ func BenchmarkHotKeyEngine(b *testing.B) {
 				rel, err := e.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: resp.GetLease().GetOwnerToken(), RequestId: token()})
 				t1 := time.Now()
 				if err != nil || !rel.GetReleased() {
-					fail(fmt.Errorf("release: %v %v", rel, err))
+					if err == nil {
+						err = fmt.Errorf("not released: %v", rel)
+					}
+					fail(fmt.Errorf("release: %w", err))
 					cancel()
 					return
 				}
