@@ -159,6 +159,9 @@ type Backend interface {
 // FairBackend is a Backend that serves waiters in order across servers
 // (Info.Fair): it keeps one queue per key in the store, and its Acquire
 // honours AcquireRequest.WaiterID. The engine uses it only when Info.Fair.
+// The engine reuses a waiterID once its entries are gone (removed by its
+// winning Acquire or a Dequeue that succeeded), so an entry waited behind
+// must be told from a later one under the same waiterID.
 type FairBackend interface {
 	Backend
 	// Enqueue puts waiterID at the tail of key's queue. The entry lives as

@@ -144,6 +144,7 @@ type Engine struct {
 	closing   context.Context // cancelled by Close
 	cancelAll context.CancelFunc
 	enqMu     [64]sync.Mutex // by key hash: a fair waiter joins both queues in one order
+	waiterIDs waiterIDs      // a fair waiter's name in the store's queues (waitid.go)
 	closeOnce sync.Once
 	stopWatch context.CancelFunc
 	wg        sync.WaitGroup
@@ -203,6 +204,7 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 		firstSync: make(chan struct{}),
 		subs:      newSubscribers(),
 		deliver:   newDeliverers(),
+		waiterIDs: newWaiterIDs(),
 	}
 	e.closing, e.cancelAll = context.WithCancel(context.Background())
 	e.calls = newBatcher(e, cfg.Batch)

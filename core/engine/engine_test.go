@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,11 @@ type counting struct {
 	// enqueueLost, when set, is what Enqueue answers after queueing the
 	// entry: an outcome the caller cannot know (the answer was lost).
 	enqueueLost atomic.Pointer[error]
+	// enqueued lists the waiter IDs of the Enqueue calls, in order.
+	enqueued struct {
+		sync.Mutex
+		ids []string
+	}
 
 	// Watch control, to simulate a plugin restart: breakWatch ends the
 	// current watch, and new watches wait for gate.
@@ -136,6 +142,9 @@ func (c fairCounting) EnqueueSet(ctx context.Context, keys []string, id string) 
 }
 
 func (c fairCounting) Enqueue(ctx context.Context, key, id string) error {
+	c.enqueued.Lock()
+	c.enqueued.ids = append(c.enqueued.ids, id)
+	c.enqueued.Unlock()
 	if err := c.enqueueErr.Load(); err != nil {
 		return *err
 	}
@@ -155,6 +164,13 @@ func (c fairCounting) WaitTurn(ctx context.Context, key, id string) (bool, error
 
 func (c fairCounting) Dequeue(ctx context.Context, key, id string) error {
 	return c.fair.Dequeue(ctx, key, id)
+}
+
+// enqueuedIDs returns the waiter IDs Enqueue was called with, in order.
+func (c *counting) enqueuedIDs() []string {
+	c.enqueued.Lock()
+	defer c.enqueued.Unlock()
+	return slices.Clone(c.enqueued.ids)
 }
 
 // mode is a kind of backend the engine waits on: "local" (not fair: this

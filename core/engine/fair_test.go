@@ -172,3 +172,76 @@ func TestFairEnqueueOfUnknownOutcomeIsTakenBack(t *testing.T) {
 	release(t, e, holder)
 	mustAcquire(t, e, "k", time.Minute)
 }
+
+// TestFairWaiterIDsAreReused: a waiter whose entry is gone (it won, or it
+// left and its Dequeue went through) gives its ID to the next waiter, so
+// the names under a key's queue in the store stay as few as the waiters at
+// once: etcd ranges over every name it ever deleted until compaction.
+func TestFairWaiterIDsAreReused(t *testing.T) {
+	e, b := fair.newEngine(t, engine.Config{})
+	holder := mustAcquire(t, e, "k", time.Minute)
+	// Handoffs, one waiter at a time, each won.
+	const handoffs = 10
+	for range handoffs {
+		got := make(chan *lockv1.AcquireResponse, 1)
+		go func() {
+			resp, err := e.Acquire(context.Background(), acq("k", time.Minute, 10*time.Second))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- resp
+		}()
+		eventually(t, "waiter queued", func() bool { return e.Waiters("k") == 1 })
+		release(t, e, holder)
+		resp := <-got
+		if !resp.GetAcquired() {
+			t.Fatalf("the waiter did not get the released key: %v", resp)
+		}
+		holder = resp.GetLease()
+	}
+	// A waiter that gives up (its wait ends) and leaves the queue.
+	if resp, err := e.Acquire(context.Background(), acq("k", time.Minute, 50*time.Millisecond)); err != nil || resp.GetAcquired() {
+		t.Fatalf("a waiter on a held key: %v %v, want not acquired", resp, err)
+	}
+	ids := b.enqueuedIDs()
+	if len(ids) != handoffs+1 {
+		t.Fatalf("%d Enqueue calls, want %d", len(ids), handoffs+1)
+	}
+	for _, id := range ids[1:] {
+		if id != ids[0] {
+			t.Fatalf("waiter IDs %v: one waiter at a time, want one ID reused", ids)
+		}
+	}
+}
+
+// TestFairWaiterIDOfAFailedEnqueueIsNotReused: an ID whose Enqueue had an
+// unknown outcome may still name an entry in the store (or one that comes
+// back); a later waiter queued under it would take that entry's place, so
+// it is never handed out again.
+func TestFairWaiterIDOfAFailedEnqueueIsNotReused(t *testing.T) {
+	e, b := fair.newEngine(t, engine.Config{})
+	mustAcquire(t, e, "k", time.Minute)
+	lost := errors.Join(backend.ErrUnavailable, errors.New("the answer was lost"))
+	b.enqueueLost.Store(&lost)
+	if _, err := e.Acquire(context.Background(), acq("k", time.Minute, 5*time.Second)); !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+	b.enqueueLost.Store(nil)
+	for range 3 {
+		if resp, err := e.Acquire(context.Background(), acq("k", time.Minute, 20*time.Millisecond)); err != nil || resp.GetAcquired() {
+			t.Fatalf("a waiter on a held key: %v %v, want not acquired", resp, err)
+		}
+	}
+	ids := b.enqueuedIDs()
+	if len(ids) != 4 {
+		t.Fatalf("%d Enqueue calls, want 4", len(ids))
+	}
+	for _, id := range ids[1:] {
+		if id == ids[0] {
+			t.Fatalf("waiter IDs %v: the ID of the failed Enqueue was handed out again", ids)
+		}
+	}
+	if ids[1] != ids[2] || ids[2] != ids[3] {
+		t.Fatalf("waiter IDs %v: the later waiters, one at a time, should share one ID", ids)
+	}
+}

@@ -41,6 +41,9 @@ type turnSource interface {
 	// leave is called once at the end of the wait (won: the caller got the
 	// lock), before the waiter leaves this server's queue.
 	leave(won bool)
+	// outlived is told that the wait ended during a try, which may still
+	// be on its way to the backend.
+	outlived()
 }
 
 // step is what the head does next.
@@ -78,7 +81,7 @@ func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.Ac
 				return e.acquired(a), nil
 			}
 		}
-		turns = &fairTurns{e: e, f: f, ctx: ctx, keys: s.keys.keys, id: newOwnerToken()}
+		turns = &fairTurns{e: e, f: f, ctx: ctx, keys: s.keys.keys, id: e.waiterIDs.get()}
 	}
 	w, err := turns.join(ctx)
 	if err != nil {
@@ -173,6 +176,7 @@ func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.Ac
 		}
 		a, err := e.tryAs(waitCtx, s, id, false)
 		if waitCtx.Err() != nil {
+			turns.outlived()
 			continue // the wait ended during the try: the select above says how
 		}
 		if err == nil && !a.acquired {
@@ -279,6 +283,7 @@ func (*localTurns) ready(context.Context) (step, string, error) { return stepTry
 func (*localTurns) failed()                                     {}
 func (*localTurns) missed() step                                { return stepBackoff }
 func (*localTurns) leave(bool)                                  {}
+func (*localTurns) outlived()                                   {}
 
 // fair returns the backend's queue when it promises order across servers.
 func (e *Engine) fair() (backend.FairBackend, bool) {
@@ -312,7 +317,10 @@ type fairTurns struct {
 	f    backend.FairBackend
 	ctx  context.Context // the caller's: bounds the store calls (detached)
 	keys []string
-	id   string // the waiter's entry in the store's queues
+	id   string // the waiter's entry in the store's queues (e.waiterIDs)
+	// dropped: the id must not be reused (waiterIDs): a store call for it
+	// failed, or a try of it may still be on its way.
+	dropped bool
 
 	queued bool // the entry is in the store's queue (as far as we know)
 	atHead bool // the entry is the head of the store's queue
@@ -334,6 +342,7 @@ func (t *fairTurns) join(ctx context.Context) (*waitq.Waiter, error) {
 	unlock := t.e.lockEnqueue(t.keys)
 	defer unlock()
 	if err := t.e.enqueue(ctx, t.f, t.keys, t.id); err != nil {
+		t.dropped = true
 		// Fail now rather than queue again later: a later entry would sit
 		// behind this server's later waiters, which wait for this one. The
 		// outcome is unknown (the store may have queued the entry and the
@@ -363,6 +372,7 @@ func (t *fairTurns) ready(waitCtx context.Context) (step, string, error) {
 			t.dequeue()
 		}
 		if err := t.e.enqueue(t.ctx, t.f, t.keys, t.id); err != nil {
+			t.dropped = true
 			return stepBackoff, "", err
 		}
 		t.queued, t.atHead = true, false
@@ -407,12 +417,18 @@ func (t *fairTurns) missed() step {
 
 // leave removes the entry from the store's queue unless the winning Acquire
 // took it. It runs before the waiter leaves this server's queue, so the next
-// local head finds the entry gone.
+// local head finds the entry gone. The waiter's id goes back for reuse when
+// its entries are surely gone.
 func (t *fairTurns) leave(won bool) {
 	if !won {
 		t.dequeue()
 	}
+	if !t.dropped {
+		t.e.waiterIDs.put(t.id)
+	}
 }
+
+func (t *fairTurns) outlived() { t.dropped = true }
 
 // dequeue removes the waiter's entries from the store's queues.
 func (t *fairTurns) dequeue() {
@@ -420,6 +436,7 @@ func (t *fairTurns) dequeue() {
 	defer cancel()
 	for _, key := range t.keys {
 		if err := t.f.Dequeue(callCtx, key, t.id); err != nil {
+			t.dropped = true
 			t.e.log.Warn("could not leave the fair queue; the backend deletes the entry when it can, or it goes with the backend's session", "key", key, "err", err)
 		}
 	}

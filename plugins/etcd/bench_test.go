@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast/holdfast/core/backend"
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/harness"
+	"github.com/holdfast/holdfast/plugins/etcd"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
 )
@@ -268,7 +269,11 @@ func BenchmarkHandoff(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		b.StopTimer()
-		waiter := fmt.Sprintf("w%d", i)
+		// One name for every waiter, as the engine reuses a gone waiter's
+		// (core/engine/waitid.go): a new name each time would leave one
+		// deleted entry per handoff in etcd's index, for every later
+		// acquire to range over.
+		const waiter = "w"
 		if err := be.Enqueue(ctx, key, waiter); err != nil {
 			b.Fatal(err)
 		}
@@ -424,4 +429,124 @@ func BenchmarkCountHeld(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkHotKeyEngine: the bench's hot-key row (8 workers looping
+// acquire-with-wait then release on one key, each call with a request id,
+// as the SDKs send) on an engine in this process over the backend: no
+// client RPC and no plugin hop, so what is left is the engine and etcd.
+// It reports handoffs/s and, per handoff, the etcd calls the backend made
+// (transactions, reads, puts, deletes, lease grants and renewals) and the
+// two stages of a handoff: the holder's Release call, and from its return
+// to the next holder's Acquire returning (the wake-up and its acquire).
+//
+//	go test -run '^$' -bench HotKeyEngine -benchtime 2000x ./plugins/etcd
+func BenchmarkHotKeyEngine(b *testing.B) {
+	var c rpcCounter
+	c.take()
+	ctx := b.Context()
+	be, err := etcd.NewWithDialOptions(ctx, map[string]string{"endpoints": requireEtcd(b), "prefix": testPrefix(b)}, c.dialOptions()...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { be.Close() })
+	e, err := engine.New(ctx, be, engine.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Close() })
+	const workers = 8
+	key := fmt.Sprintf("hot/%d", time.Now().UnixNano())
+	var (
+		mu                     sync.Mutex
+		last                   = -1
+		handoffs               int
+		relStart, relEnd       time.Time
+		releases, wakes, total []time.Duration
+		firstErr               error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c.take()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for runCtx.Err() == nil {
+				resp, err := e.Acquire(runCtx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(10 * time.Second),
+					Wait: durationpb.New(10 * time.Second), RequestId: token()})
+				if runCtx.Err() != nil {
+					return
+				}
+				if err != nil || !resp.GetAcquired() {
+					if err == nil {
+						err = fmt.Errorf("not acquired: %v", resp)
+					}
+					fail(fmt.Errorf("acquire: %w", err))
+					cancel()
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				if last != w && last != -1 {
+					handoffs++
+					releases = append(releases, relEnd.Sub(relStart))
+					wakes = append(wakes, now.Sub(relEnd))
+					total = append(total, now.Sub(relStart))
+					if handoffs == b.N {
+						cancel()
+					}
+				}
+				last = w
+				mu.Unlock()
+				t0 := time.Now()
+				rel, err := e.Release(ctx, &lockv1.ReleaseRequest{Key: key, OwnerToken: resp.GetLease().GetOwnerToken(), RequestId: token()})
+				t1 := time.Now()
+				if err != nil || !rel.GetReleased() {
+					if err == nil {
+						err = fmt.Errorf("not released: %v", rel)
+					}
+					fail(fmt.Errorf("release: %w", err))
+					cancel()
+					return
+				}
+				mu.Lock()
+				relStart, relEnd = t0, t1
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+	got := c.take()
+	b.Logf("%d handoffs: %v", handoffs, fmtCounts(got))
+	per := func(m string) float64 { return float64(got[m]) / float64(handoffs) }
+	p50 := func(ds []time.Duration) float64 {
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2].Microseconds())
+	}
+	b.ReportMetric(float64(handoffs)/elapsed.Seconds(), "handoffs/s")
+	b.ReportMetric(per(txnMethod), "txns/handoff")
+	b.ReportMetric(per(rangeMethod), "reads/handoff")
+	b.ReportMetric(per("/etcdserverpb.KV/Put"), "puts/handoff")
+	b.ReportMetric(per("/etcdserverpb.KV/DeleteRange"), "deletes/handoff")
+	b.ReportMetric(per(grantMethod), "grants/handoff")
+	b.ReportMetric(per(renewMethod+" send"), "renewals/handoff")
+	b.ReportMetric(p50(total), "handoff-p50-µs")
+	b.ReportMetric(p50(releases), "release-p50-µs")
+	b.ReportMetric(p50(wakes), "wake+acquire-p50-µs")
 }

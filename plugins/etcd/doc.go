@@ -113,6 +113,16 @@
 // read's older revision, which etcd serves on its 100ms unsynced loop. See
 // queue.go.
 //
+// The engine reuses the waiterID of a waiter whose entries are gone
+// (core/engine/waitid.go): etcd keeps a deleted key in its index until
+// compaction, and the acquire transaction's queue compares and WaitTurn's
+// reads range over K's whole queue prefix, so a new name per waiter made
+// every handoff on a hot key range over one more dead entry than the last.
+// An entry is therefore known by its name and its CreateRevision: the
+// acquire compares the waiter's own entry's CreateRevision, and WaitTurn
+// takes an entry under its predecessor's name with another CreateRevision
+// for a later waiter's (the one it waited behind is gone).
+//
 // # Sets of keys (backend.FairSetBackend, Info.MaxKeys = 16)
 //
 // AcquireSet is atomic in etcd: it takes one lease of the TTL, reads every

@@ -27,3 +27,8 @@ func NewWithDialOptions(ctx context.Context, opts map[string]string, dial ...grp
 func (b *Backend) RenewOnce(ctx context.Context, id int64) (int64, error) {
 	return b.renew.once(ctx, clientv3.LeaseID(id))
 }
+
+// AfterPredecessor sets a function WaitTurn runs between its read of the
+// entry before the waiter's and its watch of that entry. Set it before any
+// WaitTurn.
+func (b *Backend) AfterPredecessor(h func(key, pred string)) { b.q.afterPredecessor = h }

@@ -50,6 +50,9 @@ type queueState struct {
 	// orphans: entries whose Dequeue failed; retried on the revoke tick,
 	// since the session outlives them and they would block the queue.
 	orphans map[string]struct{}
+	// afterPredecessor, set by tests only, runs between WaitTurn's read of
+	// the entry before the waiter's and its watch of that entry.
+	afterPredecessor func(key, pred string)
 }
 
 // queuePrefix holds key's entries; keys contain no NUL, so no key's prefix
@@ -220,11 +223,14 @@ func (b *Backend) deleteOrphans() {
 func (b *Backend) WaitTurn(ctx context.Context, key, waiterID string) (bool, error) {
 	qk, pfx := b.queueKey(key, waiterID), b.queuePrefix(key)
 	for {
-		pred, err := b.predecessor(ctx, qk, pfx)
+		pred, predRev, err := b.predecessor(ctx, qk, pfx)
 		if err != nil || pred == "" {
 			return pred == "" && err == nil && b.isQueued(qk), err
 		}
-		if err := b.waitDelete(ctx, pred); err != nil {
+		if h := b.q.afterPredecessor; h != nil {
+			h(key, pred)
+		}
+		if err := b.waitDelete(ctx, pred, predRev); err != nil {
 			return false, err
 		}
 	}
@@ -235,9 +241,9 @@ func (b *Backend) isQueued(qk string) bool {
 	return ok
 }
 
-// predecessor returns the entry just before qk ("" when qk is the head; then
-// isQueued says whether qk is still there).
-func (b *Backend) predecessor(ctx context.Context, qk, pfx string) (string, error) {
+// predecessor returns the entry just before qk and its create revision (""
+// when qk is the head; then isQueued says whether qk is still there).
+func (b *Backend) predecessor(ctx context.Context, qk, pfx string) (string, int64, error) {
 	cctx, cancel := b.call(ctx)
 	defer cancel()
 	resp, err := b.cli.Txn(cctx).Then(
@@ -245,32 +251,34 @@ func (b *Backend) predecessor(ctx context.Context, qk, pfx string) (string, erro
 		clientv3.OpGet(pfx, clientv3.WithFirstCreate()...),
 	).Commit()
 	if err != nil {
-		return "", wrap(ctx, "wait turn", err)
+		return "", 0, wrap(ctx, "wait turn", err)
 	}
 	mine := resp.Responses[0].GetResponseRange().Kvs
 	if len(mine) == 0 {
 		b.setRev(qk, 0)
-		return "", nil
+		return "", 0, nil
 	}
 	myRev := mine[0].CreateRevision
 	b.setRev(qk, myRev)
 	if first := resp.Responses[1].GetResponseRange().Kvs; len(first) > 0 && string(first[0].Key) == qk {
-		return "", nil
+		return "", 0, nil
 	}
 	before, err := b.cli.Get(cctx, pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(myRev-1))...)
 	if err != nil {
-		return "", wrap(ctx, "wait turn", err)
+		return "", 0, wrap(ctx, "wait turn", err)
 	}
 	if len(before.Kvs) == 0 {
-		return "", nil // the head left between the two reads
+		return "", 0, nil // the head left between the two reads
 	}
-	return string(before.Kvs[0].Key), nil
+	return string(before.Kvs[0].Key), before.Kvs[0].CreateRevision, nil
 }
 
-// waitDelete returns once pred is gone: the watch is created first, from
-// the current revision, and pred read after, so no deletion is missed and
-// etcd sends it as it happens.
-func (b *Backend) waitDelete(ctx context.Context, pred string) error {
+// waitDelete returns once pred's entry of create revision rev is gone: the
+// watch is created first, from the current revision, and pred read after,
+// so no deletion is missed and etcd sends it as it happens. An entry under
+// the same name with another create revision is a later waiter's (the
+// engine reuses the names of waiters that left): the one waited for is gone.
+func (b *Backend) waitDelete(ctx context.Context, pred string, rev int64) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ch := b.cli.Watch(clientv3.WithRequireLeader(wctx), pred, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
@@ -285,12 +293,12 @@ func (b *Backend) waitDelete(ctx context.Context, pred string) error {
 		if resp.Created && !created {
 			created = true
 			cctx, ccancel := b.call(ctx)
-			g, err := b.cli.Get(cctx, pred, clientv3.WithCountOnly())
+			g, err := b.cli.Get(cctx, pred, clientv3.WithKeysOnly())
 			ccancel()
 			if err != nil {
 				return wrap(ctx, "wait turn", err)
 			}
-			if g.Count == 0 {
+			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != rev {
 				return nil
 			}
 			continue

@@ -86,3 +86,43 @@ func TestFairQueue(t *testing.T) {
 		t.Fatal("a dequeued waiter acquired")
 	}
 }
+
+// TestWaitTurnSeesAReusedNameAsGone: the engine reuses the waiter ID of a
+// waiter that left. When the entry a waiter waits behind goes and its name
+// is queued again (now behind the waiter) between WaitTurn's read and its
+// watch, WaitTurn tells the new entry from the old one by its create
+// revision and answers the turn, instead of waiting for the new entry,
+// which waits for it.
+func TestWaitTurnSeesAReusedNameAsGone(t *testing.T) {
+	b := open(t, requireEtcd(t), nil)
+	ctx := ctxT(t)
+	key := "reused-" + token()
+	a, c := "a-"+token(), "c-"+token()
+	for _, w := range []string{a, c} {
+		if err := b.Enqueue(ctx, key, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var requeued bool
+	b.AfterPredecessor(func(k, _ string) {
+		if k != key || requeued {
+			return
+		}
+		requeued = true
+		if err := b.Dequeue(ctx, key, a); err != nil {
+			t.Error(err)
+		}
+		if err := b.Enqueue(ctx, key, a); err != nil {
+			t.Error(err)
+		}
+	})
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	ok, err := b.WaitTurn(wctx, key, c)
+	if !requeued {
+		t.Fatal("WaitTurn read no predecessor")
+	}
+	if err != nil || !ok {
+		t.Fatalf("WaitTurn = %v, %v; want the turn: the entry waited behind has gone, its name is a later waiter's", ok, err)
+	}
+}
