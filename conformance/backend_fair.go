@@ -189,4 +189,42 @@ var _ = describeBackend("fair queue", Label("fair"), func(sc *BackendContext) {
 		Expect(res.Acquired).To(BeTrue(), "every entry was taken back, yet a caller with no entry cannot take the free key (holder %+v)", res.Record)
 		release(ctx, f, req)
 	}, SpecTimeout(time.Minute))
+	// The engine reuses a waiter ID once its entries are gone (a winning
+	// Acquire or a Dequeue removed them): the ID queued again is a new entry
+	// at the tail, and a waiter behind its old entry is not held up by it.
+	It("treats a waiter ID queued again after it left as a new entry at the tail", func(ctx SpecContext) {
+		f := fairOf(sc.Backend)
+		key := sc.Key("fair-reused")
+		holderReq, res := acquireAs(ctx, f, key, "")
+		Expect(res.Acquired).To(BeTrue())
+		reused, behind := sc.Token(), sc.Token()
+		Expect(f.Enqueue(ctx, key, reused)).To(Succeed())
+		Expect(f.Enqueue(ctx, key, behind)).To(Succeed())
+		Expect(f.Dequeue(ctx, key, reused)).To(Succeed(), "the head leaves")
+		Expect(f.Enqueue(ctx, key, reused)).To(Succeed(), "the head's ID queued again")
+
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var a answer
+		sent := time.Now()
+		Eventually(turn(tctx, f, key, behind)).WithTimeout(10*time.Second).Should(Receive(&a), "the waiter behind the ID's old entry was never told its turn")
+		Expect(a.err).NotTo(HaveOccurred())
+		Expect(a.queued).To(BeTrue(), "WaitTurn of the head answered that its entry is gone")
+		Expect(time.Since(sent)).To(BeNumerically("<=", soon()), "the head was told its turn %s after it asked: it waited for the ID queued again behind it", time.Since(sent))
+
+		waiting := turn(tctx, f, key, reused)
+		Consistently(waiting).WithTimeout(100*time.Millisecond).ShouldNot(Receive(), "the ID queued again was told its turn while a waiter queued before it was still there")
+		release(ctx, f, holderReq)
+		_, res = acquireAs(ctx, f, key, reused)
+		Expect(res.Acquired).To(BeFalse(), "the ID queued again took the key back from the waiter queued before it")
+		req, res := acquireAs(ctx, f, key, behind)
+		Expect(res.Acquired).To(BeTrue(), "the head could not take the free key")
+		Eventually(waiting).WithTimeout(10*time.Second).Should(Receive(&a), "the ID queued again was never told its turn once the head took the key")
+		Expect(a.err).NotTo(HaveOccurred())
+		Expect(a.queued).To(BeTrue())
+		release(ctx, f, req)
+		req, res = acquireAs(ctx, f, key, reused)
+		Expect(res.Acquired).To(BeTrue(), "the ID queued again, now the head, could not take the free key")
+		release(ctx, f, req)
+	}, SpecTimeout(time.Minute))
 })
