@@ -450,7 +450,8 @@ func (h *Host) launch() (*generation, error) {
 		SyncStdout:       newLineLogger(h.log, "stdout"),
 		SyncStderr:       newLineLogger(h.log, "stderr"),
 		StartTimeout:     h.cfg.StartTimeout,
-		GRPCDialOptions:  h.cfg.DialOptions,
+		// Fixed flow-control windows first (see handshake.DialOptions).
+		GRPCDialOptions: append(handshake.DialOptions(), h.cfg.DialOptions...),
 	})
 	proto, err := client.Client()
 	if err != nil {

@@ -104,6 +104,23 @@ func New(ctx context.Context, opts map[string]string) (*Backend, error) {
 	return newBackend(ctx, opts, nil)
 }
 
+// Flow-control windows of the client's connection to etcd, fixed. With
+// grpc-go's default dynamic windows the client runs a bandwidth-delay
+// estimator that sends etcd a PING (and a window update) whenever a
+// response arrives while no estimate is under way: at low load, on nearly
+// every response, so etcd answers a PING beside every call. Lock calls are
+// small; these windows (a stream's is sixteen times gRPC's initial 64 KiB,
+// the connection's is shared by all calls at once) bound nothing they send,
+// and a Watch stream may still run 1 MiB ahead of its reader.
+const (
+	etcdStreamWindow = 1 << 20
+	etcdConnWindow   = 16 << 20
+)
+
+func fixedWindows() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithStaticStreamWindowSize(etcdStreamWindow), grpc.WithStaticConnWindowSize(etcdConnWindow)}
+}
+
 // newBackend is New with extra gRPC dial options (the tests count the
 // backend's round trips to etcd with an interceptor).
 func newBackend(ctx context.Context, opts map[string]string, dial []grpc.DialOption) (*Backend, error) {
@@ -220,7 +237,8 @@ func parseOptions(opts map[string]string) (clientv3.Config, *Backend, error) {
 		Password:             opts["password"],
 		// stdout carries the plugin handshake and the engine logs its own
 		// errors; the client's own chatter is noise.
-		Logger: zap.NewNop(),
+		Logger:      zap.NewNop(),
+		DialOptions: fixedWindows(),
 	}
 	b := &Backend{
 		endpoints:   endpoints,

@@ -127,6 +127,7 @@ func Serve(open OpenFunc, opts ...Option) {
 		Plugins:         plugin.PluginSet{handshake.PluginName: &grpcPlugin{backend: b}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			opts = append(opts, grpc.NumStreamWorkers(streamWorkers))
+			opts = append(opts, handshake.ServerOptions()...) // fixed windows: no PING per call
 			return plugin.DefaultGRPCServer(append(opts, cfg.grpc...))
 		},
 		Logger: logger,

@@ -2,8 +2,9 @@
 // process (core/backend/backendserver) agree on before they speak
 // holdfast.backend.v1: the go-plugin handshake, the name the backend is
 // served under, the environment variables that carry the backend's options,
-// log level and profiling address into the plugin, and how log levels map
-// between hclog (go-plugin's logger) and slog (holdfast's).
+// log level and profiling address into the plugin, how log levels map
+// between hclog (go-plugin's logger) and slog (holdfast's), and the fixed
+// flow-control windows of their gRPC connection (window.go).
 //
 // It is internal: a plugin author calls backendserver.Serve and never sees
 // any of it, and the host sets it through pluginhost.Config.
