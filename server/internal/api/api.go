@@ -127,6 +127,7 @@ func (h *Handler) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *c
 		holdflush.Hold(ctx, more)
 		return stream.Send(msg)
 	})
+	holdflush.Hold(ctx, false) // the stream's end is flushed whatever ended it
 	if err != nil && ctx.Err() != nil {
 		return nil //nolint:nilerr // the client went away; nobody reads the status
 	}
