@@ -72,6 +72,7 @@ type report struct {
 	Footprint       *footprint   `json:"footprint,omitempty"`
 	Renewal         []renewalRow `json:"renewal,omitempty"`
 	ListLoad        *listLoad    `json:"list_load,omitempty"`
+	WatchCPU        []watchCPU   `json:"watch_cpu,omitempty"`
 	Targets         []target     `json:"targets"`
 	// RequestIDs says whether the holdfast rows sent request ids
 	// (-request-ids).
@@ -177,6 +178,16 @@ func run(ctx context.Context) error {
 		}
 	}
 
+	if *watchCPUOn > 0 {
+		for _, n := range []int{0, *watchCPUOn} {
+			row, err := measureWatchCPU(ctx, n, *watchCPUOps)
+			if err != nil {
+				return fmt.Errorf("watch-cpu: %w", err)
+			}
+			rep.WatchCPU = append(rep.WatchCPU, *row)
+		}
+	}
+
 	rep.Floors = floors(rep.Throughput)
 	rep.Targets = judge(rep)
 	printReport(rep)
@@ -184,6 +195,7 @@ func run(ctx context.Context) error {
 	printEtcdMutex(rep.Throughput)
 	printRenewal(rep.Renewal)
 	printListLoad(rep.ListLoad)
+	printWatchCPU(rep.WatchCPU)
 	printTargets(rep.Targets)
 	if *jsonOut != "" {
 		data, err := json.MarshalIndent(rep, "", "  ")

@@ -27,19 +27,35 @@ func newDeliverers() *deliverers {
 	return &deliverers{turns: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))}
 }
 
-// do runs send in its turn.
-func (d *deliverers) do(send func() error) error {
-	d.turns <- struct{}{}
+// turn is one watcher's way into the deliverers' turns. Its timer is made
+// once per watcher and reset for each send: a timer made per send was an
+// allocation (and a timer added and deleted) per event per watcher.
+type turn struct {
+	d     *deliverers
+	timer *time.Timer // gives the turn back after sendTurn; stopped between sends
+}
+
+func (d *deliverers) turn() *turn {
+	t := &turn{d: d, timer: time.AfterFunc(time.Hour, d.release)}
+	t.timer.Stop()
+	return t
+}
+
+// take waits for a turn; give hands it back. Each take is given back once:
+// by the timer when it fired (the send blocked), else by give.
+func (t *turn) take() {
+	t.d.turns <- struct{}{}
 	// A turn handed from one watcher to the next runs at once (the Go
 	// scheduler's next slot); yielding here puts it behind the requests
 	// already waiting for a processor.
 	runtime.Gosched()
-	t := time.AfterFunc(sendTurn, d.release)
-	err := send()
-	if t.Stop() {
-		d.release()
+	t.timer.Reset(sendTurn)
+}
+
+func (t *turn) give() {
+	if t.timer.Stop() {
+		t.d.release()
 	}
-	return err
 }
 
 func (d *deliverers) release() { <-d.turns }

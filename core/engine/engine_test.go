@@ -743,6 +743,83 @@ func TestWatch(t *testing.T) {
 	}
 }
 
+// A watcher that fell behind is told, with each message, whether more are
+// queued behind it, so that its sender may flush once for all of them; a
+// message with none behind it is sent as such.
+func TestWatchQueuedReportsQueuedMessages(t *testing.T) {
+	e, _ := newEngine(t, engine.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type sent struct {
+		key  string
+		more bool
+	}
+	got := make(chan sent, 16)
+	unblock := make(chan struct{})
+	errc := make(chan error, 2)
+	go func() {
+		errc <- e.WatchQueued(ctx, &lockv1.WatchRequest{Target: &lockv1.WatchRequest_Prefix{Prefix: "q/"}},
+			func(r *lockv1.WatchResponse, more bool) error {
+				got <- sent{r.GetState().GetKey(), more}
+				if r.GetState().GetKey() == "q/1" {
+					<-unblock // fall behind while q/2 and q/3 are fanned out
+				}
+				return nil
+			})
+	}()
+	// A second watcher, to know when an event has been fanned out (to
+	// every watcher at once).
+	seen := make(chan string, 16)
+	go func() {
+		errc <- e.Watch(ctx, &lockv1.WatchRequest{Target: &lockv1.WatchRequest_Prefix{Prefix: "q/"}},
+			func(r *lockv1.WatchResponse) error { seen <- r.GetState().GetKey(); return nil })
+	}()
+	next := func(c chan sent) sent {
+		select {
+		case s := <-c:
+			return s
+		case <-time.After(5 * time.Second):
+			t.Fatal("no message")
+			return sent{}
+		}
+	}
+	waitSeen := func(key string) {
+		for {
+			select {
+			case k := <-seen:
+				if k == key {
+					return
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the second watcher never saw %s", key)
+			}
+		}
+	}
+	if s := next(got); s.key != "" || s.more {
+		t.Fatalf("first message %+v, want SYNCED alone", s)
+	}
+	waitSeen("") // the second watcher is synced too
+	mustAcquire(t, e, "q/1", time.Minute)
+	if s := next(got); s != (sent{"q/1", false}) {
+		t.Fatalf("got %+v, want q/1 with nothing behind it", s)
+	}
+	mustAcquire(t, e, "q/2", time.Minute)
+	mustAcquire(t, e, "q/3", time.Minute)
+	waitSeen("q/3")
+	close(unblock)
+	for _, want := range []sent{{"q/2", true}, {"q/3", false}} {
+		if s := next(got); s != want {
+			t.Fatalf("got %+v, want %+v", s, want)
+		}
+	}
+	cancel()
+	for range 2 {
+		if err := <-errc; !errors.Is(err, engine.ErrCanceled) {
+			t.Fatalf("watch ended with %v", err)
+		}
+	}
+}
+
 func TestCloseEndsWaitersAndWatchers(t *testing.T) { eachMode(t, testCloseEndsWaitersAndWatchers) }
 
 func testCloseEndsWaitersAndWatchers(t *testing.T, m mode) {

@@ -243,6 +243,21 @@ func (e *Engine) fanOut(ev backend.Event) {
 // message is shared by every watcher of its event (its server_stamp is
 // taken once, when the event is fanned out): send must not modify it.
 func (e *Engine) Watch(ctx context.Context, req *lockv1.WatchRequest, sendOne func(*lockv1.WatchResponse) error) error {
+	return e.WatchQueued(ctx, req, func(msg *lockv1.WatchResponse, _ bool) error { return sendOne(msg) })
+}
+
+// maxQueuedSend is how many queued messages a watcher sends in one turn.
+const maxQueuedSend = 32
+
+// WatchQueued is Watch whose send is told, with each message, whether more
+// messages were already queued behind it and follow at once: a sender that
+// flushes after every message (Connect does) may put off the flushes until
+// the last of them, so that a watcher that fell behind catches up in one
+// write instead of one per event. Messages already queued are sent in one
+// turn (up to maxQueuedSend of them). Nothing waits for more to arrive: a
+// message with none behind it goes out as soon as it is sent, so an idle
+// server's watchers get every event without delay.
+func (e *Engine) WatchQueued(ctx context.Context, req *lockv1.WatchRequest, send func(msg *lockv1.WatchResponse, more bool) error) error {
 	if err := e.enter(); err != nil {
 		return err
 	}
@@ -282,13 +297,34 @@ func (e *Engine) Watch(ctx context.Context, req *lockv1.WatchRequest, sendOne fu
 		e.watchMu.Unlock()
 	}()
 
-	send := func(msg *lockv1.WatchResponse) error {
-		return e.deliver.do(func() error { return sendOne(msg) })
+	turn := e.deliver.turn()
+	batch := make([]*lockv1.WatchResponse, 0, maxQueuedSend)
+	// sendQueued sends msg and the messages queued behind it.
+	sendQueued := func(msg *lockv1.WatchResponse) error {
+		batch = append(batch[:0], msg)
+	fill:
+		for len(batch) < cap(batch) {
+			select {
+			case m := <-s.events:
+				batch = append(batch, m)
+			default:
+				break fill
+			}
+		}
+		more := len(s.events) > 0
+		turn.take()
+		defer turn.give()
+		for i, m := range batch {
+			if err := send(m, more || i < len(batch)-1); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	for {
 		select {
 		case msg := <-s.events:
-			if err := send(msg); err != nil {
+			if err := sendQueued(msg); err != nil {
 				return err
 			}
 		case <-s.ended:
@@ -296,7 +332,7 @@ func (e *Engine) Watch(ctx context.Context, req *lockv1.WatchRequest, sendOne fu
 			for {
 				select {
 				case msg := <-s.events:
-					if err := send(msg); err != nil {
+					if err := sendQueued(msg); err != nil {
 						return err
 					}
 				default:

@@ -12,6 +12,7 @@ import (
 	"github.com/holdfast/holdfast/core/engine"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
+	"github.com/holdfast/holdfast/server/internal/holdflush"
 	"github.com/holdfast/holdfast/server/internal/paging"
 )
 
@@ -118,9 +119,15 @@ func (h *Handler) List(ctx context.Context, req *lockv1.ListRequest) (*lockv1.Li
 	return resp, toConnect(err)
 }
 
-// Watch implements LockServiceHandler. The first message is SYNCED.
+// Watch implements LockServiceHandler. The first message is SYNCED. Events
+// queued behind one another leave in one flush (package holdflush, when
+// the server mounts it).
 func (h *Handler) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *connect.ServerStream[lockv1.WatchResponse]) error {
-	err := h.e.Watch(ctx, req, stream.Send)
+	err := h.e.WatchQueued(ctx, req, func(msg *lockv1.WatchResponse, more bool) error {
+		holdflush.Hold(ctx, more)
+		return stream.Send(msg)
+	})
+	holdflush.Hold(ctx, false) // the stream's end is flushed whatever ended it
 	if err != nil && ctx.Err() != nil {
 		return nil //nolint:nilerr // the client went away; nobody reads the status
 	}

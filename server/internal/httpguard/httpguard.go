@@ -171,7 +171,7 @@ func Handler(next http.Handler, t Timeouts) http.Handler {
 		}
 		if t.Write > 0 {
 			gw := &writer{ResponseWriter: w, rc: rc, limit: t.Write}
-			defer gw.done()
+			defer gw.handlerDone()
 			w = gw
 		}
 		next.ServeHTTP(w, r)
@@ -290,39 +290,69 @@ func isTimeout(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
-// writer arms a write deadline while a response is being written and
-// disarms it at each flush: a client that does not take a response within
-// the limit loses its stream (HTTP/2) or connection (HTTP/1.1), while a
-// Watch with nothing to send for a long while has no deadline armed.
-// (Arming once per message, not per write, keeps the cost to two deadline
-// changes per Watch event.)
+// writer bounds each write of a response by a timer of its own, armed at
+// the first write after a flush and stopped by the next flush: a client that
+// does not take a response within the limit loses its stream (HTTP/2) or
+// connection (HTTP/1.1), while a Watch with nothing to send for a long while
+// has nothing armed. Only a timer that fires touches the connection (a
+// deadline in the past, as body does for reads). Setting and clearing a
+// real write deadline per message instead would cost every Watch event two
+// deadline changes, each over HTTP/2 a message to the connection's serve
+// goroutine (and a timer it makes and stops): with watchers of every key
+// that was a fifth of the fan-out's work.
 type writer struct {
 	http.ResponseWriter
-	rc      *http.ResponseController
-	limit   time.Duration
-	armed   bool
-	expired bool // a write timed out: the deadline stays in the past
+	rc    *http.ResponseController
+	limit time.Duration
+
+	mu      sync.Mutex  // the fields below, and rc once the handler may have returned
+	timer   *time.Timer // made at the first write
+	pending bool        // written since the last flush: the timer runs
+	expired bool        // a write timed out: the deadline stays in the past
+	done    bool        // the handler returned: rc is the server's again
 }
 
 // Unwrap lets http.ResponseController reach the server's writer.
 func (w *writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *writer) arm() {
-	if !w.armed && !w.expired {
-		_ = w.rc.SetWriteDeadline(time.Now().Add(w.limit))
-		w.armed = true
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pending || w.expired || w.done {
+		return
 	}
+	w.pending = true
+	if w.timer == nil {
+		w.timer = time.AfterFunc(w.limit, w.expire)
+		return
+	}
+	w.timer.Reset(w.limit)
+}
+
+// expire runs on the timer: a write or flush outstanding since it was
+// armed has not been taken within the limit.
+func (w *writer) expire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.pending || w.expired || w.done {
+		return // flushed in time, or the handler returned
+	}
+	// Left expired: the write in progress and every later one (the
+	// server's own flush of what is buffered) fail at once instead of
+	// blocking for good.
+	w.expired = true
+	_ = w.rc.SetWriteDeadline(expiredDeadline)
 }
 
 func (w *writer) settle(err error, flushed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	switch {
 	case err != nil && isTimeout(err):
-		// Left expired: every later write (the server's own flush of what
-		// is buffered) fails at once instead of blocking for good.
 		w.expired = true
-	case flushed && w.armed && !w.expired:
-		_ = w.rc.SetWriteDeadline(time.Time{})
-		w.armed = false
+	case flushed && w.pending && !w.expired:
+		w.timer.Stop()
+		w.pending = false
 	}
 }
 
@@ -344,9 +374,22 @@ func (w *writer) FlushError() error {
 	return err
 }
 
-// done arms the deadline for what the server writes after the handler
-// returns (the rest of the response it buffered).
-func (w *writer) done() { w.arm() }
+// handlerDone hands the response back to the server with a real write
+// deadline for what it writes after the handler returns (the rest of the
+// response it buffered: all of a unary answer), and stops the timer, which
+// must not touch rc from then on. A unary call costs one deadline change,
+// as it did when its first write armed one.
+func (w *writer) handlerDone() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if !w.expired {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.limit))
+	}
+}
 
 // LogWriter passes at most burst lines per interval to next and counts the
 // others; the count is reported with the next line that passes. It is for

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -315,6 +316,77 @@ func TestWriteDeadline(t *testing.T) {
 	resp.Body.Close()
 	if err != nil || string(b) != "line 0\nline 1\nline 2\n" {
 		t.Fatalf("a quiet stream: %q %v", b, err)
+	}
+}
+
+// deadlineCounter is a response writer that counts the write deadlines
+// set on it (found by http.ResponseController through Unwrap).
+type deadlineCounter struct {
+	http.ResponseWriter
+	set int
+}
+
+func (d *deadlineCounter) SetWriteDeadline(time.Time) error { d.set++; return nil }
+func (d *deadlineCounter) FlushError() error                { return nil }
+
+// A streamed response's messages, each written and flushed in time, change
+// no deadline on the connection: over HTTP/2 every change is a message to
+// the connection's serve goroutine, and a Watch event used to cost two.
+// The one deadline is set when the handler returns, for what the server
+// writes after it.
+func TestWriteDeadlineCostsNothingPerMessage(t *testing.T) {
+	const messages = 100
+	d := &deadlineCounter{ResponseWriter: httptest.NewRecorder()}
+	h := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		for i := range messages {
+			fmt.Fprintf(w, "event %d\n", i)
+			if err := rc.Flush(); err != nil {
+				t.Errorf("flush %d: %v", i, err)
+				return
+			}
+		}
+	}), Timeouts{Write: time.Minute})
+	h.ServeHTTP(d, httptest.NewRequest(http.MethodGet, "/", nil))
+	if d.set != 1 {
+		t.Fatalf("%d write deadlines set for %d messages, want 1 (when the handler returned)", d.set, messages)
+	}
+}
+
+// Over HTTP/2 a stream whose client stops reading is ended once a write has
+// waited for the limit (the writer's own timer), not held for good.
+func TestWriteDeadlineHTTP2(t *testing.T) {
+	const limit = 300 * time.Millisecond
+	writeErr := make(chan error, 1)
+	url, client := serveH2C(t, Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		chunk := []byte(strings.Repeat("x", 64<<10))
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				writeErr <- err
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				writeErr <- err
+				return
+			}
+		}
+	}), Timeouts{Write: limit}))
+	resp, err := client.Get(url) // and never read the body
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("served over HTTP/%d, want 2", resp.ProtoMajor)
+	}
+	select {
+	case err := <-writeErr:
+		if err == nil {
+			t.Fatal("the stalled write ended without an error")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a write to an HTTP/2 client that does not read never ended")
 	}
 }
 

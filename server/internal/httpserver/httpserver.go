@@ -36,6 +36,7 @@ import (
 	"github.com/holdfast/holdfast/core/engine"
 	"github.com/holdfast/holdfast/proto/holdfast/lock/v1/lockv1connect"
 	"github.com/holdfast/holdfast/server/internal/api"
+	"github.com/holdfast/holdfast/server/internal/holdflush"
 	"github.com/holdfast/holdfast/server/internal/httpguard"
 	"github.com/holdfast/holdfast/server/internal/paging"
 	"github.com/holdfast/holdfast/server/internal/turns"
@@ -226,6 +227,8 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option)
 	// List pages take turns with the other requests that read the whole
 	// server; lock calls never wait for one.
 	mux.Handle(lockv1connect.LockServiceListProcedure, o.turns.Handler(lock))
+	// A watcher's queued events leave in one flush.
+	mux.Handle(lockv1connect.LockServiceWatchProcedure, holdflush.Handler(lock))
 	mux.Handle(grpchealth.NewHandler(health))
 	// connectrpc.com/grpchealth serves Check and Watch; reflection
 	// describes grpc.health.v1.Health with List too, so List is served
