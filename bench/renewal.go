@@ -71,7 +71,7 @@ type renewalRow struct {
 	// BenchCPU is this bench process's CPU over the window, in % of one
 	// core: the clients' own work (the Go SDK's watchdogs in the SDK row).
 	BenchCPU float64 `json:"bench_cpu_percent"`
-	FirstErr  string  `json:"first_error,omitempty"`
+	FirstErr string  `json:"first_error,omitempty"`
 }
 
 var (
