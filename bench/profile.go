@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +47,31 @@ func captureProfiles(ctx context.Context, p *process, dir, label string, secs in
 		}
 	}
 	return wg.Wait
+}
+
+// profileSelf takes a CPU profile of this bench process for most of d into
+// -profile's directory as LABEL-bench-profile.pb.gz (the clients' own work:
+// the Go SDK's watchdogs in the SDK row). The returned function stops it.
+func profileSelf(label string, d time.Duration) (stop func()) {
+	if *profileDir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(*profileDir, label+"-bench-profile.pb.gz"))
+	if err != nil {
+		logf("-profile: %v", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		logf("-profile: bench CPU profile: %v", err)
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			logf("-profile: %v", err)
+		}
+	}
 }
 
 func fetch(ctx context.Context, url, file string) error {
