@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -18,13 +19,26 @@ import (
 // etcd's calls slower"). The pause is taken from the same run's rows: the
 // part of the c1 floor that is not the peer, per store call (pacedPause).
 //
-// The pause spins by default: the real path keeps a core busy through it
-// (the client, the server and the plugin hand the call on, one after the
-// other) while the store sits idle, and a spinning caller does the same.
-// A sleeping caller leaves both cores idle, and each store call then starts
-// from a halted machine, which the real path does not. Measured both ways
-// (docs/capacity.md, "The paced floor").
-var paceMode = flag.String("pace", "spin", "how a paced peer waits between its store calls: spin (a busy core, the store idle, as in the holdfast path) or sleep")
+// The pause sleeps by default (in the kernel, nanosleep: time.Sleep rounds
+// a 500 µs sleep up to about 1.1 ms here). The real path keeps the caller's
+// side busy through the pause, hand-off after hand-off between the client,
+// the server and the plugin, while the store idles, so a spinning caller
+// looked the closer copy; measured against a reference pause made of real
+// echo RPCs (a throw-away mode, four alternating runs of each, load average
+// 5 to 13, paced minus back-to-back p50 of the peer's pair, medians):
+//
+//	           spin    sleep   echo RPCs
+//	etcd       185     185     223 µs
+//	Redis       62      73      85 µs
+//	PostgreSQL  14      77      85 µs
+//
+// The RPCs slow the store's next call about as much as a sleep does and
+// more than a spin does (PostgreSQL clearest; etcd is within its noise
+// either way): a spinning thread keeps a vCPU awake with no hand-off, which
+// the real path's blocking RPCs do not. The sleep overshoots (about 700 µs
+// for 560 to 680 asked, at that load; pause_measured_us), the echo
+// reference more. docs/capacity.md, "The paced floor".
+var paceMode = flag.String("pace", "sleep", "how a paced peer waits between its store calls: sleep (nanosleep) or spin (busy-wait)")
 
 // pacer waits out a paced row's pauses and counts the time they took.
 type pacer struct {
@@ -40,7 +54,7 @@ func newPacer(mode string, pause time.Duration) (*pacer, error) {
 	case "spin":
 		p.wait = spin
 	case "sleep":
-		p.wait = time.Sleep
+		p.wait = nanosleep
 	default:
 		return nil, fmt.Errorf("-pace: %q is neither spin nor sleep", mode)
 	}
@@ -50,6 +64,15 @@ func newPacer(mode string, pause time.Duration) (*pacer, error) {
 // spin busy-waits for d without giving up its thread.
 func spin(d time.Duration) {
 	for end := time.Now().Add(d); time.Now().Before(end); {
+	}
+}
+
+// nanosleep sleeps for d in the kernel, on its thread: time.Sleep rounds a
+// sub-millisecond sleep up to about a millisecond here (its timer waits in
+// epoll, in whole milliseconds), twice the pause asked for.
+func nanosleep(d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(d))
+	for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
 	}
 }
 
