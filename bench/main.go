@@ -282,14 +282,20 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 		}
 		defer cli.Close()
 		for _, c := range conc {
-			peers[c] = measure(ctx, "etcd concurrency.Mutex, new session per lock", c, *duration,
+			peers[c] = measure(ctx, etcdNewRow, c, *duration,
 				etcdMutexNewSession(cli, fmt.Sprintf("bench-peer/%d/new", runID)))
 			reused, closeAll, err := etcdMutexReusedSession(ctx, cli, fmt.Sprintf("bench-peer/%d/reused", runID), c)
 			if err != nil {
 				return "", err
 			}
-			extra = append(extra, measure(ctx, "etcd concurrency.Mutex, session reused", c, *duration, reused))
+			extra = append(extra, measure(ctx, etcdReuseRow, c, *duration, backToBack(reused)))
+			if c == 1 {
+				err = addPaced(ctx, rep, &extra, etcdPacedRow, reused)
+			}
 			closeAll()
+			if err != nil {
+				return "", err
+			}
 		}
 		var lockers []locker
 		var sessions []*concurrency.Session
@@ -310,8 +316,13 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 		rdb := newRedis(*redisAddr)
 		defer rdb.Close()
 		for _, c := range conc {
-			peers[c] = measure(ctx, "bsm/redislock Obtain+Release", c, *duration,
-				redislockObtainRelease(rdb, fmt.Sprintf("bench-peer/%d", runID)))
+			pair := redislockObtainRelease(rdb, fmt.Sprintf("bench-peer/%d", runID))
+			peers[c] = measure(ctx, redisPeerRow, c, *duration, backToBack(pair))
+			if c == 1 {
+				if err := addPaced(ctx, rep, &extra, redisPacedRow, pair); err != nil {
+					return "", err
+				}
+			}
 		}
 		var lockers []locker
 		rl := redislock.New(rdb)
@@ -327,7 +338,12 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 		}
 		defer pool.Close()
 		for _, c := range conc {
-			peers[c] = measure(ctx, "pg_try_advisory_lock+unlock", c, *duration, pgAdvisory(pool))
+			peers[c] = measure(ctx, pgPeerRow, c, *duration, backToBack(pgAdvisory(pool)))
+			if c == 1 {
+				if err := addPaced(ctx, rep, &extra, pgPacedRow, pgAdvisory(pool)); err != nil {
+					return "", err
+				}
+			}
 		}
 	}
 
@@ -366,6 +382,24 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 	}
 	rep.HotKey = append(rep.HotKey, h)
 	return "", nil
+}
+
+// addPaced measures pair paced (paced.go) right after its back-to-back row,
+// with the pause from this run's echo and engine rows, and adds it to extra;
+// without those rows (memory left out) there is no pause to take, and no
+// row.
+func addPaced(ctx context.Context, rep *report, extra *[]throughput, name string, pair lockPair) error {
+	pause, ok := pacedPause(slices.Concat(rep.Throughput, layerRows))
+	if !ok {
+		logf("%s: left out, no echo and engine rows at concurrency 1 to take its pause from", name)
+		return nil
+	}
+	r, err := measurePaced(ctx, name, *duration, pause, pair)
+	if err != nil {
+		return err
+	}
+	*extra = append(*extra, r)
+	return nil
 }
 
 // profile takes profiles of srv during the next d when -profile is set.

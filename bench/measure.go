@@ -22,15 +22,34 @@ type throughput struct {
 	Baseline     string  `json:"baseline,omitempty"`
 	Ratio        float64 `json:"ratio,omitempty"`
 	LatencyRatio float64 `json:"latency_ratio,omitempty"`
+	// PauseUs is a paced row's pause before each of its store calls (not
+	// timed, and asked for: PauseMeasuredUs is the mean pause it got);
+	// a paced row's ops/s counts its pauses.
+	PauseUs         float64 `json:"pause_us,omitempty"`
+	PauseMeasuredUs float64 `json:"pause_measured_us,omitempty"`
 }
 
 // op is one timed operation by one worker; i counts the worker's operations.
 type op func(ctx context.Context, worker, i int) error
 
+// timedOp is an operation that times itself: it returns the part of its
+// time that counts (a paced peer leaves its pauses out).
+type timedOp func(ctx context.Context, worker, i int) (time.Duration, error)
+
 // measure runs op from conc workers for dur and reports throughput and
 // latency percentiles. An operation that fails counts as an error and its
 // latency is not recorded.
 func measure(ctx context.Context, name string, conc int, dur time.Duration, fn op) throughput {
+	return measureTimed(ctx, name, conc, dur, func(ctx context.Context, worker, i int) (time.Duration, error) {
+		t0 := time.Now()
+		err := fn(ctx, worker, i)
+		return time.Since(t0), err
+	})
+}
+
+// measureTimed is measure with each operation's latency as the operation
+// reports it.
+func measureTimed(ctx context.Context, name string, conc int, dur time.Duration, fn timedOp) throughput {
 	var (
 		mu       sync.Mutex
 		all      []time.Duration
@@ -48,15 +67,15 @@ func measure(ctx context.Context, name string, conc int, dur time.Duration, fn o
 			var localErrs int
 			var localErr error
 			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
-				t0 := time.Now()
-				if err := fn(ctx, w, i); err != nil {
+				d, err := fn(ctx, w, i)
+				if err != nil {
 					localErrs++
 					if localErr == nil {
 						localErr = err
 					}
 					continue
 				}
-				local = append(local, time.Since(t0))
+				local = append(local, d)
 			}
 			mu.Lock()
 			all = append(all, local...)

@@ -17,6 +17,23 @@ import (
 // The direct clients holdfast is measured against, doing the same work
 // without holdfast in between.
 
+// lockPair takes one worker's lock and returns the call that gives it back,
+// so that one peer can be timed back to back (backToBack) or with a pause
+// before each of its two calls (paced, in paced.go).
+type lockPair func(ctx context.Context, worker int) (unlock func(context.Context) error, err error)
+
+// backToBack is a lockPair's lock and unlock one right after the other,
+// timed together: the peer as its users run it.
+func backToBack(p lockPair) op {
+	return func(ctx context.Context, worker, _ int) error {
+		unlock, err := p(ctx, worker)
+		if err != nil {
+			return err
+		}
+		return unlock(ctx)
+	}
+}
+
 func dialEtcd(endpoints string) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{
 		Endpoints:   strings.Split(endpoints, ","),
@@ -42,7 +59,7 @@ func etcdMutexNewSession(cli *clientv3.Client, prefix string) op {
 }
 
 // etcdMutexReusedSession keeps one session per worker.
-func etcdMutexReusedSession(ctx context.Context, cli *clientv3.Client, prefix string, workers int) (op, func(), error) {
+func etcdMutexReusedSession(ctx context.Context, cli *clientv3.Client, prefix string, workers int) (lockPair, func(), error) {
 	sessions := make([]*concurrency.Session, workers)
 	closeAll := func() {
 		for _, s := range sessions {
@@ -59,12 +76,12 @@ func etcdMutexReusedSession(ctx context.Context, cli *clientv3.Client, prefix st
 		}
 		sessions[i] = s
 	}
-	return func(ctx context.Context, worker, _ int) error {
+	return func(ctx context.Context, worker int) (func(context.Context) error, error) {
 		m := concurrency.NewMutex(sessions[worker], fmt.Sprintf("%s/%d", prefix, worker))
 		if err := m.Lock(ctx); err != nil {
-			return err
+			return nil, err
 		}
-		return m.Unlock(ctx)
+		return m.Unlock, nil
 	}, closeAll, nil
 }
 
@@ -86,14 +103,14 @@ func newRedis(addr string) *redis.Client {
 }
 
 // redislockObtainRelease is bsm/redislock's Obtain then Release.
-func redislockObtainRelease(rdb *redis.Client, prefix string) op {
+func redislockObtainRelease(rdb *redis.Client, prefix string) lockPair {
 	locker := redislock.New(rdb)
-	return func(ctx context.Context, worker, _ int) error {
+	return func(ctx context.Context, worker int) (func(context.Context) error, error) {
 		l, err := locker.Obtain(ctx, fmt.Sprintf("%s/%d", prefix, worker), 10*time.Second, nil)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return l.Release(ctx)
+		return l.Release, nil
 	}
 }
 
@@ -119,21 +136,26 @@ func (l *redislockHotLocker) unlock(ctx context.Context) error { return l.held.R
 
 // pgAdvisory is pg_try_advisory_lock then pg_advisory_unlock on one pooled
 // connection per operation (session-level advisory locks belong to a
-// connection).
-func pgAdvisory(pool *pgxpool.Pool) op {
-	return func(ctx context.Context, worker, _ int) error {
+// connection, which is held from the lock to the unlock).
+func pgAdvisory(pool *pgxpool.Pool) lockPair {
+	return func(ctx context.Context, worker int) (func(context.Context) error, error) {
 		conn, err := pool.Acquire(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer conn.Release()
+		id := int64(1_000_000 + worker)
 		var ok bool
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(1_000_000+worker)).Scan(&ok); err != nil {
-			return err
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", id).Scan(&ok); err != nil {
+			conn.Release()
+			return nil, err
 		}
 		if !ok {
-			return errors.New("advisory lock not acquired")
+			conn.Release()
+			return nil, errors.New("advisory lock not acquired")
 		}
-		return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", int64(1_000_000+worker)).Scan(&ok)
+		return func(ctx context.Context) error {
+			defer conn.Release()
+			return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", id).Scan(&ok)
+		}, nil
 	}
 }

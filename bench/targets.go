@@ -54,8 +54,14 @@ func judge(rep report) []target {
 	// Issue 17.
 	backends := []string{"memory", "etcd", "redis", "postgres"}
 	for _, b := range backends {
+		// Judged on the paced floor: the holdfast path's store calls each
+		// come after a client RPC and a plugin hop, which no server can
+		// remove, and a store serves a call after a pause slower (floor.go).
 		f := floor(b, 1)
-		add(17, "c1 p50, "+b, "≤ 1.25× its floor", f != nil, fmt.Sprintf("%.2f× (%.0f µs, floor %.0f µs)", fl(f).Over, fl(f).P50, fl(f).FloorP50), f != nil && f.Over <= 1.25)
+		known := f != nil && f.FloorPacedP50 > 0
+		add(17, "c1 p50, "+b, "≤ 1.25× its paced floor", known,
+			fmt.Sprintf("%.2f× (%.0f µs, paced floor %.0f µs; back to back %.0f µs, %.2f×)", fl(f).OverPaced, fl(f).P50, fl(f).FloorPacedP50, fl(f).FloorP50, fl(f).Over),
+			known && f.OverPaced <= 1.25)
 	}
 	for _, c := range []int{32, 128} {
 		for _, b := range backends {
