@@ -39,8 +39,9 @@ type FollowBackend interface {
 	// applies the changes it receives on changes, in order, each once it
 	// has sent that EventSynced, and then calls the change's Applied (when
 	// not nil): every change of a followed key that commits after Applied
-	// is called must be sent. Changes of other keys may be sent too (a
-	// caller ignores what it did not ask for), but the point is not to.
+	// is called must be sent. Changes of other keys are not sent (one
+	// already on its way when its key was dropped may still be): that is
+	// the point of Follow, and the conformance suite checks it.
 	//
 	// send and Applied are never called concurrently, so a transport may
 	// write both to one stream; both are called in the order the backend
