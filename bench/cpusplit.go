@@ -212,12 +212,13 @@ func printCPUSplit(s *cpuSplit) {
 	}
 	fmt.Println("\nCPU per operation by process, above concurrency 1 (-cpu-split): µs of CPU time (utime+stime) over each row's window,")
 	fmt.Println("over its operations; server = holdfast or echo server, plugin = the plugin process, store = etcd / redis-server /")
-	fmt.Println("postmaster and its backends, client = this bench process (in the engine rows, the engine too); load = 1-min load average")
+	fmt.Println("postmaster and its backends, client = this bench process (in the engine rows, the engine too); load = 1-min load average;")
+	fmt.Println("cores = ops/s × total: how much of the machine the row's processes kept busy (below what they were given: waiting)")
 	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "work\tconc\tops/s\tload\tserver\tplugin\tstore\tclient\ttotal µs\t")
+	fmt.Fprintln(w, "work\tconc\tops/s\tload\tserver\tplugin\tstore\tclient\ttotal µs\tcores\t")
 	for _, r := range s.Rows {
-		fmt.Fprintf(w, "%s\t%d\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", r.Work, r.Concurrency, r.OpsPerSec, r.Load1,
-			r.CPU.Server, r.CPU.Plugin, r.CPU.Store, r.CPU.Client, r.TotalUS)
+		fmt.Fprintf(w, "%s\t%d\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t\n", r.Work, r.Concurrency, r.OpsPerSec, r.Load1,
+			r.CPU.Server, r.CPU.Plugin, r.CPU.Store, r.CPU.Client, r.TotalUS, r.OpsPerSec*r.TotalUS/1e6)
 	}
 	_ = w.Flush()
 	if len(s.Floors) == 0 {
