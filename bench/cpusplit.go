@@ -59,7 +59,8 @@ type cpuRow struct {
 // (the hop row's client) on the server; the hop row's plugin and the
 // peer's client (the store's client library) on the plugin; the peer's
 // store on the store; the echo client's (two calls) on the client. Most
-// names the process with the largest excess over its part.
+// names the process with the largest excess over its part (the smallest
+// shortfall when every process is below its part).
 type cpuFloor struct {
 	Backend     string  `json:"backend"`
 	Concurrency int     `json:"concurrency"`
@@ -228,7 +229,7 @@ func printCPUSplit(s *cpuSplit) {
 	fmt.Println("work in holdfast: echo server and the hop row's engine on the server, the hop's plugin and the peer's client on the")
 	fmt.Println("plugin, the peer's store on the store, the echo client on the client (µs: server/plugin/store/client)")
 	for _, f := range s.Floors {
-		fmt.Printf("  %s c%d: holdfast %.0f µs (%s), floor %.0f µs (%s): %+.0f µs, most in the %s (%+.0f µs)\n",
+		fmt.Printf("  %s c%d: holdfast %.0f µs (%s), floor %.0f µs (%s): %+.0f µs, the largest excess in the %s (%+.0f µs)\n",
 			f.Backend, f.Concurrency, f.HoldfastUS, f.Holdfast.parts(), f.FloorUS, f.Floor.parts(), f.HoldfastUS-f.FloorUS, f.Most, f.MostUS)
 	}
 }
