@@ -48,7 +48,8 @@ func engineOp(e *engine.Engine, prefix string) op {
 }
 
 // measureEngine measures the engine on b at every concurrency level.
-func measureEngine(ctx context.Context, name string, b backend.Backend, conc []int, batch engine.BatchConfig) ([]throughput, error) {
+// procs are the processes besides this one whose CPU -cpu-split reads.
+func measureEngine(ctx context.Context, name string, b backend.Backend, procs cpuProcs, conc []int, batch engine.BatchConfig) ([]throughput, error) {
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	e, err := engine.New(startCtx, b, engine.Config{Batch: batch})
@@ -58,7 +59,7 @@ func measureEngine(ctx context.Context, name string, b backend.Backend, conc []i
 	defer e.Close()
 	var rows []throughput
 	for _, c := range conc {
-		rows = append(rows, measure(ctx, name, c, *duration, engineOp(e, fmt.Sprintf("engine/%d", time.Now().UnixNano()))))
+		rows = append(rows, splitMeasure(ctx, procs, name, c, *duration, engineOp(e, fmt.Sprintf("engine/%d", time.Now().UnixNano()))))
 	}
 	return rows, nil
 }
@@ -68,7 +69,7 @@ func measureEngine(ctx context.Context, name string, b backend.Backend, conc []i
 // with the engine's batching across callers.
 func measureLayers(ctx context.Context, conc []int) ([]throughput, error) {
 	mem := memory.New()
-	inproc, err := measureEngine(ctx, inprocRow, mem, conc, engine.BatchConfig{Off: true})
+	inproc, err := measureEngine(ctx, inprocRow, mem, cpuProcs{}, conc, engine.BatchConfig{Off: true})
 	mem.Close()
 	if err != nil {
 		return nil, err
@@ -83,11 +84,11 @@ func measureLayers(ctx context.Context, conc []int) ([]throughput, error) {
 		return nil, err
 	}
 	defer h.Close()
-	hop, err := measureEngine(ctx, hopRow, h, conc, engine.BatchConfig{Off: true})
+	hop, err := measureEngine(ctx, hopRow, h, cpuProcs{plugin: h.PID()}, conc, engine.BatchConfig{Off: true})
 	if err != nil {
 		return nil, err
 	}
-	batched, err := measureEngine(ctx, hopBatchRow, h, conc, engine.BatchConfig{})
+	batched, err := measureEngine(ctx, hopBatchRow, h, cpuProcs{plugin: h.PID()}, conc, engine.BatchConfig{})
 	if err != nil {
 		return nil, err
 	}

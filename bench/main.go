@@ -13,6 +13,9 @@
 // path before). Backend services (etcd, Redis, PostgreSQL) are started by
 // `make bench` with the project's scripts and passed in by flag; a backend
 // without its flag is left out of the table, and the table says so.
+// With -cpu-split it also reads each process's CPU time over the rows above
+// concurrency 1 and sets holdfast's CPU a pair against its floor's parts
+// (cpusplit.go).
 package main
 
 import (
@@ -73,6 +76,7 @@ type report struct {
 	Renewal         []renewalRow `json:"renewal,omitempty"`
 	ListLoad        *listLoad    `json:"list_load,omitempty"`
 	WatchCPU        []watchCPU   `json:"watch_cpu,omitempty"`
+	CPUSplit        *cpuSplit    `json:"cpu_split,omitempty"`
 	Targets         []target     `json:"targets"`
 	// RequestIDs says whether the holdfast rows sent request ids
 	// (-request-ids).
@@ -142,7 +146,7 @@ func run(ctx context.Context) error {
 	echoClient := newClient(echoProc.addr)
 	echoRows := map[int]throughput{}
 	for _, c := range conc {
-		r := measure(ctx, "connect-go echo (floor)", c, *duration, echo(echoClient))
+		r := splitMeasure(ctx, cpuProcs{server: echoProc.PID()}, echoRow, c, *duration, echo(echoClient))
 		echoRows[c] = r
 		rep.Throughput = append(rep.Throughput, r)
 	}
@@ -189,6 +193,9 @@ func run(ctx context.Context) error {
 	}
 
 	rep.Floors = floors(rep.Throughput)
+	if *cpuSplitOn {
+		rep.CPUSplit = &cpuSplit{Rows: cpuRows, Floors: cpuFloors(cpuRows)}
+	}
 	rep.Targets = judge(rep)
 	printReport(rep)
 	printFloors(rep.Floors)
@@ -196,6 +203,7 @@ func run(ctx context.Context) error {
 	printRenewal(rep.Renewal)
 	printListLoad(rep.ListLoad)
 	printWatchCPU(rep.WatchCPU)
+	printCPUSplit(rep.CPUSplit)
 	printTargets(rep.Targets)
 	if *jsonOut != "" {
 		data, err := json.MarshalIndent(rep, "", "  ")
@@ -253,6 +261,13 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 	defer srv.stop()
 	client := newClient(srv.addr)
 	runID := time.Now().UnixNano()
+	var store int
+	if *cpuSplitOn {
+		if store, err = storeProcess(name); err != nil {
+			logf("-cpu-split: %s: the store's process not found, its CPU left out: %v", name, err)
+		}
+	}
+	storeCPU := cpuProcs{store: store}
 
 	// Warm up, unmeasured, at the highest concurrency: a fresh store
 	// (etcd's database file grows and is remapped on its first writes,
@@ -288,7 +303,7 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 			if err != nil {
 				return "", err
 			}
-			extra = append(extra, measure(ctx, etcdReuseRow, c, *duration, backToBack(reused)))
+			extra = append(extra, splitMeasure(ctx, storeCPU, etcdReuseRow, c, *duration, backToBack(reused)))
 			if c == 1 {
 				err = addPaced(ctx, rep, &extra, etcdPacedRow, reused)
 			}
@@ -317,7 +332,7 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 		defer rdb.Close()
 		for _, c := range conc {
 			pair := redislockObtainRelease(rdb, fmt.Sprintf("bench-peer/%d", runID))
-			peers[c] = measure(ctx, redisPeerRow, c, *duration, backToBack(pair))
+			peers[c] = splitMeasure(ctx, storeCPU, redisPeerRow, c, *duration, backToBack(pair))
 			if c == 1 {
 				if err := addPaced(ctx, rep, &extra, redisPacedRow, pair); err != nil {
 					return "", err
@@ -338,7 +353,7 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 		}
 		defer pool.Close()
 		for _, c := range conc {
-			peers[c] = measure(ctx, pgPeerRow, c, *duration, backToBack(pgAdvisory(pool)))
+			peers[c] = splitMeasure(ctx, storeCPU, pgPeerRow, c, *duration, backToBack(pgAdvisory(pool)))
 			if c == 1 {
 				if err := addPaced(ctx, rep, &extra, pgPacedRow, pgAdvisory(pool)); err != nil {
 					return "", err
@@ -349,7 +364,8 @@ func benchBackend(ctx context.Context, name string, conc []int, echoRows map[int
 
 	for _, c := range conc {
 		wait := profile(ctx, srv, fmt.Sprintf("%s-c%d", name, c), *duration)
-		r := measure(ctx, "holdfast/"+name+" Acquire+Release", c, *duration,
+		pluginPID, _, _ := srv.logged()
+		r := splitMeasure(ctx, cpuProcs{server: srv.PID(), plugin: pluginPID, store: store}, "holdfast/"+name+" Acquire+Release", c, *duration,
 			acquireRelease(client, fmt.Sprintf("bench/%d/%s", runID, name)))
 		wait()
 		if p, ok := peers[c]; ok && p.OpsPerSec > 0 && p.P50 > 0 {

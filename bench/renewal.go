@@ -574,27 +574,6 @@ func b2i(b bool) int {
 	return 0
 }
 
-// cpuTicks is a process's user+system CPU time in clock ticks
-// (/proc/PID/stat), or 0 when unreadable.
-func cpuTicks(pid int) int64 {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// The command name (field 2) may hold spaces: count from its ')'.
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(fields[11], 10, 64)
-	st, _ := strconv.ParseInt(fields[12], 10, 64)
-	return u + st
-}
-
-// clockTicks is USER_HZ, 100 on Linux everywhere that matters.
-const clockTicks = 100
-
 func cpuPercent(t0, t1 int64, d time.Duration) float64 {
 	return 100 * float64(t1-t0) / clockTicks / d.Seconds()
 }
