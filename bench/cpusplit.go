@@ -26,7 +26,7 @@ import (
 // times nothing itself and adds no row: the cost is a few /proc reads a
 // row. With -profile the profiled rows' server and plugin CPU includes the
 // profiler's.
-var cpuSplitOn = flag.Bool("cpu-split", false, "read each process's CPU time over every row above concurrency 1 that holdfast or its floor is made of, and print CPU per operation by process against the floor's parts")
+var cpuSplitOn = flag.Bool("cpu-split", true, "read each process's CPU time over every row above concurrency 1 that holdfast or its floor is made of, and print CPU per operation by process against the floor's parts")
 
 // cpuRows are the rows -cpu-split has read, in the order they ran.
 var cpuRows []cpuRow

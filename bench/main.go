@@ -13,9 +13,10 @@
 // path before). Backend services (etcd, Redis, PostgreSQL) are started by
 // `make bench` with the project's scripts and passed in by flag; a backend
 // without its flag is left out of the table, and the table says so.
-// With -cpu-split it also reads each process's CPU time over the rows above
-// concurrency 1 and sets holdfast's CPU a pair against its floor's parts
-// (cpusplit.go).
+// It also reads each process's CPU time over the rows above concurrency 1
+// and sets holdfast's CPU a pair against its floor's parts (cpusplit.go;
+// a few /proc reads a row, so it is on by default; -cpu-split=false leaves
+// it out).
 package main
 
 import (
