@@ -115,7 +115,7 @@ func (w watchFollower) Follow(parent context.Context, changes <-chan FollowChang
 		cancel()
 		err := <-watchDone
 		if parent.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // the caller's context ended it: that is the contract's nil
 		}
 		return err
 	}

@@ -23,7 +23,7 @@ type follow struct {
 	overlap atomic.Bool // Applied ran while send did
 }
 
-func startFollow(t *testing.T, ctx context.Context, b backend.Backend) *follow {
+func startFollow(ctx context.Context, t *testing.T, b backend.Backend) *follow {
 	t.Helper()
 	f := &follow{events: make(chan backend.Event, 64), changes: make(chan backend.FollowChange), done: make(chan error, 1)}
 	go func() {
@@ -92,7 +92,7 @@ func TestFollowingSendsOnlyFollowedKeys(t *testing.T) {
 	b := fakebackend.New()
 	defer b.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	f := startFollow(t, ctx, b)
+	f := startFollow(ctx, t, b)
 
 	f.change(t, backend.FollowChange{Keys: []string{"a"}, Prefixes: []string{"jobs/"}})
 	cycle(t, b, "other") // not followed: must not arrive
@@ -131,7 +131,7 @@ func TestFollowingKeepsSendingAfterChangesClose(t *testing.T) {
 	defer b.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f := startFollow(t, ctx, b)
+	f := startFollow(ctx, t, b)
 	f.change(t, backend.FollowChange{Keys: []string{"k"}})
 	close(f.changes)
 	cycle(t, b, "k")
@@ -145,7 +145,7 @@ func TestFollowingKeepsSendingAfterChangesClose(t *testing.T) {
 func TestFollowingEndsWithTheWatchError(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	b := fakebackend.New()
-	f := startFollow(t, context.Background(), b)
+	f := startFollow(context.Background(), t, b)
 	b.Close() // ends every watch with ErrUnavailable
 	select {
 	case err := <-f.done:
