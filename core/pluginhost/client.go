@@ -348,7 +348,7 @@ type ack struct {
 // Follow, and otherwise as for any stream.
 func (h *Host) followError(ctx context.Context, g *generation, err error) error {
 	if ctx.Err() != nil {
-		return nil
+		return nil //nolint:nilerr // a Follow ended by its caller's context is no failure (the contract)
 	}
 	if status.Code(err) == codes.Unimplemented {
 		return fmt.Errorf("pluginhost: plugin %s: Follow: %w", h.cfg.Name, errors.ErrUnsupported)

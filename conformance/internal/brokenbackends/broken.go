@@ -555,7 +555,7 @@ func (f *followsAll) Follow(ctx context.Context, changes <-chan backend.FollowCh
 	}()
 	end := func(err error) error {
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // a Follow ended by its caller's context is no failure (the contract)
 		}
 		return err
 	}
