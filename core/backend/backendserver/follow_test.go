@@ -34,7 +34,9 @@ func TestFollowServedForAnyBackend(t *testing.T) {
 	go func() { served <- srv.Serve(lis) }()
 	defer func() {
 		srv.Stop()
-		<-served
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
 	}()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
