@@ -44,6 +44,7 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 		{backend: "overgrants", label: "semaphore", spec: "semaphore never grants more permits than the limit to racing acquirers, checked at a fenced counter"},
 		{backend: "proclaimswithoutowner", label: "election", spec: "election lets the leader's token alone replace the value, changing nothing else, and announces it in Watch"},
 		{backend: "countskeys", label: "count", spec: "count counts a held lease and each grant of a semaphore once, and a released lease no more"},
+		{backend: "followsall", label: "follow", spec: "follow sends the changes of followed keys and prefixes, and only those"},
 		{backend: "secondowner", label: "sharing", spec: "sharing refuses a second plugin instance on a single-instance store while the first runs",
 			args: func(dir string) []string { return append(store(dir), "--single-instance") }},
 	}

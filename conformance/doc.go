@@ -28,8 +28,8 @@
 //	}
 //
 // Every spec carries the label of its promise (atomic-acquire, owner-token,
-// ttl, fencing, stamps, watch, list, get, sharing, durable, watchdog,
-// waiting, fair, server-info, bad-input, store-restart) and of its level
+// ttl, fencing, stamps, watch, follow, list, get, sharing, durable,
+// watchdog, waiting, fair, server-info, bad-input, store-restart) and of its level
 // (backend, service); specs that kill, pause or restart a process also carry
 // "disruptive". Select them with Config.LabelFilter, -ginkgo.label-filter or
 // the command's --label-filter. A spec that does not apply to what the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -112,16 +113,11 @@ func (h *Host) Enqueue(ctx context.Context, key, waiterID string) error {
 // answers, so it is bounded by ctx (and the plugin's exit), not by
 // CallTimeout.
 func (h *Host) WaitTurn(ctx context.Context, key, waiterID string) (bool, error) {
-	g, err := h.current()
+	g, cctx, cancel, err := h.open(ctx)
 	if err != nil {
 		return false, err
 	}
-	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(g.exited, cancel)
-	defer stop()
-	stopLive := context.AfterFunc(g.live.context(), cancel)
-	defer stopLive()
 	resp, err := g.rpc.WaitTurn(cctx, &backendv1.WaitTurnRequest{Key: key, WaiterId: waiterID})
 	if err != nil {
 		return false, h.callError(ctx, g, "WaitTurn", err)
@@ -191,35 +187,56 @@ func (h *Host) List(ctx context.Context, req backend.ListRequest) (backend.ListP
 	return wire.FromListResponse(resp, req)
 }
 
+// open is the generation for a call that is bounded by ctx (and not by
+// CallTimeout: a stream, or a call that blocks until something happens),
+// with ctx cut off when that plugin exits or stops answering.
+func (h *Host) open(ctx context.Context) (*generation, context.Context, context.CancelFunc, error) {
+	g, err := h.current()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(g.exited, cancel)
+	stopLive := context.AfterFunc(g.live.context(), cancel) // it stopped answering
+	return g, cctx, func() {
+		stopLive()
+		stop()
+		cancel()
+	}, nil
+}
+
+// streamError maps the error that ended a stream of op on generation g:
+// the end of the stream is the caller's context error when ctx is done,
+// and else the plugin ending a stream that never ends by itself
+// (ErrUnavailable); any other error is callError's.
+func (h *Host) streamError(ctx context.Context, g *generation, op string, err error) error {
+	if !errors.Is(err, io.EOF) {
+		return h.callError(ctx, g, op, err)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("pluginhost: %s: %w", op, ctx.Err())
+	}
+	return fmt.Errorf("%w: plugin %s ended the %s stream", backend.ErrUnavailable, h.cfg.Name, op)
+}
+
 // Watch implements backend.Backend. It returns the caller's context error
 // when ctx is done, send's error when send fails, and an error wrapping
 // backend.ErrUnavailable when the plugin dies or ends the watch; then the
 // caller watches again (after Changed, or with backoff) and re-syncs.
 func (h *Host) Watch(ctx context.Context, prefix string, send func(backend.Event) error) error {
-	g, err := h.current()
+	g, cctx, cancel, err := h.open(ctx)
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(g.exited, cancel)
-	defer stop()
-	stopLive := context.AfterFunc(g.live.context(), cancel)
-	defer stopLive()
 	stream, err := g.rpc.Watch(cctx, &backendv1.WatchRequest{Prefix: prefix})
 	if err != nil {
 		return h.callError(ctx, g, "Watch", err)
 	}
 	for {
 		resp, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			if ctx.Err() != nil {
-				return fmt.Errorf("pluginhost: Watch: %w", ctx.Err())
-			}
-			return fmt.Errorf("%w: plugin %s ended the watch", backend.ErrUnavailable, h.cfg.Name)
-		}
 		if err != nil {
-			return h.callError(ctx, g, "Watch", err)
+			return h.streamError(ctx, g, "Watch", err)
 		}
 		ev, err := wire.FromWatchResponse(resp, prefix)
 		if err != nil {
@@ -229,6 +246,114 @@ func (h *Host) Watch(ctx context.Context, prefix string, send func(backend.Event
 			return err
 		}
 	}
+}
+
+var _ backend.FollowBackend = (*Host)(nil)
+
+// Follow implements backend.FollowBackend over the plugin's Follow stream:
+// each change goes to the plugin numbered by a seq when it has an Applied,
+// which is called when the plugin acks that seq, in order and never
+// concurrently with send (both are called from the one goroutine that
+// reads the stream). It returns nil when ctx ends it, send's error when
+// send fails, an error wrapping errors.ErrUnsupported when the plugin does
+// not serve Follow (an older plugin: the caller watches instead), and one
+// wrapping backend.ErrUnavailable when the plugin dies or ends the stream.
+func (h *Host) Follow(ctx context.Context, changes <-chan backend.FollowChange, send func(backend.Event) error) error {
+	g, cctx, cancel, err := h.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	stream, err := g.rpc.Follow(cctx)
+	if err != nil {
+		return h.followError(ctx, g, err)
+	}
+	var (
+		mu      sync.Mutex
+		pending []ack // the changes sent and not acked yet, in seq order
+	)
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		var seq uint64
+		for {
+			var c backend.FollowChange
+			var ok bool
+			select {
+			case <-cctx.Done():
+				return
+			case c, ok = <-changes:
+			}
+			if !ok {
+				// No more changes: the plugin's feed goes on. A failed
+				// CloseSend shows in Recv.
+				_ = stream.CloseSend()
+				return
+			}
+			var n uint64
+			if c.Applied != nil {
+				seq++
+				n = seq
+				mu.Lock() // before Send: the ack may come back at once
+				pending = append(pending, ack{n, c.Applied})
+				mu.Unlock()
+			}
+			if err := stream.Send(wire.ToFollowRequest(c, n)); err != nil {
+				return // the stream is broken: Recv says how
+			}
+		}
+	}()
+	// Recv fails once cctx is cancelled, so the sender has ended too when
+	// Follow returns.
+	defer func() {
+		cancel()
+		<-sent
+	}()
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return h.followError(ctx, g, err)
+		}
+		ev, applied, err := wire.FromFollowResponse(resp)
+		if err != nil {
+			return fmt.Errorf("plugin %s: %w", h.cfg.Name, err)
+		}
+		if applied == 0 {
+			if err := send(ev); err != nil {
+				return err
+			}
+			continue
+		}
+		mu.Lock()
+		var next ack
+		if len(pending) > 0 && pending[0].seq == applied {
+			next, pending = pending[0], pending[1:]
+		}
+		mu.Unlock()
+		if next.applied == nil {
+			return fmt.Errorf("%w: plugin %s acked Follow change %d out of order", backend.ErrUnavailable, h.cfg.Name, applied)
+		}
+		next.applied()
+	}
+}
+
+// ack is a Follow change waiting for the plugin to say it is in force.
+type ack struct {
+	seq     uint64
+	applied func()
+}
+
+// followError maps the error that ended a Follow: nil when the caller's
+// ctx ended it (the contract), errors.ErrUnsupported for a plugin without
+// Follow, and otherwise as for any stream.
+func (h *Host) followError(ctx context.Context, g *generation, err error) error {
+	if ctx.Err() != nil {
+		return nil //nolint:nilerr // a Follow ended by its caller's context is no failure (the contract)
+	}
+	if status.Code(err) == codes.Unimplemented {
+		return fmt.Errorf("pluginhost: plugin %s: Follow: %w", h.cfg.Name, errors.ErrUnsupported)
+	}
+	return h.streamError(ctx, g, "Follow", err)
 }
 
 // batchCall runs one batch call on the current plugin, or answers

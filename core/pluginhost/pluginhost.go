@@ -9,8 +9,8 @@
 // doubling up to Config.MaxBackoff, back to MinBackoff after a plugin that
 // stayed up longer than MaxBackoff). While the plugin is down, every call
 // fails at once with an error wrapping backend.ErrUnavailable; calls in
-// flight when it dies are cancelled and fail the same way, and so does
-// Watch, so the caller watches again once the plugin is back. After each
+// flight when it dies are cancelled and fail the same way, and so do Watch
+// and Follow, so the caller watches again once the plugin is back. After each
 // relaunch Info is read again. A plugin that is running but does not answer
 // (frozen) is found by a liveness ping with a deadline and reported down
 // until it answers again (liveness.go).

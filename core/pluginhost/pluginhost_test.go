@@ -503,12 +503,15 @@ func TestStartErrors(t *testing.T) {
 // helperEnv makes the test binary a helper process that starts the memory
 // plugin and then waits to be killed: "host" starts it through Start (with
 // Pdeathsig), "spawn" starts it bare (only backendserver.Serve's parent watch can
-// end it). The helper prints the plugin's pid on stdout.
+// end it). The helper prints the plugin's pid on stdout. "old" makes it a
+// plugin itself, one built before Follow (serveOldPlugin).
 const helperEnv = "PLUGINHOST_TEST_HELPER"
 
 func runHelper(mode string) {
 	plugin := os.Getenv("PLUGINHOST_TEST_PLUGIN")
 	switch mode {
+	case "old":
+		serveOldPlugin() // never returns
 	case "host":
 		h, err := Start(context.Background(), Config{Path: plugin, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {

@@ -46,6 +46,7 @@ var bugs = map[string]backendserver.OpenFunc{
 	"overgrants":            on(memory.Open, Overgrants),
 	"proclaimswithoutowner": on(memory.Open, ProclaimsWithoutOwner),
 	"countskeys":            on(memory.Open, CountsKeys),
+	"followsall":            on(memory.Open, FollowsAll),
 }
 
 // Names lists the broken backends.
@@ -75,6 +76,9 @@ func on(open backendserver.OpenFunc, bug func(backend.Backend) backend.Backend) 
 		}
 		if e, ok := broken.(backend.ElectionBackend); ok {
 			return electing{closing{broken, b}, e}, nil
+		}
+		if f, ok := broken.(backend.FollowBackend); ok {
+			return following{closing{broken, b}, f}, nil
 		}
 		return closing{broken, b}, nil
 	}
@@ -116,6 +120,16 @@ type counting struct {
 }
 
 func (c counting) Count(ctx context.Context) (int64, error) { return c.c.Count(ctx) }
+
+// following is a broken backend that follows keys natively.
+type following struct {
+	closing
+	f backend.FollowBackend
+}
+
+func (f following) Follow(ctx context.Context, changes <-chan backend.FollowChange, send func(backend.Event) error) error {
+	return f.f.Follow(ctx, changes, send)
+}
 
 func (c closing) Close() error {
 	if cl, ok := c.inner.(io.Closer); ok {
@@ -512,6 +526,58 @@ func (c *countsKeys) Count(ctx context.Context) (int64, error) {
 		n += int64(len(page.Records))
 		if token = page.NextPageToken; token == "" {
 			return n, nil
+		}
+	}
+}
+
+// FollowsAll follows natively but sends the change of every key, followed
+// or not, as a store's subscription would that ignores the keys it is
+// given: the engine's waiters still wake, but every Acquire and Release
+// crosses the plugin hop again, which is what Follow is for.
+func FollowsAll(b backend.Backend) backend.Backend { return &followsAll{b} }
+
+type followsAll struct{ backend.Backend }
+
+func (f *followsAll) Follow(ctx context.Context, changes <-chan backend.FollowChange, send func(backend.Event) error) error {
+	var mu sync.Mutex // serialises send and Applied, as the contract wants
+	synced := make(chan struct{})
+	var once sync.Once
+	watched := make(chan error, 1)
+	go func() {
+		watched <- f.Watch(ctx, "", func(e backend.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if e.Type == backend.EventSynced {
+				once.Do(func() { close(synced) })
+			}
+			return send(e) // the bug: no filter
+		})
+	}()
+	end := func(err error) error {
+		if ctx.Err() != nil {
+			return nil //nolint:nilerr // a Follow ended by its caller's context is no failure (the contract)
+		}
+		return err
+	}
+	for {
+		select {
+		case err := <-watched:
+			return end(err)
+		case c, ok := <-changes:
+			if !ok {
+				changes = nil
+				continue
+			}
+			select {
+			case <-synced:
+			case err := <-watched:
+				return end(err)
+			}
+			mu.Lock()
+			if c.Applied != nil {
+				c.Applied()
+			}
+			mu.Unlock()
 		}
 	}
 }

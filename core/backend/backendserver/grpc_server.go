@@ -3,6 +3,7 @@ package backendserver
 import (
 	"context"
 	"errors"
+	"io"
 	"slices"
 
 	"google.golang.org/grpc/codes"
@@ -84,6 +85,57 @@ func (s *grpcServer) Watch(req *backendv1.WatchRequest, stream backendv1.Backend
 	err := s.b.Watch(stream.Context(), req.GetPrefix(), func(ev backend.Event) error {
 		return stream.Send(wire.ToWatchResponse(ev))
 	})
+	if err == nil {
+		return nil
+	}
+	return wire.ToStatus(err)
+}
+
+// Follow serves Follow for every backend: natively for a FollowBackend,
+// and for any other through backend.Following, which filters its Watch ""
+// here in the plugin, so that the events nobody follows stop before the
+// plugin hop. send and Applied are never called concurrently (the
+// contract), so both write the one stream.
+func (s *grpcServer) Follow(stream backendv1.BackendService_FollowServer) error {
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	changes := make(chan backend.FollowChange)
+	go func() {
+		// It ends when the stream does: Recv fails once the host goes or
+		// the handler has returned.
+		defer close(changes)
+		for {
+			req, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return // the host sends no more changes; the feed goes on
+			}
+			if err != nil {
+				cancel(err)
+				return
+			}
+			c, seq := wire.FromFollowRequest(req)
+			if seq != 0 {
+				c.Applied = func() {
+					if err := stream.Send(wire.ToFollowApplied(seq)); err != nil {
+						cancel(err) // Applied cannot fail: end the feed instead
+					}
+				}
+			}
+			select {
+			case changes <- c:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	err := backend.Following(s.b).Follow(ctx, changes, func(ev backend.Event) error {
+		return stream.Send(wire.ToFollowEvent(ev))
+	})
+	if err == nil {
+		if cause := context.Cause(ctx); stream.Context().Err() == nil && cause != nil {
+			err = cause // an ack that could not be sent or a broken request stream
+		}
+	}
 	if err == nil {
 		return nil
 	}

@@ -305,19 +305,25 @@ func FromListResponse(resp *backendv1.ListResponse, req backend.ListRequest) (ba
 
 // FromWatchResponse decodes one event of a Watch of prefix.
 func FromWatchResponse(resp *backendv1.WatchResponse, prefix string) (backend.Event, error) {
+	return fromEvent("Watch", resp, prefix)
+}
+
+// fromEvent decodes an event of op's stream (Watch or Follow), whose key
+// must be under prefix.
+func fromEvent(op string, resp *backendv1.WatchResponse, prefix string) (backend.Event, error) {
 	ev := backend.Event{Type: fromEventType(resp.GetType())}
 	switch ev.Type {
 	case 0:
-		return backend.Event{}, errMalformed("Watch", "event of unknown type %v", resp.GetType())
+		return backend.Event{}, errMalformed(op, "event of unknown type %v", resp.GetType())
 	case backend.EventSynced:
 		return ev, nil
 	}
-	rec, err := fromRecord("Watch", resp.GetRecord(), "")
+	rec, err := fromRecord(op, resp.GetRecord(), "")
 	if err != nil {
 		return backend.Event{}, err
 	}
 	if !strings.HasPrefix(rec.Key, prefix) {
-		return backend.Event{}, errMalformed("Watch", "key %q is not under the prefix %q", rec.Key, prefix)
+		return backend.Event{}, errMalformed(op, "key %q is not under the prefix %q", rec.Key, prefix)
 	}
 	ev.Record = rec
 	return ev, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -236,5 +237,38 @@ func roundTrip(t *testing.T, m, into proto.Message) {
 	}
 	if err := proto.Unmarshal(b, into); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Follow's change, events and acks cross the wire unchanged, and an
+// answer that is neither an event nor an ack is an error, not nothing.
+func TestFollowRoundTrip(t *testing.T) {
+	c := backend.FollowChange{Keys: []string{"a"}, Prefixes: []string{"p/"}, DropKeys: []string{"b"}, DropPrefixes: []string{"q/"}}
+	got, seq := FromFollowRequest(ToFollowRequest(c, 7))
+	if !reflect.DeepEqual(got, c) || seq != 7 {
+		t.Fatalf("FollowRequest: got %+v seq %d, want %+v seq 7", got, seq, c)
+	}
+
+	rec := backend.Record{Key: "a", FencingToken: 3, Holder: "h", Limit: 1, Permits: 1}
+	for _, want := range []backend.Event{{Type: backend.EventSynced}, {Type: backend.EventReleased, Record: rec}} {
+		ev, applied, err := FromFollowResponse(ToFollowEvent(want))
+		if err != nil || applied != 0 || ev.Type != want.Type || ev.Record.Key != want.Record.Key || ev.Record.FencingToken != want.Record.FencingToken {
+			t.Errorf("event %v: got %+v, applied %d, %v", want.Type, ev, applied, err)
+		}
+	}
+	if _, applied, err := FromFollowResponse(ToFollowApplied(9)); err != nil || applied != 9 {
+		t.Errorf("ack: applied %d, %v; want 9", applied, err)
+	}
+
+	for name, resp := range map[string]*backendv1.FollowResponse{
+		"empty":            {},
+		"ack of seq 0":     ToFollowApplied(0),
+		"event unset":      {Kind: &backendv1.FollowResponse_Event{}},
+		"event no record":  {Kind: &backendv1.FollowResponse_Event{Event: &backendv1.WatchResponse{Type: backendv1.EventType_EVENT_TYPE_ACQUIRED}}},
+		"event of no type": {Kind: &backendv1.FollowResponse_Event{Event: &backendv1.WatchResponse{}}},
+	} {
+		if _, _, err := FromFollowResponse(resp); !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "Follow") {
+			t.Errorf("%s: err = %v, want a malformed Follow answer (ErrUnavailable)", name, err)
+		}
 	}
 }

@@ -1641,6 +1641,179 @@ func (x *WatchResponse) GetRecord() *Record {
 	return nil
 }
 
+// FollowRequest changes what a Follow sends: it drops drop_keys and
+// drop_prefixes, then adds keys and prefixes (so one request may drop and
+// re-add a key without a gap). Adding what is followed already, or dropping
+// what is not, does nothing. Requests apply in the order they are sent, each
+// once the feed's EVENT_TYPE_SYNCED event has been sent.
+type FollowRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Keys followed exactly.
+	Keys []string `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// Every key that starts with one of these is followed.
+	Prefixes     []string `protobuf:"bytes,2,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	DropKeys     []string `protobuf:"bytes,3,rep,name=drop_keys,json=dropKeys,proto3" json:"drop_keys,omitempty"`
+	DropPrefixes []string `protobuf:"bytes,4,rep,name=drop_prefixes,json=dropPrefixes,proto3" json:"drop_prefixes,omitempty"`
+	// When not 0, the plugin answers applied = seq once the request is in
+	// force: every change of a followed key that commits after that answer
+	// is sent. The host numbers its requests 1, 2, 3...
+	Seq           uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowRequest) Reset() {
+	*x = FollowRequest{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowRequest) ProtoMessage() {}
+
+func (x *FollowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowRequest.ProtoReflect.Descriptor instead.
+func (*FollowRequest) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *FollowRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *FollowRequest) GetPrefixes() []string {
+	if x != nil {
+		return x.Prefixes
+	}
+	return nil
+}
+
+func (x *FollowRequest) GetDropKeys() []string {
+	if x != nil {
+		return x.DropKeys
+	}
+	return nil
+}
+
+func (x *FollowRequest) GetDropPrefixes() []string {
+	if x != nil {
+		return x.DropPrefixes
+	}
+	return nil
+}
+
+func (x *FollowRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// FollowResponse is one message of a Follow's stream: an event, or the
+// answer that a request is in force. Events and answers come in the order
+// the backend saw things happen; one of the two is always set.
+type FollowResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*FollowResponse_Event
+	//	*FollowResponse_Applied
+	Kind          isFollowResponse_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowResponse) Reset() {
+	*x = FollowResponse{}
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowResponse) ProtoMessage() {}
+
+func (x *FollowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowResponse.ProtoReflect.Descriptor instead.
+func (*FollowResponse) Descriptor() ([]byte, []int) {
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *FollowResponse) GetKind() isFollowResponse_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *FollowResponse) GetEvent() *WatchResponse {
+	if x != nil {
+		if x, ok := x.Kind.(*FollowResponse_Event); ok {
+			return x.Event
+		}
+	}
+	return nil
+}
+
+func (x *FollowResponse) GetApplied() uint64 {
+	if x != nil {
+		if x, ok := x.Kind.(*FollowResponse_Applied); ok {
+			return x.Applied
+		}
+	}
+	return 0
+}
+
+type isFollowResponse_Kind interface {
+	isFollowResponse_Kind()
+}
+
+type FollowResponse_Event struct {
+	// A change of a followed key, or EVENT_TYPE_SYNCED (record unset).
+	Event *WatchResponse `protobuf:"bytes,1,opt,name=event,proto3,oneof"`
+}
+
+type FollowResponse_Applied struct {
+	// The seq of the request now in force.
+	Applied uint64 `protobuf:"varint,2,opt,name=applied,proto3,oneof"`
+}
+
+func (*FollowResponse_Event) isFollowResponse_Kind() {}
+
+func (*FollowResponse_Applied) isFollowResponse_Kind() {}
+
 type ProclaimRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Key        string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1655,7 +1828,7 @@ type ProclaimRequest struct {
 
 func (x *ProclaimRequest) Reset() {
 	*x = ProclaimRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1840,7 @@ func (x *ProclaimRequest) String() string {
 func (*ProclaimRequest) ProtoMessage() {}
 
 func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1853,7 @@ func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimRequest.ProtoReflect.Descriptor instead.
 func (*ProclaimRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ProclaimRequest) GetKey() string {
@@ -1723,7 +1896,7 @@ type ProclaimResponse struct {
 
 func (x *ProclaimResponse) Reset() {
 	*x = ProclaimResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1908,7 @@ func (x *ProclaimResponse) String() string {
 func (*ProclaimResponse) ProtoMessage() {}
 
 func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1921,7 @@ func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimResponse.ProtoReflect.Descriptor instead.
 func (*ProclaimResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ProclaimResponse) GetProclaimed() bool {
@@ -1775,7 +1948,7 @@ type EnqueueRequest struct {
 
 func (x *EnqueueRequest) Reset() {
 	*x = EnqueueRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1960,7 @@ func (x *EnqueueRequest) String() string {
 func (*EnqueueRequest) ProtoMessage() {}
 
 func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1973,7 @@ func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EnqueueRequest) GetKey() string {
@@ -1827,7 +2000,7 @@ type EnqueueResponse struct {
 
 func (x *EnqueueResponse) Reset() {
 	*x = EnqueueResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +2012,7 @@ func (x *EnqueueResponse) String() string {
 func (*EnqueueResponse) ProtoMessage() {}
 
 func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +2025,7 @@ func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EnqueueResponse) GetPosition() int64 {
@@ -1872,7 +2045,7 @@ type WaitTurnRequest struct {
 
 func (x *WaitTurnRequest) Reset() {
 	*x = WaitTurnRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +2057,7 @@ func (x *WaitTurnRequest) String() string {
 func (*WaitTurnRequest) ProtoMessage() {}
 
 func (x *WaitTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +2070,7 @@ func (x *WaitTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTurnRequest.ProtoReflect.Descriptor instead.
 func (*WaitTurnRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WaitTurnRequest) GetKey() string {
@@ -1923,7 +2096,7 @@ type WaitTurnResponse struct {
 
 func (x *WaitTurnResponse) Reset() {
 	*x = WaitTurnResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2108,7 @@ func (x *WaitTurnResponse) String() string {
 func (*WaitTurnResponse) ProtoMessage() {}
 
 func (x *WaitTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2121,7 @@ func (x *WaitTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTurnResponse.ProtoReflect.Descriptor instead.
 func (*WaitTurnResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WaitTurnResponse) GetQueued() bool {
@@ -1968,7 +2141,7 @@ type DequeueRequest struct {
 
 func (x *DequeueRequest) Reset() {
 	*x = DequeueRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2153,7 @@ func (x *DequeueRequest) String() string {
 func (*DequeueRequest) ProtoMessage() {}
 
 func (x *DequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2166,7 @@ func (x *DequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DequeueRequest.ProtoReflect.Descriptor instead.
 func (*DequeueRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DequeueRequest) GetKey() string {
@@ -2018,7 +2191,7 @@ type DequeueResponse struct {
 
 func (x *DequeueResponse) Reset() {
 	*x = DequeueResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2203,7 @@ func (x *DequeueResponse) String() string {
 func (*DequeueResponse) ProtoMessage() {}
 
 func (x *DequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2216,7 @@ func (x *DequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DequeueResponse.ProtoReflect.Descriptor instead.
 func (*DequeueResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 // ItemError is why one item of a batch has no outcome: the store could not
@@ -2059,7 +2232,7 @@ type ItemError struct {
 
 func (x *ItemError) Reset() {
 	*x = ItemError{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2244,7 @@ func (x *ItemError) String() string {
 func (*ItemError) ProtoMessage() {}
 
 func (x *ItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2257,7 @@ func (x *ItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
 func (*ItemError) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ItemError) GetCode() ItemErrorCode {
@@ -2110,7 +2283,7 @@ type AcquireBatchRequest struct {
 
 func (x *AcquireBatchRequest) Reset() {
 	*x = AcquireBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2295,7 @@ func (x *AcquireBatchRequest) String() string {
 func (*AcquireBatchRequest) ProtoMessage() {}
 
 func (x *AcquireBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2308,7 @@ func (x *AcquireBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireBatchRequest.ProtoReflect.Descriptor instead.
 func (*AcquireBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AcquireBatchRequest) GetItems() []*AcquireRequest {
@@ -2155,7 +2328,7 @@ type AcquireBatchResponse struct {
 
 func (x *AcquireBatchResponse) Reset() {
 	*x = AcquireBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2340,7 @@ func (x *AcquireBatchResponse) String() string {
 func (*AcquireBatchResponse) ProtoMessage() {}
 
 func (x *AcquireBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2353,7 @@ func (x *AcquireBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireBatchResponse.ProtoReflect.Descriptor instead.
 func (*AcquireBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AcquireBatchResponse) GetItems() []*AcquireOutcome {
@@ -2201,7 +2374,7 @@ type AcquireOutcome struct {
 
 func (x *AcquireOutcome) Reset() {
 	*x = AcquireOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2386,7 @@ func (x *AcquireOutcome) String() string {
 func (*AcquireOutcome) ProtoMessage() {}
 
 func (x *AcquireOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2399,7 @@ func (x *AcquireOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireOutcome.ProtoReflect.Descriptor instead.
 func (*AcquireOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AcquireOutcome) GetResult() *AcquireResponse {
@@ -2252,7 +2425,7 @@ type ReleaseBatchRequest struct {
 
 func (x *ReleaseBatchRequest) Reset() {
 	*x = ReleaseBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2437,7 @@ func (x *ReleaseBatchRequest) String() string {
 func (*ReleaseBatchRequest) ProtoMessage() {}
 
 func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2450,7 @@ func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReleaseBatchRequest) GetItems() []*ReleaseRequest {
@@ -2296,7 +2469,7 @@ type ReleaseBatchResponse struct {
 
 func (x *ReleaseBatchResponse) Reset() {
 	*x = ReleaseBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2481,7 @@ func (x *ReleaseBatchResponse) String() string {
 func (*ReleaseBatchResponse) ProtoMessage() {}
 
 func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2494,7 @@ func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReleaseBatchResponse) GetItems() []*ReleaseOutcome {
@@ -2341,7 +2514,7 @@ type ReleaseOutcome struct {
 
 func (x *ReleaseOutcome) Reset() {
 	*x = ReleaseOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2526,7 @@ func (x *ReleaseOutcome) String() string {
 func (*ReleaseOutcome) ProtoMessage() {}
 
 func (x *ReleaseOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2539,7 @@ func (x *ReleaseOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseOutcome.ProtoReflect.Descriptor instead.
 func (*ReleaseOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReleaseOutcome) GetReleased() bool {
@@ -2392,7 +2565,7 @@ type ExtendBatchRequest struct {
 
 func (x *ExtendBatchRequest) Reset() {
 	*x = ExtendBatchRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2577,7 @@ func (x *ExtendBatchRequest) String() string {
 func (*ExtendBatchRequest) ProtoMessage() {}
 
 func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2590,7 @@ func (x *ExtendBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchRequest.ProtoReflect.Descriptor instead.
 func (*ExtendBatchRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ExtendBatchRequest) GetItems() []*ExtendRequest {
@@ -2436,7 +2609,7 @@ type ExtendBatchResponse struct {
 
 func (x *ExtendBatchResponse) Reset() {
 	*x = ExtendBatchResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2621,7 @@ func (x *ExtendBatchResponse) String() string {
 func (*ExtendBatchResponse) ProtoMessage() {}
 
 func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2634,7 @@ func (x *ExtendBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendBatchResponse.ProtoReflect.Descriptor instead.
 func (*ExtendBatchResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ExtendBatchResponse) GetItems() []*ExtendOutcome {
@@ -2481,7 +2654,7 @@ type ExtendOutcome struct {
 
 func (x *ExtendOutcome) Reset() {
 	*x = ExtendOutcome{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2666,7 @@ func (x *ExtendOutcome) String() string {
 func (*ExtendOutcome) ProtoMessage() {}
 
 func (x *ExtendOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2679,7 @@ func (x *ExtendOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendOutcome.ProtoReflect.Descriptor instead.
 func (*ExtendOutcome) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ExtendOutcome) GetResult() *ExtendResponse {
@@ -2533,7 +2706,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +2718,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +2731,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Claim) GetKey() string {
@@ -2590,7 +2763,7 @@ type AcquireSetRequest struct {
 
 func (x *AcquireSetRequest) Reset() {
 	*x = AcquireSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2602,7 +2775,7 @@ func (x *AcquireSetRequest) String() string {
 func (*AcquireSetRequest) ProtoMessage() {}
 
 func (x *AcquireSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,7 +2788,7 @@ func (x *AcquireSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSetRequest.ProtoReflect.Descriptor instead.
 func (*AcquireSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AcquireSetRequest) GetClaims() []*Claim {
@@ -2704,7 +2877,7 @@ type AcquireSetResponse struct {
 
 func (x *AcquireSetResponse) Reset() {
 	*x = AcquireSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2716,7 +2889,7 @@ func (x *AcquireSetResponse) String() string {
 func (*AcquireSetResponse) ProtoMessage() {}
 
 func (x *AcquireSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2729,7 +2902,7 @@ func (x *AcquireSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSetResponse.ProtoReflect.Descriptor instead.
 func (*AcquireSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AcquireSetResponse) GetAcquired() bool {
@@ -2780,7 +2953,7 @@ type ReleaseSetRequest struct {
 
 func (x *ReleaseSetRequest) Reset() {
 	*x = ReleaseSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +2965,7 @@ func (x *ReleaseSetRequest) String() string {
 func (*ReleaseSetRequest) ProtoMessage() {}
 
 func (x *ReleaseSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +2978,7 @@ func (x *ReleaseSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSetRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{41}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReleaseSetRequest) GetKeys() []string {
@@ -2852,7 +3025,7 @@ type ReleaseSetResponse struct {
 
 func (x *ReleaseSetResponse) Reset() {
 	*x = ReleaseSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3037,7 @@ func (x *ReleaseSetResponse) String() string {
 func (*ReleaseSetResponse) ProtoMessage() {}
 
 func (x *ReleaseSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3050,7 @@ func (x *ReleaseSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSetResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{42}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReleaseSetResponse) GetReleased() bool {
@@ -2900,7 +3073,7 @@ type ExtendSetRequest struct {
 
 func (x *ExtendSetRequest) Reset() {
 	*x = ExtendSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[43]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +3085,7 @@ func (x *ExtendSetRequest) String() string {
 func (*ExtendSetRequest) ProtoMessage() {}
 
 func (x *ExtendSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[43]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +3098,7 @@ func (x *ExtendSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSetRequest.ProtoReflect.Descriptor instead.
 func (*ExtendSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{43}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ExtendSetRequest) GetKeys() []string {
@@ -2974,7 +3147,7 @@ type ExtendSetResponse struct {
 
 func (x *ExtendSetResponse) Reset() {
 	*x = ExtendSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[44]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2986,7 +3159,7 @@ func (x *ExtendSetResponse) String() string {
 func (*ExtendSetResponse) ProtoMessage() {}
 
 func (x *ExtendSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[44]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2999,7 +3172,7 @@ func (x *ExtendSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSetResponse.ProtoReflect.Descriptor instead.
 func (*ExtendSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{44}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ExtendSetResponse) GetExtended() bool {
@@ -3027,7 +3200,7 @@ type EnqueueSetRequest struct {
 
 func (x *EnqueueSetRequest) Reset() {
 	*x = EnqueueSetRequest{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[45]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +3212,7 @@ func (x *EnqueueSetRequest) String() string {
 func (*EnqueueSetRequest) ProtoMessage() {}
 
 func (x *EnqueueSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[45]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +3225,7 @@ func (x *EnqueueSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueSetRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueSetRequest) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{45}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *EnqueueSetRequest) GetKeys() []string {
@@ -3077,7 +3250,7 @@ type EnqueueSetResponse struct {
 
 func (x *EnqueueSetResponse) Reset() {
 	*x = EnqueueSetResponse{}
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[46]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3089,7 +3262,7 @@ func (x *EnqueueSetResponse) String() string {
 func (*EnqueueSetResponse) ProtoMessage() {}
 
 func (x *EnqueueSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[46]
+	mi := &file_holdfast_backend_v1_backend_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3102,7 +3275,7 @@ func (x *EnqueueSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueSetResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueSetResponse) Descriptor() ([]byte, []int) {
-	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{46}
+	return file_holdfast_backend_v1_backend_proto_rawDescGZIP(), []int{48}
 }
 
 var File_holdfast_backend_v1_backend_proto protoreflect.FileDescriptor
@@ -3225,7 +3398,17 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"x\n" +
 	"\rWatchResponse\x122\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1e.holdfast.backend.v1.EventTypeR\x04type\x123\n" +
-	"\x06record\x18\x02 \x01(\v2\x1b.holdfast.backend.v1.RecordR\x06record\"\x8c\x01\n" +
+	"\x06record\x18\x02 \x01(\v2\x1b.holdfast.backend.v1.RecordR\x06record\"\x93\x01\n" +
+	"\rFollowRequest\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x1a\n" +
+	"\bprefixes\x18\x02 \x03(\tR\bprefixes\x12\x1b\n" +
+	"\tdrop_keys\x18\x03 \x03(\tR\bdropKeys\x12#\n" +
+	"\rdrop_prefixes\x18\x04 \x03(\tR\fdropPrefixes\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"p\n" +
+	"\x0eFollowResponse\x12:\n" +
+	"\x05event\x18\x01 \x01(\v2\".holdfast.backend.v1.WatchResponseH\x00R\x05event\x12\x1a\n" +
+	"\aapplied\x18\x02 \x01(\x04H\x00R\aappliedB\x06\n" +
+	"\x04kind\"\x8c\x01\n" +
 	"\x0fProclaimRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vowner_token\x18\x02 \x01(\tR\n" +
@@ -3340,7 +3523,7 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	" ITEM_ERROR_CODE_INVALID_ARGUMENT\x10\x01\x12\x1f\n" +
 	"\x1bITEM_ERROR_CODE_UNAVAILABLE\x10\x02\x12$\n" +
 	" ITEM_ERROR_CODE_REQUEST_CONFLICT\x10\x03\x12'\n" +
-	"#ITEM_ERROR_CODE_FAILED_PRECONDITION\x10\x042\xbe\r\n" +
+	"#ITEM_ERROR_CODE_FAILED_PRECONDITION\x10\x042\x97\x0e\n" +
 	"\x0eBackendService\x12M\n" +
 	"\x04Info\x12 .holdfast.backend.v1.InfoRequest\x1a!.holdfast.backend.v1.InfoResponse\"\x00\x12V\n" +
 	"\aAcquire\x12#.holdfast.backend.v1.AcquireRequest\x1a$.holdfast.backend.v1.AcquireResponse\"\x00\x12V\n" +
@@ -3348,7 +3531,8 @@ const file_holdfast_backend_v1_backend_proto_rawDesc = "" +
 	"\x06Extend\x12\".holdfast.backend.v1.ExtendRequest\x1a#.holdfast.backend.v1.ExtendResponse\"\x00\x12J\n" +
 	"\x03Get\x12\x1f.holdfast.backend.v1.GetRequest\x1a .holdfast.backend.v1.GetResponse\"\x00\x12M\n" +
 	"\x04List\x12 .holdfast.backend.v1.ListRequest\x1a!.holdfast.backend.v1.ListResponse\"\x00\x12R\n" +
-	"\x05Watch\x12!.holdfast.backend.v1.WatchRequest\x1a\".holdfast.backend.v1.WatchResponse\"\x000\x01\x12V\n" +
+	"\x05Watch\x12!.holdfast.backend.v1.WatchRequest\x1a\".holdfast.backend.v1.WatchResponse\"\x000\x01\x12W\n" +
+	"\x06Follow\x12\".holdfast.backend.v1.FollowRequest\x1a#.holdfast.backend.v1.FollowResponse\"\x00(\x010\x01\x12V\n" +
 	"\aEnqueue\x12#.holdfast.backend.v1.EnqueueRequest\x1a$.holdfast.backend.v1.EnqueueResponse\"\x00\x12Y\n" +
 	"\bWaitTurn\x12$.holdfast.backend.v1.WaitTurnRequest\x1a%.holdfast.backend.v1.WaitTurnResponse\"\x00\x12V\n" +
 	"\aDequeue\x12#.holdfast.backend.v1.DequeueRequest\x1a$.holdfast.backend.v1.DequeueResponse\"\x00\x12e\n" +
@@ -3378,7 +3562,7 @@ func file_holdfast_backend_v1_backend_proto_rawDescGZIP() []byte {
 }
 
 var file_holdfast_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_holdfast_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_holdfast_backend_v1_backend_proto_goTypes = []any{
 	(Kind)(0),                     // 0: holdfast.backend.v1.Kind
 	(EventType)(0),                // 1: holdfast.backend.v1.EventType
@@ -3403,61 +3587,63 @@ var file_holdfast_backend_v1_backend_proto_goTypes = []any{
 	(*CountResponse)(nil),         // 20: holdfast.backend.v1.CountResponse
 	(*WatchRequest)(nil),          // 21: holdfast.backend.v1.WatchRequest
 	(*WatchResponse)(nil),         // 22: holdfast.backend.v1.WatchResponse
-	(*ProclaimRequest)(nil),       // 23: holdfast.backend.v1.ProclaimRequest
-	(*ProclaimResponse)(nil),      // 24: holdfast.backend.v1.ProclaimResponse
-	(*EnqueueRequest)(nil),        // 25: holdfast.backend.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),       // 26: holdfast.backend.v1.EnqueueResponse
-	(*WaitTurnRequest)(nil),       // 27: holdfast.backend.v1.WaitTurnRequest
-	(*WaitTurnResponse)(nil),      // 28: holdfast.backend.v1.WaitTurnResponse
-	(*DequeueRequest)(nil),        // 29: holdfast.backend.v1.DequeueRequest
-	(*DequeueResponse)(nil),       // 30: holdfast.backend.v1.DequeueResponse
-	(*ItemError)(nil),             // 31: holdfast.backend.v1.ItemError
-	(*AcquireBatchRequest)(nil),   // 32: holdfast.backend.v1.AcquireBatchRequest
-	(*AcquireBatchResponse)(nil),  // 33: holdfast.backend.v1.AcquireBatchResponse
-	(*AcquireOutcome)(nil),        // 34: holdfast.backend.v1.AcquireOutcome
-	(*ReleaseBatchRequest)(nil),   // 35: holdfast.backend.v1.ReleaseBatchRequest
-	(*ReleaseBatchResponse)(nil),  // 36: holdfast.backend.v1.ReleaseBatchResponse
-	(*ReleaseOutcome)(nil),        // 37: holdfast.backend.v1.ReleaseOutcome
-	(*ExtendBatchRequest)(nil),    // 38: holdfast.backend.v1.ExtendBatchRequest
-	(*ExtendBatchResponse)(nil),   // 39: holdfast.backend.v1.ExtendBatchResponse
-	(*ExtendOutcome)(nil),         // 40: holdfast.backend.v1.ExtendOutcome
-	(*Claim)(nil),                 // 41: holdfast.backend.v1.Claim
-	(*AcquireSetRequest)(nil),     // 42: holdfast.backend.v1.AcquireSetRequest
-	(*AcquireSetResponse)(nil),    // 43: holdfast.backend.v1.AcquireSetResponse
-	(*ReleaseSetRequest)(nil),     // 44: holdfast.backend.v1.ReleaseSetRequest
-	(*ReleaseSetResponse)(nil),    // 45: holdfast.backend.v1.ReleaseSetResponse
-	(*ExtendSetRequest)(nil),      // 46: holdfast.backend.v1.ExtendSetRequest
-	(*ExtendSetResponse)(nil),     // 47: holdfast.backend.v1.ExtendSetResponse
-	(*EnqueueSetRequest)(nil),     // 48: holdfast.backend.v1.EnqueueSetRequest
-	(*EnqueueSetResponse)(nil),    // 49: holdfast.backend.v1.EnqueueSetResponse
-	(*timestamppb.Timestamp)(nil), // 50: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 51: google.protobuf.Duration
+	(*FollowRequest)(nil),         // 23: holdfast.backend.v1.FollowRequest
+	(*FollowResponse)(nil),        // 24: holdfast.backend.v1.FollowResponse
+	(*ProclaimRequest)(nil),       // 25: holdfast.backend.v1.ProclaimRequest
+	(*ProclaimResponse)(nil),      // 26: holdfast.backend.v1.ProclaimResponse
+	(*EnqueueRequest)(nil),        // 27: holdfast.backend.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),       // 28: holdfast.backend.v1.EnqueueResponse
+	(*WaitTurnRequest)(nil),       // 29: holdfast.backend.v1.WaitTurnRequest
+	(*WaitTurnResponse)(nil),      // 30: holdfast.backend.v1.WaitTurnResponse
+	(*DequeueRequest)(nil),        // 31: holdfast.backend.v1.DequeueRequest
+	(*DequeueResponse)(nil),       // 32: holdfast.backend.v1.DequeueResponse
+	(*ItemError)(nil),             // 33: holdfast.backend.v1.ItemError
+	(*AcquireBatchRequest)(nil),   // 34: holdfast.backend.v1.AcquireBatchRequest
+	(*AcquireBatchResponse)(nil),  // 35: holdfast.backend.v1.AcquireBatchResponse
+	(*AcquireOutcome)(nil),        // 36: holdfast.backend.v1.AcquireOutcome
+	(*ReleaseBatchRequest)(nil),   // 37: holdfast.backend.v1.ReleaseBatchRequest
+	(*ReleaseBatchResponse)(nil),  // 38: holdfast.backend.v1.ReleaseBatchResponse
+	(*ReleaseOutcome)(nil),        // 39: holdfast.backend.v1.ReleaseOutcome
+	(*ExtendBatchRequest)(nil),    // 40: holdfast.backend.v1.ExtendBatchRequest
+	(*ExtendBatchResponse)(nil),   // 41: holdfast.backend.v1.ExtendBatchResponse
+	(*ExtendOutcome)(nil),         // 42: holdfast.backend.v1.ExtendOutcome
+	(*Claim)(nil),                 // 43: holdfast.backend.v1.Claim
+	(*AcquireSetRequest)(nil),     // 44: holdfast.backend.v1.AcquireSetRequest
+	(*AcquireSetResponse)(nil),    // 45: holdfast.backend.v1.AcquireSetResponse
+	(*ReleaseSetRequest)(nil),     // 46: holdfast.backend.v1.ReleaseSetRequest
+	(*ReleaseSetResponse)(nil),    // 47: holdfast.backend.v1.ReleaseSetResponse
+	(*ExtendSetRequest)(nil),      // 48: holdfast.backend.v1.ExtendSetRequest
+	(*ExtendSetResponse)(nil),     // 49: holdfast.backend.v1.ExtendSetResponse
+	(*EnqueueSetRequest)(nil),     // 50: holdfast.backend.v1.EnqueueSetRequest
+	(*EnqueueSetResponse)(nil),    // 51: holdfast.backend.v1.EnqueueSetResponse
+	(*timestamppb.Timestamp)(nil), // 52: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 53: google.protobuf.Duration
 }
 var file_holdfast_backend_v1_backend_proto_depIdxs = []int32{
-	50, // 0: holdfast.backend.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
-	51, // 1: holdfast.backend.v1.Grant.remaining:type_name -> google.protobuf.Duration
+	52, // 0: holdfast.backend.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	53, // 1: holdfast.backend.v1.Grant.remaining:type_name -> google.protobuf.Duration
 	3,  // 2: holdfast.backend.v1.Grant.stamp:type_name -> holdfast.backend.v1.Stamp
-	50, // 3: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
-	51, // 4: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
+	52, // 3: holdfast.backend.v1.Record.expires_at:type_name -> google.protobuf.Timestamp
+	53, // 4: holdfast.backend.v1.Record.remaining:type_name -> google.protobuf.Duration
 	3,  // 5: holdfast.backend.v1.Record.stamp:type_name -> holdfast.backend.v1.Stamp
-	51, // 6: holdfast.backend.v1.Record.lock_delay:type_name -> google.protobuf.Duration
-	51, // 7: holdfast.backend.v1.Record.delay_remaining:type_name -> google.protobuf.Duration
+	53, // 6: holdfast.backend.v1.Record.lock_delay:type_name -> google.protobuf.Duration
+	53, // 7: holdfast.backend.v1.Record.delay_remaining:type_name -> google.protobuf.Duration
 	0,  // 8: holdfast.backend.v1.Record.kind:type_name -> holdfast.backend.v1.Kind
 	4,  // 9: holdfast.backend.v1.Record.holders:type_name -> holdfast.backend.v1.Grant
-	51, // 10: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
-	51, // 11: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
-	51, // 12: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
-	51, // 13: holdfast.backend.v1.InfoResponse.max_lock_delay:type_name -> google.protobuf.Duration
+	53, // 10: holdfast.backend.v1.InfoResponse.ttl_granularity:type_name -> google.protobuf.Duration
+	53, // 11: holdfast.backend.v1.InfoResponse.min_ttl:type_name -> google.protobuf.Duration
+	53, // 12: holdfast.backend.v1.InfoResponse.max_ttl:type_name -> google.protobuf.Duration
+	53, // 13: holdfast.backend.v1.InfoResponse.max_lock_delay:type_name -> google.protobuf.Duration
 	0,  // 14: holdfast.backend.v1.InfoResponse.kinds:type_name -> holdfast.backend.v1.Kind
-	51, // 15: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	53, // 15: holdfast.backend.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
 	3,  // 16: holdfast.backend.v1.AcquireRequest.stamp:type_name -> holdfast.backend.v1.Stamp
 	6,  // 17: holdfast.backend.v1.AcquireRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	51, // 18: holdfast.backend.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	53, // 18: holdfast.backend.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 19: holdfast.backend.v1.AcquireRequest.kind:type_name -> holdfast.backend.v1.Kind
 	5,  // 20: holdfast.backend.v1.AcquireResponse.record:type_name -> holdfast.backend.v1.Record
 	3,  // 21: holdfast.backend.v1.ReleaseRequest.stamp:type_name -> holdfast.backend.v1.Stamp
 	6,  // 22: holdfast.backend.v1.ReleaseRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	51, // 23: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	53, // 23: holdfast.backend.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
 	3,  // 24: holdfast.backend.v1.ExtendRequest.stamp:type_name -> holdfast.backend.v1.Stamp
 	6,  // 25: holdfast.backend.v1.ExtendRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
 	5,  // 26: holdfast.backend.v1.ExtendResponse.record:type_name -> holdfast.backend.v1.Record
@@ -3465,76 +3651,79 @@ var file_holdfast_backend_v1_backend_proto_depIdxs = []int32{
 	5,  // 28: holdfast.backend.v1.ListResponse.records:type_name -> holdfast.backend.v1.Record
 	1,  // 29: holdfast.backend.v1.WatchResponse.type:type_name -> holdfast.backend.v1.EventType
 	5,  // 30: holdfast.backend.v1.WatchResponse.record:type_name -> holdfast.backend.v1.Record
-	3,  // 31: holdfast.backend.v1.ProclaimRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	5,  // 32: holdfast.backend.v1.ProclaimResponse.record:type_name -> holdfast.backend.v1.Record
-	2,  // 33: holdfast.backend.v1.ItemError.code:type_name -> holdfast.backend.v1.ItemErrorCode
-	9,  // 34: holdfast.backend.v1.AcquireBatchRequest.items:type_name -> holdfast.backend.v1.AcquireRequest
-	34, // 35: holdfast.backend.v1.AcquireBatchResponse.items:type_name -> holdfast.backend.v1.AcquireOutcome
-	10, // 36: holdfast.backend.v1.AcquireOutcome.result:type_name -> holdfast.backend.v1.AcquireResponse
-	31, // 37: holdfast.backend.v1.AcquireOutcome.error:type_name -> holdfast.backend.v1.ItemError
-	11, // 38: holdfast.backend.v1.ReleaseBatchRequest.items:type_name -> holdfast.backend.v1.ReleaseRequest
-	37, // 39: holdfast.backend.v1.ReleaseBatchResponse.items:type_name -> holdfast.backend.v1.ReleaseOutcome
-	31, // 40: holdfast.backend.v1.ReleaseOutcome.error:type_name -> holdfast.backend.v1.ItemError
-	13, // 41: holdfast.backend.v1.ExtendBatchRequest.items:type_name -> holdfast.backend.v1.ExtendRequest
-	40, // 42: holdfast.backend.v1.ExtendBatchResponse.items:type_name -> holdfast.backend.v1.ExtendOutcome
-	14, // 43: holdfast.backend.v1.ExtendOutcome.result:type_name -> holdfast.backend.v1.ExtendResponse
-	31, // 44: holdfast.backend.v1.ExtendOutcome.error:type_name -> holdfast.backend.v1.ItemError
-	41, // 45: holdfast.backend.v1.AcquireSetRequest.claims:type_name -> holdfast.backend.v1.Claim
-	51, // 46: holdfast.backend.v1.AcquireSetRequest.ttl:type_name -> google.protobuf.Duration
-	3,  // 47: holdfast.backend.v1.AcquireSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	6,  // 48: holdfast.backend.v1.AcquireSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	51, // 49: holdfast.backend.v1.AcquireSetRequest.lock_delay:type_name -> google.protobuf.Duration
-	5,  // 50: holdfast.backend.v1.AcquireSetResponse.records:type_name -> holdfast.backend.v1.Record
-	5,  // 51: holdfast.backend.v1.AcquireSetResponse.blocker:type_name -> holdfast.backend.v1.Record
-	3,  // 52: holdfast.backend.v1.ReleaseSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	6,  // 53: holdfast.backend.v1.ReleaseSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	51, // 54: holdfast.backend.v1.ExtendSetRequest.ttl:type_name -> google.protobuf.Duration
-	3,  // 55: holdfast.backend.v1.ExtendSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
-	6,  // 56: holdfast.backend.v1.ExtendSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
-	5,  // 57: holdfast.backend.v1.ExtendSetResponse.records:type_name -> holdfast.backend.v1.Record
-	7,  // 58: holdfast.backend.v1.BackendService.Info:input_type -> holdfast.backend.v1.InfoRequest
-	9,  // 59: holdfast.backend.v1.BackendService.Acquire:input_type -> holdfast.backend.v1.AcquireRequest
-	11, // 60: holdfast.backend.v1.BackendService.Release:input_type -> holdfast.backend.v1.ReleaseRequest
-	13, // 61: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
-	15, // 62: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
-	17, // 63: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
-	21, // 64: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
-	25, // 65: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
-	27, // 66: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
-	29, // 67: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
-	32, // 68: holdfast.backend.v1.BackendService.AcquireBatch:input_type -> holdfast.backend.v1.AcquireBatchRequest
-	35, // 69: holdfast.backend.v1.BackendService.ReleaseBatch:input_type -> holdfast.backend.v1.ReleaseBatchRequest
-	38, // 70: holdfast.backend.v1.BackendService.ExtendBatch:input_type -> holdfast.backend.v1.ExtendBatchRequest
-	42, // 71: holdfast.backend.v1.BackendService.AcquireSet:input_type -> holdfast.backend.v1.AcquireSetRequest
-	44, // 72: holdfast.backend.v1.BackendService.ReleaseSet:input_type -> holdfast.backend.v1.ReleaseSetRequest
-	46, // 73: holdfast.backend.v1.BackendService.ExtendSet:input_type -> holdfast.backend.v1.ExtendSetRequest
-	48, // 74: holdfast.backend.v1.BackendService.EnqueueSet:input_type -> holdfast.backend.v1.EnqueueSetRequest
-	23, // 75: holdfast.backend.v1.BackendService.Proclaim:input_type -> holdfast.backend.v1.ProclaimRequest
-	19, // 76: holdfast.backend.v1.BackendService.Count:input_type -> holdfast.backend.v1.CountRequest
-	8,  // 77: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
-	10, // 78: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
-	12, // 79: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
-	14, // 80: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
-	16, // 81: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
-	18, // 82: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
-	22, // 83: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
-	26, // 84: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
-	28, // 85: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
-	30, // 86: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
-	33, // 87: holdfast.backend.v1.BackendService.AcquireBatch:output_type -> holdfast.backend.v1.AcquireBatchResponse
-	36, // 88: holdfast.backend.v1.BackendService.ReleaseBatch:output_type -> holdfast.backend.v1.ReleaseBatchResponse
-	39, // 89: holdfast.backend.v1.BackendService.ExtendBatch:output_type -> holdfast.backend.v1.ExtendBatchResponse
-	43, // 90: holdfast.backend.v1.BackendService.AcquireSet:output_type -> holdfast.backend.v1.AcquireSetResponse
-	45, // 91: holdfast.backend.v1.BackendService.ReleaseSet:output_type -> holdfast.backend.v1.ReleaseSetResponse
-	47, // 92: holdfast.backend.v1.BackendService.ExtendSet:output_type -> holdfast.backend.v1.ExtendSetResponse
-	49, // 93: holdfast.backend.v1.BackendService.EnqueueSet:output_type -> holdfast.backend.v1.EnqueueSetResponse
-	24, // 94: holdfast.backend.v1.BackendService.Proclaim:output_type -> holdfast.backend.v1.ProclaimResponse
-	20, // 95: holdfast.backend.v1.BackendService.Count:output_type -> holdfast.backend.v1.CountResponse
-	77, // [77:96] is the sub-list for method output_type
-	58, // [58:77] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	22, // 31: holdfast.backend.v1.FollowResponse.event:type_name -> holdfast.backend.v1.WatchResponse
+	3,  // 32: holdfast.backend.v1.ProclaimRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	5,  // 33: holdfast.backend.v1.ProclaimResponse.record:type_name -> holdfast.backend.v1.Record
+	2,  // 34: holdfast.backend.v1.ItemError.code:type_name -> holdfast.backend.v1.ItemErrorCode
+	9,  // 35: holdfast.backend.v1.AcquireBatchRequest.items:type_name -> holdfast.backend.v1.AcquireRequest
+	36, // 36: holdfast.backend.v1.AcquireBatchResponse.items:type_name -> holdfast.backend.v1.AcquireOutcome
+	10, // 37: holdfast.backend.v1.AcquireOutcome.result:type_name -> holdfast.backend.v1.AcquireResponse
+	33, // 38: holdfast.backend.v1.AcquireOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	11, // 39: holdfast.backend.v1.ReleaseBatchRequest.items:type_name -> holdfast.backend.v1.ReleaseRequest
+	39, // 40: holdfast.backend.v1.ReleaseBatchResponse.items:type_name -> holdfast.backend.v1.ReleaseOutcome
+	33, // 41: holdfast.backend.v1.ReleaseOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	13, // 42: holdfast.backend.v1.ExtendBatchRequest.items:type_name -> holdfast.backend.v1.ExtendRequest
+	42, // 43: holdfast.backend.v1.ExtendBatchResponse.items:type_name -> holdfast.backend.v1.ExtendOutcome
+	14, // 44: holdfast.backend.v1.ExtendOutcome.result:type_name -> holdfast.backend.v1.ExtendResponse
+	33, // 45: holdfast.backend.v1.ExtendOutcome.error:type_name -> holdfast.backend.v1.ItemError
+	43, // 46: holdfast.backend.v1.AcquireSetRequest.claims:type_name -> holdfast.backend.v1.Claim
+	53, // 47: holdfast.backend.v1.AcquireSetRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 48: holdfast.backend.v1.AcquireSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 49: holdfast.backend.v1.AcquireSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	53, // 50: holdfast.backend.v1.AcquireSetRequest.lock_delay:type_name -> google.protobuf.Duration
+	5,  // 51: holdfast.backend.v1.AcquireSetResponse.records:type_name -> holdfast.backend.v1.Record
+	5,  // 52: holdfast.backend.v1.AcquireSetResponse.blocker:type_name -> holdfast.backend.v1.Record
+	3,  // 53: holdfast.backend.v1.ReleaseSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 54: holdfast.backend.v1.ReleaseSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	53, // 55: holdfast.backend.v1.ExtendSetRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 56: holdfast.backend.v1.ExtendSetRequest.stamp:type_name -> holdfast.backend.v1.Stamp
+	6,  // 57: holdfast.backend.v1.ExtendSetRequest.request:type_name -> holdfast.backend.v1.RequestIdentity
+	5,  // 58: holdfast.backend.v1.ExtendSetResponse.records:type_name -> holdfast.backend.v1.Record
+	7,  // 59: holdfast.backend.v1.BackendService.Info:input_type -> holdfast.backend.v1.InfoRequest
+	9,  // 60: holdfast.backend.v1.BackendService.Acquire:input_type -> holdfast.backend.v1.AcquireRequest
+	11, // 61: holdfast.backend.v1.BackendService.Release:input_type -> holdfast.backend.v1.ReleaseRequest
+	13, // 62: holdfast.backend.v1.BackendService.Extend:input_type -> holdfast.backend.v1.ExtendRequest
+	15, // 63: holdfast.backend.v1.BackendService.Get:input_type -> holdfast.backend.v1.GetRequest
+	17, // 64: holdfast.backend.v1.BackendService.List:input_type -> holdfast.backend.v1.ListRequest
+	21, // 65: holdfast.backend.v1.BackendService.Watch:input_type -> holdfast.backend.v1.WatchRequest
+	23, // 66: holdfast.backend.v1.BackendService.Follow:input_type -> holdfast.backend.v1.FollowRequest
+	27, // 67: holdfast.backend.v1.BackendService.Enqueue:input_type -> holdfast.backend.v1.EnqueueRequest
+	29, // 68: holdfast.backend.v1.BackendService.WaitTurn:input_type -> holdfast.backend.v1.WaitTurnRequest
+	31, // 69: holdfast.backend.v1.BackendService.Dequeue:input_type -> holdfast.backend.v1.DequeueRequest
+	34, // 70: holdfast.backend.v1.BackendService.AcquireBatch:input_type -> holdfast.backend.v1.AcquireBatchRequest
+	37, // 71: holdfast.backend.v1.BackendService.ReleaseBatch:input_type -> holdfast.backend.v1.ReleaseBatchRequest
+	40, // 72: holdfast.backend.v1.BackendService.ExtendBatch:input_type -> holdfast.backend.v1.ExtendBatchRequest
+	44, // 73: holdfast.backend.v1.BackendService.AcquireSet:input_type -> holdfast.backend.v1.AcquireSetRequest
+	46, // 74: holdfast.backend.v1.BackendService.ReleaseSet:input_type -> holdfast.backend.v1.ReleaseSetRequest
+	48, // 75: holdfast.backend.v1.BackendService.ExtendSet:input_type -> holdfast.backend.v1.ExtendSetRequest
+	50, // 76: holdfast.backend.v1.BackendService.EnqueueSet:input_type -> holdfast.backend.v1.EnqueueSetRequest
+	25, // 77: holdfast.backend.v1.BackendService.Proclaim:input_type -> holdfast.backend.v1.ProclaimRequest
+	19, // 78: holdfast.backend.v1.BackendService.Count:input_type -> holdfast.backend.v1.CountRequest
+	8,  // 79: holdfast.backend.v1.BackendService.Info:output_type -> holdfast.backend.v1.InfoResponse
+	10, // 80: holdfast.backend.v1.BackendService.Acquire:output_type -> holdfast.backend.v1.AcquireResponse
+	12, // 81: holdfast.backend.v1.BackendService.Release:output_type -> holdfast.backend.v1.ReleaseResponse
+	14, // 82: holdfast.backend.v1.BackendService.Extend:output_type -> holdfast.backend.v1.ExtendResponse
+	16, // 83: holdfast.backend.v1.BackendService.Get:output_type -> holdfast.backend.v1.GetResponse
+	18, // 84: holdfast.backend.v1.BackendService.List:output_type -> holdfast.backend.v1.ListResponse
+	22, // 85: holdfast.backend.v1.BackendService.Watch:output_type -> holdfast.backend.v1.WatchResponse
+	24, // 86: holdfast.backend.v1.BackendService.Follow:output_type -> holdfast.backend.v1.FollowResponse
+	28, // 87: holdfast.backend.v1.BackendService.Enqueue:output_type -> holdfast.backend.v1.EnqueueResponse
+	30, // 88: holdfast.backend.v1.BackendService.WaitTurn:output_type -> holdfast.backend.v1.WaitTurnResponse
+	32, // 89: holdfast.backend.v1.BackendService.Dequeue:output_type -> holdfast.backend.v1.DequeueResponse
+	35, // 90: holdfast.backend.v1.BackendService.AcquireBatch:output_type -> holdfast.backend.v1.AcquireBatchResponse
+	38, // 91: holdfast.backend.v1.BackendService.ReleaseBatch:output_type -> holdfast.backend.v1.ReleaseBatchResponse
+	41, // 92: holdfast.backend.v1.BackendService.ExtendBatch:output_type -> holdfast.backend.v1.ExtendBatchResponse
+	45, // 93: holdfast.backend.v1.BackendService.AcquireSet:output_type -> holdfast.backend.v1.AcquireSetResponse
+	47, // 94: holdfast.backend.v1.BackendService.ReleaseSet:output_type -> holdfast.backend.v1.ReleaseSetResponse
+	49, // 95: holdfast.backend.v1.BackendService.ExtendSet:output_type -> holdfast.backend.v1.ExtendSetResponse
+	51, // 96: holdfast.backend.v1.BackendService.EnqueueSet:output_type -> holdfast.backend.v1.EnqueueSetResponse
+	26, // 97: holdfast.backend.v1.BackendService.Proclaim:output_type -> holdfast.backend.v1.ProclaimResponse
+	20, // 98: holdfast.backend.v1.BackendService.Count:output_type -> holdfast.backend.v1.CountResponse
+	79, // [79:99] is the sub-list for method output_type
+	59, // [59:79] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_holdfast_backend_v1_backend_proto_init() }
@@ -3542,13 +3731,17 @@ func file_holdfast_backend_v1_backend_proto_init() {
 	if File_holdfast_backend_v1_backend_proto != nil {
 		return
 	}
+	file_holdfast_backend_v1_backend_proto_msgTypes[21].OneofWrappers = []any{
+		(*FollowResponse_Event)(nil),
+		(*FollowResponse_Applied)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_holdfast_backend_v1_backend_proto_rawDesc), len(file_holdfast_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   47,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

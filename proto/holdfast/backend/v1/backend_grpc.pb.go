@@ -35,6 +35,7 @@ const (
 	BackendService_Get_FullMethodName          = "/holdfast.backend.v1.BackendService/Get"
 	BackendService_List_FullMethodName         = "/holdfast.backend.v1.BackendService/List"
 	BackendService_Watch_FullMethodName        = "/holdfast.backend.v1.BackendService/Watch"
+	BackendService_Follow_FullMethodName       = "/holdfast.backend.v1.BackendService/Follow"
 	BackendService_Enqueue_FullMethodName      = "/holdfast.backend.v1.BackendService/Enqueue"
 	BackendService_WaitTurn_FullMethodName     = "/holdfast.backend.v1.BackendService/WaitTurn"
 	BackendService_Dequeue_FullMethodName      = "/holdfast.backend.v1.BackendService/Dequeue"
@@ -67,6 +68,14 @@ type BackendServiceClient interface {
 	// Watch streams changes to keys under prefix, starting with one
 	// EVENT_TYPE_SYNCED event once the watch is established.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
+	// Follow streams the changes of only the keys and prefixes the engine
+	// follows, which it adds and drops on the request stream as its waiters
+	// and watchers come and go (core/backend.FollowBackend is the contract).
+	// It starts, like Watch, with one EVENT_TYPE_SYNCED event once the feed is
+	// established; nothing is followed until a request adds it. Optional: a
+	// plugin built before it answers UNIMPLEMENTED and the engine watches
+	// every key instead (backendserver serves it for every backend).
+	Follow(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[FollowRequest, FollowResponse], error)
 	// The fair queue: optional, served only by backends whose Info says fair
 	// (the others answer UNIMPLEMENTED and the engine never calls them).
 	//
@@ -207,6 +216,19 @@ func (c *backendServiceClient) Watch(ctx context.Context, in *WatchRequest, opts
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type BackendService_WatchClient = grpc.ServerStreamingClient[WatchResponse]
 
+func (c *backendServiceClient) Follow(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[FollowRequest, FollowResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &BackendService_ServiceDesc.Streams[1], BackendService_Follow_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[FollowRequest, FollowResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BackendService_FollowClient = grpc.BidiStreamingClient[FollowRequest, FollowResponse]
+
 func (c *backendServiceClient) Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*EnqueueResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(EnqueueResponse)
@@ -345,6 +367,14 @@ type BackendServiceServer interface {
 	// Watch streams changes to keys under prefix, starting with one
 	// EVENT_TYPE_SYNCED event once the watch is established.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
+	// Follow streams the changes of only the keys and prefixes the engine
+	// follows, which it adds and drops on the request stream as its waiters
+	// and watchers come and go (core/backend.FollowBackend is the contract).
+	// It starts, like Watch, with one EVENT_TYPE_SYNCED event once the feed is
+	// established; nothing is followed until a request adds it. Optional: a
+	// plugin built before it answers UNIMPLEMENTED and the engine watches
+	// every key instead (backendserver serves it for every backend).
+	Follow(grpc.BidiStreamingServer[FollowRequest, FollowResponse]) error
 	// The fair queue: optional, served only by backends whose Info says fair
 	// (the others answer UNIMPLEMENTED and the engine never calls them).
 	//
@@ -426,6 +456,9 @@ func (UnimplementedBackendServiceServer) List(context.Context, *ListRequest) (*L
 }
 func (UnimplementedBackendServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedBackendServiceServer) Follow(grpc.BidiStreamingServer[FollowRequest, FollowResponse]) error {
+	return status.Error(codes.Unimplemented, "method Follow not implemented")
 }
 func (UnimplementedBackendServiceServer) Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Enqueue not implemented")
@@ -602,6 +635,13 @@ func _BackendService_Watch_Handler(srv interface{}, stream grpc.ServerStream) er
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type BackendService_WatchServer = grpc.ServerStreamingServer[WatchResponse]
+
+func _BackendService_Follow_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(BackendServiceServer).Follow(&grpc.GenericServerStream[FollowRequest, FollowResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BackendService_FollowServer = grpc.BidiStreamingServer[FollowRequest, FollowResponse]
 
 func _BackendService_Enqueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(EnqueueRequest)
@@ -904,6 +944,12 @@ var BackendService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Watch",
 			Handler:       _BackendService_Watch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Follow",
+			Handler:       _BackendService_Follow_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "holdfast/backend/v1/backend.proto",
