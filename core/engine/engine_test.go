@@ -51,6 +51,9 @@ type counting struct {
 	stopCur context.CancelFunc
 	ended   chan struct{} // closed when the current watch has returned
 	watches atomic.Int64
+
+	follow bool // engines get a FollowBackend (follow_test.go)
+	feed   followFeed
 }
 
 func (c *counting) Watch(ctx context.Context, prefix string, send func(backend.Event) error) error {
@@ -177,11 +180,12 @@ func (c *counting) enqueuedIDs() []string {
 // server's FIFO is the order) or "fair" (the store keeps the order across
 // servers). The waiting tests run on both: one loop serves them.
 type mode struct {
-	name string
-	fair bool
+	name   string
+	fair   bool
+	follow bool // the backend is a FollowBackend (follow_test.go)
 }
 
-var modes = []mode{{"local", false}, {"fair", true}}
+var modes = []mode{{"local", false, false}, {"fair", true, false}, {"local-follow", false, true}, {"fair-follow", true, true}}
 
 // eachMode runs test once per mode, as subtests.
 func eachMode(t *testing.T, test func(t *testing.T, m mode)) {
@@ -207,6 +211,7 @@ func (m mode) newEngine(t testing.TB, cfg engine.Config) (*engine.Engine, *count
 		f := fakebackend.New()
 		c = &counting{Backend: f, fake: f}
 	}
+	c.follow = m.follow
 	t.Cleanup(func() { c.fake.Close() })
 	return c.newEngine(t, cfg), c
 }
@@ -218,6 +223,9 @@ func (c *counting) newEngine(t testing.TB, cfg engine.Config) *engine.Engine {
 	var b backend.Backend = c
 	if c.fair != nil {
 		b = fairCounting{c}
+	}
+	if c.follow || *followAll {
+		b = c.following(b)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
