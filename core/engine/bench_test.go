@@ -12,10 +12,18 @@ import (
 )
 
 // BenchmarkAcquireRelease: one uncontended Acquire+Release through the
-// engine on the in-process memory backend (no plugin, no network): the
-// engine's own overhead.
+// engine on the in-process fake backend (no plugin, no network): the
+// engine's own overhead. Watch: the engine's feed is a Watch of every key,
+// which carries every pair's two events to the engine (which drops them);
+// Follow: the same fake with a Follow (backend.Following, filtering that
+// Watch in-process), which carries none of them.
 func BenchmarkAcquireRelease(b *testing.B) {
-	e, _ := newEngine(b, engine.Config{})
+	b.Run("feed=Watch", func(b *testing.B) { benchAcquireRelease(b, mode{name: "local"}) })
+	b.Run("feed=Follow", func(b *testing.B) { benchAcquireRelease(b, mode{name: "local-follow", follow: true}) })
+}
+
+func benchAcquireRelease(b *testing.B, m mode) {
+	e, _ := m.newEngine(b, engine.Config{})
 	ctx := context.Background()
 	b.ReportAllocs()
 	var workers atomic.Int64
