@@ -53,6 +53,9 @@ type counting struct {
 	watches atomic.Int64
 
 	follow bool // engines get a FollowBackend (follow_test.go)
+	// wrapped: engines get c in a struct of followLocal's shape, without
+	// Follow (for benchmarks: the same call depth as followLocal's).
+	wrapped bool
 	feed   followFeed
 }
 
@@ -226,6 +229,8 @@ func (c *counting) newEngine(t testing.TB, cfg engine.Config) *engine.Engine {
 	}
 	if c.follow || *followAll {
 		b = c.following(b)
+	} else if c.wrapped && c.fair == nil {
+		b = plainLocal{c}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -97,6 +97,9 @@ func (c *counting) following(b backend.Backend) backend.Backend {
 
 type followLocal struct{ *counting }
 
+// plainLocal is followLocal without Follow.
+type plainLocal struct{ *counting }
+
 func (f followLocal) Follow(ctx context.Context, changes <-chan backend.FollowChange, send func(backend.Event) error) error {
 	return f.doFollow(ctx, f.counting, changes, send)
 }
