@@ -56,7 +56,7 @@ type counting struct {
 	// wrapped: engines get c in a struct of followLocal's shape, without
 	// Follow (for benchmarks: the same call depth as followLocal's).
 	wrapped bool
-	feed   followFeed
+	feed    followFeed
 }
 
 func (c *counting) Watch(ctx context.Context, prefix string, send func(backend.Event) error) error {
