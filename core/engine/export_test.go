@@ -18,3 +18,11 @@ func (e *Engine) SetFollowLinger(d time.Duration) {
 	e.interest.mu.Unlock()
 	e.interest.poke()
 }
+
+// Followed is how many keys and prefixes the engine counts as needed
+// (or lets linger).
+func (e *Engine) Followed() int {
+	e.interest.mu.Lock()
+	defer e.interest.mu.Unlock()
+	return len(e.interest.keys.want) + len(e.interest.prefixes.want)
+}

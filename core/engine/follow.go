@@ -151,13 +151,14 @@ func (e *Engine) followThen(ctx context.Context, keys, prefixes []string, then f
 func (in *interest) add(keys, prefixes []string, then func()) *followWait {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	up := in.mode == feedUp
 	for _, k := range keys {
-		in.keys.inc(k)
+		in.keys.inc(k, up)
 	}
 	for _, p := range prefixes {
-		in.prefixes.inc(p)
+		in.prefixes.inc(p, up)
 	}
-	if in.mode != feedUp {
+	if !up {
 		return nil
 	}
 	var need uint64
@@ -178,13 +179,15 @@ func (in *interest) add(keys, prefixes []string, then func()) *followWait {
 	return w
 }
 
-func (ns *names) inc(s string) {
+// inc counts s once more; up: a Follow feed is up, and the next change
+// must add s unless it is sent (otherwise the next feed's whole set does).
+func (ns *names) inc(s string, up bool) {
 	w := ns.want[s]
 	if w == nil {
 		w = &wanted{}
 		ns.want[s] = w
 	}
-	if _, ok := ns.sent[s]; !ok {
+	if _, ok := ns.sent[s]; up && !ok {
 		ns.dirty[s] = struct{}{}
 	}
 	w.n++
@@ -226,6 +229,13 @@ func (in *interest) dec(ns *names, s string, now time.Time) {
 	if w.n > 0 {
 		return
 	}
+	if in.mode != feedUp {
+		// Nothing is sent: nothing to linger for (and no sender to
+		// expire it). The next feed's whole set is what is counted then.
+		delete(ns.want, s)
+		delete(ns.dirty, s)
+		return
+	}
 	w.idle = now
 	if w.queued {
 		return // next finds it, and its new idle time
@@ -250,12 +260,23 @@ func (in *interest) cancel(w *followWait) {
 }
 
 // setMode starts a new feed, or ends one: nothing is sent on it yet, and
-// every follow that waited is let go (see follow).
+// every follow that waited is let go (see follow). What lingered is
+// forgotten: with no Follow feed up nothing is sent, and nobody expires it.
 func (in *interest) setMode(m feedMode) {
 	in.mu.Lock()
 	in.mode = m
-	clear(in.keys.sent)
-	clear(in.prefixes.sent)
+	for _, ns := range []*names{&in.keys, &in.prefixes} {
+		clear(ns.sent)
+		clear(ns.dirty)
+		for s, w := range ns.want {
+			w.queued = false
+			if w.n == 0 {
+				delete(ns.want, s)
+			}
+		}
+	}
+	clear(in.idle)
+	in.idle = in.idle[:0]
 	ready := in.pending
 	in.pending = nil
 	in.mu.Unlock()

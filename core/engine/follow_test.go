@@ -344,6 +344,7 @@ func TestFollowDropsKeyAfterLinger(t *testing.T) {
 			t.Fatal("k's events still cross 5s after the last waiter left")
 		}
 	}
+	eventually(t, "k to be forgotten", func() bool { return a.Followed() == 1 }) // the barrier's watcher
 	// And dropped it stays: nothing of k crosses any more.
 	before := crossedK()
 	for range 10 {
@@ -385,6 +386,9 @@ func TestFollowUnsupportedFallsBackToWatch(t *testing.T) {
 	// B releases (its feed is the first watch: breakWatch breaks A's, the
 	// latest).
 	wakes(b, "fb/1")
+	if n := a.Followed(); n != 0 {
+		t.Fatalf("%d keys still counted on a Watch feed after their waiter left: nothing would ever expire them", n)
+	}
 
 	// The plugin restarts (newer): A's next feed is a Follow.
 	follows := c.feed.follows.Load()
