@@ -201,6 +201,18 @@ func TestFollowUncontendedCrossesNothing(t *testing.T) {
 	for i := range 100 {
 		release(t, e, mustAcquire(t, e, fmt.Sprintf("u/%d", i%10), time.Minute))
 	}
+	// With a wait too (as the SDKs ask): a free lock is won at once, and
+	// nothing is followed for it.
+	for i := range 100 {
+		resp, err := e.Acquire(context.Background(), acq(fmt.Sprintf("w/%d", i%10), time.Minute, 10*time.Second))
+		if err != nil || !resp.GetAcquired() {
+			t.Fatal(resp, err)
+		}
+		release(t, e, resp.GetLease())
+	}
+	if n := e.Followed(); n != 1 {
+		t.Fatalf("%d keys and prefixes counted, want 1 (the barrier's watcher)", n)
+	}
 	barrier(t, e, bw, "barrier")
 	if n := c.feed.follows.Load(); n != 1 {
 		t.Fatalf("%d Follow calls, want 1 (the engine's feed)", n)

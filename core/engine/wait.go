@@ -67,20 +67,38 @@ func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.Ac
 	defer stopOnClose()
 
 	_, busy := e.queued(s.keys)
-	var turns turnSource = &localTurns{e: e, keys: s.keys.keys}
-	if f, ok := e.fair(); ok {
-		// Nobody waits here: try as a newcomer first. A fair backend
-		// refuses when anyone is queued in the store, so this never jumps
-		// the queue, and an uncontended lock costs no queue entry.
-		if !busy {
-			a, err := e.try(ctx, s)
-			if err != nil && !errors.Is(err, ErrUnavailable) {
-				return nil, err
+	f, fair := e.fair()
+	// Nobody waits here: try as a newcomer first, on a fair backend and on
+	// a Follow feed, so that an uncontended lock costs no queue entry and
+	// follows nothing (a waiter's first try comes after its follow, which
+	// on a Follow feed may wait for the backend). A fair backend refuses
+	// when anyone is queued in the store, so this never jumps its queue;
+	// on a local order nobody is queued here to jump. On a Watch feed with
+	// a local order the head of an empty queue tries at once anyway, so a
+	// newcomer's try would only add a call when the lock is held.
+	// The try is bounded by the wait (a frozen backend holds nobody past
+	// it).
+	if !busy && (fair || e.interest != nil) {
+		a, err := e.try(waitCtx, s)
+		switch {
+		case err == nil && a.acquired:
+			return e.acquired(a), nil
+		case waitCtx.Err() != nil:
+			select {
+			case <-e.done:
+				return nil, newErr(ErrUnavailable, "acquire: the server is shutting down")
+			default:
 			}
-			if err == nil && a.acquired {
-				return e.acquired(a), nil
+			if ctx.Err() != nil {
+				return nil, ctxErr(ctx, "acquire")
 			}
+			return e.notAcquired(a.current, a.delayed), nil
+		case err != nil && !errors.Is(err, ErrUnavailable):
+			return nil, err
 		}
+	}
+	var turns turnSource = &localTurns{e: e, keys: s.keys.keys}
+	if fair {
 		turns = &fairTurns{e: e, f: f, ctx: ctx, keys: s.keys.keys, id: e.waiterIDs.get()}
 	}
 	w, err := turns.join(ctx)
