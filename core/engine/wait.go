@@ -142,7 +142,8 @@ func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.Ac
 	// before that waiter won, so that release's event is carried; and when
 	// the feed is down follow returns at once, and the resync, which
 	// follows every key counted, wakes every waiter once it is applied.
-	// An Acquire that wins at once never gets here, and follows nothing.
+	// On a Follow feed an Acquire that wins at once returned above (the
+	// newcomer's try), and followed nothing.
 	unfollow, err := e.follow(waitCtx, s.keys.keys, nil)
 	if err != nil {
 		return ended()
