@@ -8,14 +8,29 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core/engine"
+	"github.com/holdfast/holdfast/core/internal/fakebackend"
 	lockv1 "github.com/holdfast/holdfast/proto/holdfast/lock/v1"
 )
 
 // BenchmarkAcquireRelease: one uncontended Acquire+Release through the
-// engine on the in-process memory backend (no plugin, no network): the
-// engine's own overhead.
+// engine on the in-process fake backend (no plugin, no network): the
+// engine's own overhead. Watch: the engine's feed is a Watch of every key,
+// which carries every pair's two events to the engine (which drops them);
+// Follow: the same fake with a Follow (backend.Following, filtering that
+// Watch in-process), which carries none of them. Both wrap the fake in a
+// struct of one shape (plainLocal, followLocal): a wrapper's extra frames
+// alone change the cost of every call (goroutine stacks grow at other
+// depths), and would be measured instead of the feed.
 func BenchmarkAcquireRelease(b *testing.B) {
-	e, _ := newEngine(b, engine.Config{})
+	b.Run("feed=Watch", func(b *testing.B) { benchAcquireRelease(b, false) })
+	b.Run("feed=Follow", func(b *testing.B) { benchAcquireRelease(b, true) })
+}
+
+func benchAcquireRelease(b *testing.B, follow bool) {
+	f := fakebackend.New()
+	c := &counting{Backend: f, fake: f, follow: follow, wrapped: true}
+	b.Cleanup(func() { f.Close() })
+	e := c.newEngine(b, engine.Config{})
 	ctx := context.Background()
 	b.ReportAllocs()
 	var workers atomic.Int64

@@ -2,7 +2,7 @@
 // that does not depend on the wire. It validates requests, keeps the server's
 // Hybrid Logical Clock, mints owner tokens, calls the backend, queues waiting
 // acquirers per key (package waitq) and wakes them on backend events, and
-// fans the backend's watch out to API watchers.
+// fans the backend's events out to API watchers.
 //
 // The engine speaks the public API's messages (lockv1) but knows nothing of
 // Connect: it returns errors wrapping the sentinels in errors.go, which the
@@ -14,11 +14,12 @@
 // server. Only the head tries the backend. The head is woken by
 //
 //   - this engine's own successful Release of the key (immediate handoff),
-//   - the backend's Watch events released/expired for the key,
+//   - the backend feed's events released/expired for the key (see The
+//     backend feed),
 //   - a timer set for the holder's expiry (the Remaining the backend
 //     reported, plus its TTL granularity) on the engine's monotonic clock,
 //     which covers a lost event, and
-//   - a resync of the backend watch (after a plugin restart every head is
+//   - a resync of the backend feed (after a plugin restart every head is
 //     woken, since events may have been missed).
 //
 // A head that became head because the waiter before it won the lock does
@@ -50,10 +51,29 @@
 // caller gave up, or whose TTL ran out before the answer came back, is
 // released again at once.
 //
+// # The backend feed
+//
+// The engine reads the backend's changes on one feed (watch.go), and acts
+// on each: a released or expired event wakes the key's head, an acquired
+// one wakes rechecking repeats (waitq's Repeats) and is observed by the
+// clock, every one is counted (Observer.BackendEvent) and fanned out to the
+// API watchers it matches. For a backend.FollowBackend the feed is a
+// Follow, and it carries only the keys the engine needs (follow.go): the
+// keys of its waiters, which follow from when they are queued until their
+// wait ends, and the keys and prefixes of its API watchers (Watch,
+// Observe), which follow before they are sent EVENT_TYPE_SYNCED. A key
+// nobody needs any more stays followed for a few seconds (followLinger),
+// since a hot key's waiters come and go. An Acquire that wins at once,
+// and its Release, cross no feed at all: most pairs on a busy server cost
+// no event, and the clock observes, and the metric counts, only the
+// followed keys' events. Any other backend, and a plugin that does not
+// serve Follow (errors.ErrUnsupported: the next re-established feed tries
+// Follow again), is watched on every key, as before Follow.
+//
 // # Shutdown
 //
 // Close stops accepting requests, ends waiters and watchers with
-// unavailable, and stops the backend watch. It releases no lease: a holder's
+// unavailable, and stops the backend feed. It releases no lease: a holder's
 // critical section must survive a restart (or a rolling upgrade) of the
 // server it happened to talk to, so leases stay held until released by
 // their owner or until their TTL runs out. With a shared, durable backend the
@@ -156,10 +176,14 @@ type Engine struct {
 	everSync bool
 	subs     subscribers
 	deliver  *deliverers // watchers take turns to send (deliver.go)
+
+	// interest is what the backend feed must carry (follow.go); nil when
+	// the backend has no Follow, and its Watch carries every key.
+	interest *interest
 }
 
-// New starts an engine on b: it reads b's Info, starts the one backend watch
-// and returns once that watch is synced (or fails when ctx ends first). The
+// New starts an engine on b: it reads b's Info, starts the one backend feed
+// (see the package doc) and returns once it is synced (or fails when ctx ends first). The
 // caller keeps ownership of b; Close the engine before closing b.
 func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 	if cfg.MaxTTL <= 0 {
@@ -205,6 +229,9 @@ func New(ctx context.Context, b backend.Backend, cfg Config) (*Engine, error) {
 		subs:      newSubscribers(),
 		deliver:   newDeliverers(),
 		waiterIDs: newWaiterIDs(),
+	}
+	if _, ok := b.(backend.FollowBackend); ok {
+		e.interest = newInterest()
 	}
 	e.closing, e.cancelAll = context.WithCancel(context.Background())
 	e.calls = newBatcher(e, cfg.Batch)

@@ -51,6 +51,12 @@ type counting struct {
 	stopCur context.CancelFunc
 	ended   chan struct{} // closed when the current watch has returned
 	watches atomic.Int64
+
+	follow bool // engines get a FollowBackend (follow_test.go)
+	// wrapped: engines get c in a struct of followLocal's shape, without
+	// Follow (for benchmarks: the same call depth as followLocal's).
+	wrapped bool
+	feed    followFeed
 }
 
 func (c *counting) Watch(ctx context.Context, prefix string, send func(backend.Event) error) error {
@@ -177,11 +183,12 @@ func (c *counting) enqueuedIDs() []string {
 // server's FIFO is the order) or "fair" (the store keeps the order across
 // servers). The waiting tests run on both: one loop serves them.
 type mode struct {
-	name string
-	fair bool
+	name   string
+	fair   bool
+	follow bool // the backend is a FollowBackend (follow_test.go)
 }
 
-var modes = []mode{{"local", false}, {"fair", true}}
+var modes = []mode{{"local", false, false}, {"fair", true, false}, {"local-follow", false, true}, {"fair-follow", true, true}}
 
 // eachMode runs test once per mode, as subtests.
 func eachMode(t *testing.T, test func(t *testing.T, m mode)) {
@@ -207,6 +214,7 @@ func (m mode) newEngine(t testing.TB, cfg engine.Config) (*engine.Engine, *count
 		f := fakebackend.New()
 		c = &counting{Backend: f, fake: f}
 	}
+	c.follow = m.follow
 	t.Cleanup(func() { c.fake.Close() })
 	return c.newEngine(t, cfg), c
 }
@@ -218,6 +226,11 @@ func (c *counting) newEngine(t testing.TB, cfg engine.Config) *engine.Engine {
 	var b backend.Backend = c
 	if c.fair != nil {
 		b = fairCounting{c}
+	}
+	if c.follow || *followAll {
+		b = c.following(b)
+	} else if c.wrapped && c.fair == nil {
+		b = plainLocal{c}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -944,10 +957,10 @@ func testHandoffCostsOneBackendAcquire(t *testing.T, m mode) {
 		eventually(t, "waiter queued", func() bool { return e.Waiters("k") == i+1 })
 	}
 	// The holder's acquire and the first waiter's try, which found the lock
-	// held (on a fair backend: its try as a newcomer, then as the store's
-	// head); the others, behind it, have not tried.
+	// held (on a fair backend or a Follow feed: its try as a newcomer, then
+	// as the head); the others, behind it, have not tried.
 	tried := int64(2)
-	if m.fair {
+	if m.fair || m.follow || *followAll {
 		tried++
 	}
 	eventually(t, "first waiter tried", func() bool { return b.acquires.Load() == tried })

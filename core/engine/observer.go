@@ -24,10 +24,12 @@ type Observer interface {
 	// ExtendDone reports an Extend that answered: extended, or not (the
 	// lease was lost).
 	ExtendDone(extended bool)
-	// BackendEvent reports each event of the engine's one backend watch
-	// (synced, acquired, released, expired), for every key the backend
-	// holds, including those taken through other servers of a shared
-	// backend. An expired event is a lease lost to its TTL.
+	// BackendEvent reports each event of the engine's one backend feed
+	// (synced, acquired, released, expired), including those of keys
+	// taken through other servers of a shared backend: of every key the
+	// backend holds when the feed is a Watch, and only of the keys this
+	// engine follows (its waiters' and API watchers') when it is a Follow
+	// (see the package doc). An expired event is a lease lost to its TTL.
 	BackendEvent(t backend.EventType)
 	// SetAcquired reports a multi-key Acquire (claims) that acquired, with
 	// the number of its keys.

@@ -84,6 +84,10 @@ func TestObserverSeesOutcomes(t *testing.T) {
 	rec := &recorder{events: map[backend.EventType]int{}}
 	e, _ := newEngine(t, engine.Config{Observer: rec})
 	ctx := context.Background()
+	// A watcher of every key: the backend feed carries every event then,
+	// also when it is a Follow (which carries only the keys followed).
+	all := watchOn(t, e, &lockv1.WatchRequest{}, nil)
+	expect(t, all, lockv1.EventType_EVENT_TYPE_SYNCED, "")
 
 	l := mustAcquire(t, e, "k", time.Minute)
 	if resp, err := e.Acquire(ctx, acq("k", time.Minute, 0)); err != nil || resp.GetAcquired() {

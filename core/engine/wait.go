@@ -67,20 +67,38 @@ func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.Ac
 	defer stopOnClose()
 
 	_, busy := e.queued(s.keys)
-	var turns turnSource = &localTurns{e: e, keys: s.keys.keys}
-	if f, ok := e.fair(); ok {
-		// Nobody waits here: try as a newcomer first. A fair backend
-		// refuses when anyone is queued in the store, so this never jumps
-		// the queue, and an uncontended lock costs no queue entry.
-		if !busy {
-			a, err := e.try(ctx, s)
-			if err != nil && !errors.Is(err, ErrUnavailable) {
-				return nil, err
+	f, fair := e.fair()
+	// Nobody waits here: try as a newcomer first, on a fair backend and on
+	// a Follow feed, so that an uncontended lock costs no queue entry and
+	// follows nothing (a waiter's first try comes after its follow, which
+	// on a Follow feed may wait for the backend). A fair backend refuses
+	// when anyone is queued in the store, so this never jumps its queue;
+	// on a local order nobody is queued here to jump. On a Watch feed with
+	// a local order the head of an empty queue tries at once anyway, so a
+	// newcomer's try would only add a call when the lock is held.
+	// The try is bounded by the wait (a frozen backend holds nobody past
+	// it).
+	if !busy && (fair || e.interest != nil) {
+		a, err := e.try(waitCtx, s)
+		switch {
+		case err == nil && a.acquired:
+			return e.acquired(a), nil
+		case waitCtx.Err() != nil:
+			select {
+			case <-e.done:
+				return nil, newErr(ErrUnavailable, "acquire: the server is shutting down")
+			default:
 			}
-			if err == nil && a.acquired {
-				return e.acquired(a), nil
+			if ctx.Err() != nil {
+				return nil, ctxErr(ctx, "acquire")
 			}
+			return e.notAcquired(a.current, a.delayed), nil
+		case err != nil && !errors.Is(err, ErrUnavailable):
+			return nil, err
 		}
+	}
+	var turns turnSource = &localTurns{e: e, keys: s.keys.keys}
+	if fair {
 		turns = &fairTurns{e: e, f: f, ctx: ctx, keys: s.keys.keys, id: e.waiterIDs.get()}
 	}
 	w, err := turns.join(ctx)
@@ -91,6 +109,46 @@ func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.Ac
 	defer w.Leave()
 	won := false
 	defer func() { turns.leave(won) }()
+	var (
+		current *backend.Record
+		delayed *backend.Record
+		lastErr error
+	)
+	// ended answers the end of the wait (waitCtx is done).
+	ended := func() (*lockv1.AcquireResponse, error) {
+		select {
+		case <-e.done:
+			return nil, newErr(ErrUnavailable, "acquire: the server is shutting down")
+		default:
+		}
+		if ctx.Err() != nil {
+			return nil, ctxErr(ctx, "acquire")
+		}
+		if lastErr != nil {
+			return nil, lastErr
+		}
+		w.Leave() // so that waiters counts the others only
+		return e.notAcquired(current, delayed), nil
+	}
+
+	// Follow the keys once queued and before anything here tries the
+	// backend (the recheck, the loop's first try): then no wake-up is
+	// missed. follow returns once the feed carries every later change of
+	// the keys, so a release that committed before that is found by the
+	// first try after it, and one after it wakes us. That holds on every
+	// path: for localTurns and fairTurns alike the first try (and the
+	// recheck) comes after this line; a head that waits for the release of
+	// the lock the waiter before it won (HeldUntil) was following the key
+	// before that waiter won, so that release's event is carried; and when
+	// the feed is down follow returns at once, and the resync, which
+	// follows every key counted, wakes every waiter once it is applied.
+	// On a Follow feed an Acquire that wins at once returned above (the
+	// newcomer's try), and followed nothing.
+	unfollow, err := e.follow(waitCtx, s.keys.keys, nil)
+	if err != nil {
+		return ended()
+	}
+	defer unfollow()
 
 	// A repeat whose lease is held must not wait behind the waiters that
 	// wait for that very lease: ask, taking nothing, once queued. When the
@@ -114,30 +172,13 @@ func (e *Engine) acquireWaiting(ctx context.Context, s *acquireSpec) (*lockv1.Ac
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	var (
-		current *backend.Record
-		delayed *backend.Record
-		lastErr error
-		retry   = backoff.New(minRetry, maxRetry)
-	)
+	retry := backoff.New(minRetry, maxRetry)
 	for {
 		select {
 		case <-w.Wake():
 		case <-timer.C:
 		case <-waitCtx.Done():
-			select {
-			case <-e.done:
-				return nil, newErr(ErrUnavailable, "acquire: the server is shutting down")
-			default:
-			}
-			if ctx.Err() != nil {
-				return nil, ctxErr(ctx, "acquire")
-			}
-			if lastErr != nil {
-				return nil, lastErr
-			}
-			w.Leave() // so that waiters counts the others only
-			return e.notAcquired(current, delayed), nil
+			return ended()
 		}
 		// Only the head tries. Only the head is woken or arms the timer, and
 		// a head stays head until it leaves; the check keeps that invariant

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -21,20 +22,36 @@ const (
 // holds up the engine's one backend watch.
 const subBuffer = 256
 
-// watchLoop runs the engine's one backend watch on every key, and
-// re-establishes it with backoff when it fails (a plugin restart ends it).
+// watchLoop runs the engine's one backend feed, and re-establishes it with
+// backoff when it fails (a plugin restart ends it). The feed is a Follow of
+// the keys the engine needs (follow.go) when the backend has one, and
+// otherwise a Watch of every key; a Follow answered with
+// errors.ErrUnsupported (a plugin older than the call) falls back to the
+// Watch for that attempt, and the next attempt tries Follow again (a
+// restarted plugin may be newer).
 func (e *Engine) watchLoop(ctx context.Context) {
 	defer e.wg.Done()
 	retry := backoff.New(minWatchBackoff, maxWatchBackoff)
+	established := func() { retry.Reset() }
 	for {
-		err := e.b.Watch(ctx, "", func(ev backend.Event) error {
-			if ev.Type == backend.EventSynced {
-				retry.Reset()
+		var err error
+		if f, ok := e.b.(backend.FollowBackend); ok {
+			err = e.runFollow(ctx, f, established)
+			if errors.Is(err, errors.ErrUnsupported) && ctx.Err() == nil {
+				e.log.Debug("backend does not serve Follow; watching every key", "err", err)
+				e.unsync(err)
+				e.interest.setMode(feedAll)
+				err = e.runWatch(ctx, established)
 			}
-			e.onEvent(ctx, ev)
-			return nil
-		})
+		} else {
+			err = e.runWatch(ctx, established)
+		}
+		// Unsynced before the follows that wait are let go: one let go
+		// must not be told it is synced by the feed that just broke.
 		e.unsync(err)
+		if e.interest != nil {
+			e.interest.setMode(feedDown)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -48,6 +65,17 @@ func (e *Engine) watchLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// runWatch runs one Watch of every key: every event goes to onEvent.
+func (e *Engine) runWatch(ctx context.Context, established func()) error {
+	return e.b.Watch(ctx, "", func(ev backend.Event) error {
+		if ev.Type == backend.EventSynced {
+			established()
+		}
+		e.onEvent(ctx, ev)
+		return nil
+	})
 }
 
 func (e *Engine) onEvent(ctx context.Context, ev backend.Event) {
@@ -146,10 +174,14 @@ type subscriber struct {
 	key    string // exact key, when exact
 	prefix string
 	exact  bool
-	synced bool // has been sent its EVENT_TYPE_SYNCED
-	events chan *lockv1.WatchResponse
-	ended  chan struct{} // closed by endSub, after err is set
-	err    error
+	// followed: its key or prefix is followed on the backend feed (or the
+	// feed is down, and the resync follows it): it may be sent its
+	// EVENT_TYPE_SYNCED.
+	followed bool
+	synced   bool // has been sent its EVENT_TYPE_SYNCED
+	events   chan *lockv1.WatchResponse
+	ended    chan struct{} // closed by endSub, after err is set
+	err      error
 }
 
 // endSub ends s with err. e.watchMu must be held.
@@ -180,7 +212,7 @@ func (e *Engine) markSynced() {
 		close(e.firstSync)
 	}
 	for s := range e.subs.all {
-		if !s.synced {
+		if s.followed && !s.synced {
 			s.synced = true
 			e.push(s, e.syncedMessage())
 		}
@@ -284,18 +316,40 @@ func (e *Engine) WatchQueued(ctx context.Context, req *lockv1.WatchRequest, send
 	default:
 	}
 	e.subs.add(s)
-	if e.synced {
-		// Registered under the lock that fan-out holds: every later event
-		// reaches s.
-		s.synced = true
-		e.push(s, e.syncedMessage())
-	}
 	e.watchMu.Unlock()
 	defer func() {
 		e.watchMu.Lock()
 		e.endSub(s, nil)
 		e.watchMu.Unlock()
 	}()
+	// Registered before the follow: s is sent its EVENT_TYPE_SYNCED when
+	// its key or prefix is followed (on the feed's goroutine, under the
+	// lock that fan-out holds), so every event after it reaches s.
+	var keys, prefixes []string
+	if s.exact {
+		keys = []string{s.key}
+	} else {
+		prefixes = []string{s.prefix}
+	}
+	unfollow, err := e.followThen(ctx, keys, prefixes, func() {
+		e.watchMu.Lock()
+		defer e.watchMu.Unlock()
+		if _, ok := e.subs.all[s]; !ok {
+			return // ended meanwhile
+		}
+		s.followed = true
+		if e.synced && !s.synced {
+			s.synced = true
+			e.push(s, e.syncedMessage())
+		}
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctxErr(ctx, "watch")
+		}
+		return err
+	}
+	defer unfollow()
 
 	turn := e.deliver.turn()
 	batch := make([]*lockv1.WatchResponse, 0, maxQueuedSend)
