@@ -16,7 +16,7 @@ import (
 // so a plugin built with this version always passes through it; an older
 // plugin answers errors.ErrUnsupported and the engine watches instead.
 var _ = describeBackend("follow", Label("follow"), func(sc *BackendContext) {
-	It("sends the changes of followed keys and prefixes, and only those", func(ctx SpecContext) {
+	It("sends the changes of followed keys and prefixes, and only those, and every key's expiry", func(ctx SpecContext) {
 		f, ok := sc.Backend.(backend.FollowBackend)
 		if !ok {
 			Skip("the plugin host does not offer Follow")
@@ -41,7 +41,7 @@ var _ = describeBackend("follow", Label("follow"), func(sc *BackendContext) {
 				}
 			})
 		}()
-		next := func() backend.Event {
+		nextWithin := func(d time.Duration) backend.Event {
 			GinkgoHelper()
 			select {
 			case e := <-events:
@@ -51,10 +51,14 @@ var _ = describeBackend("follow", Label("follow"), func(sc *BackendContext) {
 					Skip("the plugin does not serve Follow (built before it): the engine watches every key instead")
 				}
 				Fail(fmt.Sprintf("Follow returned early: %v", err))
-			case <-time.After(10 * time.Second):
-				Fail("no Follow event within 10s")
+			case <-time.After(d):
+				Fail(fmt.Sprintf("no Follow event within %v", d))
 			}
 			return backend.Event{}
+		}
+		next := func() backend.Event {
+			GinkgoHelper()
+			return nextWithin(10 * time.Second)
 		}
 		change := func(c backend.FollowChange) {
 			GinkgoHelper()
@@ -104,6 +108,15 @@ var _ = describeBackend("follow", Label("follow"), func(sc *BackendContext) {
 		cycle(key, false)
 		cycle(prefix+"c", false)
 		cycle(other, true)
+
+		// Expiries are the exception: every key's is sent, followed or
+		// not (the server counts the leases that ran out).
+		expiring := sc.Key("follow-expiring")
+		_, rec := sc.MustAcquire(ctx, expiring, sc.TTL())
+		e := nextWithin(sc.FreeWithin() + noticeLag + 2*time.Second)
+		Expect(e.Record.Key).To(Equal(expiring), "an event (%v) of %q came before the expiry of the unfollowed %q", e.Type, e.Record.Key, expiring)
+		Expect(e.Type).To(Equal(backend.EventExpired), "the acquisition of an unfollowed key must not be sent, its expiry must")
+		Expect(e.Record.FencingToken).To(Equal(rec.FencingToken))
 
 		cancel()
 		Eventually(done).WithTimeout(5*time.Second).Should(Receive(BeNil()), "Follow must return nil once its context is done")

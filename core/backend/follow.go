@@ -41,7 +41,11 @@ type FollowBackend interface {
 	// not nil): every change of a followed key that commits after Applied
 	// is called must be sent. Changes of other keys are not sent (one
 	// already on its way when its key was dropped may still be): that is
-	// the point of Follow, and the conformance suite checks it.
+	// the point of Follow, and the conformance suite checks it. The one
+	// exception is EventExpired, sent for every key, followed or not: a
+	// lease that ran out is one its holder lost, which the server counts
+	// (holdfast_lease_expirations_total) whoever waits, and which is rare
+	// beside the Acquires and Releases that Follow leaves out.
 	//
 	// send and Applied are never called concurrently, so a transport may
 	// write both to one stream; both are called in the order the backend
@@ -64,7 +68,8 @@ type FollowChange struct {
 
 // Following returns b as a FollowBackend: b itself when it is one, and
 // otherwise b wrapped so that Follow runs b.Watch("") and sends on only the
-// events of followed keys (and every EventSynced). The wrapper is correct
+// events of followed keys (and every EventSynced and EventExpired). The
+// wrapper is correct
 // for any Backend whose Watch keeps its promise: a change that commits
 // after Applied is sent by Watch after it commits, so after the change that
 // made its key followed.
@@ -102,7 +107,7 @@ func (w watchFollower) Follow(parent context.Context, changes <-chan FollowChang
 				}
 				return send(ev)
 			}
-			if !set.Has(ev.Record.Key) {
+			if ev.Type != EventExpired && !set.Has(ev.Record.Key) {
 				return nil
 			}
 			return send(ev)

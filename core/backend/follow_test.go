@@ -123,6 +123,25 @@ func TestFollowingSendsOnlyFollowedKeys(t *testing.T) {
 	}
 }
 
+// Every key's expiry is sent, followed or not: the server counts the
+// leases that ran out.
+func TestFollowingSendsEveryExpiry(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	b := fakebackend.New()
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := startFollow(ctx, t, b)
+	f.change(t, backend.FollowChange{Keys: []string{"followed"}})
+	res, err := b.Acquire(ctx, backend.AcquireRequest{Key: "unfollowed", OwnerToken: "tok", TTL: 20 * time.Millisecond, Limit: 1, Permits: 1})
+	if err != nil || !res.Acquired {
+		t.Fatalf("acquire: %+v, %v", res, err)
+	}
+	if ev := f.next(t); ev.Type != backend.EventExpired || ev.Record.Key != "unfollowed" {
+		t.Fatalf("got %v of %q, want the expiry of the unfollowed key (its acquisition must not be sent)", ev.Type, ev.Record.Key)
+	}
+}
+
 // A change is applied only after the feed is synced, and a closed changes
 // channel does not end the feed.
 func TestFollowingKeepsSendingAfterChangesClose(t *testing.T) {

@@ -65,8 +65,9 @@
 // nobody needs any more stays followed for a few seconds (followLinger),
 // since a hot key's waiters come and go. An Acquire that wins at once,
 // and its Release, cross no feed at all: most pairs on a busy server cost
-// no event, and the clock observes, and the metric counts, only the
-// followed keys' events. Any other backend, and a plugin that does not
+// no event, and the clock observes only the followed keys' acquisitions
+// (expiries come for every key: a Follow sends them all, so the metric of
+// leases that ran out counts every one). Any other backend, and a plugin that does not
 // serve Follow (errors.ErrUnsupported: the next re-established feed tries
 // Follow again), is watched on every key, as before Follow.
 //

@@ -29,7 +29,8 @@ type Observer interface {
 	// taken through other servers of a shared backend: of every key the
 	// backend holds when the feed is a Watch, and only of the keys this
 	// engine follows (its waiters' and API watchers') when it is a Follow
-	// (see the package doc). An expired event is a lease lost to its TTL.
+	// (see the package doc), except expired events, which a Follow sends
+	// for every key. An expired event is a lease lost to its TTL.
 	BackendEvent(t backend.EventType)
 	// SetAcquired reports a multi-key Acquire (claims) that acquired, with
 	// the number of its keys.
