@@ -234,9 +234,11 @@ func (a *acquireTxn) ops() (cmps []clientv3.Cmp, then, els []clientv3.Op) {
 		writes,
 		refused,
 	)}
+	// No read of the queue: a refusal that none of these explains is the
+	// queue's, which acquireDecided needs no more of (the proposal goes
+	// into etcd's log with every Acquire, refused or not).
 	els = []clientv3.Op{
 		clientv3.OpGet(lockKey),
-		clientv3.OpGet(b.queuePrefix(req.Key), clientv3.WithFirstCreate()...),
 		clientv3.OpGet(b.delayKey(req.Key)),
 		clientv3.OpGet(b.metaKey(req.Key)),
 	}
@@ -331,8 +333,8 @@ func (b *Backend) acquireDecided(cctx, parent context.Context, a *acquireTxn, su
 			LockDelay:    req.LockDelay,
 		}}, true, false, nil
 	}
-	if len(rs) != 4 {
-		return backend.AcquireResult{}, false, false, fmt.Errorf("etcd acquire %q: %d reads in the refusal, want 4: %w", req.Key, len(rs), backend.ErrUnavailable)
+	if len(rs) != 3 {
+		return backend.AcquireResult{}, false, false, fmt.Errorf("etcd acquire %q: %d reads in the refusal, want 3: %w", req.Key, len(rs), backend.ErrUnavailable)
 	}
 	if kvs := rs[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		// Held: by this request's earlier attempt (a replay), or by
@@ -344,11 +346,11 @@ func (b *Backend) acquireDecided(cctx, parent context.Context, a *acquireTxn, su
 		rec, err := decodeRecord(req.Key, kvs[0])
 		return backend.AcquireResult{Record: rec}, false, false, err
 	}
-	if kvs := rs[3].GetResponseRange().Kvs; len(kvs) > 0 {
+	if kvs := rs[2].GetResponseRange().Kvs; len(kvs) > 0 {
 		res, err := b.keptOther(parent, req.Key, kvs[0]) // a semaphore's or rwlock's
 		return res, false, false, err
 	}
-	if kvs := rs[2].GetResponseRange().Kvs; len(kvs) > 0 {
+	if kvs := rs[1].GetResponseRange().Kvs; len(kvs) > 0 {
 		return backend.AcquireResult{Record: delayed(req.Key, kvs[0])}, false, false, nil // in its lock-delay
 	}
 	// Free, but others are queued ahead (or this waiter's entry is

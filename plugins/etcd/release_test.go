@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -217,5 +218,37 @@ func TestReleaseKnownLock(t *testing.T) {
 	if b.Pooled(secs, first) || !b.Pooled(secs, moved) {
 		t.Fatalf("after the release: first lease pooled %v (want false: the other process has it), moved-to lease pooled %v (want true)",
 			b.Pooled(secs, first), b.Pooled(secs, moved))
+	}
+}
+
+// An Acquire's refusal branch reads the record, the delay key and the meta
+// key, never the queue (etcd logs the whole proposal with every Acquire):
+// a free key refused for a waiter queued ahead is answered not acquired,
+// with no holder.
+func TestAcquireRefusalReadsNoQueue(t *testing.T) {
+	t.Parallel()
+	eps := requireEtcd(t)
+	prefix := testPrefix(t)
+	ctx := ctxT(t)
+	var c txnCapture
+	b, err := etcd.NewWithDialOptions(ctx, map[string]string{"endpoints": eps, "prefix": prefix}, c.dialOption())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if err := b.Enqueue(ctx, "q", "ahead"); err != nil {
+		t.Fatal(err)
+	}
+	c.take()
+	res := acquire(t, b, "q", token(), ttl, stampAt(time.Now().UnixNano(), 0))
+	if res.Acquired || res.Record.Key != "" {
+		t.Fatalf("acquire behind a queued waiter: %+v, want refused with no holder", res)
+	}
+	for _, txn := range c.take() {
+		for _, op := range txn.Failure {
+			if r := op.GetRequestRange(); r != nil && strings.HasPrefix(string(r.Key), prefix+"queue/") {
+				t.Fatalf("the refusal branch reads the queue %q", r.Key)
+			}
+		}
 	}
 }
