@@ -291,7 +291,7 @@ func (b *Backend) releaseChunk(ctx context.Context, reqs []backend.ReleaseReques
 	defer cancel()
 	ops := make([]clientv3.Op, len(idx))
 	nKept := make([]int, len(idx))
-	knownStamp := make([]bool, len(idx))
+	knownStamp := make([]*heldStamp, len(idx))
 	for j, i := range idx {
 		_, kept, _, _ := b.releaseGuards(cctx, ctx, []string{reqs[i].Key}, reqs[i].Request, false) // no read without Abandon
 		nKept[j] = len(kept)
@@ -481,6 +481,7 @@ func (b *Backend) extendChunk(ctx context.Context, reqs []backend.ExtendRequest,
 			continue
 		}
 		moved++
+		b.held.forget(reqs[m.i].Key, reqs[m.i].OwnerToken) // as a single Extend does
 		b.detached(m.old)
 		rec := m.rec
 		rec.ExpiresAt = expires

@@ -78,14 +78,24 @@
 //     timeout, 1.5s with etcd's default timing) to that minimum; MinTTL is
 //     therefore 2s unless the min_ttl option says otherwise.
 //   - Release is one transaction: if the owner key holds the token, delete
-//     the record and the owner, and raise the stored stamp to the release
-//     stamp when later (a nested transaction; otherwise the stamp key is
-//     rewritten unchanged). For a lock this process granted, whose stored
-//     stamp it knows, the stamp key is put as the later of the two under a
-//     compare that its ModRevision is still the Acquire's (no nested
-//     transaction; a stamp key written since sends the nested form; see
-//     stamps.go). The lease goes back to the pool, or is revoked in the
+//     the record (read back, for its lease), the owner and the delay key,
+//     and raise the stored stamp to the release stamp when later (a nested
+//     transaction; otherwise the stamp key is rewritten unchanged). For a
+//     lock this process granted, whose stamp, revision, lease and
+//     lock-delay it remembers, the transaction instead compares that the
+//     record's and the stamp key's ModRevisions are still the Acquire's
+//     (a record not written since is still the token's: every version
+//     writes the owner key only with the record), deletes the record
+//     without reading it back, deletes the delay key only if the lock has
+//     a lock-delay, and puts the later of the two stamps (no nested
+//     transaction). A record or stamp key written since (an Extend, a
+//     replay's claim, another process) sends the nested form; see
+//     stamps.go. The lease goes back to the pool, or is revoked in the
 //     background, in batches.
+//   - An Acquire's else branch reads the record, the delay key and the
+//     meta key, to report what refused it; a refusal none of them explains
+//     is the queue's (etcd logs a write transaction whole, read branches
+//     included, so the queue is not read there).
 //   - Extend reads the lock, takes a lease of the new TTL, and moves the
 //     record and the owner onto it in a transaction that compares the owner
 //     token and the record's ModRevision; the old lease goes to the pool.
@@ -244,6 +254,17 @@
 // item whose nested transaction found something to look into (a replay of
 // its request id, a stamp to propose again, a record changed since read)
 // continues on its single path from there. See batch.go.
+//
+// # Upgrades
+//
+// Versions may run side by side on one prefix during a rolling upgrade: a
+// lock taken through one is released, extended, replayed and fenced through
+// another (the grants' count keys are the one addition to the layout so
+// far; see Counting). A change of what a transaction compares or reads, not
+// of what it stores, relies only on what every version keeps: the owner key
+// is written only with the record, the stamp key only when a lock or a
+// grant is created or deleted. scaleout's TestMixedVersions runs an earlier plugin beside
+// this one (HOLDFAST_ETCD_OLD_PLUGIN).
 //
 // Every call is bounded by call_timeout; when etcd cannot answer in time the
 // call fails with backend.ErrUnavailable.

@@ -32,3 +32,18 @@ func (b *Backend) RenewOnce(ctx context.Context, id int64) (int64, error) {
 // entry before the waiter's and its watch of that entry. Set it before any
 // WaitTurn.
 func (b *Backend) AfterPredecessor(h func(key, pred string)) { b.q.afterPredecessor = h }
+
+// Pooled reports whether lease id waits in the backend's pool of secs-second
+// leases.
+func (b *Backend) Pooled(secs int64, id int64) bool {
+	b.pool.mu.Lock()
+	defer b.pool.mu.Unlock()
+	if tp := b.pool.ttls[secs]; tp != nil {
+		for _, l := range tp.free {
+			if l.id == clientv3.LeaseID(id) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -234,9 +234,11 @@ func (a *acquireTxn) ops() (cmps []clientv3.Cmp, then, els []clientv3.Op) {
 		writes,
 		refused,
 	)}
+	// No read of the queue: a refusal that none of these explains is the
+	// queue's, which acquireDecided needs no more of (the proposal goes
+	// into etcd's log with every Acquire, refused or not).
 	els = []clientv3.Op{
 		clientv3.OpGet(lockKey),
-		clientv3.OpGet(b.queuePrefix(req.Key), clientv3.WithFirstCreate()...),
 		clientv3.OpGet(b.delayKey(req.Key)),
 		clientv3.OpGet(b.metaKey(req.Key)),
 	}
@@ -318,7 +320,9 @@ func (b *Backend) acquireDecided(cctx, parent context.Context, a *acquireTxn, su
 			b.setRev(b.queueKey(req.Key, req.WaiterID), 0)
 		}
 		// The transaction wrote the stamp key at its revision.
-		b.held.set(req.Key, heldStamp{token: req.OwnerToken, rev: rev, stamp: encodeStamp(a.stored)})
+		b.held.set(req.Key, heldStamp{token: req.OwnerToken, rev: rev, stamp: encodeStamp(a.stored),
+			lease: a.lease, secs: int64(a.granted / time.Second), renewed: a.expires.Add(-a.granted), shared: a.shared,
+			delay: req.LockDelay > 0})
 		return backend.AcquireResult{Acquired: true, Record: backend.Record{
 			Key:          req.Key,
 			FencingToken: uint64(rev), // the lock key's CreateRevision
@@ -329,8 +333,8 @@ func (b *Backend) acquireDecided(cctx, parent context.Context, a *acquireTxn, su
 			LockDelay:    req.LockDelay,
 		}}, true, false, nil
 	}
-	if len(rs) != 4 {
-		return backend.AcquireResult{}, false, false, fmt.Errorf("etcd acquire %q: %d reads in the refusal, want 4: %w", req.Key, len(rs), backend.ErrUnavailable)
+	if len(rs) != 3 {
+		return backend.AcquireResult{}, false, false, fmt.Errorf("etcd acquire %q: %d reads in the refusal, want 3: %w", req.Key, len(rs), backend.ErrUnavailable)
 	}
 	if kvs := rs[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		// Held: by this request's earlier attempt (a replay), or by
@@ -342,11 +346,11 @@ func (b *Backend) acquireDecided(cctx, parent context.Context, a *acquireTxn, su
 		rec, err := decodeRecord(req.Key, kvs[0])
 		return backend.AcquireResult{Record: rec}, false, false, err
 	}
-	if kvs := rs[3].GetResponseRange().Kvs; len(kvs) > 0 {
+	if kvs := rs[2].GetResponseRange().Kvs; len(kvs) > 0 {
 		res, err := b.keptOther(parent, req.Key, kvs[0]) // a semaphore's or rwlock's
 		return res, false, false, err
 	}
-	if kvs := rs[2].GetResponseRange().Kvs; len(kvs) > 0 {
+	if kvs := rs[1].GetResponseRange().Kvs; len(kvs) > 0 {
 		return backend.AcquireResult{Record: delayed(req.Key, kvs[0])}, false, false, nil // in its lock-delay
 	}
 	// Free, but others are queued ahead (or this waiter's entry is
@@ -470,38 +474,51 @@ func (b *Backend) Release(ctx context.Context, req backend.ReleaseRequest) (bool
 // (and guards hold), delete the lock and write the stamp key; else release
 // the token's grant of the key, if it has one. kept are the writes of the
 // release's identity. known: the lock is one this process granted, whose
-// stored stamp it knows (heldStamps), so the stamp key is put as the later
-// of that and the Release's stamp, comparing that it is still the
-// Acquire's write, instead of in a nested transaction (about 0.1 ms of
-// etcd's time); its Else branch reads the owner key, so that a moved
-// stamp key (the owner still this token) sends the nested form.
-func (b *Backend) releaseOps(req backend.ReleaseRequest, guards []clientv3.Cmp, kept []clientv3.Op) (cmps []clientv3.Cmp, then, els []clientv3.Op, known bool) {
+// stored stamp, record revision, lease and lock-delay it knows
+// (heldStamps). Then the stamp key is put as the later of that stamp and
+// the Release's, comparing that the stamp key and the record are still
+// the Acquire's writes, instead of the owner key and a nested transaction
+// (about 0.1 ms of etcd's time); the record is deleted without reading it
+// back (the lease to pool is known), and the delay key only when the lock
+// has a lock-delay. Its Else branch reads the owner key, so that a moved
+// stamp key or a rewritten record (the owner still this token) sends the
+// nested form.
+func (b *Backend) releaseOps(req backend.ReleaseRequest, guards []clientv3.Cmp, kept []clientv3.Op) (cmps []clientv3.Cmp, then, els []clientv3.Op, known *heldStamp) {
 	lockKey, ownerKey, stampKey := b.lockKey(req.Key), b.ownerKey(req.Key), b.stampKey(req.Key)
 	stamp := encodeStamp(req.Stamp)
-	cmps = append(slices.Clip(guards), clientv3.Compare(clientv3.Value(ownerKey), "=", req.OwnerToken))
-	// The stamp key is always written: Watch tells a release (record
-	// deleted with a stamp write) from an expiry (record deleted alone).
-	// It is raised to the release stamp when that is later.
-	raise := clientv3.OpTxn(
-		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(stampKey), "<", stamp)},
-		[]clientv3.Op{clientv3.OpPut(stampKey, stamp)},
-		[]clientv3.Op{clientv3.OpPut(stampKey, "", clientv3.WithIgnoreValue())},
-	)
-	h, known := b.held.get(req.Key, req.OwnerToken)
-	known = known && len(guards) == 0
-	if known {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(stampKey), "=", h.rev))
-		// Stamps encode so that byte order is their order.
-		raise = clientv3.OpPut(stampKey, max(h.stamp, stamp))
+	if h, ok := b.held.get(req.Key, req.OwnerToken); ok && len(guards) == 0 {
+		known = &h
 	}
-	then = append(slices.Clip(kept),
-		clientv3.OpDelete(lockKey, clientv3.WithPrevKV()),
-		clientv3.OpDelete(ownerKey),
-		clientv3.OpDelete(b.delayKey(req.Key)), // a released key has no lock-delay
-		raise,
-	)
+	then = slices.Clip(kept)
+	if h := known; h != nil {
+		cmps = []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(lockKey), "=", h.rev),
+			clientv3.Compare(clientv3.ModRevision(stampKey), "=", h.rev),
+		}
+		then = append(then, clientv3.OpDelete(lockKey), clientv3.OpDelete(ownerKey))
+		if h.delay {
+			then = append(then, clientv3.OpDelete(b.delayKey(req.Key)))
+		}
+		// Stamps encode so that byte order is their order. The stamp
+		// key is always written: Watch tells a release (record deleted
+		// with a stamp write) from an expiry (record deleted alone).
+		then = append(then, clientv3.OpPut(stampKey, max(h.stamp, stamp)))
+	} else {
+		cmps = append(slices.Clip(guards), clientv3.Compare(clientv3.Value(ownerKey), "=", req.OwnerToken))
+		then = append(then,
+			clientv3.OpDelete(lockKey, clientv3.WithPrevKV()),
+			clientv3.OpDelete(ownerKey),
+			clientv3.OpDelete(b.delayKey(req.Key)), // a released key has no lock-delay
+			// Raised to the release stamp when that is later.
+			clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.Value(stampKey), "<", stamp)},
+				[]clientv3.Op{clientv3.OpPut(stampKey, stamp)},
+				[]clientv3.Op{clientv3.OpPut(stampKey, "", clientv3.WithIgnoreValue())},
+			),
+		)
+	}
 	switch {
-	case known:
+	case known != nil:
 		// A lock this process granted as a mutex: the key has no grants.
 		els = []clientv3.Op{clientv3.OpGet(ownerKey)}
 	case !b.stamps.seen(req.Key):
@@ -516,11 +533,11 @@ func (b *Backend) releaseOps(req backend.ReleaseRequest, guards []clientv3.Cmp, 
 // releaseDecided reads the outcome of releaseOps (rs: its branch's
 // responses; nKept: how many writes of the identity lead its Then; known:
 // releaseOps's). again: the token still holds the lock but its stamp key
-// moved since the Acquire; the hint is dropped, and the Release goes
-// again, in the nested form.
-func (b *Backend) releaseDecided(cctx, parent context.Context, req backend.ReleaseRequest, nKept int, known, succeeded bool, rs []*etcdserverpb.ResponseOp) (
+// or its record was written since the Acquire; the hint is dropped, and
+// the Release goes again, in the nested form.
+func (b *Backend) releaseDecided(cctx, parent context.Context, req backend.ReleaseRequest, nKept int, known *heldStamp, succeeded bool, rs []*etcdserverpb.ResponseOp) (
 	released, again bool, err error) {
-	if !succeeded && known {
+	if !succeeded && known != nil {
 		if len(rs) != 1 || rs[0].GetResponseRange() == nil {
 			return false, false, fmt.Errorf("etcd release %q: the owner read is not the one sent: %w", req.Key, backend.ErrUnavailable)
 		}
@@ -546,6 +563,13 @@ func (b *Backend) releaseDecided(cctx, parent context.Context, req backend.Relea
 		return released, false, err
 	}
 	b.stamps.saw(req.Key) // a release writes the stamp key
+	if known != nil {
+		// Only the one transaction that deleted the record pools its
+		// lease.
+		b.held.forget(req.Key, req.OwnerToken)
+		b.detachedKnown(*known)
+		return true, false, nil
+	}
 	b.held.forget(req.Key, req.OwnerToken)
 	if len(rs) > nKept {
 		if prev := rs[nKept].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
@@ -628,6 +652,7 @@ func (b *Backend) Extend(ctx context.Context, req backend.ExtendRequest) (backen
 			return backend.ExtendResult{}, wrap(ctx, "extend", err)
 		}
 		if resp.Succeeded {
+			b.held.forget(req.Key, req.OwnerToken) // the record is rewritten: its Release goes the nested form
 			b.detached(lockKVs[0])
 			rec.ExpiresAt = expires
 			rec.Remaining = max(0, time.Until(expires))
@@ -773,6 +798,18 @@ func (b *Backend) detached(kv *mvccpb.KeyValue) {
 		return
 	}
 	b.detachedLease(kv)
+}
+
+// detachedKnown is detached for a lock this process granted, from what its
+// Acquire stored (heldStamps) instead of the record read back.
+func (b *Backend) detachedKnown(h heldStamp) {
+	if h.shared {
+		if secs, renewed, last := b.shared.detached(h.lease); last {
+			b.pool.put(h.lease, secs, renewed)
+		}
+		return
+	}
+	b.pool.put(h.lease, h.secs, h.renewed)
 }
 
 // detachedLease hands the lease of kv, which no record uses any more, to

@@ -1,6 +1,11 @@
 package etcd
 
-import "sync"
+import (
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
 
 // stampsSeenMax bounds the keys remembered as stamped; past it the memory
 // starts over (a forgotten key costs one larger transaction, no more).
@@ -45,13 +50,20 @@ func (s *stampsSeen) forget(key string) {
 // memory starts over (a forgotten lock's Release sends the nested form).
 const heldStampsMax = 1 << 16
 
-// heldStamp is what a mutex Acquire of this process stored in its key's
-// stamp key: the encoded stamp, at the transaction's revision, for the
-// owner token it granted.
+// heldStamp is what a mutex Acquire of this process stored: the encoded
+// stamp in its key's stamp key and the record, both at the transaction's
+// revision, for the owner token it granted; the record's lease (its ID,
+// TTL, when it was renewed, whether other records share it) and whether
+// the lock has a lock-delay (so a delay key may exist).
 type heldStamp struct {
-	token string
-	rev   int64
-	stamp string
+	token   string
+	rev     int64
+	stamp   string
+	lease   clientv3.LeaseID
+	secs    int64
+	renewed time.Time
+	shared  bool
+	delay   bool
 }
 
 // heldStamps lets a Release of a lock this process granted raise the stamp
@@ -59,9 +71,16 @@ type heldStamp struct {
 // held nothing writes its stamp key (every other write of it creates or
 // deletes the lock, under compares the held lock fails), so the Release
 // knows the stored stamp and puts the later of it and its own, comparing
-// the stamp key's ModRevision with the Acquire's revision. Only a hint:
-// when that compare fails (an entry of an older lock of the key, another
-// plugin version's write) the Release goes again in the nested form.
+// the stamp key's ModRevision with the Acquire's revision. It compares the
+// record's ModRevision with that revision too: a record not written since
+// is still this token's (the owner key is only ever written with the
+// record), on the Acquire's lease, with the Acquire's lock-delay, so the
+// Release needs neither the owner compare, nor the record back from its
+// delete (the lease to pool is known), nor, for a lock without a
+// lock-delay, a delete of a delay key that cannot exist. Only a hint: when
+// a compare fails (an entry of an older lock of the key, an Extend or a
+// replay's claim that rewrote the record, another plugin version's write)
+// the Release goes again in the nested form.
 type heldStamps struct {
 	mu sync.Mutex
 	m  map[string]heldStamp
