@@ -158,6 +158,13 @@ func TestFollowSubscribesOnlyToFollowedKeys(t *testing.T) {
 	cycle(t, b, "p/a")
 	f.expectCycle(t, "other", cycle(t, b, "other"))
 
+	// A prefix's glob characters are literal: g*?[x]\/ covers neither gzz
+	// nor g*?x\/a.
+	f.change(t, backend.FollowChange{Prefixes: []string{`g*?[x]\/`}})
+	cycle(t, b, "gzz")
+	cycle(t, b, `g*?x\/a`)
+	f.expectCycle(t, `g*?[x]\/a`, cycle(t, b, `g*?[x]\/a`))
+
 	// Every key's expiry is sent, followed or not.
 	x := acquire(t, b, "expiring", token(), 50*time.Millisecond)
 	if e := f.next(t); e.Type != backend.EventExpired || e.Record.Key != "expiring" || e.Record.FencingToken != x.Record.FencingToken {
