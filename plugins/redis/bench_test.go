@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -305,4 +306,90 @@ func BenchmarkCountHeld(b *testing.B) {
 		}
 		b.ReportMetric(b.Elapsed().Seconds()/float64(b.N)*held/engine.MaxPageSize, "walk-s")
 	})
+}
+
+// BenchmarkAcquireReleaseBesideFollow: uncontended pairs beside a Follow
+// that follows nothing, as the engine's feed is when nobody waits: the
+// native Follow (Redis sends it nothing of these keys) against the same
+// backend's Watch "" filtered in process (backend.Following of a backend
+// without Follow, which the plugin served before: Redis sends it every
+// pair's two events and it drops them). It reports the CPU of this process
+// (the calls and the feed) and of redis-server a pair:
+//
+//	go test -run '^$' -bench AcquireReleaseBesideFollow -benchtime 5000x ./plugins/redis
+func BenchmarkAcquireReleaseBesideFollow(b *testing.B) {
+	addr := redistest.Addr(b) // one server for the backend and the CPU readings
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	opened, err := redis.Open(ctx, map[string]string{"addrs": addr, "key_prefix": "bench" + token()[:8] + ":"})
+	cancel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	bk := opened.(*redis.Backend)
+	defer bk.Close()
+	rdb := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer rdb.Close()
+	for _, feed := range []struct {
+		name string
+		b    backend.FollowBackend
+	}{
+		{"follow", bk},
+		{"watch", backend.Following(watchOnly{bk})},
+	} {
+		for _, conc := range concurrencies {
+			b.Run(fmt.Sprintf("feed=%s/conc=%d", feed.name, conc), func(b *testing.B) {
+				besideFollow(b, bk, rdb, feed.b, conc)
+			})
+		}
+	}
+}
+
+// besideFollow runs conc workers' pairs on bk beside f.Follow.
+func besideFollow(b *testing.B, bk *redis.Backend, rdb *goredis.Client, f backend.FollowBackend, conc int) {
+	clock := hlc.NewClock(nil, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	synced := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- f.Follow(ctx, nil, func(e backend.Event) error {
+			if e.Type == backend.EventSynced {
+				close(synced)
+			}
+			return nil
+		})
+	}()
+	<-synced
+	run := token()[:8]
+	self, store := processCPU(b), redis.RedisCPU(ctx, b, rdb)
+	runConcurrent(b, conc, func(ctx context.Context, w, i int) error {
+		key, tok := fmt.Sprintf("beside/%s/%d", run, i), token()
+		r, err := bk.Acquire(ctx, backend.AcquireRequest{Key: key, OwnerToken: tok, TTL: 10 * time.Second, Stamp: clock.Now()})
+		if err != nil {
+			return err
+		}
+		if !r.Acquired {
+			return fmt.Errorf("%s not acquired", key)
+		}
+		_, err = bk.Release(ctx, backend.ReleaseRequest{Key: key, OwnerToken: tok, Stamp: clock.Now()})
+		return err
+	})
+	b.ReportMetric(float64((processCPU(b)-self).Microseconds())/float64(b.N), "self-cpu-µs/op")
+	b.ReportMetric(float64((redis.RedisCPU(ctx, b, rdb)-store).Microseconds())/float64(b.N), "redis-cpu-µs/op")
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// watchOnly hides the backend's Follow, so that backend.Following filters
+// its Watch.
+type watchOnly struct{ backend.Backend }
+
+// processCPU is this process's CPU time so far (user and system).
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -118,6 +118,32 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	clusterGrants(t, b, w)
+	clusterFollow(t, b)
+}
+
+// clusterFollow: Follow's feed is one connection to one master, and a
+// PUBLISH reaches every node, so the events of followed keys on every
+// master come to it; an unfollowed key's do not, and every key's expiry
+// does, from its own master.
+func clusterFollow(t *testing.T, b backend.Backend) {
+	t.Helper()
+	f := follow(t, b)
+	f.change(t, backend.FollowChange{Keys: []string{"f/k"}, Prefixes: []string{"f/p/"}})
+	keys := []string{"f/k"}
+	for i := range 12 {
+		keys = append(keys, fmt.Sprintf("f/p/%02d", i))
+	}
+	for _, k := range keys {
+		cycle(t, b, "f/other") // sent, it would come first
+		f.expectCycle(t, k, cycle(t, b, k))
+	}
+	for i := range 6 {
+		k := fmt.Sprintf("f/x/%02d", i)
+		x := acquire(t, b, k, token(), 50*time.Millisecond)
+		if e := f.next(t); e.Type != backend.EventExpired || e.Record.Key != k || e.Record.FencingToken != x.Record.FencingToken {
+			t.Fatalf("event %v %+v, want the expiry of the unfollowed %q", e.Type, e.Record, k)
+		}
+	}
 }
 
 // clusterGrants: semaphore grants on keys spread over the masters are

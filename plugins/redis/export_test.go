@@ -11,3 +11,6 @@ func SetBatchScript(on bool) func() {
 	oneScript = on
 	return func() { oneScript = old }
 }
+
+// RedisCPU is redisCPU, for the benchmarks of package redis_test.
+var RedisCPU = redisCPU

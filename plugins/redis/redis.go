@@ -90,6 +90,21 @@
 // expiry timer wakes waiters; the backend logs that once. Redis deletes
 // expired keys lazily and in a background cycle, so an expiry event can come
 // up to about 100 ms after the TTL; an Acquire is never delayed by it.
+//
+// Follow (backend.FollowBackend, follow.go) is native: one pubsub
+// connection per Follow SUBSCRIBEs to the channel of each followed key and
+// PSUBSCRIBEs to <key_prefix>events:P* for each followed prefix, so Redis
+// sends the plugin only the followed keys' events, where Watch "" takes a
+// pattern on every key's channel and the plugin would drop all but the
+// followed ones; expiries come from the keyspace notifications, for every
+// key, as for Watch. A change's Applied is called once Redis has answered
+// a PING sent on the feed after the change's (UN)SUBSCRIBE commands, which
+// Redis runs in order, so an event published after Applied reaches the
+// feed. Of the copies Redis sends of an event that matches the key's
+// channel and prefixes' patterns, one is sent on. In a Cluster the feed is
+// one node's connection (a PUBLISH reaches every node). A lost connection
+// ends Follow with ErrUnavailable, as it ends Watch (go-redis would
+// subscribe again, but events published in between would be lost).
 package redis
 
 import (

@@ -12,9 +12,10 @@ import (
 	"github.com/holdfast/holdfast/core/backend"
 )
 
-// watchItem is one message or the error that ended one subscription.
+// watchItem is one reply (a *goredis.Message, *goredis.Subscription or
+// *goredis.Pong) or the error that ended one subscription.
 type watchItem struct {
-	msg *goredis.Message
+	msg any
 	err error
 }
 
@@ -27,55 +28,21 @@ type watchItem struct {
 func (b *Backend) Watch(ctx context.Context, prefix string, send func(backend.Event) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-
-	var subs []*goredis.PubSub
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		for _, ps := range subs {
-			_ = ps.Close()
-		}
-		wg.Wait()
-	}()
+	var subs subscriptions
+	defer subs.close(cancel)
 
 	setupCtx, setupCancel := context.WithTimeout(ctx, b.opts.DialTimeout+b.opts.OpTimeout)
 	defer setupCancel()
-	subscribe := func(ps *goredis.PubSub) error {
-		subs = append(subs, ps)
-		m, err := ps.Receive(setupCtx)
-		if err != nil {
-			return err
-		}
-		if _, ok := m.(*goredis.Subscription); !ok {
-			return fmt.Errorf("unexpected reply %T to a subscription", m)
-		}
-		return nil
-	}
 	eventPrefix := b.opts.KeyPrefix + "events:"
-	if err := subscribe(b.client.PSubscribe(setupCtx, globEscape(eventPrefix+prefix)+"*")); err != nil {
+	if err := subs.add(setupCtx, b.client.PSubscribe(setupCtx, globEscape(eventPrefix+prefix)+"*")); err != nil {
 		return b.watchErr(ctx, err)
 	}
-	// Turn expiry notifications on again: after a Sentinel failover or a
-	// restart of Redis the master answering now may not have them.
-	if b.ensureKeyspaceEvents(setupCtx) {
-		channel := fmt.Sprintf("__keyevent@%d__:expired", b.opts.DB)
-		err := b.forEachNode(setupCtx, func(ctx context.Context, c goredis.UniversalClient) error {
-			return subscribe(c.Subscribe(ctx, channel))
-		})
-		if err != nil {
-			return b.watchErr(ctx, err)
-		}
+	if err := b.subscribeExpiries(setupCtx, &subs); err != nil {
+		return b.watchErr(ctx, err)
 	}
 	setupCancel()
 
-	items := make(chan watchItem)
-	for _, ps := range subs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b.receive(ctx, ps, items)
-		}()
-	}
+	items := b.receiveAll(ctx, &subs)
 	if err := send(backend.Event{Type: backend.EventSynced}); err != nil {
 		return err
 	}
@@ -89,7 +56,11 @@ func (b *Backend) Watch(ctx context.Context, prefix string, send func(backend.Ev
 		if it.err != nil {
 			return b.watchErr(ctx, it.err)
 		}
-		ev, ok := b.event(ctx, it.msg, eventPrefix, prefix)
+		msg, ok := it.msg.(*goredis.Message)
+		if !ok {
+			continue
+		}
+		ev, ok := b.event(ctx, msg, eventPrefix, prefix)
 		if !ok {
 			continue
 		}
@@ -99,6 +70,72 @@ func (b *Backend) Watch(ctx context.Context, prefix string, send func(backend.Ev
 	}
 }
 
+// subscriptions are the pubsub connections of one Watch or Follow.
+type subscriptions struct {
+	subs []*goredis.PubSub
+	wg   sync.WaitGroup
+}
+
+// add keeps ps and waits for Redis to confirm its first subscription.
+func (s *subscriptions) add(ctx context.Context, ps *goredis.PubSub) error {
+	s.keep(ps)
+	return confirm(ctx, ps)
+}
+
+// keep adds ps to the connections that close closes.
+func (s *subscriptions) keep(ps *goredis.PubSub) { s.subs = append(s.subs, ps) }
+
+// confirm waits for ps's first reply: the confirmation of its first
+// subscription, or the answer to its first PING.
+func confirm(ctx context.Context, ps *goredis.PubSub) error {
+	m, err := ps.Receive(ctx)
+	if err != nil {
+		return err
+	}
+	switch m.(type) {
+	case *goredis.Subscription, *goredis.Pong:
+		return nil
+	}
+	return fmt.Errorf("unexpected reply %T to a subscription", m)
+}
+
+// close cancels the receivers (cancel is their context's), closes the
+// connections and waits for the receivers to end.
+func (s *subscriptions) close(cancel context.CancelFunc) {
+	cancel()
+	for _, ps := range s.subs {
+		_ = ps.Close()
+	}
+	s.wg.Wait()
+}
+
+// subscribeExpiries turns expiry notifications on again (after a Sentinel
+// failover or a restart of Redis the master answering now may not have
+// them) and, when they are on, subscribes to them on every master.
+func (b *Backend) subscribeExpiries(ctx context.Context, subs *subscriptions) error {
+	if !b.ensureKeyspaceEvents(ctx) {
+		return nil
+	}
+	channel := fmt.Sprintf("__keyevent@%d__:expired", b.opts.DB)
+	return b.forEachNode(ctx, func(ctx context.Context, c goredis.UniversalClient) error {
+		return subs.add(ctx, c.Subscribe(ctx, channel))
+	})
+}
+
+// receiveAll runs receive on every subscription until ctx is done, and
+// returns the one channel they all deliver on.
+func (b *Backend) receiveAll(ctx context.Context, subs *subscriptions) <-chan watchItem {
+	items := make(chan watchItem)
+	for _, ps := range subs.subs {
+		subs.wg.Add(1)
+		go func() {
+			defer subs.wg.Done()
+			b.receive(ctx, ps, items)
+		}()
+	}
+	return items
+}
+
 func (b *Backend) watchErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return nil //nolint:nilerr // the caller ended the watch: that is no failure of Redis
@@ -106,7 +143,7 @@ func (b *Backend) watchErr(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: redis watch: %w", backend.ErrUnavailable, err)
 }
 
-// receive forwards messages from ps until ctx is done or the connection
+// receive forwards replies from ps until ctx is done or the connection
 // fails. A quiet connection is probed with PING once per op timeout; a probe
 // left unanswered for another op timeout counts as a failure, so a Redis
 // that vanished without closing the connection is noticed.
@@ -137,10 +174,8 @@ func (b *Backend) receive(ctx context.Context, ps *goredis.PubSub, items chan<- 
 			return
 		}
 		probing = false
-		if msg, ok := m.(*goredis.Message); ok {
-			if !deliver(watchItem{msg: msg}) {
-				return
-			}
+		if !deliver(watchItem{msg: m}) {
+			return
 		}
 	}
 }
