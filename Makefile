@@ -201,6 +201,20 @@ test-etcd: build ## etcd backend, conformance and scale-out tests against a thro
 	env_line=$$($(CURDIR)/scripts/etcd.sh start "$$dir"); export "$$env_line"; echo "$$env_line"; \
 	(cd plugins/etcd && $(GO_TEST) ./...)
 
+# UPGRADE_FROM: the revision whose etcd plugin runs beside this one in
+# test-etcd-upgrade (default: the last commit before the Release that
+# compares revisions).
+UPGRADE_FROM ?= a063eb1
+
+.PHONY: test-etcd-upgrade
+test-etcd-upgrade: ## rolling upgrade: the etcd plugin of UPGRADE_FROM (a git revision) beside this one on one throw-away etcd (scaleout TestMixedVersions)
+	go build -o $(BIN)/ ./plugins/etcd/cmd/holdfast-backend-etcd
+	@dir=$$(mktemp -d); trap '$(CURDIR)/scripts/etcd.sh stop "$$dir/etcd"; rm -rf "$$dir"' EXIT; \
+	mkdir "$$dir/old" "$$dir/etcd" && git archive $(UPGRADE_FROM) | tar -x -C "$$dir/old" && \
+	(cd "$$dir/old" && go build -o "$$dir/" ./plugins/etcd/cmd/holdfast-backend-etcd) && \
+	env_line=$$($(CURDIR)/scripts/etcd.sh start "$$dir/etcd") && export "$$env_line" && \
+	(cd plugins/etcd/scaleout && HOLDFAST_ETCD_OLD_PLUGIN="$$dir/holdfast-backend-etcd" $(GO_TEST) -run '^TestMixedVersions$$' -v .)
+
 .PHONY: test-postgres
 test-postgres: build ## PostgreSQL backend tests against a throw-away PostgreSQL (scripts/postgres.sh)
 	go build -o $(BIN)/ ./plugins/postgres/cmd/holdfast-backend-postgres

@@ -263,8 +263,9 @@
 // far; see Counting). A change of what a transaction compares or reads, not
 // of what it stores, relies only on what every version keeps: the owner key
 // is written only with the record, the stamp key only when a lock or a
-// grant is created or deleted. scaleout's TestMixedVersions runs an earlier plugin beside
-// this one (HOLDFAST_ETCD_OLD_PLUGIN).
+// grant is created or deleted. scaleout's TestMixedVersions runs an earlier
+// plugin beside this one (HOLDFAST_ETCD_OLD_PLUGIN); `make test-etcd-upgrade
+// UPGRADE_FROM=<git revision>` builds that revision's plugin and runs it.
 //
 // Every call is bounded by call_timeout; when etcd cannot answer in time the
 // call fails with backend.ErrUnavailable.
