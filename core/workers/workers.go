@@ -29,6 +29,7 @@ type Pool struct {
 	done    chan struct{}
 	close   sync.Once
 	idle    atomic.Int32
+	live    atomic.Int32 // workers started and not ended (for the tests)
 	maxIdle int32
 }
 
@@ -44,6 +45,7 @@ func (p *Pool) Go(f func()) {
 	select {
 	case p.work <- f:
 	default:
+		p.live.Add(1)
 		go p.run(f)
 	}
 }
@@ -51,6 +53,7 @@ func (p *Pool) Go(f func()) {
 // run runs f, then the calls Go hands it, until there are maxIdle workers
 // parked already or the Pool is closed.
 func (p *Pool) run(f func()) {
+	defer p.live.Add(-1)
 	for {
 		f()
 		if p.idle.Add(1) > p.maxIdle {

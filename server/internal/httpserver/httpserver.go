@@ -223,7 +223,7 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option)
 		connect.WithInterceptors(o.interceptors...),
 	)
 	lockPath, lock := lockv1connect.NewLockServiceHandler(api.New(e, o.pages), hopts...)
-	mux.Handle(lockPath, lock)
+	mux.Handle(lockPath, withStack(lock))
 	// List pages take turns with the other requests that read the whole
 	// server; lock calls never wait for one.
 	mux.Handle(lockv1connect.LockServiceListProcedure, o.turns.Handler(lock))
