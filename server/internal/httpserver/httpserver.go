@@ -223,7 +223,7 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option)
 		connect.WithInterceptors(o.interceptors...),
 	)
 	lockPath, lock := lockv1connect.NewLockServiceHandler(api.New(e, o.pages), hopts...)
-	mux.Handle(lockPath, withStack(lock))
+	mux.Handle(lockPath, lock)
 	// List pages take turns with the other requests that read the whole
 	// server; lock calls never wait for one.
 	mux.Handle(lockv1connect.LockServiceListProcedure, o.turns.Handler(lock))
@@ -244,7 +244,8 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option)
 	if len(o.corsOrigins) > 0 {
 		h = withCORS(h, o.corsOrigins)
 	}
-	return httpguard.Handler(h, httpguard.Timeouts{Body: o.limits.BodyTimeout, Write: o.limits.WriteTimeout})
+	// Outermost, so the stack grows while it is shallowest (stack.go).
+	return withStack(httpguard.Handler(h, httpguard.Timeouts{Body: o.limits.BodyTimeout, Write: o.limits.WriteTimeout}))
 }
 
 // healthListProcedure is grpc.health.v1.Health's List.
