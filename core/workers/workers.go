@@ -1,20 +1,20 @@
 // Package workers runs functions on goroutines that outlive them, so that
-// a request's goroutine starts with a stack an earlier request has already
-// grown.
+// a call starts on a stack an earlier call has already grown.
 //
-// A new goroutine starts with the runtime's starting stack (the average
-// in-use size of the stacks the last GC scanned, most of them parked and
-// shallow), and a request that goes deeper grows it: runtime.newstack
-// allocates one twice the size and copystack moves every frame over,
-// looking up each frame's stack map. A holdfast request runs 20 to 40
-// frames deep (net/http, Connect, the engine, a gRPC call to the plugin), so
-// it grew its stack twice, for about a tenth of the server's CPU at
-// concurrency 32 (docs/capacity.md). A worker of a Pool keeps its stack
-// between calls (until a GC finds it using under a quarter of it while
-// parked and halves it), so most calls grow none.
+// A new goroutine starts with the runtime's starting stack (about the
+// average in use among the stacks the last GC scanned, most of them parked
+// and shallow), and a call that goes deeper grows it: runtime.newstack
+// allocates a larger one and copystack moves every frame over, looking up
+// each frame's stack map. The engine's detached Acquire (core/engine)
+// runs down through the batcher and the plugin host to a gRPC call, 10 to
+// 30 frames, and grew a new goroutine's stack on every Acquire (3% of the
+// server's CPU at memory c32). A worker keeps its stack between calls
+// (until a GC finds it parked using under a quarter of it, and halves it),
+// and handing a call to a parked worker costs what starting a goroutine
+// did.
 //
 // The Pool keeps at most its maxIdle workers parked; a call that finds none
-// idle gets a goroutine of its own, which then stays as a worker if there
+// parked gets a goroutine of its own, which then stays as a worker if there
 // is room. Close lets the parked workers go.
 package workers
 
