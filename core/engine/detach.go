@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/holdfast/holdfast/core/backend"
+	"github.com/holdfast/holdfast/core/internal/workers"
 )
 
 // outcome is one backend acquire's answer, for one key or a set.
@@ -90,28 +91,47 @@ func (e *Engine) acquireDetached(ctx context.Context, s *acquireSpec, token, wai
 }
 
 // background owns the goroutines of calls that outlive their callers;
-// Close waits for them.
+// Close waits for them. They are workers of a pool (package workers), so a
+// detached Acquire, which runs down to the plugin's gRPC client, does not
+// grow a new goroutine's stack each time.
 type background struct {
 	mu     sync.Mutex
 	closed bool
 	wg     sync.WaitGroup
+	pool   *workers.Pool // made by the first Go
 }
 
-// Go runs f on a goroutine of its own, unless Close has begun (false).
+// backgroundIdle is how many of the background's workers stay parked
+// between calls: above the detached Acquires a busy server has in flight.
+const backgroundIdle = 256
+
+// Go runs f on one of the workers, unless Close has begun (false).
 func (b *background) Go(f func()) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return false
 	}
-	b.wg.Go(f)
+	if b.pool == nil {
+		b.pool = workers.New(backgroundIdle)
+	}
+	b.wg.Add(1)
+	b.pool.Go(func() {
+		defer b.wg.Done()
+		f()
+	})
 	return true
 }
 
-// Close refuses new goroutines and waits for the running ones.
+// Close refuses new goroutines, waits for the running ones and lets the
+// parked workers go.
 func (b *background) Close() {
 	b.mu.Lock()
 	b.closed = true
+	pool := b.pool
 	b.mu.Unlock()
 	b.wg.Wait()
+	if pool != nil {
+		pool.Close()
+	}
 }

@@ -244,7 +244,8 @@ func Handler(e *engine.Engine, health *grpchealth.StaticChecker, opts ...Option)
 	if len(o.corsOrigins) > 0 {
 		h = withCORS(h, o.corsOrigins)
 	}
-	return httpguard.Handler(h, httpguard.Timeouts{Body: o.limits.BodyTimeout, Write: o.limits.WriteTimeout})
+	// Outermost, so the stack grows while it is shallowest (stack.go).
+	return withStack(httpguard.Handler(h, httpguard.Timeouts{Body: o.limits.BodyTimeout, Write: o.limits.WriteTimeout}))
 }
 
 // healthListProcedure is grpc.health.v1.Health's List.
